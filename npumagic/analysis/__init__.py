@@ -1,0 +1,7 @@
+"""Pure analyses over profiler data: readers -> Trace -> Summary. No IPython, no matplotlib, no torch."""
+
+from .metrics import Summary, summarize
+from .schema import Trace
+from .sources import load
+
+__all__ = ["Trace", "Summary", "load", "summarize"]

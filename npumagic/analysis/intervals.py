@@ -1,0 +1,88 @@
+"""Vectorised interval algebra on integer-nanosecond spans: union, intersection, difference,
+and how much of a window a set of spans covers. All numpy, no per-event Python loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Spans:
+    """Disjoint, sorted, half-open spans ``[starts[i], ends[i])`` in nanoseconds."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def union_of(cls, starts: np.ndarray, ends: np.ndarray) -> "Spans":
+        """Merge arbitrary (overlapping, unsorted) spans into a disjoint set."""
+        starts = np.asarray(starts, dtype=np.int64)
+        ends = np.asarray(ends, dtype=np.int64)
+        keep = ends > starts
+        starts, ends = starts[keep], ends[keep]
+        if starts.size == 0:
+            return cls(starts, ends)
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        reach = np.maximum.accumulate(ends)
+        opens = np.empty(starts.size, dtype=bool)
+        opens[0] = True
+        opens[1:] = starts[1:] > reach[:-1]
+        first = np.flatnonzero(opens)
+        last = np.append(first[1:] - 1, starts.size - 1)
+        return cls(starts[first], reach[last])
+
+    @classmethod
+    def empty(cls) -> "Spans":
+        return cls(np.empty(0, np.int64), np.empty(0, np.int64))
+
+    def __len__(self) -> int:
+        return int(self.starts.size)
+
+    @property
+    def total(self) -> int:
+        return int((self.ends - self.starts).sum())
+
+    def _combine(self, other: "Spans", keep) -> "Spans":
+        # Sweep over both sets' edges; each set is disjoint, so depth per set is 0 or 1.
+        pos = np.concatenate([self.starts, self.ends, other.starts, other.ends])
+        a = np.concatenate([np.ones(len(self)), -np.ones(len(self)), np.zeros(2 * len(other))]).astype(np.int8)
+        b = np.concatenate([np.zeros(2 * len(self)), np.ones(len(other)), -np.ones(len(other))]).astype(np.int8)
+        if pos.size == 0:
+            return Spans.empty()
+        order = np.argsort(pos, kind="stable")
+        pos, in_a, in_b = pos[order], np.cumsum(a[order]), np.cumsum(b[order])
+        inside = keep(in_a > 0, in_b > 0)[:-1]
+        seg_start, seg_end = pos[:-1][inside], pos[1:][inside]
+        return Spans.union_of(seg_start, seg_end)
+
+    def __and__(self, other: "Spans") -> "Spans":
+        return self._combine(other, np.logical_and)
+
+    def __or__(self, other: "Spans") -> "Spans":
+        return self._combine(other, np.logical_or)
+
+    def __sub__(self, other: "Spans") -> "Spans":
+        return self._combine(other, lambda x, y: x & ~y)
+
+    def covered(self, lo, hi) -> np.ndarray:
+        """Nanoseconds covered inside each window ``[lo[i], hi[i])`` (arrays or scalars)."""
+        lo = np.atleast_1d(np.asarray(lo, dtype=np.int64))
+        hi = np.atleast_1d(np.asarray(hi, dtype=np.int64))
+        return np.maximum(self._cumulative(hi) - self._cumulative(lo), 0)
+
+    def _cumulative(self, x: np.ndarray) -> np.ndarray:
+        """Covered length in (-inf, x]."""
+        if len(self) == 0:
+            return np.zeros(x.shape, dtype=np.int64)
+        lengths = self.ends - self.starts
+        before = np.concatenate([[0], np.cumsum(lengths)])
+        k = np.searchsorted(self.starts, x, side="right")  # spans starting at or before x
+        partial = np.where(k > 0, np.minimum(x, self.ends[np.maximum(k - 1, 0)]) - self.starts[np.maximum(k - 1, 0)], 0)
+        return before[np.maximum(k - 1, 0)] * (k > 0) + np.maximum(partial, 0)
+
+    def gaps(self, lo: int, hi: int) -> "Spans":
+        """The holes of this set inside ``[lo, hi)``."""
+        return Spans(np.array([lo], np.int64), np.array([hi], np.int64)) - self

@@ -1,0 +1,369 @@
+"""Trace -> Summary: per-step time breakdown, utilisation, top kernels and host ops, syncs,
+communication, memory and per-rank comparison. Vectorised pandas/numpy throughout.
+
+Step breakdown follows torch_npu's step_trace_time.csv definitions, computed from raw events:
+the step's device window runs from its first to its last device task (kernel or collective);
+``computing`` is the union of compute kernels, ``communication`` the union of collectives,
+``overlapped`` their intersection, ``free = stage - computing - comm_not_overlapped`` and
+``preparing`` the time from the host step start to the first device task. On the CPU backend
+the "device" is the CPU: computing is the union of leaf operator time outside DataLoader
+waits, and free is the rest of the step.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .intervals import Spans
+from .schema import Trace
+
+STEP_COLUMNS = ["step", "start_us", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us",
+                "overlapped_us", "free_us", "preparing_us", "dataloader_us", "busy_us", "stage_us", "device_util"]
+KERNEL_COLUMNS = ["name", "type", "core", "count", "total_us", "mean_us", "min_us", "max_us", "share", "shapes"]
+HOST_OP_COLUMNS = ["name", "count", "total_us", "mean_us", "max_us", "share"]
+SYNC_COLUMNS = ["name", "count", "total_us", "per_step", "source"]
+COMM_COLUMNS = ["op", "count", "elapsed_us", "wait_us", "wait_ratio", "sync_ratio", "transit_mb", "bandwidth_gbps", "link"]
+RANK_COLUMNS = ["rank", "steps", "step_median_us", "computing_us", "communication_us", "comm_not_overlapped_us",
+                "free_us", "dataloader_us", "device_util", "slowest"]
+MEMORY_COLUMNS = ["device", "peak_allocated_bytes", "peak_reserved_bytes", "capacity_bytes"]
+SYNC_HOST_OPS = frozenset({"aten::_local_scalar_dense", "aten::item"})
+AIC_RATIO_COLUMNS = ("aic_mac_ratio", "aic_scalar_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpipe_ratio",
+                     "aiv_vec_ratio", "aiv_scalar_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What one rank of a run spent its time on. Times are microseconds.
+
+    Attributes
+    ----------
+    steps : one row per step, columns :data:`STEP_COLUMNS`.
+    kernels : device kernels (CPU backend: leaf operators) by total time, :data:`KERNEL_COLUMNS`.
+    host_ops : host operators by total (inclusive) time, :data:`HOST_OP_COLUMNS`.
+    syncs : host-device synchronisations, :data:`SYNC_COLUMNS`.
+    comm : collectives by operation, :data:`COMM_COLUMNS`.
+    memory : peaks per device, :data:`MEMORY_COLUMNS`; ``memory_timeline`` the raw samples.
+    ranks : one row per rank when the trace holds several, :data:`RANK_COLUMNS`.
+    meta : backend, device name, rank, source path.
+    """
+
+    steps: pd.DataFrame
+    kernels: pd.DataFrame
+    host_ops: pd.DataFrame
+    syncs: pd.DataFrame
+    comm: pd.DataFrame
+    memory: pd.DataFrame
+    memory_timeline: pd.DataFrame
+    ranks: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    per_rank: dict[int, "Summary"] = field(default_factory=dict, repr=False, compare=False)
+
+    # -- headline numbers -------------------------------------------------------------------
+    @property
+    def step_stats(self) -> dict[str, float]:
+        """Step wall time: mean, median, p90, std and coefficient of variation (us)."""
+        wall = self.steps["wall_us"].to_numpy(dtype=float)
+        if wall.size == 0:
+            return {"n": 0, "mean_us": np.nan, "median_us": np.nan, "p90_us": np.nan, "std_us": np.nan, "cv": np.nan}
+        std = float(wall.std(ddof=1)) if wall.size > 1 else 0.0
+        return {"n": int(wall.size), "mean_us": float(wall.mean()), "median_us": float(np.median(wall)),
+                "p90_us": float(np.percentile(wall, 90)), "std_us": std,
+                "cv": std / float(wall.mean()) if wall.mean() > 0 else np.nan}
+
+    @property
+    def total_wall_us(self) -> float:
+        return float(self.steps["wall_us"].sum())
+
+    def share(self, column: str) -> float:
+        """``column``'s share of the total step wall time (0..1)."""
+        total = self.total_wall_us
+        return float(self.steps[column].sum()) / total if total > 0 else float("nan")
+
+    @property
+    def device_util(self) -> float:
+        return self.share("busy_us")
+
+    @property
+    def headline(self) -> dict[str, float]:
+        s = self.step_stats
+        return {"steps": s["n"], "step_median_us": s["median_us"], "step_p90_us": s["p90_us"], "step_cv": s["cv"],
+                "device_util": self.device_util, "computing_share": self.share("computing_us"),
+                "communication_share": self.share("comm_not_overlapped_us"),
+                "free_share": self.share("free_us"), "dataloader_share": self.share("dataloader_us"),
+                "syncs_per_step": float(self.syncs["per_step"].sum()) if len(self.syncs) else 0.0}
+
+    # -- display ----------------------------------------------------------------------------
+    def __str__(self) -> str:
+        h = self.headline
+        lines = [f"{self.meta.get('backend', '?')} on {self.meta.get('device_name', '?')}, rank {self.meta.get('rank', 0)}: "
+                 f"{h['steps']} steps, median {_ms(h['step_median_us'])}, p90 {_ms(h['step_p90_us'])}, "
+                 f"device busy {h['device_util']:.0%}, communication {h['communication_share']:.0%}, "
+                 f"dataloader {h['dataloader_share']:.0%}"]
+        if len(self.steps):
+            lines.append(step_table_text(self.steps))
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(str(self) if not cycle else "Summary(...)")
+
+    def _repr_html_(self) -> str:
+        first = str(self).splitlines()[0]
+        return f"<p>{first}</p>" + self.steps.to_html(index=False, float_format=lambda v: f"{v:,.1f}")
+
+
+def step_table_text(steps: pd.DataFrame) -> str:
+    shown = steps[["step", "wall_us", "computing_us", "comm_not_overlapped_us", "free_us", "dataloader_us", "device_util"]]
+    shown = shown.rename(columns={"wall_us": "wall_ms", "computing_us": "compute_ms", "comm_not_overlapped_us": "comm_ms",
+                                  "free_us": "free_ms", "dataloader_us": "data_ms", "device_util": "busy"})
+    out = shown.copy()
+    for col in ("wall_ms", "compute_ms", "comm_ms", "free_ms", "data_ms"):
+        out[col] = (shown[col] / 1000).map(lambda v: f"{v:,.2f}")
+    out["busy"] = shown["busy"].map(lambda v: f"{v:.0%}" if pd.notna(v) else "-")
+    return out.to_string(index=False)
+
+
+def _ms(us: float) -> str:
+    return "-" if us != us else f"{us / 1000:,.2f} ms"
+
+
+# -- public entry --------------------------------------------------------------------------
+def summarize(trace: Trace, rank: int | None = None) -> Summary:
+    """Compute the :class:`Summary` of one rank of ``trace`` (default: the lowest rank),
+    with every rank's summary in ``.per_rank`` and their comparison in ``.ranks``.
+
+    Parameters
+    ----------
+    trace : a normalized Trace (see :mod:`npumagic.analysis.schema`).
+    rank : the rank to describe; must be one of ``trace.ranks``.
+    """
+    ranks = trace.ranks or [0]
+    if rank is not None and rank not in ranks:
+        raise ValueError(f"rank {rank} not in trace; ranks: {ranks}")
+    per_rank = {r: _summarize_rank(trace, r) for r in ranks}
+    table = _rank_table(per_rank)
+    chosen = per_rank[rank if rank is not None else ranks[0]]
+    return Summary(chosen.steps, chosen.kernels, chosen.host_ops, chosen.syncs, chosen.comm, chosen.memory,
+                   chosen.memory_timeline, table, chosen.meta, per_rank)
+
+
+def _summarize_rank(trace: Trace, rank: int) -> Summary:
+    ev = trace.events[trace.events["rank"] == rank]
+    steps = trace.steps[trace.steps["rank"] == rank].sort_values("start_ns")
+    on_device = ev["device"].to_numpy() >= 0
+    backend = trace.meta.get("backend", "cpu")
+    device_mode = bool(on_device.any())
+    step_table = _step_table(ev, steps, device_mode)
+    total_wall = float(step_table["wall_us"].sum())
+    in_steps = ev[ev["step"] >= 0]
+    kernels = _kernel_table(in_steps, device_mode, total_wall, trace.meta.get("vendor", {}).get(rank, {}))
+    meta = {k: v for k, v in trace.meta.items() if k != "vendor"}
+    meta.update(rank=rank, device_mode=device_mode, backend=backend)
+    return Summary(
+        steps=step_table,
+        kernels=kernels,
+        host_ops=_host_op_table(in_steps, total_wall),
+        syncs=_sync_table(in_steps, max(len(steps), 1)),
+        comm=_comm_table(trace.comm[trace.comm["rank"] == rank], in_steps),
+        memory=_memory_table(trace.memory[trace.memory["rank"] == rank], trace.meta),
+        memory_timeline=trace.memory[trace.memory["rank"] == rank].reset_index(drop=True),
+        ranks=pd.DataFrame(columns=RANK_COLUMNS),
+        meta=meta,
+    )
+
+
+def _spans(frame: pd.DataFrame) -> Spans:
+    start = frame["ts_ns"].to_numpy()
+    return Spans.union_of(start, start + frame["dur_ns"].to_numpy())
+
+
+def _step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.DataFrame:
+    if steps.empty:
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    kind = ev["kind"]
+    dataloader = _spans(ev[kind == "dataloader"])
+    host_start = steps["start_ns"].to_numpy()
+    host_end = steps["end_ns"].to_numpy()
+    rows = []
+    if device_mode:
+        by_step = {k: g for k, g in ev[(ev["step"] >= 0) & kind.isin(["kernel", "comm"])].groupby("step", sort=False)}
+        for sid, lo, hi in zip(steps["step"], host_start, host_end):
+            work = by_step.get(sid)
+            if work is None or work.empty:
+                rows.append((0, 0, 0, 0, lo, lo))
+                continue
+            compute = _spans(work[work["kind"] == "kernel"])
+            comm = _spans(work[work["kind"] == "comm"])
+            first = int(work["ts_ns"].min())
+            last = int((work["ts_ns"] + work["dur_ns"]).max())
+            rows.append((compute.total, comm.total, (compute & comm).total, (compute | comm).total, first, last))
+        computing, communication, overlapped, busy, first, last = (np.array(c, dtype=np.int64) for c in zip(*rows))
+        stage = last - first
+        preparing = np.where(stage > 0, first - host_start, 0)
+    else:
+        ops = ev[(kind == "host_op") & (ev["device"] < 0)]
+        compute = _spans(ops) - dataloader
+        computing = compute.covered(host_start, host_end)
+        communication = overlapped = np.zeros(len(steps), dtype=np.int64)
+        busy = computing
+        stage = host_end - host_start
+        preparing = np.zeros(len(steps), dtype=np.int64)
+    not_overlapped = communication - overlapped
+    wall = host_end - host_start
+    us = lambda a: np.asarray(a, dtype=np.float64) / 1000.0  # noqa: E731
+    out = pd.DataFrame({
+        "step": steps["step"].to_numpy(),
+        "start_us": us(host_start - host_start.min()),
+        "wall_us": us(wall),
+        "computing_us": us(computing),
+        "communication_us": us(communication),
+        "comm_not_overlapped_us": us(not_overlapped),
+        "overlapped_us": us(overlapped),
+        "free_us": us(np.maximum(stage - computing - not_overlapped, 0)),
+        "preparing_us": us(preparing),
+        "dataloader_us": us(dataloader.covered(host_start, host_end)),
+        "busy_us": us(busy),
+        "stage_us": us(stage),
+    })
+    out["device_util"] = np.where(out["wall_us"] > 0, out["busy_us"] / out["wall_us"], np.nan)
+    return out[STEP_COLUMNS]
+
+
+def _leaf_mask(ops: pd.DataFrame) -> np.ndarray:
+    """Operators with no child on their thread: the ones that do the work on a CPU."""
+    if ops.empty:
+        return np.zeros(0, dtype=bool)
+    order = np.lexsort((-ops["dur_ns"].to_numpy(), ops["ts_ns"].to_numpy(), ops["lane"].cat.codes.to_numpy()))
+    lane = ops["lane"].cat.codes.to_numpy()[order]
+    start = ops["ts_ns"].to_numpy()[order]
+    end = start + ops["dur_ns"].to_numpy()[order]
+    nxt_start = np.append(start[1:], np.iinfo(np.int64).max)
+    same_lane = np.append(lane[1:] == lane[:-1], False)
+    leaf_sorted = ~same_lane | (nxt_start >= end)
+    leaf = np.empty_like(leaf_sorted)
+    leaf[order] = leaf_sorted
+    return leaf
+
+
+def _kernel_table(ev: pd.DataFrame, device_mode: bool, total_wall_us: float, vendor: dict) -> pd.DataFrame:
+    if device_mode:
+        kernels = ev[ev["kind"] == "kernel"]
+    else:
+        ops = ev[(ev["kind"] == "host_op") & (ev["device"] < 0)]
+        kernels = ops[_leaf_mask(ops)]
+    if kernels.empty:
+        return pd.DataFrame(columns=KERNEL_COLUMNS)
+    frame = kernels.assign(dur_us=kernels["dur_ns"] / 1000.0, name=kernels["name"].astype(str),
+                           type=kernels["type"].astype(str), core=kernels["core"].astype(str),
+                           shapes=kernels["shapes"].astype(str))
+    grouped = frame.groupby(["name", "type", "core"], observed=True, sort=False)
+    table = grouped["dur_us"].agg(count="count", total_us="sum", mean_us="mean", min_us="min", max_us="max").reset_index()
+    table["shapes"] = grouped["shapes"].agg(lambda s: s.mode().iat[0] if len(s) else "").to_numpy()
+    table["share"] = table["total_us"] / total_wall_us if total_wall_us > 0 else np.nan
+    table = table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
+    details = vendor.get("kernel_details")
+    extra = [c for c in AIC_RATIO_COLUMNS if details is not None and c in details]
+    if extra:
+        ratios = details[["Name"] + extra].copy()
+        for c in extra:
+            ratios[c] = pd.to_numeric(ratios[c].replace({"N/A": None}), errors="coerce")
+        ratios = ratios.groupby("Name")[extra].mean()
+        table = table.join(ratios, on="name")
+    return table[KERNEL_COLUMNS + extra]
+
+
+def kernel_types(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Kernels aggregated by operator type: type, core, count, total_us, mean_us, min_us, max_us."""
+    if kernels.empty:
+        return pd.DataFrame(columns=["type", "core", "count", "total_us", "mean_us", "min_us", "max_us"])
+    g = kernels.groupby(["type", "core"], sort=False)
+    out = g.agg(count=("count", "sum"), total_us=("total_us", "sum"), min_us=("min_us", "min"), max_us=("max_us", "max"))
+    out["mean_us"] = out["total_us"] / out["count"]
+    out = out.reset_index().sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
+    return out[["type", "core", "count", "total_us", "mean_us", "min_us", "max_us"]]
+
+
+def _host_op_table(ev: pd.DataFrame, total_wall_us: float) -> pd.DataFrame:
+    ops = ev[(ev["kind"] == "host_op") & (ev["device"] < 0)]
+    if ops.empty:
+        return pd.DataFrame(columns=HOST_OP_COLUMNS)
+    frame = pd.DataFrame({"name": ops["name"].astype(str), "dur_us": ops["dur_ns"] / 1000.0})
+    table = frame.groupby("name", sort=False)["dur_us"].agg(count="count", total_us="sum", mean_us="mean",
+                                                             max_us="max").reset_index()
+    table["share"] = table["total_us"] / total_wall_us if total_wall_us > 0 else np.nan
+    return table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)[HOST_OP_COLUMNS]
+
+
+def _sync_table(ev: pd.DataFrame, n_steps: int) -> pd.DataFrame:
+    is_sync = (ev["kind"] == "sync") & (ev["device"] < 0)
+    is_sync |= (ev["kind"] == "host_op") & ev["name"].astype(str).isin(SYNC_HOST_OPS)
+    syncs = ev[is_sync]
+    if syncs.empty:
+        return pd.DataFrame(columns=SYNC_COLUMNS)
+    frame = pd.DataFrame({"name": syncs["name"].astype(str), "dur_us": syncs["dur_ns"] / 1000.0,
+                          "source": syncs["source"].astype(str)})
+    g = frame.groupby("name", sort=False)
+    table = g["dur_us"].agg(count="count", total_us="sum").reset_index()
+    table["per_step"] = table["count"] / n_steps
+    table["source"] = g["source"].agg(lambda s: s[s != ""].mode().iat[0] if (s != "").any() else "").to_numpy()
+    return table.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)[SYNC_COLUMNS]
+
+
+_NCCL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllToAll|SendRecv|Send|Recv)", re.I)
+_HCCL_OP = re.compile(r"hcom_([A-Za-z]+)")
+
+
+def collective_name(name: str) -> str:
+    """``hcom_allReduce__586_0_1`` -> ``allReduce``; ``ncclDevKernel_AllReduce_Sum_f32`` -> ``AllReduce``."""
+    m = _HCCL_OP.search(name) or _NCCL_OP.search(name)
+    return m.group(1) if m else name
+
+
+def _comm_table(comm: pd.DataFrame, ev: pd.DataFrame) -> pd.DataFrame:
+    if comm.empty:  # derive from collective kernels (CUDA/NCCL)
+        kernels = ev[ev["kind"] == "comm"]
+        if kernels.empty:
+            return pd.DataFrame(columns=COMM_COLUMNS)
+        comm = pd.DataFrame({"op": kernels["name"].astype(str), "elapsed_us": kernels["dur_ns"] / 1000.0})
+        for c in ("wait_us", "sync_us", "transit_mb", "bandwidth_gbps"):
+            comm[c] = np.nan
+        comm["link"] = ""
+    frame = comm.assign(op=comm["op"].astype(str).map(collective_name), link=comm["link"].astype(str))
+    g = frame.groupby("op", sort=False)
+    table = g.agg(count=("elapsed_us", "count"), elapsed_us=("elapsed_us", "sum"), wait_us=("wait_us", "sum"),
+                  sync_us=("sync_us", "sum"), transit_mb=("transit_mb", "sum"),
+                  link=("link", lambda s: s.mode().iat[0] if len(s) else "")).reset_index()
+    table["wait_ratio"] = table["wait_us"] / table["elapsed_us"]
+    table["sync_ratio"] = table["sync_us"] / table["elapsed_us"]
+    transit_s = g.apply(lambda d: (d["transit_us"].fillna(0) if "transit_us" in d else pd.Series(0.0)).sum(),
+                        include_groups=False).to_numpy() / 1e6
+    table["bandwidth_gbps"] = np.where(transit_s > 0, table["transit_mb"] / 1024.0 / np.where(transit_s > 0, transit_s, 1), np.nan)
+    return table.sort_values("elapsed_us", ascending=False, kind="stable").reset_index(drop=True)[COMM_COLUMNS]
+
+
+def _memory_table(memory: pd.DataFrame, meta: dict) -> pd.DataFrame:
+    if memory.empty:
+        return pd.DataFrame(columns=MEMORY_COLUMNS)
+    g = memory.groupby(memory["device"].astype(str), sort=True)
+    table = g.agg(peak_allocated_bytes=("allocated_bytes", "max"), peak_reserved_bytes=("reserved_bytes", "max")).reset_index()
+    table["capacity_bytes"] = np.where(table["device"].str.startswith("cpu"), np.nan,
+                                       meta.get("device_memory_bytes") or np.nan)
+    return table[MEMORY_COLUMNS]
+
+
+def _rank_table(per_rank: dict[int, Summary]) -> pd.DataFrame:
+    rows = []
+    for rank, s in per_rank.items():
+        st = s.steps
+        mean = lambda c: float(st[c].mean()) if len(st) else np.nan  # noqa: E731
+        rows.append({"rank": rank, "steps": len(st), "step_median_us": s.step_stats["median_us"],
+                     "computing_us": mean("computing_us"), "communication_us": mean("communication_us"),
+                     "comm_not_overlapped_us": mean("comm_not_overlapped_us"), "free_us": mean("free_us"),
+                     "dataloader_us": mean("dataloader_us"), "device_util": s.device_util})
+    table = pd.DataFrame(rows)
+    table["slowest"] = table["step_median_us"] == table["step_median_us"].max()
+    return table[RANK_COLUMNS]

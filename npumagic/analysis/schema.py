@@ -1,0 +1,153 @@
+"""The normalized data model every reader produces and every analysis consumes.
+
+One events table (columnar, integer nanoseconds, categoricals for repeated strings), one
+steps table, one memory table and one communication table, plus ``meta``. The schema is
+declared once here and checked by :func:`finish` when a reader is done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+KINDS = ("host_op", "kernel", "comm", "memcpy", "sync", "runtime", "annotation", "dataloader", "python")
+
+EVENT_COLUMNS: dict[str, Any] = {
+    "name": "category",
+    "kind": pd.CategoricalDtype(KINDS),
+    "ts_ns": "int64",
+    "dur_ns": "int64",
+    "lane": "category",  # e.g. "Python/Thread 1", "Ascend Hardware/Stream 2", "GPU 0/Stream 7"
+    "stream": "int64",  # device stream, -1 on the host
+    "device": "int64",  # device index, -1 on the host
+    "rank": "int64",
+    "step": "int64",  # ProfilerStep id the event falls in, -1 outside every step
+    "correlation": "int64",  # launch <-> kernel link, -1 when absent
+    "type": "category",  # operator type: kernel_details Type on NPU, the demangled kernel name on CUDA
+    "shapes": "category",  # input shapes where recorded
+    "core": "category",  # accelerator core type (AI_CORE, AI_VECTOR_CORE, ...), "" elsewhere
+    "source": "category",  # user source location where stacks were recorded
+}
+STEP_COLUMNS = {"rank": "int64", "step": "int64", "start_ns": "int64", "end_ns": "int64"}
+MEMORY_COLUMNS = {"rank": "int64", "device": "category", "ts_ns": "int64", "allocated_bytes": "float64", "reserved_bytes": "float64"}
+COMM_COLUMNS = {
+    "rank": "int64",
+    "step": "int64",
+    "op": "category",
+    "group": "category",
+    "ts_ns": "int64",
+    "elapsed_us": "float64",
+    "wait_us": "float64",
+    "sync_us": "float64",
+    "transit_us": "float64",
+    "transit_mb": "float64",
+    "bandwidth_gbps": "float64",
+    "link": "category",
+}
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A profiler output, normalized.
+
+    Attributes
+    ----------
+    events : DataFrame with :data:`EVENT_COLUMNS` (times in integer nanoseconds).
+    steps : DataFrame with :data:`STEP_COLUMNS`, one row per (rank, step).
+    memory : DataFrame with :data:`MEMORY_COLUMNS`.
+    comm : DataFrame with :data:`COMM_COLUMNS`, one row per collective call where recorded.
+    meta : backend, device name, ranks, profiler settings, source path, vendor tables.
+    """
+
+    events: pd.DataFrame
+    steps: pd.DataFrame
+    memory: pd.DataFrame = field(default_factory=lambda: empty(MEMORY_COLUMNS))
+    comm: pd.DataFrame = field(default_factory=lambda: empty(COMM_COLUMNS))
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(int(r) for r in set(self.steps["rank"]) | set(self.events["rank"].unique()))
+
+    def rank(self, rank: int) -> "Trace":
+        """This trace restricted to one rank."""
+        pick = lambda df: df[df["rank"] == rank].reset_index(drop=True)  # noqa: E731
+        vendor = self.meta.get("vendor", {})
+        meta = dict(self.meta, ranks=[rank], vendor={rank: vendor[rank]} if rank in vendor else {})
+        return Trace(pick(self.events), pick(self.steps), pick(self.memory), pick(self.comm), meta)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Trace {self.meta.get('backend', '?')} ranks={self.ranks} events={len(self.events)} "
+            f"steps={len(self.steps)} from {self.meta.get('path', '?')}>"
+        )
+
+
+def empty(columns: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in columns.items()})
+
+
+def coerce(frame: pd.DataFrame, columns: dict[str, Any]) -> pd.DataFrame:
+    """Give ``frame`` exactly ``columns`` in that order with those dtypes (missing ones filled)."""
+    out = {}
+    n = len(frame)
+    for name, dtype in columns.items():
+        if name in frame:
+            col = frame[name]
+        elif dtype in ("int64",):
+            col = pd.Series(np.full(n, -1, dtype=np.int64), index=frame.index)
+        elif dtype == "float64":
+            col = pd.Series(np.full(n, np.nan), index=frame.index)
+        else:
+            col = pd.Series([""] * n, index=frame.index, dtype=object)
+        out[name] = col.astype(dtype) if str(col.dtype) != str(dtype) else col
+    return pd.DataFrame(out).reset_index(drop=True)
+
+
+def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """Step id of each event: the last step (of its rank) that started at or before it.
+
+    Device work launched in a step may run after the host has left it, so an event belongs to a
+    step from that step's start until the next step starts; events after the last step's end
+    that are not device work are outside every step.
+    """
+    result = np.full(len(events), -1, dtype=np.int64)
+    for rank, rank_steps in steps.groupby("rank"):
+        rank_steps = rank_steps.sort_values("start_ns")
+        mask = (events["rank"] == rank).to_numpy()
+        ts = events["ts_ns"].to_numpy()[mask]
+        starts = rank_steps["start_ns"].to_numpy()
+        idx = np.searchsorted(starts, ts, side="right") - 1
+        ids = rank_steps["step"].to_numpy()
+        step = np.where(idx >= 0, ids[np.clip(idx, 0, None)], -1)
+        on_host = (events["device"].to_numpy()[mask] < 0)
+        past_end = ts >= rank_steps["end_ns"].to_numpy()[-1]
+        step[on_host & past_end] = -1
+        result[mask] = step
+    return result
+
+
+def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | None = None,
+           comm: pd.DataFrame | None = None, meta: dict[str, Any] | None = None) -> Trace:
+    """Coerce every table to its schema, attribute events to steps, and build the Trace."""
+    meta = dict(meta or {})
+    steps = coerce(steps, STEP_COLUMNS)
+    events = coerce(events, EVENT_COLUMNS)
+    unstepped = sorted(set(events["rank"].unique()) - set(steps["rank"].unique()))
+    if unstepped:
+        # No ProfilerStep# marks (no schedule, or prof.step() never called): one step per rank.
+        ends = events["ts_ns"] + events["dur_ns"]
+        spans = [{"rank": r, "step": 0, "start_ns": events.loc[events["rank"] == r, "ts_ns"].min(),
+                  "end_ns": ends[events["rank"] == r].max()} for r in unstepped]
+        steps = coerce(pd.concat([steps, pd.DataFrame(spans)], ignore_index=True), STEP_COLUMNS)
+        meta["steps_inferred"] = [int(r) for r in unstepped]
+    steps = steps.sort_values(["rank", "start_ns"]).reset_index(drop=True)
+    if len(steps) and len(events):
+        events["step"] = assign_steps(events, steps)
+    events = events.sort_values(["rank", "ts_ns"], kind="stable").reset_index(drop=True)
+    memory = coerce(memory if memory is not None else empty(MEMORY_COLUMNS), MEMORY_COLUMNS)
+    comm = coerce(comm if comm is not None else empty(COMM_COLUMNS), COMM_COLUMNS)
+    return Trace(events, steps, memory.sort_values(["rank", "ts_ns"]).reset_index(drop=True), comm, meta)

@@ -1,0 +1,16 @@
+"""npumagic's own exception types: every reader and analysis failure is one of these."""
+
+from __future__ import annotations
+
+
+class NpumagicError(Exception):
+    """Base class of every error npumagic raises on purpose."""
+
+
+class TraceError(NpumagicError, ValueError):
+    """A profiler output that cannot be read: names the file and what was expected."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")

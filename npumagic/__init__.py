@@ -1,0 +1,57 @@
+"""npumagic: profile PyTorch training in a notebook cell, on Ascend NPUs, CUDA GPUs and CPU.
+
+In IPython or Jupyter::
+
+    %load_ext npumagic
+    %config NpuMagics.output_dir = "runs"
+    %%npuprofile --steps 3 --name baseline
+    for x, y in loader:
+        loss = loss_fn(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
+
+Offline, on an output directory collected elsewhere::
+
+    import npumagic
+    summary = npumagic.analyze("rank0_ascend_pt")
+    npumagic.checklist(summary).bottleneck
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .analysis import Summary, Trace, load, summarize
+from .analysis.checklist import Verdict, checklist
+from .capture.steps import step
+from .errors import NpumagicError, TraceError
+
+__version__ = "0.1.0"
+__all__ = ["NpumagicError", "Summary", "Trace", "TraceError", "Verdict", "analyze", "checklist", "load",
+           "load_ipython_extension", "step", "summarize", "unload_ipython_extension"]
+
+
+def analyze(path: str | Path) -> Summary:
+    """``summarize(load(path))``: the Summary of any supported profiler output."""
+    return summarize(load(path))
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext npumagic``: register the magics (imported lazily, like line_profiler)."""
+    from .magics import NpuMagics
+
+    magics = NpuMagics(ipython, config=ipython.config)
+    ipython.register_magics(magics)
+    if magics not in ipython.configurables:
+        ipython.configurables.append(magics)
+
+
+def unload_ipython_extension(ipython) -> None:
+    """``%unload_ext npumagic``: remove every magic and configurable this extension added."""
+    manager = ipython.magics_manager
+    magics = manager.registry.pop("NpuMagics", None)
+    if magics is None:
+        return
+    for kind, names in magics.magics.items():
+        for name in names:
+            manager.magics[kind].pop(name, None)
+    if magics in ipython.configurables:
+        ipython.configurables.remove(magics)

@@ -1,0 +1,106 @@
+"""Run a piece of user code under the scheduled profiler and report what was captured.
+
+The profiler is always stopped (in ``finally``), the step hook always removed, and the user's
+exception is handed back in :class:`CaptureResult` for the caller to record and re-raise."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import steps as _steps
+from .backends import Backend
+from .options import CaptureOptions
+
+
+class NestedCaptureError(RuntimeError):
+    """A capture was started while another one is running in the same kernel."""
+
+
+@dataclass
+class CaptureResult:
+    status: str  # "ok", "failed", "interrupted", "no-steps"
+    steps: int  # step boundaries seen
+    recorded: int  # active steps the schedule got through
+    seconds: float
+    run_dir: Path
+    error: BaseException | None = None
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def trace_files(self) -> list[Path]:
+        if not self.run_dir.exists():
+            return []
+        return sorted(p for p in self.run_dir.rglob("*") if p.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))
+                      or p.name == "trace_view.json")
+
+
+def current_capture() -> "_steps.StepClock | None":
+    return _steps.active()
+
+
+def _recorded(options: CaptureOptions, steps: int) -> int:
+    """Active steps completed after ``steps`` boundaries under the schedule."""
+    n = steps - options.skip_first
+    if n <= 0:
+        return 0
+    full, rest = divmod(n, options.cycle)
+    if full >= options.repeat:
+        return options.recorded_steps
+    return full * options.steps + max(0, rest - options.wait - options.warmup)
+
+
+def capture(body: Callable[[], object], options: CaptureOptions, backend: Backend, run_dir: Path,
+            source: str = "") -> CaptureResult:
+    """Run ``body`` under ``backend``'s profiler with ``options``' schedule, writing ``run_dir``.
+
+    Without ``repeat_cell`` the body runs once and steps end at ``npumagic.step()`` or each
+    ``optimizer.step()``; with it the body runs once per step. Raises NestedCaptureError when
+    a capture is already running; never raises the body's exception (see ``.error``).
+    """
+    if _steps.active() is not None:
+        raise NestedCaptureError("npumagic is already profiling in this kernel; nested %%npuprofile is not supported")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    profiler = backend.profiler(options, run_dir)
+    clock = _steps.StepClock(profiler, options, explicit=bool(_steps.EXPLICIT_STEP.search(source)))
+    token = _steps.activate(clock)
+    remove_hook = None
+    status, error = "ok", None
+    started = time.perf_counter()
+    try:
+        profiler.__enter__()
+        if options.repeat_cell:
+            for _ in range(options.total_steps):
+                body()
+                clock.advance()
+        else:
+            remove_hook = _steps.optimizer_hook(clock)
+            body()
+    except KeyboardInterrupt as exc:
+        status, error = "interrupted", exc
+    except BaseException as exc:  # noqa: BLE001 - handed back to the caller, who re-raises it
+        status, error = "failed", exc
+    finally:
+        if remove_hook is not None:
+            remove_hook()
+        _steps.deactivate(token)
+        try:
+            clock.stop()
+        except Exception as exc:  # noqa: BLE001 - a profiler that fails to stop must not hide the user's error
+            if error is None:
+                status, error = "failed", exc
+    seconds = time.perf_counter() - started
+    result = CaptureResult(status, clock.steps, _recorded(options, clock.steps), seconds, run_dir, error)
+    if status == "ok" and clock.steps == 0:
+        result.status = "no-steps"
+        result.messages.append("no step boundary seen: the cell called neither optimizer.step() nor npumagic.step(); "
+                               "add npumagic.step() at the end of each iteration, or use --repeat-cell to run the "
+                               "cell once per step")
+    elif result.recorded < options.recorded_steps:
+        result.messages.append(f"the cell ended after {clock.steps} steps; the schedule needs {options.total_steps} "
+                               f"(skip-first {options.skip_first} + {options.repeat} x (wait {options.wait} + warmup "
+                               f"{options.warmup} + steps {options.steps})): {result.recorded} of "
+                               f"{options.recorded_steps} active steps recorded")
+    return result

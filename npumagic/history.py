@@ -1,0 +1,231 @@
+"""The run history: an SQLite database (WAL mode) in the output directory, safe for several
+kernels at once. One row per run with its metadata, plus each run's per-step and per-kernel
+tables so kernels can be followed across runs without re-reading traces."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+
+from .errors import NpumagicError
+
+DB_NAME = "history.sqlite"
+AUTO_NAME = re.compile(r"^run(\d+)$")
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL DEFAULT 'profile',
+    status TEXT NOT NULL,
+    created REAL NOT NULL,
+    finished REAL,
+    backend TEXT, device TEXT,
+    source TEXT, arguments TEXT, environment TEXT, versions TEXT,
+    run_dir TEXT, message TEXT,
+    steps_seen INTEGER, headline TEXT, verdict TEXT, note TEXT
+);
+CREATE TABLE IF NOT EXISTS kernels (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    name TEXT, type TEXT, core TEXT, count INTEGER,
+    total_us REAL, mean_us REAL, min_us REAL, max_us REAL, share REAL
+);
+CREATE TABLE IF NOT EXISTS steps (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER, wall_us REAL, computing_us REAL, communication_us REAL, comm_not_overlapped_us REAL,
+    overlapped_us REAL, free_us REAL, preparing_us REAL, dataloader_us REAL, busy_us REAL, device_util REAL
+);
+CREATE INDEX IF NOT EXISTS kernels_by_name ON kernels(name);
+CREATE INDEX IF NOT EXISTS kernels_by_run ON kernels(run_id);
+CREATE INDEX IF NOT EXISTS steps_by_run ON steps(run_id);
+"""
+KERNEL_FIELDS = ["name", "type", "core", "count", "total_us", "mean_us", "min_us", "max_us", "share"]
+STEP_FIELDS = ["step", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us", "overlapped_us",
+               "free_us", "preparing_us", "dataloader_us", "busy_us", "device_util"]
+RUN_LIST_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "step_median_ms", "device_util",
+                    "bottleneck", "note"]
+
+
+class RunNameTaken(NpumagicError):
+    pass
+
+
+class UnknownRun(NpumagicError, KeyError):
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run in the history (a capture, or an imported output directory)."""
+
+    id: int
+    name: str
+    kind: str
+    status: str
+    created: float
+    finished: float | None
+    backend: str | None
+    device: str | None
+    source: str | None
+    arguments: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, Any] = field(default_factory=dict)
+    run_dir: str | None = None
+    message: str | None = None
+    steps_seen: int | None = None
+    headline: dict[str, Any] = field(default_factory=dict)
+    verdict: dict[str, Any] = field(default_factory=dict)
+    note: str | None = None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> "Run":
+        d = dict(row)
+        for key in ("arguments", "environment", "versions", "headline", "verdict"):
+            d[key] = json.loads(d[key]) if d[key] else {}
+        return cls(**d)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str, allow_nan=True)
+
+
+class HistoryStore:
+    """Runs of one output directory. Every call opens its own short transaction, so two kernels
+    (or a crashed one) never leave it half-written."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / DB_NAME
+        self.directory.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            db.execute("PRAGMA busy_timeout=30000")
+            db.execute("PRAGMA journal_mode=WAL")  # readers never block the writer (several kernels)
+            db.executescript(SCHEMA)  # CREATE ... IF NOT EXISTS: safe when two kernels start together
+        finally:
+            db.close()
+
+    @contextmanager
+    def _connect(self, immediate: bool = False) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        try:
+            db.execute("PRAGMA foreign_keys=ON")
+            db.execute("PRAGMA busy_timeout=30000")
+            db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            db.close()
+
+    # -- writing -------------------------------------------------------------------------------
+    def reserve(self, name: str | None = None, **fields: Any) -> str:
+        """Insert a new run as 'running' and return its name (``runN`` when ``name`` is None)."""
+        now = time.time()
+        with self._connect(immediate=True) as db:
+            if name is None:
+                taken = [AUTO_NAME.match(r[0]) for r in db.execute("SELECT name FROM runs WHERE name GLOB 'run[0-9]*'")]
+                name = f"run{1 + max((int(m.group(1)) for m in taken if m), default=0)}"
+            elif db.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone():
+                raise RunNameTaken(f"run name {name!r} is taken; choose another --name or remove it with %npurm {name}")
+            values = {"name": name, "status": "running", "created": now}
+            values.update({k: (_json(v) if isinstance(v, (dict, list)) else v) for k, v in fields.items()})
+            cols = ", ".join(values)
+            db.execute(f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * len(values))})", list(values.values()))
+        return name
+
+    def finish(self, name: str, status: str, kernels: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
+               **fields: Any) -> None:
+        """Record a run's outcome and tables in one transaction."""
+        values = {"status": status, "finished": time.time()}
+        values.update({k: (_json(v) if isinstance(v, (dict, list)) else v) for k, v in fields.items()})
+        with self._connect(immediate=True) as db:
+            run_id = self._id(db, name)
+            sets = ", ".join(f"{k} = ?" for k in values)
+            db.execute(f"UPDATE runs SET {sets} WHERE id = ?", [*values.values(), run_id])
+            if kernels is not None and len(kernels):
+                rows = kernels.reindex(columns=KERNEL_FIELDS).astype(object).where(kernels.notna(), None)
+                db.executemany(f"INSERT INTO kernels (run_id, {', '.join(KERNEL_FIELDS)}) VALUES (?{', ?' * len(KERNEL_FIELDS)})",
+                               [(run_id, *r) for r in rows.itertuples(index=False)])
+            if steps is not None and len(steps):
+                rows = steps.reindex(columns=STEP_FIELDS).astype(object)
+                db.executemany(f"INSERT INTO steps (run_id, {', '.join(STEP_FIELDS)}) VALUES (?{', ?' * len(STEP_FIELDS)})",
+                               [(run_id, *r) for r in rows.itertuples(index=False)])
+
+    def update(self, name: str, **fields: Any) -> None:
+        values = {k: (_json(v) if isinstance(v, (dict, list)) else v) for k, v in fields.items()}
+        with self._connect(immediate=True) as db:
+            run_id = self._id(db, name)
+            db.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?", [*values.values(), run_id])
+
+    def remove(self, name: str) -> Run:
+        with self._connect(immediate=True) as db:
+            run = Run.from_row(self._row(db, name))
+            db.execute("DELETE FROM runs WHERE id = ?", (run.id,))
+        return run
+
+    # -- reading -------------------------------------------------------------------------------
+    def _row(self, db: sqlite3.Connection, name: str) -> sqlite3.Row:
+        row = db.execute("SELECT * FROM runs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            known = [r[0] for r in db.execute("SELECT name FROM runs ORDER BY id")]
+            raise UnknownRun(f"Unknown run {name!r}; known: {', '.join(known) or 'none yet'}")
+        return row
+
+    def _id(self, db: sqlite3.Connection, name: str) -> int:
+        return int(self._row(db, name)["id"])
+
+    def get(self, name: str) -> Run:
+        with self._connect() as db:
+            return Run.from_row(self._row(db, name))
+
+    def runs(self) -> list[Run]:
+        with self._connect() as db:
+            return [Run.from_row(r) for r in db.execute("SELECT * FROM runs ORDER BY id")]
+
+    def names(self) -> list[str]:
+        with self._connect() as db:
+            return [r[0] for r in db.execute("SELECT name FROM runs ORDER BY id")]
+
+    def exists(self, name: str) -> bool:
+        with self._connect() as db:
+            return db.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone() is not None
+
+    def kernels(self, name: str | None = None) -> pd.DataFrame:
+        """Per-kernel rows of one run, or of every run (with a ``run`` column)."""
+        query = ("SELECT runs.name AS run, kernels.* FROM kernels JOIN runs ON runs.id = kernels.run_id"
+                 + (" WHERE runs.name = ?" if name else "") + " ORDER BY runs.id, kernels.total_us DESC")
+        with self._connect() as db:
+            frame = pd.read_sql_query(query, db, params=(name,) if name else ())
+        return frame.drop(columns=["run_id"])
+
+    def steps(self, name: str) -> pd.DataFrame:
+        with self._connect() as db:
+            run_id = self._id(db, name)
+            return pd.read_sql_query(f"SELECT {', '.join(STEP_FIELDS)} FROM steps WHERE run_id = ? ORDER BY step",
+                                     db, params=(run_id,))
+
+    def table(self) -> pd.DataFrame:
+        """The history as one DataFrame, one row per run (:data:`RUN_LIST_COLUMNS`)."""
+        rows = []
+        for run in self.runs():
+            h = run.headline
+            rows.append({
+                "name": run.name, "created": pd.Timestamp(run.created, unit="s").floor("s"), "status": run.status,
+                "backend": run.backend, "device": run.device, "steps": h.get("steps"),
+                "step_median_ms": (h["step_median_us"] / 1000.0) if h.get("step_median_us") is not None else None,
+                "device_util": h.get("device_util"), "bottleneck": run.verdict.get("bottleneck"), "note": run.note,
+            })
+        return pd.DataFrame(rows, columns=RUN_LIST_COLUMNS)

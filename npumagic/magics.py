@@ -1,0 +1,248 @@
+"""The IPython shell layer only: parse and validate arguments, call Session, display results.
+
+Every option is declared with ``magic_arguments`` so ``%%npuprofile?`` documents itself and bad
+input raises ``UsageError`` before any user code runs."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Bool, Unicode
+
+from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError, current_capture
+from .errors import NpumagicError
+from .history import RunNameTaken, UnknownRun
+from .render.report import RunReport
+from .session import RunOutcome, Session
+
+_NAME = re.compile(r"^[A-Za-z_][\w.-]{0,63}$")
+
+
+def _schedule_arguments(func):
+    """The options %%npuprofile and %npusteps share (named as torch.profiler's schedule/profile)."""
+    decorators = [
+        argument("--wait", type=int, default=1, help="steps to wait before warming up (schedule wait, default 1)"),
+        argument("--warmup", type=int, default=1, help="warm-up steps, traced and discarded (default 1)"),
+        argument("--steps", type=int, default=3, help="active steps recorded per cycle (schedule active, default 3)"),
+        argument("--repeat", type=int, default=1, help="cycles of wait+warmup+steps (default 1)"),
+        argument("--skip-first", type=int, default=0, help="steps skipped before the first cycle (default 0)"),
+        argument("--name", default=None, help="run name (default run1, run2, ...)"),
+        argument("--out", default=None, help="directory for this run's profiler output "
+                                             "(default OUTPUT_DIR/NAME; %%config NpuMagics.output_dir)"),
+        argument("--activities", default=None, help=f"comma list of {', '.join(ACTIVITIES)} (default: what the backend has)"),
+        argument("--memory", action="store_true", help="record memory allocations (profile_memory)"),
+        argument("--shapes", action="store_true", help="record input shapes (record_shapes)"),
+        argument("--stack", action="store_true", help="record Python stacks (with_stack), for source lines of syncs"),
+        argument("--level", type=int, default=0, help="torch_npu profiler level 0, 1 or 2 (default 0)"),
+        argument("--aic-metrics", default=None, help=f"torch_npu AI Core metrics: {', '.join(AIC_METRICS)}"),
+        argument("--quiet", action="store_true", help="no backend line or notes"),
+        argument("--no-plot", action="store_true", help="do not draw the timeline"),
+    ]
+    for deco in reversed(decorators):
+        func = deco(func)
+    return func
+
+
+def _options(args, repeat_cell: bool) -> CaptureOptions:
+    activities = None
+    if args.activities is not None:
+        activities = tuple(a.strip().lower() for a in args.activities.split(",") if a.strip())
+    try:
+        return CaptureOptions(wait=args.wait, warmup=args.warmup, steps=args.steps, repeat=args.repeat,
+                              skip_first=args.skip_first, activities=activities, memory=args.memory,
+                              shapes=args.shapes, stack=args.stack, level=args.level, aic_metrics=args.aic_metrics,
+                              repeat_cell=repeat_cell)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _split_statement(line: str, magic) -> tuple[str, str]:
+    """Split ``%npusteps --steps 3 f(x, "a b")`` into its option text and the raw statement."""
+    parser = magic.parser
+    tokens = list(re.finditer(r"\S+", line))
+    i = 0
+    while i < len(tokens) and tokens[i].group().startswith("-"):
+        action = parser._option_string_actions.get(tokens[i].group().split("=")[0])
+        if action is None:
+            raise UsageError(f"unknown option {tokens[i].group()!r}; see %npusteps?")
+        takes_value = action.nargs != 0 and "=" not in tokens[i].group()
+        i += 2 if takes_value else 1
+    if i >= len(tokens):
+        return line, ""
+    return line[: tokens[i].start()], line[tokens[i].start():]
+
+
+@magics_class
+class NpuMagics(Magics):
+    """npumagic's magics: %%npuprofile, %npusteps, %npuruns, %npuload."""
+
+    output_dir = Unicode("npumagic_runs", help="Where runs and their history (history.sqlite) are kept.").tag(config=True)
+    backend = Unicode("", help="Force a backend: 'npu', 'cuda' or 'cpu' (default: the best available).").tag(config=True)
+    plot = Bool(True, help="Draw the timeline after each run.").tag(config=True)
+
+    def __init__(self, shell=None, **kwargs) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self._session: Session | None = None
+
+    @property
+    def session(self) -> Session:
+        wanted = Path(self.output_dir).resolve()
+        if self._session is None or self._session.output_dir != wanted or (self._session.prefer_backend or "") != self.backend:
+            if self.backend not in ("", "npu", "cuda", "cpu"):
+                raise UsageError(f"NpuMagics.backend must be '', 'npu', 'cuda' or 'cpu', got {self.backend!r}")
+            self._session = Session(wanted, backend=self.backend or None)
+        return self._session
+
+    # -- capture ------------------------------------------------------------------------------
+    @magic_arguments()
+    @_schedule_arguments
+    @argument("--repeat-cell", action="store_true", help="run the cell body once per step (for cells without a loop)")
+    @cell_magic
+    def npuprofile(self, line: str, cell: str):
+        """Profile a training cell under a torch.profiler / torch_npu schedule.
+
+        Steps end at each ``npumagic.step()`` in the cell, else at each ``optimizer.step()``,
+        else (``--repeat-cell``) the cell runs once per step. Prints the step table, the
+        five-step checklist verdict and the timeline; returns a RunReport.
+
+        Examples::
+
+            %%npuprofile --steps 3 --name baseline
+            for x, y in loader:
+                loss = loss_fn(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
+
+            %%npuprofile --repeat-cell --wait 0 --warmup 1 --steps 5
+            train_one_step()
+        """
+        args = parse_argstring(self.npuprofile, line)
+        return self._profile(args, cell, repeat_cell=args.repeat_cell, source=cell, line=line)
+
+    @magic_arguments()
+    @_schedule_arguments
+    @argument("--run", default=None, help="with no statement: show this run's step table (default the latest)")
+    @argument("statement", nargs="*", help="the statement to run once per step")
+    @line_magic
+    def npusteps(self, line: str):
+        """Run STATEMENT once per step under the profiler schedule (the line form of %%npuprofile).
+
+        With no statement, print the step table of the latest run, or of ``--run NAME``.
+
+        Examples::
+
+            %npusteps --steps 5 train_step(batch)
+            %npusteps --run baseline
+        """
+        option_text, statement = _split_statement(line, self.npusteps)
+        args = parse_argstring(self.npusteps, option_text)
+        if not statement.strip():
+            return self._step_table(args.run)
+        if args.run:
+            raise UsageError("--run shows a recorded run; it cannot be combined with a statement")
+        return self._profile(args, statement, repeat_cell=True, source=statement, line=line)
+
+    def _profile(self, args, code: str, repeat_cell: bool, source: str, line: str):
+        if current_capture() is not None:
+            raise UsageError("npumagic is already profiling this kernel: %%npuprofile/%npusteps cannot be nested")
+        options = _options(args, repeat_cell)
+        if args.name is not None and not _NAME.match(args.name):
+            raise UsageError(f"invalid --name {args.name!r}: use letters, digits, '_', '-' or '.', starting with a letter")
+        if args.name is not None and self.session.store.exists(args.name):
+            raise UsageError(f"run name {args.name!r} is taken; known runs: {', '.join(self.session.store.names())}")
+        body = self._compile(code)
+        arguments = dict(options.as_dict(), name=args.name, out=args.out, line=line)
+        try:
+            outcome = self.session.profile(body, options, name=args.name, source=source, arguments=arguments, out=args.out)
+        except RunNameTaken as exc:
+            raise UsageError(str(exc)) from None
+        except NestedCaptureError as exc:
+            raise UsageError(str(exc)) from None
+        report = self._report(outcome, quiet=args.quiet, plot=self.plot and not args.no_plot)
+        if outcome.error is not None:
+            print(f"npumagic: {outcome.run.name} recorded as {outcome.run.status} after {outcome.capture.steps} steps "
+                  f"({outcome.capture.recorded} active steps captured); output in {outcome.run.run_dir}", file=sys.stderr)
+            raise outcome.error
+        return report
+
+    def _compile(self, code: str):
+        transformed = self.shell.transform_cell(code)
+        compiler = self.shell.compile
+        filename = compiler.cache(transformed, self.shell.execution_count)
+        try:
+            tree = compiler.ast_parse(transformed, filename=filename)
+        except SyntaxError as exc:
+            if "await" in str(exc):
+                raise UsageError("async cells (top-level await) cannot be profiled; wrap the loop in a function "
+                                 "and call asyncio.run() on it") from None
+            raise
+        compiled = compiler(tree, filename, "exec")
+        namespace = self.shell.user_ns
+        return lambda: exec(compiled, namespace)  # noqa: S102 - running the user's cell is the point
+
+    def _report(self, outcome: RunOutcome, quiet: bool, plot: bool) -> RunReport:
+        png = path = None
+        if plot and outcome.summary is not None and outcome.run.run_dir:
+            png, path = _timeline(outcome)
+        notes = [] if quiet else outcome.notes
+        return RunReport(outcome.run, outcome.summary, outcome.verdict, notes, png, path)
+
+    # -- history ------------------------------------------------------------------------------
+    def _step_table(self, name: str | None):
+        try:
+            name = self.session.resolve(name)
+            return self.session.summary(name).steps
+        except (UnknownRun, NpumagicError) as exc:
+            raise UsageError(str(exc)) from None
+
+    @line_magic
+    def npuruns(self, line: str):
+        """List the run history as a table (returns a DataFrame).
+
+        Usage: ``%npuruns``
+        """
+        if line.strip():
+            raise UsageError("%npuruns takes no arguments")
+        return self.session.store.table()
+
+    @magic_arguments()
+    @argument("path", help="a torch.profiler or torch_npu output directory (or trace file)")
+    @argument("--name", default=None, help="run name (default run1, run2, ...)")
+    @argument("--no-plot", action="store_true", help="do not draw the timeline")
+    @line_magic
+    def npuload(self, line: str):
+        """Import a profiler output collected elsewhere (e.g. a remote torch_npu job) as a run.
+
+        Example: ``%npuload /data/job42/rank0_ascend_pt --name cluster_baseline``
+        """
+        args = parse_argstring(self.npuload, line)
+        if args.name is not None and self.session.store.exists(args.name):
+            raise UsageError(f"run name {args.name!r} is taken; known runs: {', '.join(self.session.store.names())}")
+        try:
+            outcome = self.session.load(args.path, name=args.name)
+        except (NpumagicError, RunNameTaken) as exc:
+            raise UsageError(str(exc)) from None
+        return self._report(outcome, quiet=False, plot=self.plot and not args.no_plot)
+
+
+def _timeline(outcome: RunOutcome):
+    from . import analysis
+    from .render.report import figure_png
+    from .render.timeline import timeline_figure
+
+    try:
+        trace = analysis.load(outcome.run.run_dir)
+    except NpumagicError:
+        return None, None
+    fig = timeline_figure(trace, title=f"{outcome.run.name}: {outcome.run.backend} timeline")
+    png = figure_png(fig)
+    run_dir = Path(outcome.run.run_dir)
+    path = (run_dir if run_dir.is_dir() else run_dir.parent) / f"{outcome.run.name}_timeline.png"
+    try:
+        path.write_bytes(png)
+    except OSError:
+        path = None
+    return png, path

@@ -1,0 +1,142 @@
+"""Session: one per kernel. Names runs, drives a capture, analyses the run directory, keeps the
+history store consistent (also when the cell fails), and remembers the baseline."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import analysis
+from .analysis.checklist import Verdict, checklist
+from .analysis.metrics import Summary
+from .capture import CaptureOptions, CaptureResult, capture, choose_backend
+from .capture.backends import BackendChoice, environment_snapshot
+from .errors import NpumagicError
+from .history import HistoryStore, Run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunOutcome:
+    """What one capture or import produced: the stored run and its analysis."""
+
+    run: Run
+    summary: Summary | None
+    verdict: Verdict | None
+    capture: CaptureResult | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.capture.error if self.capture else None
+
+
+class Session:
+    def __init__(self, output_dir: str | Path = "npumagic_runs", backend: str | None = None) -> None:
+        self.output_dir = Path(output_dir).resolve()
+        self.store = HistoryStore(self.output_dir)
+        self.prefer_backend = backend or None
+        self._choice: BackendChoice | None = None
+        self._summaries: dict[str, Summary] = {}
+        self.baseline: str | None = None
+
+    # -- backend ------------------------------------------------------------------------------
+    def backend_choice(self) -> BackendChoice:
+        if self._choice is None:
+            self._choice = choose_backend(self.prefer_backend)
+        return self._choice
+
+    # -- running ------------------------------------------------------------------------------
+    def profile(self, body: Callable[[], object], options: CaptureOptions, name: str | None = None,
+                source: str = "", arguments: dict | None = None, out: str | Path | None = None) -> RunOutcome:
+        """Capture ``body`` as a new run; the body's exception is in ``outcome.error`` (not raised)."""
+        choice = self.backend_choice()
+        backend = choice.backend
+        name = self.store.reserve(name, backend=backend.name, device=backend.device_name, source=source,
+                                  arguments=arguments or options.as_dict(), environment=environment_snapshot(),
+                                  versions=backend.versions())
+        run_dir = Path(out).resolve() if out else self.output_dir / name
+        self.store.update(name, run_dir=str(run_dir))
+        notes = [str(choice)] + backend.notes(options)
+        result = capture(body, options, backend, run_dir, source=source)
+        notes += result.messages
+        return self._record(name, result.status, run_dir, result, notes)
+
+    def load(self, path: str | Path, name: str | None = None) -> RunOutcome:
+        """Import a profiler output directory collected elsewhere as a run."""
+        path = Path(path).resolve()
+        trace = analysis.load(path, progress=True)  # raises TraceError before anything is stored
+        name = self.store.reserve(name, kind="load", backend=trace.meta.get("backend"),
+                                  device=trace.meta.get("device_name"), source=f"%npuload {path}",
+                                  arguments={"path": str(path)}, environment=trace.meta.get("environment", {}))
+        self.store.update(name, run_dir=str(path))
+        return self._record(name, "ok", path, None, [], trace=trace)
+
+    def _record(self, name: str, status: str, run_dir: Path, result: CaptureResult | None, notes: list[str],
+                trace: "analysis.Trace | None" = None) -> RunOutcome:
+        summary = verdict = None
+        message = "; ".join(notes[1:]) if result else None
+        try:
+            if trace is None and result is not None and result.trace_files:
+                trace = analysis.load(run_dir)
+            if trace is not None:
+                summary = analysis.summarize(trace)
+                self._summaries[name] = summary
+                verdict = checklist(summary, self._baseline_summary(exclude=name), run_name=name,
+                                    stored_at=str(self.store.path))
+        except NpumagicError as exc:
+            notes.append(f"could not analyse {run_dir}: {exc}")
+            message = str(exc)
+        except Exception as exc:  # noqa: BLE001 - the run must be recorded whatever the analysis does
+            notes.append(f"analysis failed ({type(exc).__name__}: {exc}); the raw output is kept in {run_dir}")
+            message = f"{type(exc).__name__}: {exc}"
+            log.debug("analysis failed", exc_info=True)
+        self.store.finish(
+            name, status,
+            kernels=summary.kernels if summary is not None else None,
+            steps=summary.steps if summary is not None else None,
+            steps_seen=result.steps if result else (len(summary.steps) if summary is not None else None),
+            message=message, headline=summary.headline if summary is not None else {},
+            verdict=verdict.as_dict() if verdict is not None else {},
+        )
+        if self.baseline is None and summary is not None and status == "ok":
+            self.baseline = name
+        return RunOutcome(self.store.get(name), summary, verdict, result, notes)
+
+    # -- reading ------------------------------------------------------------------------------
+    def resolve(self, name: str | None) -> str:
+        """A run name from ``name``: a name, -1/-2 (latest, second latest), or None (latest)."""
+        names = self.store.names()
+        if not names:
+            raise NpumagicError("no runs recorded yet; profile a cell with %%npuprofile first")
+        if name is None:
+            return names[-1]
+        if name.lstrip("-").isdigit() and name.startswith("-"):
+            k = int(name)
+            if -k > len(names):
+                raise NpumagicError(f"only {len(names)} runs recorded; {name} is out of range")
+            return names[k]
+        self.store.get(name)  # raises UnknownRun with the known names
+        return name
+
+    def summary(self, name: str) -> Summary:
+        if name not in self._summaries:
+            run = self.store.get(name)
+            if not run.run_dir or not Path(run.run_dir).exists():
+                raise NpumagicError(f"run {name!r} has no output directory left ({run.run_dir})")
+            self._summaries[name] = analysis.summarize(analysis.load(run.run_dir))
+        return self._summaries[name]
+
+    def _baseline_summary(self, exclude: str) -> Summary | None:
+        if self.baseline is None or self.baseline == exclude:
+            return None
+        try:
+            return self.summary(self.baseline)
+        except NpumagicError:
+            return None

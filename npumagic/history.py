@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS kernels (
 CREATE TABLE IF NOT EXISTS steps (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     step INTEGER, wall_us REAL, computing_us REAL, communication_us REAL, comm_not_overlapped_us REAL,
-    overlapped_us REAL, free_us REAL, preparing_us REAL, dataloader_us REAL, busy_us REAL, device_util REAL
+    overlapped_us REAL, free_us REAL, preparing_us REAL, dataloader_us REAL, sync_us REAL, busy_us REAL,
+    device_util REAL
 );
 CREATE INDEX IF NOT EXISTS kernels_by_name ON kernels(name);
 CREATE INDEX IF NOT EXISTS kernels_by_run ON kernels(run_id);
@@ -48,7 +49,7 @@ CREATE INDEX IF NOT EXISTS steps_by_run ON steps(run_id);
 """
 KERNEL_FIELDS = ["name", "type", "core", "count", "total_us", "mean_us", "min_us", "max_us", "share"]
 STEP_FIELDS = ["step", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us", "overlapped_us",
-               "free_us", "preparing_us", "dataloader_us", "busy_us", "device_util"]
+               "free_us", "preparing_us", "dataloader_us", "sync_us", "busy_us", "device_util"]
 RUN_LIST_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "step_median_ms", "device_util",
                     "bottleneck", "note"]
 

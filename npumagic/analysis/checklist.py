@@ -21,7 +21,8 @@ COMM_BOUND_SHARE = 0.30
 DATALOADER_SHARE = 0.10
 # Device idle (free) above this share means the host cannot keep the device fed.
 HOST_BOUND_FREE_SHARE = 0.30
-# Host-device synchronisations taking above this share of the step serialise host and device.
+# Device idle caused by host-device synchronisations above this share of the step: the host
+# waits for the device, then the device waits for the host (the pipeline drains at every sync).
 SYNC_SHARE = 0.10
 # A kernel is "tiny" below this mean duration: launch overhead (~5-10 us) rivals its work.
 TINY_KERNEL_US = 10.0
@@ -94,9 +95,11 @@ def classify(summary: Summary) -> tuple[str, dict[str, float], dict[str, float]]
     largest score above 1 wins, else ``balanced``.
     """
     h = summary.headline
-    sync_share = float(summary.syncs["total_us"].sum()) / summary.total_wall_us if len(summary.syncs) and summary.total_wall_us else 0.0
     tiny_share, tiny_count = _tiny_kernel_share(summary)
     device_mode = summary.meta.get("device_mode", False)
+    # A sync costs what it leaves the device idle: time blocked while the device is busy anyway
+    # (e.g. .item() waiting for a long all-reduce) is the device's bottleneck, not the sync's.
+    sync_share = min(h["sync_share"], h["free_share"]) if device_mode else h["sync_share"]
     compute = h["computing_share"]
     scores = {
         "communication": h["communication_share"] / COMM_BOUND_SHARE,

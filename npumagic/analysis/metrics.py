@@ -23,7 +23,7 @@ from .intervals import Spans
 from .schema import Trace
 
 STEP_COLUMNS = ["step", "start_us", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us",
-                "overlapped_us", "free_us", "preparing_us", "dataloader_us", "busy_us", "stage_us", "device_util"]
+                "overlapped_us", "free_us", "preparing_us", "dataloader_us", "sync_us", "busy_us", "stage_us", "device_util"]
 KERNEL_COLUMNS = ["name", "type", "core", "count", "total_us", "mean_us", "min_us", "max_us", "share", "shapes"]
 HOST_OP_COLUMNS = ["name", "count", "total_us", "mean_us", "max_us", "share"]
 SYNC_COLUMNS = ["name", "count", "total_us", "per_step", "source"]
@@ -95,6 +95,7 @@ class Summary:
                 "device_util": self.device_util, "computing_share": self.share("computing_us"),
                 "communication_share": self.share("comm_not_overlapped_us"),
                 "free_share": self.share("free_us"), "dataloader_share": self.share("dataloader_us"),
+                "sync_share": self.share("sync_us"),
                 "syncs_per_step": float(self.syncs["per_step"].sum()) if len(self.syncs) else 0.0}
 
     # -- display ----------------------------------------------------------------------------
@@ -186,6 +187,7 @@ def _step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.
         return pd.DataFrame(columns=STEP_COLUMNS)
     kind = ev["kind"]
     dataloader = _spans(ev[kind == "dataloader"])
+    syncs = _spans(ev[_is_host_sync(ev)])
     host_start = steps["start_ns"].to_numpy()
     host_end = steps["end_ns"].to_numpy()
     rows = []
@@ -226,6 +228,7 @@ def _step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.
         "free_us": us(np.maximum(stage - computing - not_overlapped, 0)),
         "preparing_us": us(preparing),
         "dataloader_us": us(dataloader.covered(host_start, host_end)),
+        "sync_us": us(syncs.covered(host_start, host_end)),
         "busy_us": us(busy),
         "stage_us": us(stage),
     })
@@ -298,10 +301,14 @@ def _host_op_table(ev: pd.DataFrame, total_wall_us: float) -> pd.DataFrame:
     return table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)[HOST_OP_COLUMNS]
 
 
+def _is_host_sync(ev: pd.DataFrame) -> pd.Series:
+    """Host calls that block until the device catches up (runtime syncs, ``.item()``)."""
+    on_host = ev["device"] < 0
+    return on_host & ((ev["kind"] == "sync") | ((ev["kind"] == "host_op") & ev["name"].astype(str).isin(SYNC_HOST_OPS)))
+
+
 def _sync_table(ev: pd.DataFrame, n_steps: int) -> pd.DataFrame:
-    is_sync = (ev["kind"] == "sync") & (ev["device"] < 0)
-    is_sync |= (ev["kind"] == "host_op") & ev["name"].astype(str).isin(SYNC_HOST_OPS)
-    syncs = ev[is_sync]
+    syncs = ev[_is_host_sync(ev)]
     if syncs.empty:
         return pd.DataFrame(columns=SYNC_COLUMNS)
     frame = pd.DataFrame({"name": syncs["name"].astype(str), "dur_us": syncs["dur_ns"] / 1000.0,

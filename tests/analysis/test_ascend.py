@@ -1,0 +1,133 @@
+"""The torch_npu reader and the step breakdown, cross-checked against the vendor's own files.
+
+npumagic computes Computing / Communication(Not Overlapped) / Overlapped / Free itself from the
+raw device tasks (kernel_details.csv, Ascend Hardware streams) and the HCCL group lanes; the
+vendor's step_trace_time.csv and op_statistic.csv are only read here, to compare."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import npumagic
+from npumagic.analysis.metrics import kernel_types
+
+from ..conftest import ASCEND, ASCEND_RANKS, need
+
+TOLERANCE = 0.01
+
+
+def _vendor(rank_dir, name):
+    return pd.read_csv(rank_dir / "ASCEND_PROFILER_OUTPUT" / name)
+
+
+@pytest.fixture(scope="module", params=ASCEND_RANKS, ids=lambda p: f"{p.parent.name}-{p.name}")
+def sample(request):
+    rank_dir = need(request.param)
+    return rank_dir, npumagic.analyze(rank_dir)
+
+
+@pytest.mark.parametrize("ours, theirs", [
+    ("computing_us", "Computing"),
+    ("comm_not_overlapped_us", "Communication(Not Overlapped)"),
+    ("overlapped_us", "Overlapped"),
+    ("communication_us", "Communication"),
+    ("free_us", "Free"),
+    ("stage_us", "Stage"),
+    ("preparing_us", "Preparing"),
+])
+def test_step_breakdown_agrees_with_step_trace_time(sample, ours, theirs):
+    rank_dir, summary = sample
+    vendor = _vendor(rank_dir, "step_trace_time.csv").set_index("Step")
+    steps = summary.steps.set_index("step")
+    assert list(steps.index) == list(vendor.index)
+    for step, row in vendor.iterrows():
+        assert steps.loc[step, ours] == pytest.approx(row[theirs], rel=TOLERANCE), (step, ours)
+
+
+def test_top5_kernel_types_agree_with_op_statistic(sample):
+    rank_dir, summary = sample
+    path = rank_dir / "ASCEND_PROFILER_OUTPUT" / "op_statistic.csv"
+    if not path.exists():
+        pytest.skip(f"{rank_dir.parent.name} exports no op_statistic.csv (profiler level 0)")
+    vendor = pd.read_csv(path).sort_values("Total Time(us)", ascending=False).head(5)
+    ours = kernel_types(summary.kernels).set_index(["type", "core"])
+    for _, row in vendor.iterrows():
+        mine = ours.loc[(row["OP Type"], row["Core Type"])]
+        assert mine["total_us"] == pytest.approx(row["Total Time(us)"], rel=TOLERANCE)
+        assert mine["count"] == row["Count"]
+
+
+def test_level0_kernels_without_types_fall_back_to_names():
+    summary = npumagic.analyze(need(ASCEND / "level0" / "rank0_ascend_pt"))
+    assert (summary.kernels["type"] != "").all()
+    assert "trans_TransData" in set(summary.kernels["type"])
+
+
+def test_timestamps_are_exact_integer_nanoseconds_despite_the_stray_tab():
+    # kernel_details.csv: "1736408883704643.212\t" -- float64 would round it to a multiple of 0.25 us
+    trace = npumagic.load(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    kernels = trace.events[trace.events["kind"] == "kernel"]
+    first = kernels.sort_values("ts_ns").iloc[0]
+    assert first["ts_ns"] == 1736408883704643212
+    assert first["name"] == "trans_TransData_0"
+    assert first["dur_ns"] == 53741
+
+
+def test_na_cells_become_empty_not_errors():
+    trace = npumagic.load(need(ASCEND / "level0" / "rank0_ascend_pt"))
+    kernels = trace.events[trace.events["kind"] == "kernel"]
+    assert set(kernels["core"].astype(str)) == {""}  # "N/A" at level 0
+
+
+def test_rank0_level1_is_communication_bound_with_the_vendor_figures():
+    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    step = summary.steps.iloc[0]
+    assert step["communication_us"] == pytest.approx(105991.878, rel=1e-4)
+    assert step["computing_us"] == pytest.approx(8873.756, rel=1e-4)
+    verdict = npumagic.checklist(summary)
+    assert verdict.bottleneck == "communication"
+    assert "65%" in verdict.steps[1][1]  # 101.96 ms not overlapped of a 155.99 ms step
+
+
+def test_a_folder_of_ranks_gives_per_rank_summaries_and_the_slowest_rank():
+    summary = npumagic.analyze(need(ASCEND / "level1"))
+    ranks = summary.ranks.set_index("rank")
+    assert list(ranks.index) == [0, 1]
+    assert ranks.loc[0, "computing_us"] == pytest.approx(8873.756, rel=TOLERANCE)
+    assert ranks.loc[1, "computing_us"] == pytest.approx(8878.295, rel=TOLERANCE)
+    assert ranks["slowest"].sum() == 1
+    assert ranks.loc[0, "slowest"]  # rank0's host step is 155.99 ms vs 153.89 ms
+    assert set(summary.per_rank) == {0, 1}
+
+
+def test_collectives_come_from_communication_json():
+    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    comm = summary.comm.set_index("op")
+    assert comm.loc["allReduce", "count"] == 4
+    # communication.json: Elapse Time(ms) 79.0895 + 2.2811 + 2.4024 + 22.2189
+    assert comm.loc["allReduce", "elapsed_us"] == pytest.approx(105991.88, rel=1e-3)
+    assert comm.loc["allReduce", "link"] == "HCCS"
+
+
+def test_memory_peak_from_memory_record():
+    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    record = _vendor(ASCEND / "level1" / "rank0_ascend_pt", "memory_record.csv")
+    pta = record[record["Component"] == "PTA"]
+    mem = summary.memory.set_index("device")
+    assert mem.loc["NPU:0", "peak_allocated_bytes"] == pytest.approx(pta["Total Allocated(MB)"].max() * 2**20)
+    assert mem.loc["NPU:0", "peak_reserved_bytes"] == pytest.approx(pta["Total Reserved(MB)"].max() * 2**20)
+
+
+def test_syncs_point_at_the_user_source_line():
+    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    syncs = summary.syncs.set_index("name")
+    assert syncs.loc["aten::_local_scalar_dense", "count"] == 27
+    assert "imagenet_script/main.py" in syncs.loc["aten::_local_scalar_dense", "source"]
+
+
+def test_vendor_tables_are_kept_for_reference_not_used():
+    trace = npumagic.load(need(ASCEND / "level2" / "rank1_ascend_pt"))
+    vendor = trace.meta["vendor"][1]
+    assert {"step_trace_time", "op_statistic", "kernel_details", "api_statistic"} <= set(vendor)
+    assert trace.meta["settings"]["experimental_config"]["_profiler_level"] == "Level2"

@@ -1,0 +1,128 @@
+"""Bad input gives one clear TraceError naming the file; no input hangs or raises anything else."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import npumagic
+from npumagic.errors import TraceError
+
+from ..conftest import ASCEND, need
+
+
+def test_truncated_json_names_the_file(tmp_path):
+    path = tmp_path / "w.pt.trace.json"
+    path.write_text('{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur"')
+    with pytest.raises(TraceError, match=r"w\.pt\.trace\.json: not a valid Chrome trace JSON.*truncated"):
+        npumagic.load(path)
+
+
+def test_empty_directory(tmp_path):
+    with pytest.raises(TraceError, match="no profiler output found .*it is empty"):
+        npumagic.load(tmp_path)
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(TraceError, match="no such file"):
+        npumagic.load(tmp_path / "nope")
+
+
+def test_unknown_format(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("hello")
+    with pytest.raises(TraceError, match=r"notes\.txt: unknown format"):
+        npumagic.load(path)
+
+
+def test_another_tools_directory(tmp_path):
+    (tmp_path / "report.nsys-rep").write_bytes(b"\0\1")
+    (tmp_path / "perf.data").write_bytes(b"PERFILE2")
+    with pytest.raises(TraceError, match=r"it holds perf\.data, report\.nsys-rep"):
+        npumagic.load(tmp_path)
+
+
+def test_json_that_is_not_a_trace(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"lr": 0.1}')
+    with pytest.raises(TraceError, match=r"config\.json: no profiler events"):
+        npumagic.load(path)
+
+
+def _ascend_copy(tmp_path):
+    src = need(ASCEND / "level1" / "rank0_ascend_pt")
+    dst = tmp_path / "rank0_ascend_pt"
+    shutil.copytree(src, dst)
+    for p in dst.rglob("*"):
+        p.chmod(0o644 if p.is_file() else 0o755)
+    dst.chmod(0o755)
+    return dst
+
+
+def test_csv_with_missing_columns_names_file_and_columns(tmp_path):
+    rank = _ascend_copy(tmp_path)
+    (rank / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").write_text("Step Id,Name\n50,foo\n")
+    with pytest.raises(TraceError, match=r"kernel_details\.csv: missing columns \['Type', 'Accelerator Core'"):
+        npumagic.load(rank)
+
+
+def test_missing_trace_view_is_named(tmp_path):
+    rank = _ascend_copy(tmp_path)
+    (rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").unlink()
+    with pytest.raises(TraceError, match=r"trace_view\.json: missing"):
+        npumagic.load(rank)
+
+
+def test_missing_optional_file_degrades_with_one_warning(tmp_path):
+    rank = _ascend_copy(tmp_path)
+    (rank / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").unlink()
+    (rank / "ASCEND_PROFILER_OUTPUT" / "communication.json").unlink()
+    with pytest.warns(UserWarning, match="no kernel_details.csv"):
+        summary = npumagic.analyze(rank)
+    # the Ascend Hardware compute tasks stand in for kernel_details
+    assert summary.steps.iloc[0]["computing_us"] == pytest.approx(8873.756, rel=0.01)
+    assert summary.steps.iloc[0]["communication_us"] == pytest.approx(105991.878, rel=0.01)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.binary(max_size=400), st.text(max_size=400).map(str.encode),
+                 st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+                              lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+                                  st.sampled_from(["traceEvents", "ph", "name", "ts", "dur", "cat", "args", "pid"]),
+                                  inner, max_size=5), max_leaves=20).map(lambda v: __import__("json").dumps(v).encode())))
+def test_fuzzed_trace_files_raise_only_trace_error(tmp_path, data):
+    path = tmp_path / "fuzz.pt.trace.json"
+    path.write_bytes(data)
+    try:
+        npumagic.summarize(npumagic.load(path))
+    except TraceError:
+        pass
+
+
+EVENT = st.fixed_dictionaries({
+    "ph": st.sampled_from(["X", "i", "M", "s", "f"]),
+    "cat": st.sampled_from(["cpu_op", "kernel", "user_annotation", "cuda_runtime", "gpu_memcpy", "python_function"]),
+    "name": st.sampled_from(["aten::mm", "ProfilerStep#1", "ProfilerStep#2", "ncclKernel_AllReduce", "[memory]",
+                             "enumerate(DataLoader)#x", "cudaStreamSynchronize", "process_name"]),
+    "ts": st.one_of(st.integers(0, 10**6), st.floats(0, 1e6, allow_nan=False), st.text(max_size=5)),
+    "dur": st.one_of(st.integers(-5, 10**4), st.floats(0, 1e4, allow_nan=False)),
+    "pid": st.integers(0, 3),
+    "tid": st.integers(0, 3),
+})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(EVENT, max_size=40))
+def test_fuzzed_event_lists_summarize_or_raise_trace_error(tmp_path, events):
+    import json
+
+    path = tmp_path / "fuzz.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    try:
+        summary = npumagic.summarize(npumagic.load(path))
+    except TraceError:
+        return
+    assert (summary.steps["computing_us"] >= 0).all()

@@ -1,0 +1,59 @@
+"""Shared fixtures: the real data in ../shared, a real InteractiveShell with the extension loaded."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("NPUMAGIC_SHARED", ROOT.parent / "shared")) / "data"
+ASCEND = SHARED / "ascend"
+CUDA = SHARED / "cuda"
+ASCEND_RANKS = [ASCEND / level / f"rank{r}_ascend_pt" for level in ("level0", "level1", "level2") for r in (0, 1)]
+
+
+def need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"shared sample {path} is absent (the tests read ../shared/data; it is not copied into the project)")
+    return path
+
+
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    """The IPython shell with npumagic loaded, its history in a fresh directory."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.chdir(tmp_path)
+    ip = InteractiveShell.instance(colors="NoColor")
+    ip.run_line_magic("load_ext", "npumagic")
+    ip.run_line_magic("config", f"NpuMagics.output_dir = {str(tmp_path / 'runs')!r}")
+    ip.run_cell("import torch, npumagic\ntorch.manual_seed(0)")
+    yield ip
+    ip.run_line_magic("unload_ext", "npumagic")
+    ip.run_line_magic("reset", "-f")
+
+
+TRAIN_SETUP = """
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+iterations = 0
+def train_step():
+    global iterations
+    x, y = torch.randn(16, 32), torch.randn(16, 1)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward(); opt.step(); opt.zero_grad()
+    iterations += 1
+"""
+
+
+@pytest.fixture
+def trainer(shell):
+    """``shell`` with a tiny real model, an optimizer and ``train_step()`` defined."""
+    result = shell.run_cell(TRAIN_SETUP)
+    assert result.success
+    return shell

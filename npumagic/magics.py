@@ -173,13 +173,12 @@ class NpuMagics(Magics):
         compiler = self.shell.compile
         filename = compiler.cache(transformed, self.shell.execution_count)
         try:
-            tree = compiler.ast_parse(transformed, filename=filename)
+            compiled = compiler(compiler.ast_parse(transformed, filename=filename), filename, "exec")
         except SyntaxError as exc:
             if "await" in str(exc):
                 raise UsageError("async cells (top-level await) cannot be profiled; wrap the loop in a function "
                                  "and call asyncio.run() on it") from None
             raise
-        compiled = compiler(tree, filename, "exec")
         namespace = self.shell.user_ns
         return lambda: exec(compiled, namespace)  # noqa: S102 - running the user's cell is the point
 

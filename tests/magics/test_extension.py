@@ -1,0 +1,84 @@
+"""Loading, unloading, configuration and the history magics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from IPython.core.error import UsageError
+
+from ..conftest import ASCEND, need
+
+MAGICS = {"line": {"npusteps", "npuruns", "npuload"}, "cell": {"npuprofile"}}
+
+
+def test_unload_removes_every_magic_and_configurable(shell):
+    manager = shell.magics_manager
+    assert MAGICS["cell"] <= set(manager.magics["cell"])
+    shell.run_line_magic("unload_ext", "npumagic")
+    assert not (MAGICS["line"] & set(manager.magics["line"]))
+    assert not (MAGICS["cell"] & set(manager.magics["cell"]))
+    assert "NpuMagics" not in manager.registry
+    assert not any(type(c).__name__ == "NpuMagics" for c in shell.configurables)
+    shell.run_line_magic("load_ext", "npumagic")  # and it loads again
+    assert "npuprofile" in manager.magics["cell"]
+
+
+def test_output_dir_is_configurable(trainer, tmp_path):
+    trainer.run_line_magic("config", f"NpuMagics.output_dir = {str(tmp_path / 'other')!r}")
+    report = trainer.run_cell("%%npuprofile --repeat-cell --steps 1\ntrain_step()").result
+    assert Path(report.run.run_dir).parent == tmp_path / "other"
+    assert (tmp_path / "other" / "history.sqlite").exists()
+
+
+def test_config_lists_npumagics_traits(shell, capsys):
+    shell.run_line_magic("config", "NpuMagics")
+    out = capsys.readouterr().out
+    assert "output_dir" in out and "backend" in out
+
+
+def test_npuruns_returns_the_history_as_a_dataframe(trainer):
+    trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 2 --name a\ntrain_step()")
+    trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 2 --name b\ntrain_step()")
+    table = trainer.run_line_magic("npuruns", "")
+    assert isinstance(table, pd.DataFrame)
+    assert table["name"].tolist() == ["a", "b"]
+    assert table["status"].tolist() == ["ok", "ok"]
+    assert (table["steps"] == 2).all()
+    assert table["backend"].eq("cpu").all()
+
+
+def test_runs_keep_their_metadata(trainer, monkeypatch):
+    monkeypatch.setenv("TASK_QUEUE_ENABLE", "2")
+    trainer.run_cell("%%npuprofile --repeat-cell --steps 1 --name meta\ntrain_step()")
+    run = trainer.magics_manager.registry["NpuMagics"].session.store.get("meta")
+    assert run.source.strip() == "train_step()"
+    assert run.arguments["steps"] == 1 and run.arguments["repeat_cell"] is True
+    assert run.environment == {"TASK_QUEUE_ENABLE": "2"}
+    assert run.versions["torch"].startswith("2.")
+    assert run.backend == "cpu" and run.device
+    assert run.finished >= run.created
+
+
+def test_per_kernel_history_is_stored(trainer):
+    trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 2 --name k\ntrain_step()")
+    store = trainer.magics_manager.registry["NpuMagics"].session.store
+    kernels = store.kernels("k")
+    assert len(kernels) > 0
+    assert {"name", "count", "total_us", "mean_us"} <= set(kernels.columns)
+    assert len(store.steps("k")) == 2
+
+
+def test_npuload_imports_an_offline_ascend_run(shell):
+    path = need(ASCEND / "level1" / "rank0_ascend_pt")
+    report = shell.run_line_magic("npuload", f"{path} --name cluster --no-plot")
+    assert report.run.kind == "load" and report.run.backend == "npu"
+    assert report.verdict.bottleneck == "communication"
+    assert shell.run_line_magic("npuruns", "")["name"].tolist() == ["cluster"]
+
+
+def test_npuload_of_a_bad_path_is_a_usage_error(shell, tmp_path):
+    with pytest.raises(UsageError, match="no such file"):
+        shell.run_line_magic("npuload", str(tmp_path / "missing"))
+    assert shell.run_line_magic("npuruns", "").empty

@@ -1,0 +1,220 @@
+"""%%npuprofile and %npusteps in a real InteractiveShell with the real CPU profiler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+
+from npumagic.render import RunReport
+
+
+def _step_ids(run_dir: Path) -> list[int]:
+    ids = []
+    for path in run_dir.glob("*.pt.trace.json"):
+        events = json.loads(path.read_text())["traceEvents"]
+        ids += [int(e["name"].split("#")[1]) for e in events
+                if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]
+    return sorted(set(ids))
+
+
+def _annotations(run_dir: Path, prefix: str) -> list[str]:
+    names = []
+    for path in run_dir.glob("*.pt.trace.json"):
+        names += [e["name"] for e in json.loads(path.read_text())["traceEvents"]
+                  if e.get("ph") == "X" and e.get("name", "").startswith(prefix)]
+    return sorted(set(names))
+
+
+LOOP_20 = """
+for i in range(20):
+    with torch.profiler.record_function(f"iteration_{i}"):
+        train_step()
+"""
+
+
+def test_a_20_iteration_loop_records_exactly_the_3_active_steps(trainer):
+    result = trainer.run_cell("%%npuprofile --wait 1 --warmup 1 --steps 3 --name acceptance\n" + LOOP_20)
+    assert result.success, result.error_in_exec
+    report = result.result
+    assert isinstance(report, RunReport)
+    run_dir = Path(report.run.run_dir)
+    assert _step_ids(run_dir) == [2, 3, 4]
+    assert trainer.user_ns["iterations"] == 20
+    # wait (iteration 0), warmup (1) and everything after the window ran unrecorded
+    assert _annotations(run_dir, "iteration_") == ["iteration_2", "iteration_3", "iteration_4"]
+    assert report.summary.steps["step"].tolist() == [2, 3, 4]
+    assert report.run.status == "ok"
+
+
+def test_explicit_npumagic_step_wins_over_optimizer_steps(trainer):
+    cell = """%%npuprofile --wait 0 --warmup 1 --steps 2
+for i in range(6):
+    train_step(); train_step()   # two optimizer steps per logical step
+    npumagic.step()
+"""
+    result = trainer.run_cell(cell)
+    assert result.success, result.error_in_exec
+    assert _step_ids(Path(result.result.run.run_dir)) == [1, 2]
+    assert result.result.run.steps_seen == 6
+
+
+def test_repeat_cell_runs_the_body_once_per_step(trainer):
+    result = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --warmup 1 --steps 2\ntrain_step()")
+    assert result.success, result.error_in_exec
+    assert trainer.user_ns["iterations"] == 3
+    assert _step_ids(Path(result.result.run.run_dir)) == [1, 2]
+
+
+def test_a_cell_without_step_boundaries_says_how_to_fix_it(trainer):
+    result = trainer.run_cell("%%npuprofile\nx = sum(range(10))")
+    assert result.success
+    report = result.result
+    assert report.run.status == "no-steps"
+    assert any("--repeat-cell" in n for n in report.notes)
+
+
+def test_a_short_loop_records_what_it_reached(trainer):
+    result = trainer.run_cell("%%npuprofile --wait 1 --warmup 1 --steps 5\nfor i in range(4):\n    train_step()")
+    assert result.success
+    assert any("2 of 5 active steps recorded" in n for n in result.result.notes)
+
+
+def test_a_failing_cell_stops_the_profiler_records_the_run_and_reraises(trainer):
+    cell = """%%npuprofile --wait 0 --warmup 1 --steps 10 --name broken
+for i in range(20):
+    train_step()
+    if i == 5:
+        raise ValueError("boom at 5")
+"""
+    result = trainer.run_cell(cell)
+    assert isinstance(result.error_in_exec, ValueError)
+    assert str(result.error_in_exec) == "boom at 5"
+    assert trainer.user_ns["iterations"] == 6
+    store = trainer.magics_manager.registry["NpuMagics"].session.store
+    run = store.get("broken")
+    assert run.status == "failed"
+    assert run.steps_seen == 6
+    # steps 1..5 completed inside the active window, and step 6 was cut short by the error
+    assert run.headline["steps"] == 6
+    # the profiler is stopped and free: the next capture works
+    again = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --warmup 0 --steps 1\ntrain_step()")
+    assert again.success, again.error_in_exec
+
+
+def test_keyboard_interrupt_is_recorded_and_reraised(trainer):
+    cell = "%%npuprofile --wait 0 --warmup 0 --steps 5 --name stopped\nfor i in range(9):\n    train_step()\n    if i == 2: raise KeyboardInterrupt\n"
+    result = trainer.run_cell(cell)
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    store = trainer.magics_manager.registry["NpuMagics"].session.store
+    assert store.get("stopped").status == "interrupted"
+    assert trainer.run_cell("%%npuprofile --repeat-cell --steps 1\ntrain_step()").success
+
+
+def test_nested_profiling_is_a_clear_error(trainer):
+    cell = "%%npuprofile --repeat-cell --wait 0 --warmup 0 --steps 1 --name outer\n%npusteps --steps 1 train_step()\n"
+    result = trainer.run_cell(cell)
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "cannot be nested" in str(result.error_in_exec)
+    assert trainer.run_cell("%%npuprofile --repeat-cell --steps 1\ntrain_step()").success
+
+
+@pytest.mark.parametrize("line, message", [
+    ("--steps 0", "--steps must be >= 1"),
+    ("--wait -1", "--wait must be >= 0"),
+    ("--level 3", "--level must be one of 0, 1, 2"),
+    ("--aic-metrics Bogus", "--aic-metrics must be one of PipeUtilization"),
+    ("--activities cpu,tpu", "--activities must be a comma list of cpu, cuda, npu"),
+    ("--steps many", "invalid int value"),
+    ("--name 'bad name'", "invalid --name"),
+    ("--frobnicate", "unrecognized arguments"),
+])
+def test_bad_arguments_raise_usage_error_before_the_cell_runs(trainer, line, message):
+    with pytest.raises(UsageError, match=message):
+        trainer.run_cell_magic("npuprofile", line, "train_step()")
+    result = trainer.run_cell(f"%%npuprofile {line}\ntrain_step()")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert trainer.user_ns["iterations"] == 0
+
+
+def test_a_taken_name_is_refused(trainer):
+    assert trainer.run_cell("%%npuprofile --repeat-cell --steps 1 --name base\ntrain_step()").success
+    with pytest.raises(UsageError, match="run name 'base' is taken"):
+        trainer.run_cell_magic("npuprofile", "--repeat-cell --steps 1 --name base", "train_step()")
+
+
+def test_runs_are_named_run1_run2(trainer):
+    names = [trainer.run_cell("%%npuprofile --repeat-cell --steps 1\ntrain_step()").result.run.name for _ in range(2)]
+    assert names == ["run1", "run2"]
+
+
+def test_npu_options_are_noted_and_ignored_on_cpu(trainer):
+    result = trainer.run_cell("%%npuprofile --repeat-cell --steps 1 --level 2 --aic-metrics Memory\ntrain_step()")
+    assert result.success
+    assert any("ignored on cpu" in n for n in result.result.notes)
+
+
+def test_memory_shapes_and_stack_reach_the_profiler(trainer):
+    result = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 2 --memory --shapes --stack\ntrain_step()")
+    assert result.success, result.error_in_exec
+    report = result.result
+    assert not report.summary.memory.empty
+    assert (report.summary.kernels["shapes"] != "").any()
+
+
+def test_the_report_shows_table_verdict_and_timeline(trainer):
+    report = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 2\ntrain_step()").result
+    text = str(report)
+    assert "wall_ms" in text and "1. Baseline" in text and "5. Record" in text
+    assert report.timeline_path is not None and report.timeline_path.read_bytes()[:4] == b"\x89PNG"
+    bundle = report._repr_mimebundle_()
+    assert "data:image/png;base64" in bundle["text/html"]
+
+
+def test_no_plot_skips_the_timeline(trainer):
+    report = trainer.run_cell("%%npuprofile --repeat-cell --steps 1 --no-plot\ntrain_step()").result
+    assert report.timeline_png is None
+
+
+def test_npusteps_runs_a_statement_once_per_step(trainer):
+    result = trainer.run_cell('%npusteps --wait 0 --warmup 1 --steps 3 --name line train_step()')
+    assert result.success, result.error_in_exec
+    assert trainer.user_ns["iterations"] == 4
+    assert result.result.summary.steps["step"].tolist() == [1, 2, 3]
+
+
+def test_npusteps_keeps_the_statement_verbatim(trainer):
+    trainer.run_cell("seen = []\ndef note(s): seen.append(s); train_step()")
+    result = trainer.run_cell('%npusteps --wait 0 --warmup 0 --steps 2 note("a  b")')
+    assert result.success, result.error_in_exec
+    assert trainer.user_ns["seen"] == ["a  b", "a  b"]
+
+
+def test_npusteps_without_statement_shows_the_latest_step_table(trainer):
+    trainer.run_cell("%npusteps --wait 0 --steps 2 --name first train_step()")
+    trainer.run_cell("%npusteps --wait 0 --steps 3 --name second train_step()")
+    assert len(trainer.run_line_magic("npusteps", "")) == 3
+    assert len(trainer.run_line_magic("npusteps", "--run first")) == 2
+    with pytest.raises(UsageError, match="Unknown run 'third'; known: first, second"):
+        trainer.run_line_magic("npusteps", "--run third")
+
+
+def test_npuprofile_help_documents_every_option(trainer):
+    doc = trainer.find_cell_magic("npuprofile").__doc__
+    for option in ("--wait", "--warmup", "--steps", "--repeat", "--skip-first", "--name", "--out", "--activities",
+                   "--memory", "--shapes", "--stack", "--level", "--aic-metrics", "--repeat-cell", "--quiet", "--no-plot"):
+        assert option in doc
+
+
+def test_out_writes_the_run_where_asked(trainer, tmp_path):
+    target = tmp_path / "elsewhere"
+    report = trainer.run_cell(f"%%npuprofile --repeat-cell --steps 1 --out {target}\ntrain_step()").result
+    assert Path(report.run.run_dir) == target
+    assert list(target.glob("*.pt.trace.json"))
+
+
+def test_async_cells_are_refused(trainer):
+    with pytest.raises(UsageError, match="async cells"):
+        trainer.run_cell_magic("npuprofile", "", "import asyncio\nawait asyncio.sleep(0)")

@@ -157,9 +157,7 @@ class NpuMagics(Magics):
         arguments = dict(options.as_dict(), name=args.name, out=args.out, line=line)
         try:
             outcome = self.session.profile(body, options, name=args.name, source=source, arguments=arguments, out=args.out)
-        except RunNameTaken as exc:
-            raise UsageError(str(exc)) from None
-        except NestedCaptureError as exc:
+        except (RunNameTaken, NestedCaptureError, NpumagicError) as exc:
             raise UsageError(str(exc)) from None
         report = self._report(outcome, quiet=args.quiet, plot=self.plot and not args.no_plot)
         if outcome.error is not None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..errors import NpumagicError
 from .options import CaptureOptions
 
 # Environment variables that change performance and belong in a run's record.
@@ -160,9 +161,22 @@ def _try_npu() -> tuple[Any | None, str]:
     return torch_npu, "torch_npu with an NPU device"
 
 
+def _import_torch():
+    try:
+        import torch
+    except RuntimeError as exc:
+        # torch auto-loads installed device backends; a torch_npu without CANN breaks `import torch`.
+        if "backend extension" in str(exc):
+            raise NpumagicError(f"torch cannot be imported: {exc} torch_npu is installed but its CANN runtime is not "
+                                "usable; source CANN's set_env.sh, or set TORCH_DEVICE_BACKEND_AUTOLOAD=0 before "
+                                "Python starts to profile on CPU/CUDA") from None
+        raise
+    return torch
+
+
 def choose_backend(prefer: str | None = None) -> BackendChoice:
     """Pick the profiler backend, saying why. ``prefer`` ("npu", "cuda", "cpu") narrows the choice."""
-    import torch
+    torch = _import_torch()
 
     npu_reason = "not requested"
     if prefer in (None, "npu"):

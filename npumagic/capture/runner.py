@@ -70,7 +70,7 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
     status, error = "ok", None
     started = time.perf_counter()
     try:
-        profiler.__enter__()
+        clock.begin()
         if options.repeat_cell:
             for _ in range(options.total_steps):
                 body()

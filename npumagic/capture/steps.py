@@ -15,8 +15,13 @@ _current: contextvars.ContextVar["StepClock | None"] = contextvars.ContextVar("n
 
 
 class StepClock:
-    """Counts steps and advances the profiler's schedule; stops the profiler once it is done,
-    so the rest of the cell runs at full speed."""
+    """Counts steps and drives the profiler's schedule.
+
+    The profiler is entered only when the first warm-up step begins (after skip-first and
+    wait), numbered so its ProfilerStep# ids match the loop's steps, and left as soon as the
+    schedule is done: outside the window the cell pays for one hook call per step, not for
+    torch's per-step bookkeeping (~10 us, a few percent of a small model's step).
+    """
 
     def __init__(self, profiler: Any, options: CaptureOptions, explicit: bool) -> None:
         self.profiler = profiler
@@ -24,8 +29,22 @@ class StepClock:
         self.explicit = explicit
         self.steps = 0
         self.optimizer_steps = 0
+        self.start_at = options.skip_first + options.wait
+        self.started = False
         self.done = False
         self.stopped = False
+
+    def begin(self) -> None:
+        if self.start_at == 0:
+            self._start()
+
+    def _start(self) -> None:
+        # torch.profiler.profile and torch_npu.profiler.profile both number steps from step_num
+        # and decide their first action from schedule(step_num) at start().
+        self.profiler.step_num = self.steps
+        self.profiler.current_action = self.profiler.schedule(self.steps)
+        self.started = True
+        self.profiler.__enter__()
 
     def explicit_step(self) -> None:
         self.explicit = True
@@ -40,13 +59,17 @@ class StepClock:
         self.steps += 1
         if self.done:
             return
+        if not self.started:
+            if self.steps >= self.start_at:
+                self._start()
+            return
         self.profiler.step()
         if self.steps >= self.options.total_steps:
             self.done = True
             self.stop()
 
     def stop(self) -> None:
-        if not self.stopped:
+        if self.started and not self.stopped:
             self.stopped = True
             self.profiler.__exit__(None, None, None)
 

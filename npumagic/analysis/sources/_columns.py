@@ -52,6 +52,11 @@ def decimal_us_to_ns(text: pd.Series) -> np.ndarray:
 
 def to_int(values: Sequence, missing: int = -1) -> np.ndarray:
     """Ids that may be ints, numeric strings or None -> int64 (``missing`` where absent)."""
+    if pd.api.types.infer_dtype(values, skipna=False) == "integer":
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
     num = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
     return num.fillna(missing).to_numpy(dtype=np.float64).astype(np.int64)
 

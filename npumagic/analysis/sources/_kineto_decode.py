@@ -1,7 +1,10 @@
 """Typed, field-selective decoding of Chrome-trace JSON (Kineto and torch_npu trace_view.json).
 
-msgspec decodes straight into small Structs holding only the fields the analyses use, which is
-several times faster than ``json.loads`` building a dict per event, and far smaller in memory.
+msgspec decodes straight into small Structs holding only the fields the analyses use. Large
+Kineto files are decoded in two passes to bound memory: first the event array into zero-copy
+``msgspec.Raw`` slices, then chunk by chunk into Structs that are turned into numpy columns and
+dropped (see :mod:`.kineto`). Structs use ``gc=False``: they never form reference cycles, and
+a million GC-tracked objects would make every collection walk them all.
 """
 
 from __future__ import annotations
@@ -14,30 +17,21 @@ Num = Union[float, str, None]  # torch_npu writes timestamps as strings; Kineto 
 Id = Union[int, str, None]
 
 
-class Args(msgspec.Struct, frozen=True):
+class KinetoArgs(msgspec.Struct, gc=False):
     external_id: Id = msgspec.field(default=None, name="External id")
     correlation: Id = None
     stream: Id = None
     device: Id = None
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    call_stack: Any = msgspec.field(default=None, name="Call stack")
-    sync_kind: Any = msgspec.field(default=None, name="cuda_sync_kind")
-    # process / thread metadata
-    name: Any = None
-    labels: Any = None
+    name: Any = None  # process_name / thread_name metadata
     # memory instant events ("[memory]")
     total_allocated: Num = msgspec.field(default=None, name="Total Allocated")
     total_reserved: Num = msgspec.field(default=None, name="Total Reserved")
     device_id: Id = msgspec.field(default=None, name="Device Id")
     device_type: Id = msgspec.field(default=None, name="Device Type")
-    # torch_npu task details
-    task_type: Any = msgspec.field(default=None, name="Task Type")
-    physic_stream: Id = msgspec.field(default=None, name="Physic Stream Id")
-    connection_id: Id = None
-    correlation_id: Id = None
 
 
-class Event(msgspec.Struct, frozen=True):
+class KinetoEvent(msgspec.Struct, gc=False):
     ph: str = ""
     name: str = ""
     cat: str = ""
@@ -45,23 +39,51 @@ class Event(msgspec.Struct, frozen=True):
     tid: Id = None
     ts: Num = None
     dur: Num = None
-    args: Union[Args, None] = None
+    args: Union[KinetoArgs, None] = None
 
 
-class TraceFile(msgspec.Struct):
-    traceEvents: list[Event] = []
+class AscendArgs(msgspec.Struct, gc=False):
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    call_stack: Any = msgspec.field(default=None, name="Call stack")
+    name: Any = None
+    task_type: Any = msgspec.field(default=None, name="Task Type")
+    connection_id: Id = None
+    correlation_id: Id = None
+
+
+class AscendEvent(msgspec.Struct, gc=False):
+    ph: str = ""
+    name: str = ""
+    cat: str = ""
+    pid: Id = None
+    tid: Id = None
+    ts: Num = None
+    dur: Num = None
+    args: Union[AscendArgs, None] = None
+
+
+class RawTrace(msgspec.Struct, gc=False):
+    traceEvents: list[msgspec.Raw] = []
     deviceProperties: Union[list[dict[str, Any]], None] = None
     distributedInfo: Union[dict[str, Any], None] = None
-    baseTimeNanoseconds: Union[int, None] = None
 
 
-_object_decoder = msgspec.json.Decoder(TraceFile)
-_array_decoder = msgspec.json.Decoder(list[Event])
+_raw_object = msgspec.json.Decoder(RawTrace)
+_raw_array = msgspec.json.Decoder(list[msgspec.Raw])
+_kineto_chunk = msgspec.json.Decoder(list[KinetoEvent])
+_ascend_events = msgspec.json.Decoder(list[AscendEvent])
 
 
-def decode(raw: bytes) -> TraceFile:
-    """Decode a Chrome trace: an object with ``traceEvents`` or a bare array of events."""
-    stripped = raw.lstrip()
-    if stripped[:1] == b"[":
-        return TraceFile(traceEvents=_array_decoder.decode(raw))
-    return _object_decoder.decode(raw)
+def decode_raw(raw: bytes) -> RawTrace:
+    """First pass: the trace's header fields, and its events as undecoded slices."""
+    if raw.lstrip()[:1] == b"[":
+        return RawTrace(traceEvents=_raw_array.decode(raw))
+    return _raw_object.decode(raw)
+
+
+def decode_kineto_chunk(parts: list[msgspec.Raw]) -> list[KinetoEvent]:
+    return _kineto_chunk.decode(b"[" + b",".join(parts) + b"]")
+
+
+def decode_ascend_events(parts: list[msgspec.Raw]) -> list[AscendEvent]:
+    return _ascend_events.decode(b"[" + b",".join(parts) + b"]")

@@ -16,12 +16,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
 from ...errors import TraceError
 from .. import schema
 from ._columns import categorical, decimal_us_to_ns, to_int, to_ns
+from ._kineto_decode import decode_ascend_events
 from .kineto import DATALOADER_PREFIX, STEP_NAME, decode_file
 
 log = logging.getLogger(__name__)
@@ -90,8 +92,11 @@ def _read_rank(rank_dir: Path) -> dict[str, Any]:
     if rank < 0:
         rank = _rank_from_name(rank_dir)
 
-    trace = decode_file(trace_path)
-    events = _trace_events(trace.traceEvents, trace_path)
+    try:
+        raw_events = decode_ascend_events(decode_file(trace_path).traceEvents)
+    except msgspec.DecodeError as exc:
+        raise TraceError(trace_path, f"an event does not match the trace_view.json format ({exc})") from None
+    events = _trace_events(raw_events, trace_path)
     kernel_path = out / "kernel_details.csv"
     if kernel_path.is_file():
         kernels, details = _kernel_details(kernel_path, events)

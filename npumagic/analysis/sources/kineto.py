@@ -1,5 +1,9 @@
 """Reader for torch.profiler (Kineto) Chrome traces: ``*.pt.trace.json[.gz]`` files, as written
-by ``tensorboard_trace_handler`` or ``export_chrome_trace``, on CPU and CUDA."""
+by ``tensorboard_trace_handler`` or ``export_chrome_trace``, on CPU and CUDA.
+
+Events are decoded in chunks straight into numpy columns (names and shapes as integer codes
+into per-file tables), so a million-event trace never exists as a million Python dicts.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,8 @@ import pandas as pd
 
 from ...errors import TraceError
 from .. import schema
-from ._columns import categorical, to_int, to_ns
-from ._kineto_decode import Event, TraceFile, decode
+from ._columns import to_int, to_ns
+from ._kineto_decode import RawTrace, decode_kineto_chunk, decode_raw
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +33,10 @@ HOST_SYNC_CALLS = frozenset({
 _HOST_CATS = {"cpu_op": "host_op", "user_annotation": "annotation", "python_function": "python",
               "cuda_runtime": "runtime", "cuda_driver": "runtime"}
 _DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memcpy", "cuda_sync": "sync"}
+_CATS = list(_HOST_CATS) + list(_DEVICE_CATS)
+_CAT_INDEX = {c: i for i, c in enumerate(_CATS)}
+_FIRST_DEVICE_CAT = len(_HOST_CATS)
+CHUNK_EVENTS = 65536
 
 
 def read_bytes(path: Path) -> bytes:
@@ -41,12 +49,13 @@ def read_bytes(path: Path) -> bytes:
         raise TraceError(path, f"cannot read the file ({exc})") from None
 
 
-def decode_file(path: Path) -> TraceFile:
+def decode_file(path: Path) -> RawTrace:
+    """Read and first-pass decode a Chrome trace file, with errors that name the file."""
     raw = read_bytes(path)
     if not raw.strip():
         raise TraceError(path, "the file is empty; expected a Chrome trace JSON (torch.profiler output)")
     try:
-        return decode(raw)
+        return decode_raw(raw)
     except msgspec.DecodeError as exc:
         raise TraceError(path, f"not a valid Chrome trace JSON ({exc}); the file may be truncated") from None
     except RecursionError:
@@ -57,19 +66,23 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     """Read one or more Kineto trace files (several ranks or repeat cycles) into one Trace."""
     frames, steps, memories, metas = [], [], [], []
     for path in paths:
-        trace_file = decode_file(path)
-        rank = int((trace_file.distributedInfo or {}).get("rank", 0) or 0)
-        ev, st, mem = _tables(trace_file.traceEvents, rank)
+        header = decode_file(path)
+        rank = int((header.distributedInfo or {}).get("rank", 0) or 0)
+        try:
+            ev, mem = _Columns(rank).build(header.traceEvents)
+        except msgspec.DecodeError as exc:
+            raise TraceError(path, f"an event does not match the Chrome trace format ({exc})") from None
+        st = _steps(ev, rank)
         if not len(st) and not len(ev):
             raise TraceError(path, "no profiler events found; expected torch.profiler 'traceEvents' "
                                    "with cpu_op/kernel/ProfilerStep# events")
         frames.append(ev)
         steps.append(st)
         memories.append(mem)
-        metas.append(_meta(trace_file, path, rank))
+        metas.append(_meta(header, rank))
         if progress is not None:
             progress.update(1)
-    events = pd.concat(frames, ignore_index=True)
+    events = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     devices = sorted({d for m in metas for d in m["devices"]})
     backend = "cuda" if (events["kind"].isin(["kernel", "memcpy"]).any() or devices) else "cpu"
     meta = {
@@ -80,82 +93,133 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         "device_name": devices[0] if devices else "cpu",
         "device_memory_bytes": max((m["memory"] for m in metas if m["memory"]), default=None),
         "world_size": max(m["world_size"] for m in metas),
-        "settings": metas[0]["settings"],
+        "settings": {},
     }
     return schema.finish(events, pd.concat(steps, ignore_index=True), pd.concat(memories, ignore_index=True), None, meta)
 
 
-def _meta(trace_file: TraceFile, path: Path, rank: int) -> dict[str, Any]:
-    props = trace_file.deviceProperties or []
-    dist = trace_file.distributedInfo or {}
-    return {
-        "devices": [p.get("name") for p in props if p.get("name")][:1],
-        "memory": (props[0].get("totalGlobalMem") if props else None),
-        "world_size": int(dist.get("world_size", 1) or 1),
-        "settings": {},
-        "rank": rank,
-    }
+def _meta(header: RawTrace, rank: int) -> dict[str, Any]:
+    props = header.deviceProperties or []
+    dist = header.distributedInfo or {}
+    return {"devices": [p.get("name") for p in props if isinstance(p, dict) and p.get("name")][:1],
+            "memory": (props[0].get("totalGlobalMem") if props and isinstance(props[0], dict) else None),
+            "world_size": int(dist.get("world_size", 1) or 1), "rank": rank}
 
 
-def _tables(events: list[Event], rank: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    names: dict[Any, str] = {}
-    for e in events:
-        if e.ph == "M" and e.name == "process_name" and e.args is not None:
-            names[e.pid] = str(e.args.name)
-    spans = [e for e in events if e.ph == "X" and (e.cat in _HOST_CATS or e.cat in _DEVICE_CATS)]
-    memory = [e for e in events if e.ph == "i" and e.name == "[memory]" and e.args is not None]
-    frame = _span_frame(spans, rank, names)
-    return frame, _steps(frame, rank), _memory(memory, rank)
+class _Codes(dict):
+    """String -> dense integer code, growing as new strings appear."""
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Codes of ``texts``: factorized per chunk, so only distinct strings touch the dict."""
+        local, uniques = pd.factorize(np.asarray(texts, dtype=object))
+        table = np.fromiter((self.setdefault(u, len(self)) for u in uniques), np.int32, len(uniques))
+        return table[local] if len(texts) else np.empty(0, np.int32)
+
+    def categories(self) -> pd.Index:
+        return pd.Index(list(self), dtype=object)
 
 
-def _span_frame(spans: list[Event], rank: int, process_names: dict[Any, str]) -> pd.DataFrame:
-    n = len(spans)
-    cat = pd.Categorical([e.cat for e in spans])
-    name = pd.Categorical([e.name for e in spans])
-    args = [e.args for e in spans]
-    pid = [e.pid for e in spans]
-    tid = [e.tid for e in spans]
-    on_device = np.asarray(pd.Series(cat).isin(list(_DEVICE_CATS)).to_numpy(), dtype=bool)
+class _Columns:
+    """Accumulates numpy columns chunk by chunk, then assembles the events frame."""
 
-    kind = pd.Series(cat).map({**_HOST_CATS, **_DEVICE_CATS}).astype(object).to_numpy()
-    cats = pd.Series(name.categories)
-    kind_of_name = {
-        "annotation": cats[cats.str.match(STEP_NAME.pattern)],
-        "dataloader": cats[cats.str.startswith(DATALOADER_PREFIX)],
-        "sync": cats[cats.isin(HOST_SYNC_CALLS)],
-    }
-    name_s = pd.Series(name)
-    kind = np.where(name_s.isin(kind_of_name["dataloader"]), "dataloader", kind)
-    kind = np.where(name_s.isin(kind_of_name["annotation"]), "annotation", kind)
-    kind = np.where(name_s.isin(kind_of_name["sync"]) & ~on_device, "sync", kind)
-    is_comm = name_s.isin(cats[cats.str.contains("nccl", case=False)]).to_numpy() & (kind == "kernel")
-    kind = np.where(is_comm, "comm", kind)
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.names, self.shapes = _Codes(), _Codes()
+        self.process_names: dict[Any, str] = {}
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.memory: list[Any] = []
 
-    stream = to_int([a.stream if a is not None else None for a in args])
-    tid_int = to_int(tid)
-    stream = np.where(on_device & (stream < 0), tid_int, stream)
-    device = to_int([a.device if a is not None else None for a in args])
-    device = np.where(on_device, np.where(device < 0, to_int(pid, 0), device), -1)
-    correlation = to_int([(a.correlation if a.correlation is not None else a.external_id) if a is not None else None
-                          for a in args])
-    shapes = [str(a.input_dims) if a is not None and a.input_dims else "" for a in args]
-    pid_int = to_int(pid, 0)
-    lane = _lanes(on_device, pid_int, tid_int, device, stream, process_names)
-    return pd.DataFrame({
-        "name": name,
-        "kind": kind,
-        "ts_ns": to_ns([e.ts for e in spans]),
-        "dur_ns": to_ns([e.dur for e in spans]),
-        "lane": lane,
-        "stream": np.where(on_device, stream, -1),
-        "device": device,
-        "rank": np.full(n, rank, dtype=np.int64),
-        "correlation": correlation,
-        "shapes": categorical(shapes),
-        "core": np.where(on_device, "cuda", "cpu"),
-        "type": pd.Categorical(np.asarray([kernel_type(c) for c in name.categories], dtype=object)[name.codes])
-        if n else [],
-    })
+    def build(self, raws: list) -> tuple[pd.DataFrame, pd.DataFrame]:
+        for start in range(0, len(raws), CHUNK_EVENTS):
+            self._add(decode_kineto_chunk(raws[start:start + CHUNK_EVENTS]))
+        return self._frame(), self._memory_frame()
+
+    def _add(self, events: list) -> None:
+        spans = []
+        for e in events:
+            ph = e.ph
+            if ph == "X":
+                if e.cat in _CAT_INDEX:
+                    spans.append(e)
+            elif ph == "i":
+                if e.name == "[memory]" and e.args is not None:
+                    self.memory.append(e)
+            elif ph == "M" and e.name == "process_name" and e.args is not None:
+                self.process_names[e.pid] = str(e.args.name)
+        if not spans:
+            return
+        args = [e.args for e in spans]
+        none = None
+        self.parts.append({
+            "cat": np.fromiter((_CAT_INDEX[e.cat] for e in spans), np.int8, len(spans)),
+            "name": self.names.encode([e.name for e in spans]),
+            "ts": to_ns([e.ts for e in spans]),
+            "dur": to_ns([e.dur for e in spans]),
+            "pid": to_int([e.pid for e in spans], 0),
+            "tid": to_int([e.tid for e in spans], 0),
+            "stream": to_int([a.stream if a is not none else none for a in args]),
+            "device": to_int([a.device if a is not none else none for a in args]),
+            "correlation": to_int([(a.correlation if a.correlation is not none else a.external_id)
+                                   if a is not none else none for a in args]),
+            "shapes": self.shapes.encode([str(a.input_dims) if a is not none and a.input_dims else ""
+                                          for a in args]),
+        })
+
+    def _frame(self) -> pd.DataFrame:
+        if not self.parts:
+            return schema.empty(schema.EVENT_COLUMNS)
+        col = {k: np.concatenate([p[k] for p in self.parts]) for k in self.parts[0]}
+        self.parts = []
+        n = col["cat"].size
+        on_device = col["cat"] >= _FIRST_DEVICE_CAT
+        names = pd.Categorical.from_codes(col["name"], categories=self.names.categories())
+        kind = self._kinds(col["cat"], names, on_device)
+        stream = np.where(on_device & (col["stream"] < 0), col["tid"], col["stream"])
+        device = np.where(on_device, np.where(col["device"] < 0, col["pid"], col["device"]), -1)
+        types = [kernel_type(c) for c in names.categories]
+        return pd.DataFrame({
+            "name": names,
+            "kind": pd.Categorical.from_codes(kind, categories=schema.KINDS),
+            "ts_ns": col["ts"],
+            "dur_ns": col["dur"],
+            "lane": _lanes(on_device, col["pid"], col["tid"], device, stream, self.process_names),
+            "stream": np.where(on_device, stream, -1),
+            "device": device,
+            "rank": np.full(n, self.rank, dtype=np.int64),
+            "correlation": col["correlation"],
+            "type": pd.Categorical(np.asarray(types, dtype=object)[col["name"]]) if n else [],
+            "shapes": pd.Categorical.from_codes(col["shapes"], categories=self.shapes.categories()),
+            "core": pd.Categorical.from_codes(on_device.astype(np.int8), categories=["cpu", "cuda"]),
+        })
+
+    @staticmethod
+    def _kinds(cat: np.ndarray, names: pd.Categorical, on_device: np.ndarray) -> np.ndarray:
+        kind_index = {k: i for i, k in enumerate(schema.KINDS)}
+        by_cat = np.array([kind_index[{**_HOST_CATS, **_DEVICE_CATS}[c]] for c in _CATS], dtype=np.int8)
+        kind = by_cat[cat]
+        cats = pd.Series(names.categories, dtype=object)
+        codes = names.codes
+        flag = lambda mask: np.asarray(mask.to_numpy(), dtype=bool)[codes]  # noqa: E731 - per category, then spread
+        kind = np.where(flag(cats.str.startswith(DATALOADER_PREFIX)), kind_index["dataloader"], kind)
+        kind = np.where(flag(cats.str.match(STEP_NAME.pattern)), kind_index["annotation"], kind)
+        kind = np.where(flag(cats.isin(HOST_SYNC_CALLS)) & ~on_device, kind_index["sync"], kind)
+        is_nccl = flag(cats.str.contains("nccl", case=False, regex=False))
+        return np.where(is_nccl & (kind == kind_index["kernel"]), kind_index["comm"], kind).astype(np.int8)
+
+    def _memory_frame(self) -> pd.DataFrame:
+        if not self.memory:
+            return schema.empty(schema.MEMORY_COLUMNS)
+        args = [e.args for e in self.memory]
+        dtype = to_int([a.device_type for a in args], 0)
+        dev_id = to_int([a.device_id for a in args], 0)
+        device = np.where(dtype == 0, "cpu", pd.Series(dev_id).astype(str).radd("cuda:").to_numpy())
+        return pd.DataFrame({
+            "rank": self.rank,
+            "device": device,
+            "ts_ns": to_ns([e.ts for e in self.memory]),
+            "allocated_bytes": pd.to_numeric(pd.Series([a.total_allocated for a in args], dtype=object), errors="coerce"),
+            "reserved_bytes": pd.to_numeric(pd.Series([a.total_reserved for a in args], dtype=object), errors="coerce"),
+        })
 
 
 def kernel_type(name: str) -> str:
@@ -178,17 +242,16 @@ def _lanes(on_device, pid, tid, device, stream, process_names) -> pd.Categorical
     """One lane name per event, built once per distinct (process, thread) or (device, stream)."""
     if on_device.size == 0:
         return pd.Categorical([])
-    key = np.stack([on_device.astype(np.int64), np.where(on_device, device, pid), np.where(on_device, stream, tid)])
-    unique, codes = np.unique(key, axis=1, return_inverse=True)
-    labels = []
-    for is_dev, a, b in unique.T:
-        if is_dev:
-            labels.append(f"GPU {a}/Stream {b}")
-        else:
-            labels.append(f"{process_names.get(int(a), 'Host')}/Thread {b}")
+    code_a, values_a = pd.factorize(np.where(on_device, device, pid))
+    code_b, values_b = pd.factorize(np.where(on_device, stream, tid))
+    # one int64 key per event: factorizing it is far cheaper than a MultiIndex of three columns
+    codes, keys = pd.factorize((on_device.astype(np.int64) << 62) | (code_a.astype(np.int64) << 31) | code_b)
+    unique = [(k >> 62, values_a[(k >> 31) & (2**31 - 1)], values_b[k & (2**31 - 1)]) for k in keys.tolist()]
+    labels = [f"GPU {a}/Stream {b}" if is_dev else f"{process_names.get(int(a), 'Host')}/Thread {b}"
+              for is_dev, a, b in unique]
     # equal labels (two pids with one name) must share one category
     cats, remap = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
-    return pd.Categorical.from_codes(remap[np.ravel(codes)], categories=list(cats))
+    return pd.Categorical.from_codes(remap[codes], categories=list(cats))
 
 
 def _steps(frame: pd.DataFrame, rank: int) -> pd.DataFrame:
@@ -204,20 +267,4 @@ def _steps(frame: pd.DataFrame, rank: int) -> pd.DataFrame:
         "step": marks["step"].to_numpy(),
         "start_ns": marks["ts_ns"].to_numpy(),
         "end_ns": (marks["ts_ns"] + marks["dur_ns"]).to_numpy(),
-    })
-
-
-def _memory(events: list[Event], rank: int) -> pd.DataFrame:
-    if not events:
-        return schema.empty(schema.MEMORY_COLUMNS)
-    args = [e.args for e in events]
-    dtype = to_int([a.device_type for a in args], 0)
-    dev_id = to_int([a.device_id for a in args], 0)
-    device = np.where(dtype == 0, "cpu", pd.Series(dev_id).astype(str).radd("cuda:").to_numpy())
-    return pd.DataFrame({
-        "rank": rank,
-        "device": device,
-        "ts_ns": to_ns([e.ts for e in events]),
-        "allocated_bytes": pd.to_numeric(pd.Series([a.total_allocated for a in args], dtype=object), errors="coerce"),
-        "reserved_bytes": pd.to_numeric(pd.Series([a.total_reserved for a in args], dtype=object), errors="coerce"),
     })

@@ -12,12 +12,12 @@ from pathlib import Path
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from traitlets import Bool, Unicode
+from traitlets import Bool, Enum, List, Unicode
 
 from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError, current_capture
 from .errors import NpumagicError
 from .history import RunNameTaken, UnknownRun
-from .render.report import RunReport
+from .render import VIEWS, FigureReport, RunReport, render_views
 from .session import RunOutcome, Session
 
 _NAME = re.compile(r"^[A-Za-z_][\w.-]{0,63}$")
@@ -79,11 +79,14 @@ def _split_statement(line: str, magic) -> tuple[str, str]:
 
 @magics_class
 class NpuMagics(Magics):
-    """npumagic's magics: %%npuprofile, %npusteps, %npuruns, %npuload."""
+    """npumagic's magics: %%npuprofile, %npusteps, %npuruns, %npuload, %npushow."""
 
     output_dir = Unicode("npumagic_runs", help="Where runs and their history (history.sqlite) are kept.").tag(config=True)
     backend = Unicode("", help="Force a backend: 'npu', 'cuda' or 'cpu' (default: the best available).").tag(config=True)
-    plot = Bool(True, help="Draw the timeline after each run.").tag(config=True)
+    plot = Bool(True, help="Draw figures after each run.").tag(config=True)
+    views = List(Unicode(), default_value=["timeline", "steps"],
+                 help=f"Figures drawn after each run, from: {', '.join(VIEWS)}.").tag(config=True)
+    figure_format = Enum(["png", "svg"], default_value="png", help="Format of the figures shown and saved.").tag(config=True)
 
     def __init__(self, shell=None, **kwargs) -> None:
         super().__init__(shell=shell, **kwargs)
@@ -181,11 +184,53 @@ class NpuMagics(Magics):
         return lambda: exec(compiled, namespace)  # noqa: S102 - running the user's cell is the point
 
     def _report(self, outcome: RunOutcome, quiet: bool, plot: bool) -> RunReport:
-        png = path = None
-        if plot and outcome.summary is not None and outcome.run.run_dir:
-            png, path = _timeline(outcome)
+        figures = []
+        if plot and outcome.summary is not None and outcome.trace is not None:
+            bad = [v for v in self.views if v not in VIEWS]
+            if bad:
+                raise UsageError(f"NpuMagics.views has unknown views {bad}; views: {', '.join(VIEWS)}")
+            figures = render_views(list(self.views), outcome.trace, outcome.summary, _figure_dir(outcome.run.run_dir),
+                                   outcome.run.name, self.figure_format)
         notes = [] if quiet else outcome.notes
-        return RunReport(outcome.run, outcome.summary, outcome.verdict, notes, png, path)
+        return RunReport(outcome.run, outcome.summary, outcome.verdict, notes, figures)
+
+    @magic_arguments()
+    @argument("run", nargs="?", default=None, help="run name, or -1/-2 for the latest runs (default the latest)")
+    @argument("--timeline", action="store_true", help="host and device lanes over time, idle gaps marked")
+    @argument("--steps", action="store_true", help="per-step breakdown with the step time line")
+    @argument("--kernels", action="store_true", help="top kernels by total time (count x mean)")
+    @argument("--memory", action="store_true", help="allocated and reserved memory over time")
+    @argument("--comm", action="store_true", help="compute vs collectives per rank")
+    @argument("--step-range", default=None, help="timeline: steps FIRST:LAST")
+    @argument("--zoom", default=None, help="timeline: window START_MS:END_MS from the first step")
+    @argument("--lanes", default=None, help="timeline: comma list of lane name parts to show")
+    @argument("--rank", type=int, default=None, help="rank to draw (multi-rank runs)")
+    @argument("--svg", action="store_true", help="SVG instead of PNG")
+    @line_magic
+    def npushow(self, line: str):
+        """Redraw any view of any run in the history (default: --timeline --steps).
+
+        Examples::
+
+            %npushow baseline --kernels
+            %npushow -1 --timeline --step-range 3:4 --lanes Stream,HCCL
+        """
+        args = parse_argstring(self.npushow, line)
+        views = [v for v in VIEWS if getattr(args, v)] or ["timeline", "steps"]
+        options = {"steps": _pair(args.step_range, int, "--step-range"), "window": _pair(args.zoom, float, "--zoom"),
+                   "lanes": [x for x in args.lanes.split(",") if x] if args.lanes else None}
+        try:
+            name = self.session.resolve(args.run)
+            trace = self.session.trace(name)
+            from . import analysis
+
+            summary = self.session.summary(name) if args.rank is None else analysis.summarize(trace, rank=args.rank)
+            run = self.session.store.get(name)
+            figures = render_views(views, trace, summary, _figure_dir(run.run_dir), name, "svg" if args.svg else "png",
+                                   **{k: v for k, v in options.items() if v is not None})
+        except (NpumagicError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        return FigureReport(name, figures)
 
     # -- history ------------------------------------------------------------------------------
     def _step_table(self, name: str | None):
@@ -225,21 +270,21 @@ class NpuMagics(Magics):
         return self._report(outcome, quiet=False, plot=self.plot and not args.no_plot)
 
 
-def _timeline(outcome: RunOutcome):
-    from . import analysis
-    from .render.report import figure_png
-    from .render.timeline import timeline_figure
+def _figure_dir(run_dir: str | None) -> Path | None:
+    """Figures go beside the profiler output (its directory, or a trace file's folder)."""
+    if not run_dir:
+        return None
+    path = Path(run_dir)
+    return path if path.is_dir() else path.parent
 
+
+def _pair(text: str | None, kind, option: str):
+    if text is None:
+        return None
     try:
-        trace = analysis.load(outcome.run.run_dir)
-    except NpumagicError:
-        return None, None
-    fig = timeline_figure(trace, title=f"{outcome.run.name}: {outcome.run.backend} timeline")
-    png = figure_png(fig)
-    run_dir = Path(outcome.run.run_dir)
-    path = (run_dir if run_dir.is_dir() else run_dir.parent) / f"{outcome.run.name}_timeline.png"
-    try:
-        path.write_bytes(png)
-    except OSError:
-        path = None
-    return png, path
+        a, b = (kind(x) for x in text.split(":"))
+    except ValueError:
+        raise UsageError(f"{option} takes FIRST:LAST, got {text!r}") from None
+    if b < a:
+        raise UsageError(f"{option} {text!r}: the end comes before the start")
+    return a, b

@@ -31,6 +31,7 @@ class RunOutcome:
     verdict: Verdict | None
     capture: CaptureResult | None = None
     notes: list[str] = field(default_factory=list)
+    trace: "analysis.Trace | None" = None
 
     @property
     def error(self) -> BaseException | None:
@@ -44,6 +45,7 @@ class Session:
         self.prefer_backend = backend or None
         self._choice: BackendChoice | None = None
         self._summaries: dict[str, Summary] = {}
+        self._trace: tuple[str, analysis.Trace] | None = None  # the latest one only: traces can be large
         self.baseline: str | None = None
 
     # -- backend ------------------------------------------------------------------------------
@@ -107,7 +109,9 @@ class Session:
         )
         if self.baseline is None and summary is not None and status == "ok":
             self.baseline = name
-        return RunOutcome(self.store.get(name), summary, verdict, result, notes)
+        if trace is not None:
+            self._trace = (name, trace)
+        return RunOutcome(self.store.get(name), summary, verdict, result, notes, trace)
 
     # -- reading ------------------------------------------------------------------------------
     def resolve(self, name: str | None) -> str:
@@ -125,12 +129,17 @@ class Session:
         self.store.get(name)  # raises UnknownRun with the known names
         return name
 
-    def summary(self, name: str) -> Summary:
-        if name not in self._summaries:
+    def trace(self, name: str) -> "analysis.Trace":
+        if self._trace is None or self._trace[0] != name:
             run = self.store.get(name)
             if not run.run_dir or not Path(run.run_dir).exists():
                 raise NpumagicError(f"run {name!r} has no output directory left ({run.run_dir})")
-            self._summaries[name] = analysis.summarize(analysis.load(run.run_dir))
+            self._trace = (name, analysis.load(run.run_dir))
+        return self._trace[1]
+
+    def summary(self, name: str) -> Summary:
+        if name not in self._summaries:
+            self._summaries[name] = analysis.summarize(self.trace(name))
         return self._summaries[name]
 
     def _baseline_summary(self, exclude: str) -> Summary | None:

@@ -23,7 +23,8 @@ from .intervals import Spans
 from .schema import Trace
 
 STEP_COLUMNS = ["step", "start_us", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us",
-                "overlapped_us", "free_us", "preparing_us", "dataloader_us", "sync_us", "busy_us", "stage_us", "device_util"]
+                "overlapped_us", "free_us", "preparing_us", "dataloader_us", "sync_us", "busy_us", "idle_us", "stage_us",
+                "device_util"]
 KERNEL_COLUMNS = ["name", "type", "core", "count", "total_us", "mean_us", "min_us", "max_us", "share", "shapes"]
 HOST_OP_COLUMNS = ["name", "count", "total_us", "mean_us", "max_us", "share"]
 SYNC_COLUMNS = ["name", "count", "total_us", "per_step", "source"]
@@ -232,6 +233,7 @@ def _step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.
         "busy_us": us(busy),
         "stage_us": us(stage),
     })
+    out["idle_us"] = np.maximum(out["wall_us"] - out["busy_us"], 0.0)  # the device (or CPU) did nothing
     out["device_util"] = np.where(out["wall_us"] > 0, out["busy_us"] / out["wall_us"], np.nan)
     return out[STEP_COLUMNS]
 

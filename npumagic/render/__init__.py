@@ -1,7 +1,10 @@
 """Figures and tables for analysis objects. Takes Trace/Summary/Verdict, returns figures or
 strings; never parses a trace or computes a metric itself. Uses matplotlib's object API only."""
 
-from .report import RunReport
-from .timeline import plot_timeline, timeline_figure
+from .charts import plot_comm, plot_kernels, plot_memory, plot_step_breakdown
+from .report import FigureReport, RunReport
+from .timeline import TimelineArtists, plot_timeline, timeline_figure
+from .views import VIEWS, build_view, render_views
 
-__all__ = ["RunReport", "plot_timeline", "timeline_figure"]
+__all__ = ["VIEWS", "FigureReport", "RunReport", "TimelineArtists", "build_view", "plot_comm", "plot_kernels",
+           "plot_memory", "plot_step_breakdown", "plot_timeline", "render_views", "timeline_figure"]

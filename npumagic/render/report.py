@@ -1,25 +1,15 @@
-"""RunReport: what %%npuprofile shows under the cell — the step table, the checklist verdict and
-the timeline — as one display object carrying text/plain and text/html."""
+"""Display objects: RunReport (what %%npuprofile shows under the cell: step table, checklist
+verdict, figures) and FigureReport (%npushow). Each carries text/plain and text/html."""
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 from dataclasses import dataclass, field
-from pathlib import Path
-
-from matplotlib.figure import Figure
 
 from ..analysis.checklist import Verdict
 from ..analysis.metrics import Summary, step_table_text
 from ..history import Run
-
-
-def figure_png(fig: Figure, dpi: int = 100) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return buf.getvalue()
+from .views import RenderedFigure
 
 
 @dataclass(frozen=True)
@@ -30,12 +20,14 @@ class RunReport:
     summary: Summary | None
     verdict: Verdict | None
     notes: list[str] = field(default_factory=list)
-    timeline_png: bytes | None = None
-    timeline_path: Path | None = None
+    figures: list[RenderedFigure] = field(default_factory=list)
 
     @property
     def steps(self):
         return self.summary.steps if self.summary is not None else None
+
+    def figure(self, view: str) -> RenderedFigure | None:
+        return next((f for f in self.figures if f.view == view), None)
 
     def _header(self) -> str:
         r = self.run
@@ -48,8 +40,9 @@ class RunReport:
             parts += ["", step_table_text(self.summary.steps)]
         if self.verdict is not None:
             parts += ["", str(self.verdict)]
-        if self.timeline_path is not None:
-            parts += ["", f"timeline: {self.timeline_path}"]
+        saved = [f"{f.view}: {f.path}" for f in self.figures if f.path is not None]
+        if saved:
+            parts += [""] + saved
         return "\n".join(parts)
 
     def _repr_pretty_(self, p, cycle) -> None:
@@ -57,15 +50,30 @@ class RunReport:
 
     def _repr_html_(self) -> str:
         parts = [f"<p><b>{html.escape(self._header())}</b></p>"]
-        parts += [f"<p style='color:#777'>{html.escape(n)}</p>" for n in self.notes]
+        parts += [f"<p style='color:#777;margin:0'>{html.escape(n)}</p>" for n in self.notes]
         if self.summary is not None and len(self.summary.steps):
             parts.append(self.summary.steps.to_html(index=False, float_format=lambda v: f"{v:,.1f}"))
         if self.verdict is not None:
             parts.append(self.verdict._repr_html_())
-        if self.timeline_png:
-            data = base64.b64encode(self.timeline_png).decode()
-            parts.append(f"<img alt='timeline' src='data:image/png;base64,{data}'/>")
+        parts += [f.html() for f in self.figures]
         return "\n".join(parts)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         return {"text/plain": str(self), "text/html": self._repr_html_()}
+
+
+@dataclass(frozen=True)
+class FigureReport:
+    """Figures of one run redrawn by %npushow."""
+
+    run: str
+    figures: list[RenderedFigure]
+
+    def __str__(self) -> str:
+        return "\n".join(f"{self.run} {f.view}: {f.path or '(not saved)'}" for f in self.figures)
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(str(self))
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        return {"text/plain": str(self), "text/html": "\n".join(f.html() for f in self.figures)}

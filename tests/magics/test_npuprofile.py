@@ -168,14 +168,16 @@ def test_the_report_shows_table_verdict_and_timeline(trainer):
     report = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 2\ntrain_step()").result
     text = str(report)
     assert "wall_ms" in text and "1. Baseline" in text and "5. Record" in text
-    assert report.timeline_path is not None and report.timeline_path.read_bytes()[:4] == b"\x89PNG"
+    timeline = report.figure("timeline")
+    assert timeline.path is not None and timeline.path.read_bytes()[:4] == b"\x89PNG"
+    assert report.figure("steps") is not None
     bundle = report._repr_mimebundle_()
     assert "data:image/png;base64" in bundle["text/html"]
 
 
 def test_no_plot_skips_the_timeline(trainer):
     report = trainer.run_cell("%%npuprofile --repeat-cell --steps 1 --no-plot\ntrain_step()").result
-    assert report.timeline_png is None
+    assert report.figures == []
 
 
 def test_npusteps_runs_a_statement_once_per_step(trainer):

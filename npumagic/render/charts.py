@@ -1,0 +1,144 @@
+"""The other views: step breakdown, top kernels, memory over time, communication per rank.
+Each ``plot_*`` draws on an Axes it is given and returns what it drew; ``*_figure`` wraps one
+in a standalone Figure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ..analysis.intervals import Spans
+from ..analysis.metrics import Summary
+from ..analysis.schema import Trace
+from .colors import BREAKDOWN_COLORS, KIND_COLORS, kernel_color
+
+BREAKDOWN = [("computing_us", "computing"), ("comm_not_overlapped_us", "communication (not overlapped)"),
+             ("idle_us", "device idle")]
+
+
+def plot_step_breakdown(ax, steps: pd.DataFrame) -> dict:
+    """Stacked bars per step (computing, communication not overlapped, idle), the DataLoader
+    wait beside them, and the step time as a line: jitter shows as a ragged line."""
+    x = np.arange(len(steps))
+    bottom = np.zeros(len(steps))
+    bars = {}
+    for column, label in BREAKDOWN:
+        values = steps[column].to_numpy(dtype=float) / 1000 if len(steps) else np.zeros(0)
+        bars[column] = ax.bar(x - 0.15, values, 0.6, bottom=bottom, label=label, color=BREAKDOWN_COLORS[column])
+        bottom += values
+    data = steps["dataloader_us"].to_numpy(dtype=float) / 1000 if len(steps) else np.zeros(0)
+    bars["dataloader_us"] = ax.bar(x + 0.3, data, 0.2, label="waiting on DataLoader", color=BREAKDOWN_COLORS["dataloader_us"])
+    wall = steps["wall_us"].to_numpy(dtype=float) / 1000 if len(steps) else np.zeros(0)
+    line = ax.plot(x, wall, "k.-", lw=1, label="step time")[0]
+    ax.set_xticks(x, [str(s) for s in steps["step"]] if len(steps) else [], fontsize=8)
+    ax.set_xlabel("step")
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    if not len(steps):
+        ax.text(0.5, 0.5, "no steps recorded", transform=ax.transAxes, ha="center")
+    return {"bars": bars, "line": line, "steps": len(steps)}
+
+
+def plot_kernels(ax, kernels: pd.DataFrame, top: int = 15) -> dict:
+    """Horizontal bars of the top kernels by total time, each labelled 'count x mean', so many
+    tiny calls stand out next to a few long ones."""
+    shown = kernels.head(top).iloc[::-1]
+    y = np.arange(len(shown))
+    colors = [kernel_color(n) for n in shown["name"].astype(str)]
+    bars = ax.barh(y, shown["total_us"].to_numpy(dtype=float) / 1000, color=colors)
+    labels = []
+    for yi, (_, k) in zip(y, shown.iterrows()):
+        labels.append(ax.text(float(k["total_us"]) / 1000, yi, f"  {int(k['count']):,} x {k['mean_us']:,.1f} us",
+                              va="center", fontsize=7))
+    ax.set_yticks(y, [_short(str(n)) for n in shown["name"]], fontsize=7)
+    ax.set_xlabel("total time (ms)")
+    if len(shown):
+        ax.set_xlim(0, float(shown["total_us"].max()) / 1000 * 1.35)
+    else:
+        ax.text(0.5, 0.5, "no kernels recorded", transform=ax.transAxes, ha="center")
+    return {"bars": bars, "labels": labels, "names": list(shown["name"].astype(str))[::-1]}
+
+
+def plot_memory(ax, timeline: pd.DataFrame, origin_ns: int | None = None) -> dict:
+    """Allocated and reserved memory over time per device, the allocated peak marked."""
+    lines, peaks = [], []
+    origin = origin_ns if origin_ns is not None else (int(timeline["ts_ns"].min()) if len(timeline) else 0)
+    for device, m in timeline.groupby(timeline["device"].astype(str)):
+        t = (m["ts_ns"].to_numpy() - origin) / 1e6
+        alloc = m["allocated_bytes"].to_numpy(dtype=float) / 2**20
+        lines.append(ax.step(t, alloc, where="post", label=f"{device} allocated", lw=1)[0])
+        reserved = m["reserved_bytes"].to_numpy(dtype=float) / 2**20
+        if np.nan_to_num(reserved).any():
+            lines.append(ax.step(t, reserved, where="post", label=f"{device} reserved", lw=1, ls="--")[0])
+        i = int(np.nanargmax(alloc))
+        peaks.append(ax.annotate(f"peak {alloc[i]:,.1f} MiB", (t[i], alloc[i]), xytext=(0, 8), textcoords="offset points",
+                                 ha="center", fontsize=7, arrowprops={"arrowstyle": "-", "lw": 0.5}))
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel("MiB")
+    if lines:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    else:
+        ax.text(0.5, 0.5, "no memory samples (profile with --memory)", transform=ax.transAxes, ha="center")
+    return {"lines": lines, "peaks": peaks}
+
+
+def plot_comm(ax, trace: Trace) -> dict:
+    """Per rank: compute (blue) and collectives (red, translucent) over time; where they
+    overlap the bar turns purple, so poor overlap is visible at a glance."""
+    rows = []
+    origin = int(trace.steps["start_ns"].min()) if len(trace.steps) else 0
+    for y, rank in enumerate(trace.ranks):
+        ev = trace.events[(trace.events["rank"] == rank) & (trace.events["step"] >= 0)]
+        for kind, alpha in (("kernel", 1.0), ("comm", 0.55)):
+            part = ev[ev["kind"] == kind]
+            start = part["ts_ns"].to_numpy()
+            spans = Spans.union_of(start, start + part["dur_ns"].to_numpy())
+            ax.broken_barh(list(zip((spans.starts - origin) / 1e6, (spans.ends - spans.starts) / 1e6)), (y - 0.35, 0.7),
+                           facecolors=KIND_COLORS[kind], alpha=alpha, linewidth=0,
+                           label=("compute" if kind == "kernel" else "collectives") if y == 0 else None)
+        rows.append(f"rank {rank}")
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    ax.set_ylim(max(len(rows), 1) - 0.5, -0.5)
+    ax.set_xlabel("time (ms from the first step)")
+    if not (trace.events["kind"] == "comm").any():
+        ax.text(0.5, 0.5, "no collectives recorded (single device)", transform=ax.transAxes, ha="center")
+    if rows:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    return {"ranks": rows}
+
+
+def _short(name: str, limit: int = 48) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def _figure(height: float) -> Figure:
+    return Figure(figsize=(11, height), layout="constrained")
+
+
+def steps_figure(summary: Summary, title: str = "") -> Figure:
+    fig = _figure(3.2)
+    plot_step_breakdown(fig.add_subplot(), summary.steps)
+    fig.suptitle(title or "step breakdown", fontsize=10, x=0.01, ha="left")
+    return fig
+
+
+def kernels_figure(summary: Summary, top: int = 15, title: str = "") -> Figure:
+    fig = _figure(0.8 + 0.28 * max(min(top, len(summary.kernels)), 3))
+    plot_kernels(fig.add_subplot(), summary.kernels, top)
+    fig.suptitle(title or "top kernels by total time", fontsize=10, x=0.01, ha="left")
+    return fig
+
+
+def memory_figure(summary: Summary, title: str = "") -> Figure:
+    fig = _figure(3.0)
+    plot_memory(fig.add_subplot(), summary.memory_timeline)
+    fig.suptitle(title or "memory", fontsize=10, x=0.01, ha="left")
+    return fig
+
+
+def comm_figure(trace: Trace, title: str = "") -> Figure:
+    fig = _figure(1.2 + 0.5 * max(len(trace.ranks), 2))
+    plot_comm(fig.add_subplot(), trace)
+    fig.suptitle(title or "compute vs collectives per rank", fontsize=10, x=0.01, ha="left")
+    return fig

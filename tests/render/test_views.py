@@ -1,0 +1,169 @@
+"""Every view, for a real CPU run and for every shared Ascend sample; assertions on content."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from matplotlib.figure import Figure
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+import npumagic
+from npumagic.analysis import schema
+from npumagic.render import VIEWS, build_view, plot_kernels, plot_step_breakdown, plot_timeline
+from npumagic.render.colors import kernel_color
+
+from ..conftest import ASCEND_RANKS, need
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cpu_run")
+    model = torch.nn.Linear(64, 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
+                 on_trace_ready=tensorboard_trace_handler(str(out)), profile_memory=True) as prof:
+        for _ in range(4):
+            model(torch.randn(32, 64)).sum().backward()
+            opt.step()
+            prof.step()
+    trace = npumagic.load(out)
+    return trace, npumagic.summarize(trace)
+
+
+@pytest.fixture(scope="module", params=ASCEND_RANKS, ids=lambda p: f"{p.parent.name}-{p.name}")
+def ascend_run(request):
+    trace = npumagic.load(need(request.param))
+    return trace, npumagic.summarize(trace)
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_every_view_draws_for_a_cpu_run(cpu_run, view):
+    fig = build_view(view, *cpu_run)
+    assert isinstance(fig, Figure) and fig.axes
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_every_view_draws_for_every_ascend_sample(ascend_run, view):
+    fig = build_view(view, *ascend_run)
+    assert isinstance(fig, Figure) and fig.axes
+
+
+def test_ascend_timeline_has_host_device_and_hccl_lanes(ascend_run):
+    trace, summary = ascend_run
+    fig = Figure()
+    out = plot_timeline(fig.add_subplot(), trace, top_kernels=summary.kernels["name"].head(5).tolist())
+    assert any(lane.startswith("Python/Thread") for lane in out.lanes)
+    assert "Ascend Hardware/Stream 2" in out.lanes
+    assert out.lanes[-1] == "HCCL/Group 0 Communication"  # collectives drawn last
+    assert len(out.steps) == 1  # step 50
+    # the compute stream waits most of the (not overlapped) all-reduce: that hole is marked
+    longest = max(g[2] for g in out.gaps if g[0] == "Ascend Hardware/Stream 2")
+    assert longest > 0.5 * summary.steps["comm_not_overlapped_us"].iloc[0] / 1000
+
+
+def test_cpu_timeline_shades_each_step(cpu_run):
+    trace, _ = cpu_run
+    fig = Figure()
+    out = plot_timeline(fig.add_subplot(), trace)
+    assert len(out.steps) == 3
+    assert [t.get_text().strip() for t in fig.axes[0].texts if t.get_text().strip().startswith("step")] == \
+        ["step 1", "step 2", "step 3"]
+
+
+def test_step_range_and_lane_filter(cpu_run):
+    trace, _ = cpu_run
+    fig = Figure()
+    out = plot_timeline(fig.add_subplot(), trace, steps=(2, 3), lanes=["Thread"])
+    assert len(out.steps) == 2
+    assert all("Thread" in lane for lane in out.lanes)
+    with pytest.raises(ValueError, match="no steps in 7..9"):
+        plot_timeline(Figure().add_subplot(), trace, steps=(7, 9))
+
+
+def _synthetic_device_trace(gap_ms: float) -> schema.Trace:
+    """Two kernels on one stream with an injected idle hole of ``gap_ms`` between them."""
+    ms = 1_000_000
+    gap = int(gap_ms * ms)
+    events = pd.DataFrame({
+        "name": ["k1", "k2", "aten::mm"], "kind": ["kernel", "kernel", "host_op"],
+        "ts_ns": [0, 2 * ms + gap, 0], "dur_ns": [2 * ms, 2 * ms, 4 * ms + gap],
+        "lane": ["GPU 0/Stream 7", "GPU 0/Stream 7", "Host/Thread 1"], "stream": [7, 7, -1], "device": [0, 0, -1],
+        "rank": 0, "type": ["k1", "k2", "aten::mm"], "core": ["cuda", "cuda", "cpu"],
+    })
+    steps = pd.DataFrame({"rank": [0], "step": [1], "start_ns": [0], "end_ns": [4 * ms + gap]})
+    return schema.finish(events, steps, meta={"backend": "cuda"})
+
+
+def test_an_injected_idle_gap_is_annotated_with_its_length():
+    fig = Figure()
+    out = plot_timeline(fig.add_subplot(), _synthetic_device_trace(gap_ms=3.0))
+    assert out.gaps == [("GPU 0/Stream 7", 2.0, 3.0)]
+    assert any(t.get_text() == "idle 3.00 ms" for t in fig.axes[0].texts)
+
+
+def test_gaps_below_the_threshold_are_not_marked():
+    fig = Figure()
+    out = plot_timeline(fig.add_subplot(), _synthetic_device_trace(gap_ms=0.05))
+    assert out.gaps == []
+
+
+def test_top_kernels_keep_their_colour_across_figures(ascend_run):
+    trace, summary = ascend_run
+    top = summary.kernels["name"].head(3).tolist()
+    fig = Figure()
+    out = plot_timeline(fig.add_subplot(), trace, top_kernels=top)
+    colors = {b.get_label(): tuple(b.get_facecolor()[0]) for b in out.bars}
+    for name in top:
+        assert colors[name] == pytest.approx(kernel_color(name))
+    kfig = Figure()
+    drawn = plot_kernels(kfig.add_subplot(), summary.kernels, top=3)
+    assert [tuple(p.get_facecolor()) for p in drawn["bars"]][::-1] == [pytest.approx(kernel_color(n)) for n in top]
+
+
+def test_kernel_bars_show_count_and_mean(cpu_run):
+    _, summary = cpu_run
+    fig = Figure()
+    drawn = plot_kernels(fig.add_subplot(), summary.kernels, top=5)
+    first = summary.kernels.iloc[0]
+    assert drawn["names"][0] == first["name"]
+    assert f"{int(first['count']):,} x" in drawn["labels"][-1].get_text()
+
+
+def test_step_breakdown_stacks_to_the_busy_plus_idle_time(cpu_run):
+    _, summary = cpu_run
+    fig = Figure()
+    drawn = plot_step_breakdown(fig.add_subplot(), summary.steps)
+    tops = np.sum([[r.get_height() for r in drawn["bars"][c]] for c in ("computing_us", "comm_not_overlapped_us", "idle_us")], axis=0)
+    assert tops == pytest.approx(summary.steps["wall_us"].to_numpy() / 1000, rel=1e-6)
+    assert drawn["steps"] == 3
+
+
+@pytest.mark.parametrize("steps", [0, 1])
+def test_empty_and_single_step_runs_draw(steps):
+    trace = _synthetic_device_trace(1.0)
+    if steps == 0:
+        trace = schema.finish(schema.empty(schema.EVENT_COLUMNS), schema.empty(schema.STEP_COLUMNS))
+    summary = npumagic.summarize(trace)
+    for view in VIEWS:
+        assert build_view(view, trace, summary).axes
+
+
+def test_a_million_events_draw_in_aggregate():
+    n = 1_000_000
+    rng = np.random.default_rng(0)
+    ts = np.sort(rng.integers(0, 10**9, n))
+    events = pd.DataFrame({"name": pd.Categorical(rng.choice([f"k{i}" for i in range(50)], n)), "kind": "kernel",
+                           "ts_ns": ts, "dur_ns": 500, "lane": "GPU 0/Stream 7", "stream": 7, "device": 0, "rank": 0,
+                           "type": "k", "core": "cuda"})
+    trace = schema.finish(events, pd.DataFrame({"rank": [0], "step": [1], "start_ns": [0], "end_ns": [10**9]}))
+    fig = Figure()
+    t0 = time.perf_counter()
+    out = plot_timeline(fig.add_subplot(), trace, top_kernels=["k1", "k2"])
+    elapsed = time.perf_counter() - t0
+    rectangles = sum(len(b.get_paths()) for b in out.bars)
+    assert rectangles < 3 * 1600 * 3  # bounded by pixels x colour groups, not by events
+    assert elapsed < 60  # generous: the real figure is in bench/render.py

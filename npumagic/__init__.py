@@ -20,13 +20,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from .analysis import Summary, Trace, load, summarize
+from .analysis.advice import Advice, Finding, advise
 from .analysis.checklist import Verdict, checklist
+from .analysis.compare import Comparison, compare
 from .capture.steps import step
 from .errors import NpumagicError, TraceError
 
 __version__ = "0.1.0"
-__all__ = ["NpumagicError", "Summary", "Trace", "TraceError", "Verdict", "analyze", "checklist", "load",
-           "load_ipython_extension", "step", "summarize", "unload_ipython_extension"]
+__all__ = ["Advice", "Comparison", "Finding", "NpumagicError", "Summary", "Trace", "TraceError", "Verdict", "advise",
+           "analyze", "checklist", "compare", "load", "load_ipython_extension", "step", "summarize",
+           "unload_ipython_extension"]
 
 
 def analyze(path: str | Path) -> Summary:

@@ -41,7 +41,9 @@ CELLS = [
     ("Fix the bottleneck the verdict names (the data pipeline), profile again",
      "%%npuprofile --wait 1 --warmup 1 --steps 4 --name fixed\n"
      "train(torch.utils.data.DataLoader(SlowDataset(0.0), batch_size=8))"),
-    ("The history", "%npuruns"),
+    ("Did it help, beyond noise? What changed?", "%npucompare baseline fixed --no-plot"),
+    ("What to try next", "%npuadvise"),
+    ("The history", "%npunote fixed \"removed the 2 ms/sample decode\"\n%npuruns"),
 ]
 
 
@@ -49,6 +51,10 @@ def run_demo(output_dir: str | Path = "npumagic_demo") -> int:
     """Run the demo cells in a real InteractiveShell; returns a process exit status."""
     from IPython.core.interactiveshell import InteractiveShell
 
+    import pandas as pd
+
+    pd.set_option("display.width", 200)
+    pd.set_option("display.max_columns", 20)
     out = str(Path(output_dir).resolve())
     shell = InteractiveShell.instance(colors="NoColor")
     for title, code in CELLS:

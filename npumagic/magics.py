@@ -17,7 +17,7 @@ from traitlets import Bool, Enum, List, Unicode
 from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError, current_capture
 from .errors import NpumagicError
 from .history import RunNameTaken, UnknownRun
-from .render import VIEWS, FigureReport, RunReport, render_views
+from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
 from .session import RunOutcome, Session
 
 _NAME = re.compile(r"^[A-Za-z_][\w.-]{0,63}$")
@@ -79,7 +79,8 @@ def _split_statement(line: str, magic) -> tuple[str, str]:
 
 @magics_class
 class NpuMagics(Magics):
-    """npumagic's magics: %%npuprofile, %npusteps, %npuruns, %npuload, %npushow."""
+    """npumagic's magics: %%npuprofile, %npusteps, %npuruns, %npuload, %npushow, %npuadvise,
+    %npucompare, %npubaseline, %npunote, %npurm, %npuhistory, %npuexport."""
 
     output_dir = Unicode("npumagic_runs", help="Where runs and their history (history.sqlite) are kept.").tag(config=True)
     backend = Unicode("", help="Force a backend: 'npu', 'cuda' or 'cpu' (default: the best available).").tag(config=True)
@@ -268,6 +269,180 @@ class NpuMagics(Magics):
         except (NpumagicError, RunNameTaken) as exc:
             raise UsageError(str(exc)) from None
         return self._report(outcome, quiet=False, plot=self.plot and not args.no_plot)
+
+
+    # -- the checklist: advise, compare, baseline, record --------------------------------------
+    def _run(self, name: str | None) -> str:
+        try:
+            return self.session.resolve(name)
+        except (UnknownRun, NpumagicError) as exc:
+            raise UsageError(str(exc)) from None
+
+    @magic_arguments()
+    @argument("run", nargs="?", default=None, help="run name or -1/-2 (default the latest)")
+    @argument("--all", action="store_true", help="every rank of a multi-rank run, and low-severity findings")
+    @line_magic
+    def npuadvise(self, line: str):
+        """Rank the bottlenecks of a run, each with its evidence, a concrete fix and where.
+
+        Examples: ``%npuadvise``, ``%npuadvise baseline --all``
+        """
+        args = parse_argstring(self.npuadvise, line)
+        name = self._run(args.run)
+        from .analysis.advice import Advice, Finding, advise
+
+        try:
+            summary = self.session.summary(name)
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
+        if not args.all:
+            advice = advise(summary, name)
+            return Advice([f for f in advice if f.severity != "low"] or advice.findings[:1], name)
+        findings = []
+        for rank, per_rank in sorted(summary.per_rank.items()):
+            label = f"{name} rank {rank}" if len(summary.per_rank) > 1 else name
+            suffix = f" (rank {rank})" if len(summary.per_rank) > 1 else ""
+            findings += [Finding(f.category, f.impact, f.title + suffix, f.evidence, f.fix, f.where)
+                         for f in advise(per_rank, label)]
+        findings.sort(key=lambda f: f.impact, reverse=True)
+        return Advice(findings, name)
+
+    @magic_arguments()
+    @argument("a", nargs="?", default=None, help="reference run (name or -1/-2; default the baseline)")
+    @argument("b", nargs="?", default=None, help="the run to check (default the latest)")
+    @argument("--no-plot", action="store_true", help="no comparison figure")
+    @line_magic
+    def npucompare(self, line: str):
+        """Compare two runs: step time with a 95% confidence interval and a rank test, the
+        breakdown deltas, kernels added/removed/changed, and what changed between them.
+
+        Examples: ``%npucompare`` (baseline vs latest), ``%npucompare baseline run3``, ``%npucompare -2 -1``
+        """
+        args = parse_argstring(self.npucompare, line)
+        if args.b is not None:
+            a, b = self._run(args.a), self._run(args.b)
+        else:
+            b = self._run(args.a)  # the run to check: the one named, else the latest
+            a = self.session.baseline
+            if a is None or a == b:  # no other reference: the run before it
+                names = self.session.store.names()
+                i = names.index(b)
+                if i == 0:
+                    raise UsageError("%npucompare needs two runs; profile another one first")
+                a = names[i - 1]
+        if a == b:
+            raise UsageError(f"both sides are {a!r}; name two different runs")
+        try:
+            comparison = self.session.compare(a, b)
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
+        figure = None
+        if self.plot and not args.no_plot:
+            from .render.charts import comparison_figure
+            from .render.views import RenderedFigure, figure_bytes
+
+            data = figure_bytes(comparison_figure(comparison), self.figure_format)
+            path = self.session.output_dir / f"compare_{a}_vs_{b}.{self.figure_format}"
+            path.write_bytes(data)
+            figure = RenderedFigure("compare", data, self.figure_format, path)
+        return CompareReport(comparison, figure)
+
+    @line_magic
+    def npubaseline(self, line: str):
+        """Show or set the baseline later runs are verified against.
+
+        Usage: ``%npubaseline`` (show), ``%npubaseline RUN`` (set)
+        """
+        if not line.strip():
+            return self.session.baseline
+        name = self._run(line.strip())
+        try:
+            self.session.set_baseline(name)
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
+        print(f"npumagic: baseline is now {name}")
+        return None
+
+    @line_magic
+    def npunote(self, line: str):
+        """Attach your conclusion to a run (shown by %npuruns and in %npuexport).
+
+        Usage: ``%npunote RUN "num_workers=4 fixed the input stall"``
+        """
+        import shlex
+
+        try:
+            parts = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f'usage: %npunote RUN "text" ({exc})') from None
+        if len(parts) < 2:
+            raise UsageError('usage: %npunote RUN "text"')
+        name = self._run(parts[0])
+        self.session.note(name, " ".join(parts[1:]))
+        return None
+
+    @magic_arguments()
+    @argument("run", help="run name")
+    @argument("--files", action="store_true", help="also delete the run's profiler output directory")
+    @line_magic
+    def npurm(self, line: str):
+        """Remove a run from the history (asks nothing; keeps its files unless --files)."""
+        args = parse_argstring(self.npurm, line)
+        name = self._run(args.run)
+        run = self.session.remove(name, files=args.files)
+        kept = "" if args.files else f"; files kept in {run.run_dir}"
+        print(f"npumagic: removed {name}{kept}")
+        return None
+
+    @magic_arguments()
+    @argument("kernel", help="kernel (or operator) name, or a part of it")
+    @argument("--no-plot", action="store_true")
+    @line_magic
+    def npuhistory(self, line: str):
+        """One kernel's total and mean time across every run in the history.
+
+        Example: ``%npuhistory aten::addmm``
+        """
+        args = parse_argstring(self.npuhistory, line)
+        rows = self.session.store.kernels()
+        exact = rows[rows["name"] == args.kernel]
+        rows = exact if len(exact) else rows[rows["name"].str.contains(args.kernel, regex=False)]
+        if rows.empty:
+            raise UsageError(f"no kernel matching {args.kernel!r} in the history")
+        kernel = rows.groupby("name")["total_us"].sum().idxmax() if not len(exact) else args.kernel
+        table = rows[rows["name"] == kernel].groupby("run", sort=False).agg(
+            count=("count", "sum"), total_us=("total_us", "sum")).reset_index()
+        table["mean_us"] = table["total_us"] / table["count"]
+        figure = None
+        if self.plot and not args.no_plot:
+            from .render.charts import kernel_history_figure
+            from .render.views import RenderedFigure, figure_bytes
+
+            figure = RenderedFigure("history", figure_bytes(kernel_history_figure(table, kernel), self.figure_format),
+                                    self.figure_format)
+        return KernelHistory(kernel, table, figure)
+
+    @magic_arguments()
+    @argument("--md", default=None, help="write the log as Markdown to this file")
+    @argument("--csv", default=None, help="write the log as CSV to this file")
+    @line_magic
+    def npuexport(self, line: str):
+        """Export the troubleshooting log (each run's verdict, findings and note).
+
+        Usage: ``%npuexport --md log.md`` or ``%npuexport --csv log.csv``
+        """
+        args = parse_argstring(self.npuexport, line)
+        if not args.md and not args.csv:
+            raise UsageError("give --md FILE and/or --csv FILE")
+        from .render.export import log_table, render_markdown
+
+        runs = self.session.store.runs()
+        if args.md:
+            Path(args.md).write_text(render_markdown(runs), encoding="utf-8")
+        if args.csv:
+            log_table(runs).to_csv(args.csv, index=False)
+        print(f"npumagic: exported {len(runs)} runs to {', '.join(p for p in (args.md, args.csv) if p)}")
+        return None
 
 
 def _figure_dir(run_dir: str | None) -> Path | None:

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Callable
 
 from . import analysis
+from .analysis.advice import Advice, advise
 from .analysis.checklist import Verdict, checklist
+from .analysis.compare import Comparison, compare
 from .analysis.metrics import Summary
 from .capture import CaptureOptions, CaptureResult, capture, choose_backend
 from .capture.backends import BackendChoice, environment_snapshot
@@ -90,8 +92,8 @@ class Session:
             if trace is not None:
                 summary = analysis.summarize(trace)
                 self._summaries[name] = summary
-                verdict = checklist(summary, self._baseline_summary(exclude=name), run_name=name,
-                                    stored_at=str(self.store.path))
+                verdict = checklist(summary, run_name=name, stored_at=str(self.store.path),
+                                    comparison=self._against_baseline(name, summary))
         except NpumagicError as exc:
             notes.append(f"could not analyse {run_dir}: {exc}")
             message = str(exc)
@@ -142,10 +144,44 @@ class Session:
             self._summaries[name] = analysis.summarize(self.trace(name))
         return self._summaries[name]
 
-    def _baseline_summary(self, exclude: str) -> Summary | None:
-        if self.baseline is None or self.baseline == exclude:
+    def _against_baseline(self, name: str, summary: Summary) -> Comparison | None:
+        if self.baseline is None or self.baseline == name:
             return None
         try:
-            return self.summary(self.baseline)
+            return compare(self.summary(self.baseline), summary, self.baseline, name,
+                           self.context(self.baseline), self.context(name))
         except NpumagicError:
             return None
+
+    def context(self, name: str) -> dict:
+        """A run's record as the comparison's "what changed" section reads it."""
+        run = self.store.get(name)
+        return {"source": run.source, "arguments": run.arguments, "environment": run.environment,
+                "versions": run.versions, "backend": run.backend, "device": run.device}
+
+    # -- the checklist's later steps ------------------------------------------------------------
+    def compare(self, a: str, b: str) -> Comparison:
+        return compare(self.summary(a), self.summary(b), a, b, self.context(a), self.context(b))
+
+    def advise(self, name: str) -> Advice:
+        return advise(self.summary(name), name)
+
+    def set_baseline(self, name: str) -> None:
+        self.summary(name)  # must be analysable
+        self.baseline = name
+
+    def note(self, name: str, text: str) -> None:
+        self.store.update(name, note=text)
+
+    def remove(self, name: str, files: bool = False) -> Run:
+        run = self.store.remove(name)
+        self._summaries.pop(name, None)
+        if self._trace is not None and self._trace[0] == name:
+            self._trace = None
+        if self.baseline == name:
+            self.baseline = None
+        if files and run.kind == "profile" and run.run_dir and Path(run.run_dir).is_dir():
+            import shutil
+
+            shutil.rmtree(run.run_dir)
+        return run

@@ -63,6 +63,7 @@ class Summary:
     ranks: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     per_rank: dict[int, "Summary"] = field(default_factory=dict, repr=False, compare=False)
+    details: pd.DataFrame | None = field(default=None, repr=False, compare=False)  # torch_npu kernel_details
 
     # -- headline numbers -------------------------------------------------------------------
     @property
@@ -150,7 +151,7 @@ def summarize(trace: Trace, rank: int | None = None) -> Summary:
     table = _rank_table(per_rank)
     chosen = per_rank[rank if rank is not None else ranks[0]]
     return Summary(chosen.steps, chosen.kernels, chosen.host_ops, chosen.syncs, chosen.comm, chosen.memory,
-                   chosen.memory_timeline, table, chosen.meta, per_rank)
+                   chosen.memory_timeline, table, chosen.meta, per_rank, chosen.details)
 
 
 def _summarize_rank(trace: Trace, rank: int) -> Summary:
@@ -164,7 +165,10 @@ def _summarize_rank(trace: Trace, rank: int) -> Summary:
     in_steps = ev[ev["step"] >= 0]
     kernels = _kernel_table(in_steps, device_mode, total_wall, trace.meta.get("vendor", {}).get(rank, {}))
     meta = {k: v for k, v in trace.meta.items() if k != "vendor"}
-    meta.update(rank=rank, device_mode=device_mode, backend=backend)
+    loaders = in_steps.loc[in_steps["kind"] == "dataloader", "name"].astype(str)
+    meta.update(rank=rank, device_mode=device_mode, backend=backend,
+                dataloader_iter=loaders.mode().iat[0] if len(loaders) else "")
+    details = trace.meta.get("vendor", {}).get(rank, {}).get("kernel_details")
     return Summary(
         steps=step_table,
         kernels=kernels,
@@ -175,6 +179,7 @@ def _summarize_rank(trace: Trace, rank: int) -> Summary:
         memory_timeline=trace.memory[trace.memory["rank"] == rank].reset_index(drop=True),
         ranks=pd.DataFrame(columns=RANK_COLUMNS),
         meta=meta,
+        details=details,
     )
 
 
@@ -309,12 +314,40 @@ def _is_host_sync(ev: pd.DataFrame) -> pd.Series:
     return on_host & ((ev["kind"] == "sync") | ((ev["kind"] == "host_op") & ev["name"].astype(str).isin(SYNC_HOST_OPS)))
 
 
+_LIBRARY_FRAME = re.compile(r"^<built-in|site-packages|/lib/python|^(?:torch|IPython|ipykernel|traitlets|tornado|asyncio|"
+                            r"typing|contextlib|threading|multiprocessing|importlib|npumagic|nn\.Module|runpy)\b|"
+                            r"/npumagic/|<frozen")
+MAX_SYNCS_LOCATED = 5000
+
+
+def _user_source(ev: pd.DataFrame, syncs: pd.DataFrame) -> np.ndarray:
+    """For each sync, the innermost enclosing user-code Python frame recorded on its thread
+    (torch.profiler's with_stack python_function events); "" where none was recorded."""
+    source = syncs["source"].astype(str).to_numpy().copy()
+    frames = ev[ev["kind"] == "python"]
+    if frames.empty:
+        return source
+    names = frames["name"].astype(str)
+    frames = frames[~names.str.contains(_LIBRARY_FRAME)]
+    for lane, group in frames.groupby("lane", observed=True):
+        mine = np.flatnonzero((syncs["lane"] == lane).to_numpy() & (source == ""))[:MAX_SYNCS_LOCATED]
+        start = group["ts_ns"].to_numpy()
+        end = start + group["dur_ns"].to_numpy()
+        label = group["name"].astype(str).to_numpy()
+        for i in mine:
+            t0 = syncs["ts_ns"].iat[i]
+            inside = np.flatnonzero((start <= t0) & (end >= t0 + syncs["dur_ns"].iat[i]))
+            if inside.size:
+                source[i] = label[inside[np.argmax(start[inside])]]
+    return source
+
+
 def _sync_table(ev: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     syncs = ev[_is_host_sync(ev)]
     if syncs.empty:
         return pd.DataFrame(columns=SYNC_COLUMNS)
     frame = pd.DataFrame({"name": syncs["name"].astype(str), "dur_us": syncs["dur_ns"] / 1000.0,
-                          "source": syncs["source"].astype(str)})
+                          "source": _user_source(ev, syncs)})
     g = frame.groupby("name", sort=False)
     table = g["dur_us"].agg(count="count", total_us="sum").reset_index()
     table["per_step"] = table["count"] / n_steps

@@ -142,3 +142,52 @@ def comm_figure(trace: Trace, title: str = "") -> Figure:
     plot_comm(fig.add_subplot(), trace)
     fig.suptitle(title or "compute vs collectives per rank", fontsize=10, x=0.01, ha="left")
     return fig
+
+
+def plot_step_distributions(ax, comparison) -> dict:
+    """Both runs' step times as strip + box plots, medians marked."""
+    data = [comparison.steps_a / 1000, comparison.steps_b / 1000]
+    boxes = ax.boxplot(data, showfliers=False, widths=0.5)
+    rng = np.random.default_rng(0)
+    for i, values in enumerate(data, 1):
+        ax.plot(i + rng.uniform(-0.12, 0.12, len(values)), values, "o", ms=3, alpha=0.7)
+    ax.set_xticks([1, 2], [comparison.a, comparison.b])
+    ax.set_ylabel("step time (ms)")
+    return {"boxes": boxes}
+
+
+def plot_breakdown_delta(ax, comparison) -> dict:
+    """Per-step means of the breakdown, A beside B."""
+    rows = comparison.breakdown[comparison.breakdown["metric"].str.endswith("(ms/step)")]
+    y = np.arange(len(rows))
+    bars_a = ax.barh(y + 0.2, rows["a"], 0.4, label=comparison.a, color="#9ecae1")
+    bars_b = ax.barh(y - 0.2, rows["b"], 0.4, label=comparison.b, color="#3182bd")
+    ax.set_yticks(y, [m.replace(" (ms/step)", "") for m in rows["metric"]], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per step")
+    ax.legend(fontsize=7, frameon=False)
+    return {"a": bars_a, "b": bars_b}
+
+
+def comparison_figure(comparison) -> Figure:
+    fig = Figure(figsize=(11, 3.2), layout="constrained")
+    left, right = fig.subplots(1, 2, width_ratios=[1, 1.6])
+    plot_step_distributions(left, comparison)
+    plot_breakdown_delta(right, comparison)
+    fig.suptitle(comparison.sentence(), fontsize=9, x=0.01, ha="left")
+    return fig
+
+
+def kernel_history_figure(history: pd.DataFrame, kernel: str) -> Figure:
+    """One kernel's total and mean time across runs."""
+    fig = Figure(figsize=(9, 2.8), layout="constrained")
+    ax = fig.add_subplot()
+    x = np.arange(len(history))
+    ax.bar(x, history["total_us"] / 1000, color=kernel_color(kernel), label="total (ms)")
+    ax.set_xticks(x, history["run"], fontsize=8)
+    ax.set_ylabel("total ms")
+    twin = ax.twinx()
+    twin.plot(x, history["mean_us"], "k.-", label="mean (us)")
+    twin.set_ylabel("mean us")
+    ax.set_title(_short(kernel, 80), fontsize=9, loc="left")
+    return fig

@@ -77,3 +77,52 @@ class FigureReport:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         return {"text/plain": str(self), "text/html": "\n".join(f.html() for f in self.figures)}
+
+
+@dataclass(frozen=True)
+class CompareReport:
+    """%npucompare: the Comparison (data in ``.comparison``) and its figure."""
+
+    comparison: object
+    figure: RenderedFigure | None = None
+
+    def __str__(self) -> str:
+        return str(self.comparison) + (f"\n\nfigure: {self.figure.path}" if self.figure and self.figure.path else "")
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(str(self))
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        c = self.comparison
+        parts = [f"<p><b>{html.escape(c.sentence())}</b></p>", c.breakdown.to_html(index=False, float_format=lambda v: f"{v:,.2f}")]
+        if c.changed:
+            warn = " — the checklist's rule is one change at a time" if len(c.changed) > 1 else ""
+            parts.append(f"<p>What changed{warn}:</p><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in c.changed) + "</ul>")
+        for key, diff in c.diffs.items():
+            parts.append(f"<pre>{html.escape(diff)}</pre>")
+        if self.figure is not None:
+            parts.append(self.figure.html())
+        if len(c.kernels):
+            parts.append(c.kernels.head(15).to_html(index=False, float_format=lambda v: f"{v:,.1f}"))
+        return {"text/plain": str(self), "text/html": "\n".join(parts)}
+
+
+@dataclass(frozen=True)
+class KernelHistory:
+    """%npuhistory: one kernel across the runs (``.table``) and a small plot."""
+
+    kernel: str
+    table: object
+    figure: RenderedFigure | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kernel} across runs:\n" + self.table.to_string(index=False)
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(str(self))
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        html_parts = [f"<p><b>{html.escape(self.kernel)}</b> across runs</p>", self.table.to_html(index=False)]
+        if self.figure is not None:
+            html_parts.append(self.figure.html())
+        return {"text/plain": str(self), "text/html": "\n".join(html_parts)}

@@ -82,3 +82,25 @@ def test_npuload_of_a_bad_path_is_a_usage_error(shell, tmp_path):
     with pytest.raises(UsageError, match="no such file"):
         shell.run_line_magic("npuload", str(tmp_path / "missing"))
     assert shell.run_line_magic("npuruns", "").empty
+
+
+def test_npushow_redraws_any_view_of_any_run(trainer):
+    trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 2 --memory --name first\ntrain_step()")
+    trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 2 --name second --no-plot\ntrain_step()")
+    report = trainer.run_line_magic("npushow", "first --kernels --memory")
+    assert [f.view for f in report.figures] == ["kernels", "memory"]
+    assert all(f.path.exists() and f.path.parent.name == "first" for f in report.figures)
+    latest = trainer.run_line_magic("npushow", "-1 --timeline --svg --step-range 1:1")
+    assert latest.run == "second" and latest.figures[0].data.lstrip().startswith(b"<?xml")
+
+
+@pytest.mark.parametrize("line, message", [
+    ("nope --steps", "Unknown run 'nope'"),
+    ("-1 --step-range 3", "--step-range takes FIRST:LAST"),
+    ("-1 --zoom 5:1", "the end comes before the start"),
+    ("-1 --step-range 40:41", "no steps in 40..41"),
+])
+def test_npushow_bad_input_is_a_usage_error(trainer, line, message):
+    trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 1 --no-plot\ntrain_step()")
+    with pytest.raises(UsageError, match=message):
+        trainer.run_line_magic("npushow", line)

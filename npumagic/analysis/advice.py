@@ -1,0 +1,349 @@
+"""Rules: Summary -> ranked Findings, each with the numbers behind it, a concrete fix and where
+it happens. Thresholds live in :mod:`.thresholds`; a finding's ``impact`` is the share of step
+time at stake, which orders them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from . import thresholds as T
+from .metrics import Summary
+from .schema import Trace
+
+CATEGORIES = ("host_bound", "dataloader", "communication", "small_ops", "sync", "npu_compute", "memory", "jitter",
+              "compute_bound", "balanced")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One bottleneck: ``category`` (see CATEGORIES), ``impact`` (share of step time at stake),
+    ``title`` with the deciding numbers, ``evidence``, ``fix`` (names the API or parameter) and
+    ``where`` (op, step or source line)."""
+
+    category: str
+    impact: float
+    title: str
+    evidence: dict[str, Any]
+    fix: str
+    where: str = ""
+
+    @property
+    def severity(self) -> str:
+        return "high" if self.impact >= T.SEVERITY_HIGH else "medium" if self.impact >= T.SEVERITY_MEDIUM else "low"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"category": self.category, "severity": self.severity, "impact": self.impact, "title": self.title,
+                "evidence": self.evidence, "fix": self.fix, "where": self.where}
+
+    def __str__(self) -> str:
+        lines = [f"[{self.severity}] {self.category}: {self.title}", f"    fix: {self.fix}"]
+        if self.where:
+            lines.append(f"    where: {self.where}")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(str(self))
+
+
+@dataclass(frozen=True)
+class Advice:
+    """Findings of one run, most important first (a list-like display object)."""
+
+    findings: list[Finding] = field(default_factory=list)
+    run: str = ""
+
+    def __iter__(self):
+        return iter(self.findings)
+
+    def __len__(self) -> int:
+        return len(self.findings)
+
+    def __getitem__(self, i):
+        return self.findings[i]
+
+    @property
+    def table(self) -> pd.DataFrame:
+        return pd.DataFrame([f.as_dict() for f in self.findings],
+                            columns=["category", "severity", "impact", "title", "fix", "where", "evidence"])
+
+    def __str__(self) -> str:
+        head = f"npumagic advice{' for ' + self.run if self.run else ''}: "
+        if not self.findings:
+            return head + "no bottleneck past its threshold"
+        return head + f"{len(self.findings)} findings\n" + "\n".join(f"{i}. {f}" for i, f in enumerate(self.findings, 1))
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(str(self))
+
+    def _repr_html_(self) -> str:
+        import html
+
+        rows = "".join(f"<tr><td>{i}</td><td>{f.severity}</td><td>{f.category}</td><td style='text-align:left'>"
+                       f"{html.escape(f.title)}<br/><i>fix:</i> {html.escape(f.fix)}"
+                       f"{'<br/><i>where:</i> ' + html.escape(f.where) if f.where else ''}</td></tr>"
+                       for i, f in enumerate(self.findings, 1))
+        return f"<table><tr><th>#</th><th>severity</th><th>category</th><th>finding</th></tr>{rows}</table>"
+
+
+def _per_step_ms(s: Summary, column: str) -> float:
+    return float(s.steps[column].mean()) / 1000 if len(s.steps) else 0.0
+
+
+def _communication(s: Summary) -> Finding | None:
+    exposed = s.share("comm_not_overlapped_us")
+    total = s.share("communication_us")
+    comm_us = float(s.steps["communication_us"].sum())
+    overlap = float(s.steps["overlapped_us"].sum()) / comm_us if comm_us else 0.0
+    if not (exposed > T.COMM_BOUND_SHARE or (total > T.COMM_MIN_SHARE and overlap < T.LOW_OVERLAP_RATIO)):
+        return None
+    evidence = {"communication_ms": _per_step_ms(s, "communication_us"),
+                "comm_not_overlapped_ms": _per_step_ms(s, "comm_not_overlapped_us"),
+                "computing_ms": _per_step_ms(s, "computing_us"), "overlap_ratio": overlap, "comm_share": exposed}
+    title = (f"collectives take {evidence['communication_ms']:.2f} ms per step ({evidence['comm_not_overlapped_ms']:.2f} ms "
+             f"not overlapped, {exposed:.0%} of the step) against {evidence['computing_ms']:.2f} ms of computing; "
+             f"{overlap:.0%} of communication overlaps compute")
+    fix = ("overlap gradient all-reduce with backward: DistributedDataParallel(bucket_cap_mb=25..100, "
+           "gradient_as_bucket_view=True), fewer and larger collectives, or compress gradients with "
+           "model.register_comm_hook(None, torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook)")
+    where = ""
+    if len(s.comm):
+        top = s.comm.iloc[0]
+        where = f"{top['op']} x{int(top['count'])}"
+        if top["link"]:
+            where += f" over {top['link']}"
+        wait = float(top["wait_ratio"]) if pd.notna(top["wait_ratio"]) else 0.0
+        evidence.update(wait_ratio=wait, top_op=top["op"])
+        if wait > 0.5:
+            fix = (f"{top['op']} spends {wait:.0%} of its time waiting for other ranks: a straggler arrives late. "
+                   "Compare ranks (npumagic analyze on the parent folder shows the slowest), balance the work per "
+                   "rank; then " + fix)
+        bandwidth = s.comm["bandwidth_gbps"].dropna()
+        if len(bandwidth):
+            evidence["lowest_bandwidth_gbps"] = float(bandwidth.min())
+    if len(s.ranks) > 1:
+        slow = s.ranks.loc[s.ranks["step_median_us"].idxmax()]
+        evidence["slowest_rank"] = int(slow["rank"])
+        where += f"; slowest rank {int(slow['rank'])} ({slow['step_median_us'] / 1000:.2f} ms median step)"
+    return Finding("communication", exposed, title, evidence, fix, where.strip("; "))
+
+
+def _dataloader(s: Summary) -> Finding | None:
+    share = s.share("dataloader_us")
+    if share <= T.DATALOADER_SHARE:
+        return None
+    iterator = s.meta.get("dataloader_iter", "")
+    if "SingleProcess" in iterator:
+        fix = ("the DataLoader runs in the training process (num_workers=0): use DataLoader(num_workers=4..8, "
+               "pin_memory=True, persistent_workers=True, prefetch_factor=2) and keep decoding/augmentation in the "
+               "Dataset so the workers do it")
+    else:
+        fix = ("the workers cannot keep up: raise DataLoader(num_workers=...) and prefetch_factor=4, set "
+               "persistent_workers=True and pin_memory=True, and move decoding/augmentation out of collate_fn into "
+               "the workers (or onto the device)")
+    ms = _per_step_ms(s, "dataloader_us")
+    return Finding("dataloader", share, f"the step waits {ms:.2f} ms for the next batch ({share:.0%} of the step)",
+                   {"dataloader_ms": ms, "dataloader_share": share}, fix, iterator)
+
+
+def _host_bound(s: Summary) -> Finding | None:
+    if not s.meta.get("device_mode"):
+        return None  # on the CPU backend the host is the device
+    free = s.share("free_us")
+    unexplained = free - s.share("dataloader_us")
+    if free <= T.HOST_BOUND_FREE_SHARE or unexplained < T.SEVERITY_MEDIUM:
+        return None
+    evidence = {"free_ms": _per_step_ms(s, "free_us"), "free_share": free, "preparing_ms": _per_step_ms(s, "preparing_us"),
+                "device_util": s.device_util}
+    if s.meta.get("backend") == "npu":
+        fix = ("cut host dispatch time: export TASK_QUEUE_ENABLE=2, bind cores with CPU_AFFINITY_CONF=1, compile the "
+               "step (torch.compile(model, backend=torchair) / aclgraph), and raise the batch size")
+    else:
+        fix = ("cut launch overhead: capture the step in CUDA graphs (torch.compile(model, mode='reduce-overhead')), "
+               "raise the batch size, and move Python work (logging, metric math) out of the step")
+    return Finding("host_bound", unexplained, f"the device is idle {evidence['free_ms']:.2f} ms per step ({free:.0%}) "
+                   f"waiting for the host; {evidence['preparing_ms']:.2f} ms pass before the first device task",
+                   evidence, fix)
+
+
+def _sync(s: Summary) -> Finding | None:
+    if not s.meta.get("device_mode") or s.syncs.empty:
+        return None
+    cost = min(s.share("sync_us"), s.share("free_us"))
+    if cost <= T.SYNC_SHARE:
+        return None
+    top = s.syncs.iloc[0]
+    per_step = float(s.syncs["per_step"].max())
+    blocked = _per_step_ms(s, "sync_us")
+    where = str(top["source"]) or str(top["name"])
+    fix = ("remove host-device syncs from the step: replace loss.item()/float(t)/print(t) with on-device accumulation "
+           "read every N steps, avoid torch.npu.synchronize()/torch.cuda.synchronize() and .cpu() in the loop, and use "
+           "non_blocking=True copies")
+    return Finding("sync", cost, f"{per_step:.0f} host-device syncs per step ({top['name']}) block the host "
+                   f"{blocked:.2f} ms per step; the device then idles {s.share('free_us'):.0%} of the step",
+                   {"syncs_per_step": per_step, "blocked_ms": blocked, "cost_share": cost}, fix, where)
+
+
+def _small_ops(s: Summary) -> Finding | None:
+    k = s.kernels
+    if k.empty or not len(s.steps):
+        return None
+    tiny = k[k["mean_us"] < T.TINY_KERNEL_US]
+    per_step = float(tiny["count"].sum()) / len(s.steps)
+    share = float(tiny["total_us"].sum()) / float(k["total_us"].sum())
+    if share < T.SMALL_OP_SHARE or per_step < T.SMALL_OP_MIN_PER_STEP:
+        return None
+    types = tiny.groupby("type")["count"].sum().sort_values(ascending=False).head(3)
+    listed = ", ".join(f"{t} x{int(c / len(s.steps))}" for t, c in types.items())
+    fix = ("fuse the tiny kernels: torch.compile(model) (on Ascend: torch.compile(model, backend=torchair)), use fused "
+           "optimizers (torch.optim.AdamW(params, fused=True) or foreach=True), and replace chains of "
+           "view/permute/elementwise ops with one fused op")
+    return Finding("small_ops", share * s.share("computing_us") + (per_step * 5e-3) / max(s.step_stats["median_us"], 1),
+                   f"{per_step:.0f} kernels per step average under {T.TINY_KERNEL_US:g} us and take {share:.0%} of "
+                   f"device time ({listed})", {"tiny_per_step": per_step, "tiny_share": share}, fix, listed)
+
+
+def _weighted(details: pd.DataFrame, column: str, mask) -> float:
+    d = details[mask]
+    values = pd.to_numeric(d[column], errors="coerce")
+    weights = d["dur_ns"].astype(float)
+    ok = values.notna() & (weights > 0)
+    return float(np.average(values[ok], weights=weights[ok])) if ok.any() else float("nan")
+
+
+def _npu_compute(s: Summary) -> list[Finding]:
+    d = s.details
+    if d is None or d.empty:
+        return []
+    out = []
+    wall = s.total_wall_us * 1000  # ns
+    compute = float(d["dur_ns"].sum())
+    core = d["Accelerator Core"]
+    if "aic_mac_ratio" in d and (core == "AI_CORE").any():
+        util = _weighted(d, "aic_mac_ratio", core == "AI_CORE")
+        cube_ns = float(d.loc[core == "AI_CORE", "dur_ns"].sum())
+        if util == util and util < T.AICORE_UTIL:
+            out.append(Finding("npu_compute", cube_ns / wall * (1 - util), f"AI Core cube utilisation is {util:.0%} "
+                               f"(time-weighted aic_mac_ratio of AI_CORE kernels, {cube_ns / 1e6:.2f} ms)",
+                               {"aicore_mac_ratio": util, "aicore_ms": cube_ns / 1e6},
+                               "feed the cube unit bigger, aligned tiles: pad matmul/conv dims to multiples of 16, use "
+                               "bf16/fp16 (torch.autocast('npu', dtype=torch.bfloat16)), and batch small matmuls",
+                               "AI_CORE kernels"))
+    cpu_ops = d[core == "AI_CPU"]
+    if len(cpu_ops):
+        names = cpu_ops.groupby("Type")["dur_ns"].sum().sort_values(ascending=False)
+        listed = ", ".join(f"{t} ({v / 1e3:.0f} us)" for t, v in names.head(5).items())
+        out.append(Finding("npu_compute", float(cpu_ops["dur_ns"].sum()) / wall, f"{len(cpu_ops)} operators run on AI_CPU: "
+                           f"{listed}", {"ai_cpu_ops": len(cpu_ops), "ai_cpu_ms": float(cpu_ops["dur_ns"].sum()) / 1e6},
+                           "move them to AI Core: cast int64 inputs to int32 and float64 to float32 before these ops, "
+                           "or replace them (torch_npu custom ops); check the op list with torch_npu's "
+                           "op support table", listed))
+    trans = d[d["Type"] == "TransData"]
+    if len(trans) and float(trans["dur_ns"].sum()) / compute > T.TRANSDATA_SHARE:
+        t_ns = float(trans["dur_ns"].sum())
+        out.append(Finding("npu_compute", t_ns / wall, f"{len(trans)} TransData format conversions take "
+                           f"{t_ns / 1e6:.2f} ms, {t_ns / compute:.0%} of device compute",
+                           {"transdata_count": len(trans), "transdata_ms": t_ns / 1e6, "transdata_share": t_ns / compute},
+                           "stop converting formats every step: keep weights in the NPU-native format "
+                           "(torch_npu.npu_format_cast(w, 29) once after model.npu()), set "
+                           "torch.npu.config.allow_internal_format = True, and avoid permute/.contiguous() on NPU tensors "
+                           "in the loop", "TransData"))
+    if "Block Dim" in d:
+        block = pd.to_numeric(d["Block Dim"], errors="coerce")
+        by_kernel = d.assign(block=block).groupby("Name").agg(ns=("dur_ns", "sum"), block=("block", "max"))
+        low = by_kernel[(by_kernel["ns"] / compute >= T.KERNEL_SHARE) & (by_kernel["block"] < T.LOW_BLOCK_DIM)
+                        & (by_kernel["block"] > 0)]
+        if len(low):
+            listed = ", ".join(f"{n} (block dim {int(b)})" for n, b in low["block"].items())
+            out.append(Finding("npu_compute", float(low["ns"].sum()) / wall * 0.5, f"{len(low)} long kernels run on fewer "
+                               f"than {T.LOW_BLOCK_DIM} AI Cores: {listed}", {"low_block_kernels": len(low)},
+                               "give these ops more parallel work: larger batch or sequence per call, or shapes the "
+                               "tiling can split (multiples of 16 on the split axis)", listed))
+    out += _memory_bound_kernels(d, wall)
+    return out
+
+
+def _memory_bound_kernels(d: pd.DataFrame, wall_ns: float) -> list[Finding]:
+    masks = []
+    if {"aic_mte2_ratio", "aic_mac_ratio"} <= set(d):
+        masks.append((d["Accelerator Core"] == "AI_CORE") & (pd.to_numeric(d["aic_mte2_ratio"], errors="coerce") > T.MEMORY_BOUND_MTE2_RATIO)
+                     & (pd.to_numeric(d["aic_mac_ratio"], errors="coerce") < T.MEMORY_BOUND_COMPUTE_RATIO))
+    if {"aiv_mte2_ratio", "aiv_vec_ratio"} <= set(d):
+        masks.append((d["Accelerator Core"] == "AI_VECTOR_CORE") & (pd.to_numeric(d["aiv_mte2_ratio"], errors="coerce") > T.MEMORY_BOUND_MTE2_RATIO)
+                     & (pd.to_numeric(d["aiv_vec_ratio"], errors="coerce") < T.MEMORY_BOUND_COMPUTE_RATIO))
+    if not masks:
+        return []
+    bound = d[np.logical_or.reduce(masks)]
+    if bound.empty:
+        return []
+    ns = float(bound["dur_ns"].sum())
+    types = bound.groupby("Type")["dur_ns"].sum().sort_values(ascending=False).head(4)
+    listed = ", ".join(f"{t} ({v / 1e3:.0f} us)" for t, v in types.items())
+    return [Finding("memory", ns / wall_ns, f"{len(bound)} kernels are memory-bound (MTE2 load pipe above "
+                    f"{T.MEMORY_BOUND_MTE2_RATIO:.0%}, compute pipe below {T.MEMORY_BOUND_COMPUTE_RATIO:.0%}): {listed}",
+                    {"memory_bound_kernels": len(bound), "memory_bound_ms": ns / 1e6},
+                    "move less data per FLOP: fuse these elementwise/optimizer ops (torch.compile, fused optimizer "
+                    "foreach=True), use bf16 for activations, and avoid re-reading the same tensor in separate ops",
+                    listed)]
+
+
+def _memory(s: Summary) -> list[Finding]:
+    out = []
+    for _, m in s.memory.iterrows():
+        cap = m["capacity_bytes"]
+        peak, reserved = float(m["peak_allocated_bytes"]), float(m["peak_reserved_bytes"] or 0)
+        if pd.notna(cap) and cap and peak / cap > T.MEMORY_NEAR_CAPACITY:
+            out.append(Finding("memory", 0.15, f"{m['device']}: peak allocated {peak / 2**30:.1f} GiB is {peak / cap:.0%} "
+                               f"of {cap / 2**30:.1f} GiB", {"peak_gib": peak / 2**30, "capacity_share": peak / cap},
+                               "lower peak memory: activation checkpointing (torch.utils.checkpoint), a smaller micro-batch "
+                               "with gradient accumulation, or bf16 activations", str(m["device"])))
+        if reserved > T.FRAGMENTATION_RATIO * peak and reserved - peak > T.FRAGMENTATION_MIN_BYTES:
+            env = "PYTORCH_NPU_ALLOC_CONF" if s.meta.get("backend") == "npu" else "PYTORCH_CUDA_ALLOC_CONF"
+            out.append(Finding("memory", 0.05, f"{m['device']}: reserved {reserved / 2**30:.1f} GiB vs {peak / 2**30:.1f} GiB "
+                               "allocated at peak: the caching allocator is fragmented",
+                               {"reserved_gib": reserved / 2**30, "allocated_gib": peak / 2**30},
+                               f"set {env}=expandable_segments:True, and avoid tensors whose size changes every step",
+                               str(m["device"])))
+    return out
+
+
+def _jitter(s: Summary) -> Finding | None:
+    st = s.step_stats
+    if st["n"] < 3 or not st["cv"] == st["cv"] or st["cv"] <= T.JITTER_CV:
+        return None
+    slow = s.steps[s.steps["wall_us"] > T.JITTER_OUTLIER * st["median_us"]]
+    outliers = ", ".join(str(x) for x in slow["step"]) or "none above 1.2x the median"
+    impact = max(st["mean_us"] - st["median_us"], 0) / st["mean_us"]
+    return Finding("jitter", impact, f"step time varies by {st['cv']:.0%} (coefficient of variation); slow steps: {outliers}",
+                   {"cv": st["cv"], "median_ms": st["median_us"] / 1000, "outlier_steps": slow["step"].tolist()},
+                   "look at the slow steps in the timeline (%npushow RUN --timeline --step-range N:N): Python GC "
+                   "(gc.freeze() after warm-up), DataLoader stalls (prefetch_factor), or allocator spikes "
+                   "(torch.npu/cuda.empty_cache() in the loop)", f"steps {outliers}")
+
+
+RULES: list[Callable[[Summary], Finding | list[Finding] | None]] = [
+    _communication, _dataloader, _host_bound, _sync, _small_ops, _npu_compute, _memory, _jitter]
+
+
+def advise(data: Trace | Summary, run: str = "") -> Advice:
+    """Ranked findings for a run (most important first).
+
+    Parameters
+    ----------
+    data : a Trace (summarised here) or a Summary.
+    """
+    from .metrics import summarize
+
+    summary = summarize(data) if isinstance(data, Trace) else data
+    found: list[Finding] = []
+    for rule in RULES:
+        result = rule(summary)
+        if isinstance(result, Finding):
+            found.append(result)
+        elif result:
+            found.extend(result)
+    found.sort(key=lambda f: f.impact, reverse=True)
+    return Advice(found, run)

@@ -1,0 +1,49 @@
+"""Every threshold the checklist and the advice rules use, with its reason, in one place."""
+
+# Communication not hidden behind compute above this share of the step: HCCL/NCCL tuning guides
+# treat ~30% exposed communication as communication-bound.
+COMM_BOUND_SHARE = 0.30
+# Below this overlapped/communication ratio (with communication above COMM_MIN_SHARE of the step),
+# gradients are synchronised after backward instead of during it.
+LOW_OVERLAP_RATIO = 0.30
+COMM_MIN_SHARE = 0.10
+# Waiting on the DataLoader above this share of the step starves the device.
+DATALOADER_SHARE = 0.10
+# Device idle (free) above this share means the host cannot keep the device fed.
+HOST_BOUND_FREE_SHARE = 0.30
+# Device idle caused by host-device synchronisations above this share of the step: the host
+# waits for the device, then the device waits for the host (the pipeline drains at every sync).
+SYNC_SHARE = 0.10
+# A kernel is "tiny" below this mean duration: launch overhead (~5-10 us) rivals its work.
+TINY_KERNEL_US = 10.0
+# Tiny kernels taking above this share of device compute time, launched at least
+# SMALL_OP_MIN_PER_STEP times a step, mark a small-op-bound model.
+SMALL_OP_SHARE = 0.40
+SMALL_OP_MIN_PER_STEP = 200
+# Step-time coefficient of variation above this is jitter worth explaining; a step slower than
+# JITTER_OUTLIER x the median is an outlier.
+JITTER_CV = 0.10
+JITTER_OUTLIER = 1.2
+# A device this busy with compute is compute-bound: make the math cheaper, not the pipeline.
+COMPUTE_BOUND_SHARE = 0.60
+# Ascend: cube (MAC) pipeline utilisation of AI Core kernels below this (time-weighted) is low.
+AICORE_UTIL = 0.60
+# Ascend: format conversions (TransData) above this share of device compute are worth removing.
+TRANSDATA_SHARE = 0.10
+# Ascend: a kernel taking at least KERNEL_SHARE of compute with fewer blocks than this leaves
+# AI Cores idle (910-class chips have 20-32 AI Cores).
+LOW_BLOCK_DIM = 8
+KERNEL_SHARE = 0.05
+# Ascend: memory-bound kernel: the MTE2 (global memory load) pipe busy above this ratio while
+# the compute pipe (MAC / vector) is below MEMORY_BOUND_COMPUTE_RATIO.
+MEMORY_BOUND_MTE2_RATIO = 0.70
+MEMORY_BOUND_COMPUTE_RATIO = 0.20
+# Memory: peak allocated above this share of the device's capacity risks OOM and allocator stalls.
+MEMORY_NEAR_CAPACITY = 0.90
+# Memory: reserved above allocated by this factor (and by at least FRAGMENTATION_MIN_BYTES) is
+# fragmentation in the caching allocator.
+FRAGMENTATION_RATIO = 1.5
+FRAGMENTATION_MIN_BYTES = 512 * 2**20
+# Severity labels by the share of step time at stake.
+SEVERITY_HIGH = 0.25
+SEVERITY_MEDIUM = 0.10

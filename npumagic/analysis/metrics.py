@@ -44,7 +44,8 @@ class Summary:
     Attributes
     ----------
     steps : one row per step, columns :data:`STEP_COLUMNS`.
-    kernels : device kernels (CPU backend: leaf operators) by total time, :data:`KERNEL_COLUMNS`.
+    kernels : device kernels by total time, :data:`KERNEL_COLUMNS`; on the CPU backend the
+        operators by self time (duration minus their children's).
     host_ops : host operators by total (inclusive) time, :data:`HOST_OP_COLUMNS`.
     syncs : host-device synchronisations, :data:`SYNC_COLUMNS`.
     comm : collectives by operation, :data:`COMM_COLUMNS`.
@@ -243,28 +244,60 @@ def _step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.
     return out[STEP_COLUMNS]
 
 
-def _leaf_mask(ops: pd.DataFrame) -> np.ndarray:
-    """Operators with no child on their thread: the ones that do the work on a CPU."""
-    if ops.empty:
-        return np.zeros(0, dtype=bool)
-    order = np.lexsort((-ops["dur_ns"].to_numpy(), ops["ts_ns"].to_numpy(), ops["lane"].cat.codes.to_numpy()))
-    lane = ops["lane"].cat.codes.to_numpy()[order]
-    start = ops["ts_ns"].to_numpy()[order]
-    end = start + ops["dur_ns"].to_numpy()[order]
-    nxt_start = np.append(start[1:], np.iinfo(np.int64).max)
-    same_lane = np.append(lane[1:] == lane[:-1], False)
-    leaf_sorted = ~same_lane | (nxt_start >= end)
-    leaf = np.empty_like(leaf_sorted)
-    leaf[order] = leaf_sorted
-    return leaf
+def self_time_ns(ops: pd.DataFrame) -> np.ndarray:
+    """Each operator's own time: its duration minus that of its direct children on its thread.
+
+    Vectorised: nesting depth from counts of starts and ends (ops on a thread nest properly),
+    the parent is the latest earlier op one level up, and children's durations are summed per
+    parent with bincount.
+    """
+    n = len(ops)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    lane = ops["lane"].cat.codes.to_numpy().astype(np.int64)
+    start = ops["ts_ns"].to_numpy()
+    dur = ops["dur_ns"].to_numpy()
+    order = np.lexsort((-dur, start, lane))  # parents before children at equal starts
+    lane, start, dur = lane[order], start[order], dur[order]
+    end = start + dur
+    # depth = ops of this lane still open when this one starts (opened earlier, not yet ended)
+    lane_first = np.searchsorted(lane, lane, side="left")
+    opened_before = np.arange(n) - lane_first
+    end_key = np.lexsort((end, lane))
+    sorted_end_lane, sorted_end = lane[end_key], end[end_key]
+    closed = np.empty(n, dtype=np.int64)
+    for code in np.unique(lane):  # per lane: a few threads
+        sel = sorted_end_lane == code
+        ends_here = sorted_end[sel]
+        mine = lane == code
+        closed[mine] = np.searchsorted(ends_here, start[mine], side="right")
+    depth = opened_before - closed
+    parent = np.full(n, -1, dtype=np.int64)
+    position = np.arange(n)
+    for d in range(1, int(depth.max()) + 1 if n else 1):
+        up = position[depth == d - 1]
+        here = position[depth == d]
+        if here.size == 0 or up.size == 0:
+            continue
+        k = np.searchsorted(up, here, side="right") - 1
+        ok = k >= 0
+        candidate = up[np.maximum(k, 0)]
+        ok &= lane[candidate] == lane[here]
+        parent[here[ok]] = candidate[ok]
+    child = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=n)
+    own = np.maximum(dur - child.astype(np.int64), 0)
+    out = np.empty(n, dtype=np.int64)
+    out[order] = own
+    return out
 
 
 def _kernel_table(ev: pd.DataFrame, device_mode: bool, total_wall_us: float, vendor: dict) -> pd.DataFrame:
     if device_mode:
         kernels = ev[ev["kind"] == "kernel"]
-    else:
+    else:  # on the CPU an operator's work is its self time (a leaf's is all of it)
         ops = ev[(ev["kind"] == "host_op") & (ev["device"] < 0)]
-        kernels = ops[_leaf_mask(ops)]
+        kernels = ops.assign(dur_ns=self_time_ns(ops))
+        kernels = kernels[kernels["dur_ns"] > 0]
     if kernels.empty:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     frame = kernels.assign(dur_us=kernels["dur_ns"] / 1000.0, name=kernels["name"].astype(str),

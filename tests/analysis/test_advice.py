@@ -1,0 +1,142 @@
+"""Advice rules and the checklist on real data: the shared Ascend samples and real CPU runs."""
+
+from __future__ import annotations
+
+import ast
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+import npumagic
+from npumagic.analysis import schema, thresholds
+from npumagic.analysis.advice import CATEGORIES
+
+from ..conftest import ASCEND, ASCEND_RANKS, need
+
+
+def test_the_comm_bound_rank_is_classified_with_the_vendor_figures():
+    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    advice = npumagic.advise(summary)
+    top = advice[0]
+    assert top.category == "communication" and top.severity == "high"
+    # step_trace_time.csv: Communication 105991.878 us, Computing 8873.756 us
+    assert "105.99 ms per step" in top.title and "8.87 ms of computing" in top.title
+    assert top.evidence["communication_ms"] == pytest.approx(105.992, rel=1e-3)
+    assert top.evidence["computing_ms"] == pytest.approx(8.874, rel=1e-3)
+    verdict = npumagic.checklist(summary)
+    assert verdict.bottleneck == "communication"
+    assert "105.99 ms" in verdict.steps[1][1]
+
+
+def test_npu_kernel_rules_find_the_format_conversions_and_low_cube_use():
+    advice = npumagic.advise(npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt")))
+    trans = next(f for f in advice if "transdata_count" in f.evidence)
+    assert trans.evidence["transdata_count"] == 57  # op_statistic.csv: TransData, Count 57
+    assert trans.evidence["transdata_ms"] == pytest.approx(1.423, rel=1e-2)
+    cube = next(f for f in advice if "aicore_mac_ratio" in f.evidence)
+    assert cube.evidence["aicore_mac_ratio"] < thresholds.AICORE_UTIL
+
+
+def test_syncs_are_found_with_their_source_line():
+    advice = npumagic.advise(npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt")))
+    sync = next(f for f in advice if f.category == "sync")
+    assert sync.evidence["syncs_per_step"] == 27
+    assert "main.py(485)" in sync.where
+
+
+@pytest.mark.parametrize("rank_dir", ASCEND_RANKS, ids=lambda p: f"{p.parent.name}-{p.name}")
+def test_every_fix_names_an_api_or_parameter(rank_dir):
+    for finding in npumagic.advise(npumagic.analyze(need(rank_dir))):
+        assert finding.category in CATEGORIES
+        assert re.search(r"\w+\(|\w=\w|[A-Z_]{4,}=", finding.fix), finding.fix
+
+
+def test_every_threshold_is_documented_where_it_is_defined():
+    source = Path(thresholds.__file__).read_text().splitlines()
+    for node in ast.parse("\n".join(source)).body:
+        if isinstance(node, ast.Assign):
+            line = node.lineno - 2  # the line above the constant
+            while line >= 0 and re.match(r"^[A-Z0-9_]+ = ", source[line]):
+                line -= 1  # constants sharing one comment block
+            assert line >= 0 and source[line].startswith("#"), f"{node.targets[0].id} has no reason comment"
+
+
+def _profile(tmp_path: Path, step_fn, steps=4) -> npumagic.Summary:
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=steps, repeat=1),
+                 on_trace_ready=tensorboard_trace_handler(str(tmp_path))) as prof:
+        for _ in range(steps + 2):
+            step_fn()
+            prof.step()
+    return npumagic.analyze(tmp_path)
+
+
+def test_a_slow_dataset_puts_the_dataloader_first(tmp_path):
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            time.sleep(0.004)
+            return torch.randn(32)
+
+    it = iter(torch.utils.data.DataLoader(Slow(), batch_size=4))
+    model = torch.nn.Linear(32, 8)
+    advice = npumagic.advise(_profile(tmp_path, lambda: model(next(it)).sum().backward()))
+    assert advice[0].category == "dataloader"
+    assert "num_workers=0" in advice[0].fix
+
+
+def test_thousands_of_tiny_ops_put_small_ops_first(tmp_path):
+    x = torch.randn(16)
+
+    def step():
+        y = x
+        for _ in range(1500):
+            y = y * 1.0001 + 0.0001
+        return y
+
+    summary = _profile(tmp_path, step)
+    advice = npumagic.advise(summary)
+    assert advice[0].category == "small_ops"
+    assert advice[0].evidence["tiny_per_step"] >= 3000
+    assert npumagic.checklist(summary).bottleneck == "small_ops"
+
+
+def test_a_matmul_heavy_loop_raises_no_host_bound_alarm(tmp_path):
+    a, b = torch.randn(384, 384), torch.randn(384, 384)
+    summary = _profile(tmp_path, lambda: [a @ b for _ in range(4)])
+    advice = npumagic.advise(summary)
+    assert all(f.category != "host_bound" for f in advice)
+    assert npumagic.checklist(summary).bottleneck in ("compute_bound", "balanced", "jitter")
+
+
+def _summary_with_steps(walls_ms: list[float]) -> npumagic.Summary:
+    ms = 1_000_000
+    starts = np.cumsum([0] + [int(w * ms) for w in walls_ms[:-1]])
+    steps = pd.DataFrame({"rank": 0, "step": range(1, len(walls_ms) + 1), "start_ns": starts,
+                          "end_ns": starts + np.array([int(w * ms) for w in walls_ms])})
+    events = pd.DataFrame({"name": "aten::mm", "kind": "host_op", "ts_ns": starts, "dur_ns": (np.array(walls_ms) * ms * 0.9).astype(int),
+                           "lane": "Host/Thread 1", "device": -1, "rank": 0, "type": "aten::mm", "core": "cpu"})
+    return npumagic.summarize(schema.finish(events, steps, meta={"backend": "cpu"}))
+
+
+def test_jitter_names_the_outlier_steps():
+    advice = npumagic.advise(_summary_with_steps([10, 10.2, 9.9, 10.1, 18]))
+    jitter = next(f for f in advice if f.category == "jitter")
+    assert jitter.evidence["outlier_steps"] == [5]
+    assert "slow steps: 5" in jitter.title
+
+
+def test_checklist_verifies_against_a_baseline():
+    base = _summary_with_steps([20, 20.1, 19.9, 20.2, 20.0])
+    fast = _summary_with_steps([10, 10.1, 9.9, 10.2, 10.0])
+    verdict = npumagic.checklist(fast, baseline=base, run_name="fast")
+    assert verdict.steps[3][0] == "Verify"
+    assert "this run is 2.0x faster than baseline" in verdict.steps[3][1]
+    assert "recorded as fast" in verdict.steps[4][1]

@@ -1,0 +1,120 @@
+"""The checklist's later steps through the magics: compare, advise, baseline, note, rm, history, export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from IPython.core.error import UsageError
+
+from npumagic.analysis.advice import Advice
+
+SLOW_SETUP = """
+import time
+slept = []
+def slow_step(delay):
+    t0 = time.perf_counter(); time.sleep(delay); slept.append(time.perf_counter() - t0)
+    train_step()
+"""
+
+
+def _profile(shell, name, statement, steps=8):
+    result = shell.run_cell(f"%npusteps --wait 0 --warmup 2 --steps {steps} --no-plot --quiet --name {name} {statement}")
+    assert result.success, result.error_in_exec
+    return result.result
+
+
+def test_removing_a_known_delay_is_measured_with_its_size_and_named_as_the_one_change(trainer):
+    trainer.run_cell(SLOW_SETUP)
+    _profile(trainer, "slow", "slow_step(0.02)")
+    slept_ms = 1000 * sum(trainer.user_ns["slept"][2:]) / len(trainer.user_ns["slept"][2:])
+    _profile(trainer, "fast", "slow_step(0.0)")
+    report = trainer.run_line_magic("npucompare", "slow fast --no-plot")
+    cmp = report.comparison
+    assert cmp.significant and cmp.speedup > 1 and cmp.ci[0] > 1  # B faster; the CI excludes no change
+    saved_ms = (cmp.median_a_us - cmp.median_b_us) / 1000
+    assert saved_ms == pytest.approx(slept_ms, rel=0.15)
+    assert cmp.changed == ["cell source"]
+    assert "slow_step(0.02)" in cmp.diffs["cell source"] and "slow_step(0.0)" in cmp.diffs["cell source"]
+    assert cmp.sentence().startswith("fast is")
+
+
+def test_the_identical_cell_twice_is_no_difference_beyond_noise(trainer):
+    trainer.run_cell(SLOW_SETUP)
+    _profile(trainer, "warm", "slow_step(0.01)", steps=2)  # first-run effects stay out of the pair
+    _profile(trainer, "one", "slow_step(0.01)")
+    _profile(trainer, "two", "slow_step(0.01)")
+    cmp = trainer.run_line_magic("npucompare", "one two --no-plot").comparison
+    assert not cmp.significant
+    assert "no difference beyond noise" in cmp.sentence()
+    assert cmp.changed == []
+
+
+def test_npucompare_defaults_to_baseline_against_latest_and_draws(trainer):
+    for name in ("base", "next"):
+        _profile(trainer, name, "train_step()", steps=3)
+    report = trainer.run_line_magic("npucompare", "")
+    assert (report.comparison.a, report.comparison.b) == ("base", "next")
+    assert report.figure.path.exists()
+    assert trainer.run_line_magic("npucompare", "-2 -1 --no-plot").comparison.a == "base"
+
+
+def test_a_later_run_is_verified_against_the_baseline(trainer):
+    _profile(trainer, "first", "train_step()", steps=3)
+    second = _profile(trainer, "second", "train_step()", steps=4)
+    verify = second.verdict.steps[3][1]
+    assert "first" in verify and "option steps: 3 -> 4" in verify
+
+
+def test_npubaseline_shows_and_sets(trainer):
+    for name in ("a", "b"):
+        _profile(trainer, name, "train_step()", steps=2)
+    assert trainer.run_line_magic("npubaseline", "") == "a"
+    trainer.run_line_magic("npubaseline", "b")
+    assert trainer.run_line_magic("npubaseline", "") == "b"
+    with pytest.raises(UsageError, match="Unknown run 'zz'"):
+        trainer.run_line_magic("npubaseline", "zz")
+
+
+def test_npuadvise_returns_ranked_findings(trainer):
+    _profile(trainer, "r", "train_step()", steps=3)
+    advice = trainer.run_line_magic("npuadvise", "r --all")
+    assert isinstance(advice, Advice)
+    assert list(advice.table.columns)[:3] == ["category", "severity", "impact"]
+    impacts = [f.impact for f in advice]
+    assert impacts == sorted(impacts, reverse=True)
+
+
+def test_npunote_and_export(trainer, tmp_path):
+    _profile(trainer, "noted", "train_step()", steps=2)
+    trainer.run_line_magic("npunote", 'noted "batch 16 is too small for this CPU"')
+    assert trainer.run_line_magic("npuruns", "")["note"].tolist() == ["batch 16 is too small for this CPU"]
+    md, csv = tmp_path / "log.md", tmp_path / "log.csv"
+    trainer.run_line_magic("npuexport", f"--md {md} --csv {csv}")
+    text = md.read_text()
+    assert "## noted — ok" in text and "batch 16 is too small" in text and "| 2 | Classify |" in text
+    table = pd.read_csv(csv)
+    assert table["name"].tolist() == ["noted"] and table["bottleneck"].notna().all()
+    with pytest.raises(UsageError, match="--md FILE"):
+        trainer.run_line_magic("npuexport", "")
+
+
+def test_npurm_removes_the_record_and_keeps_files_unless_asked(trainer):
+    kept = Path(_profile(trainer, "keep", "train_step()", steps=1).run.run_dir)
+    gone = Path(_profile(trainer, "gone", "train_step()", steps=1).run.run_dir)
+    trainer.run_line_magic("npurm", "keep")
+    trainer.run_line_magic("npurm", "gone --files")
+    assert trainer.run_line_magic("npuruns", "").empty
+    assert kept.exists() and not gone.exists()
+
+
+def test_npuhistory_follows_one_kernel_across_runs(trainer):
+    for name in ("h1", "h2"):
+        _profile(trainer, name, "train_step()", steps=2)
+    history = trainer.run_line_magic("npuhistory", "aten::addmm")
+    assert history.kernel == "aten::addmm"
+    assert history.table["run"].tolist() == ["h1", "h2"]
+    assert (history.table["count"] > 0).all() and history.figure is not None
+    with pytest.raises(UsageError, match="no kernel matching"):
+        trainer.run_line_magic("npuhistory", "no_such_kernel")

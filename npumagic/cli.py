@@ -1,50 +1,162 @@
-"""``npumagic`` command line: the same analyses offline, on output directories collected
-elsewhere (a torch_npu job on a cluster), plus the demo. Exit status 0, or 2 on bad input."""
+"""``npumagic`` command line: the same analyses as the magics, offline, on output directories
+collected elsewhere (e.g. a torch_npu job on a cluster), plus the demo.
+
+Exit status: 0 on success, 2 on bad input (one line on stderr naming the file)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 from .errors import NpumagicError
 
 
-def _analyze(args) -> int:
+def _load(args, path) -> Any:
     from . import analysis
+
+    # a progress bar on a terminal, never in --json mode (stdout must stay machine-readable)
+    return analysis.load(path, progress=not getattr(args, "json", False) and sys.stderr.isatty())
+
+
+def _summary(args, path, rank=None):
+    from . import analysis
+
+    return analysis.summarize(_load(args, path), rank=rank)
+
+
+def _records(frame, limit: int | None = None) -> list[dict]:
+    frame = frame.head(limit) if limit else frame
+    return json.loads(frame.to_json(orient="records"))
+
+
+def _print_json(payload: dict) -> None:
+    print(json.dumps(payload, default=str, indent=2, allow_nan=False))
+
+
+def _clean(value):
+    """NaN/inf -> None, recursively, so the JSON is strict."""
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _analyze(args) -> int:
     from .analysis.checklist import checklist
 
-    trace = analysis.load(args.path, progress=not args.json and sys.stderr.isatty())
-    summary = analysis.summarize(trace, rank=args.rank)
+    summary = _summary(args, args.path, args.rank)
     verdict = checklist(summary)
     if args.json:
-        payload = {"path": str(args.path), "meta": summary.meta, "headline": summary.headline,
-                   "verdict": verdict.as_dict(), "steps": summary.steps.to_dict(orient="records"),
-                   "kernels": summary.kernels.head(args.top).to_dict(orient="records"),
-                   "ranks": summary.ranks.to_dict(orient="records")}
-        print(json.dumps(payload, default=str, indent=2))
-    else:
-        print(summary)
+        _print_json(_clean({"path": str(args.path), "meta": summary.meta, "headline": summary.headline,
+                            "verdict": verdict.as_dict(), "steps": _records(summary.steps),
+                            "kernels": _records(summary.kernels, args.top), "ranks": _records(summary.ranks),
+                            "comm": _records(summary.comm), "memory": _records(summary.memory)}))
+        return 0
+    print(summary)
+    print()
+    print(summary.kernels.head(args.top)[["name", "type", "count", "total_us", "mean_us", "share"]].to_string(index=False))
+    if len(summary.ranks) > 1:
         print()
-        print(summary.kernels.head(args.top)[["name", "type", "count", "total_us", "mean_us", "share"]].to_string(index=False))
-        if len(summary.ranks) > 1:
-            print()
-            print(summary.ranks.to_string(index=False))
-        print()
-        print(verdict)
+        print(summary.ranks.to_string(index=False))
+    print()
+    print(verdict)
     return 0
+
+
+def _advise(args) -> int:
+    from .analysis.advice import advise
+
+    advice = advise(_summary(args, args.path, args.rank), str(args.path))
+    if args.json:
+        _print_json(_clean({"path": str(args.path), "findings": [f.as_dict() for f in advice]}))
+    else:
+        print(advice)
+    return 0
+
+
+def _compare(args) -> int:
+    from .analysis.compare import compare
+
+    a = _summary(args, args.path_a, args.rank_a)
+    b = _summary(args, args.path_b, args.rank_b)
+    name_a, name_b = Path(args.path_a).name, Path(args.path_b).name
+    if name_a == name_b:  # e.g. two rank0_ascend_pt directories: say which is which
+        name_a, name_b = (f"{Path(p).parent.name}/{Path(p).name}" for p in (args.path_a, args.path_b))
+    cmp = compare(a, b, name_a, name_b)
+    if args.json:
+        _print_json(_clean({"a": str(args.path_a), "b": str(args.path_b), "speedup": cmp.speedup, "ci": list(cmp.ci),
+                            "p_value": cmp.p_value, "significant": cmp.significant, "verdict": cmp.sentence(),
+                            "breakdown": _records(cmp.breakdown), "kernels": _records(cmp.kernels, 50)}))
+    else:
+        print(cmp)
+    return 0
+
+
+def _show(args) -> int:
+    from . import analysis
+    from .render.views import build_view
+
+    trace = _load(args, args.path)
+    summary = analysis.summarize(trace, rank=args.rank)
+    view = next(v for v in ("timeline", "steps", "kernels", "memory", "comm") if getattr(args, v)) \
+        if any(getattr(args, v) for v in ("timeline", "steps", "kernels", "memory", "comm")) else "timeline"
+    options = {}
+    if view == "timeline":
+        if args.step_range:
+            options["steps"] = _pair(args.step_range, int, "--step-range")
+        if args.zoom:
+            options["window"] = _pair(args.zoom, float, "--zoom")
+    fig = build_view(view, trace, summary, title=f"{Path(args.path).name}: {view}", **options)
+    out = Path(args.output)
+    fig.savefig(out, dpi=args.dpi)
+    print(f"wrote {out}")
+    return 0
+
+
+def _pair(text: str, kind, option: str):
+    try:
+        a, b = (kind(x) for x in text.split(":"))
+    except ValueError:
+        raise NpumagicError(f"{option} takes FIRST:LAST, got {text!r}") from None
+    return a, b
 
 
 def _runs(args) -> int:
     from .history import HistoryStore
 
+    _need_history(args.out)
     table = HistoryStore(args.out).table()
     if args.json:
         print(table.to_json(orient="records", date_format="iso"))
     else:
         print(table.to_string(index=False) if len(table) else f"no runs in {args.out}")
     return 0
+
+
+def _export(args) -> int:
+    from .history import HistoryStore
+    from .render.export import log_table, render_markdown
+
+    _need_history(args.out)
+    runs = HistoryStore(args.out).runs()
+    if args.md:
+        Path(args.md).write_text(render_markdown(runs), encoding="utf-8")
+    if args.csv:
+        log_table(runs).to_csv(args.csv, index=False)
+    if not args.md and not args.csv:
+        print(render_markdown(runs))
+    return 0
+
+
+def _need_history(out: str) -> None:
+    if not Path(out).is_dir():
+        raise NpumagicError(f"{out}: no such output directory (set --out to where %%npuprofile wrote its runs)")
 
 
 def _demo(args) -> int:
@@ -54,21 +166,48 @@ def _demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="npumagic", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="npumagic", description="Profile analysis for PyTorch on Ascend NPU, CUDA and "
+                                                                  "CPU: the %%npuprofile analyses, offline.")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("analyze", help="step table, top kernels and checklist verdict of a profiler output")
-    p.add_argument("path", help="a torch.profiler or torch_npu output directory, or a trace file")
+
+    def add(name: str, func, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("analyze", _analyze, "step table, top kernels and the checklist verdict of a profiler output")
+    p.add_argument("path", help="a torch.profiler or torch_npu output directory (one rank or several), or a trace file")
     p.add_argument("--rank", type=int, default=None, help="rank to describe (default the lowest)")
     p.add_argument("--top", type=int, default=10, help="kernels to list (default 10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_analyze)
-    p = sub.add_parser("runs", help="list the run history of an output directory")
+    p = add("advise", _advise, "ranked findings with evidence and fixes")
+    p.add_argument("path")
+    p.add_argument("--rank", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    p = add("compare", _compare, "compare two outputs: step time with a 95%% CI, breakdown and kernel deltas")
+    p.add_argument("path_a", help="the reference")
+    p.add_argument("path_b", help="the run to check")
+    p.add_argument("--rank-a", type=int, default=None)
+    p.add_argument("--rank-b", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    p = add("show", _show, "draw one view of an output to an image file")
+    p.add_argument("path")
+    for view in ("timeline", "steps", "kernels", "memory", "comm"):
+        p.add_argument(f"--{view}", action="store_true", help=f"the {view} view")
+    p.add_argument("-o", "--output", required=True, help="image file to write (.png, .svg, .pdf)")
+    p.add_argument("--rank", type=int, default=None)
+    p.add_argument("--step-range", default=None, help="timeline: steps FIRST:LAST")
+    p.add_argument("--zoom", default=None, help="timeline: START_MS:END_MS from the first step")
+    p.add_argument("--dpi", type=int, default=110)
+    p = add("runs", _runs, "list the run history of an output directory")
     p.add_argument("--out", default="npumagic_runs", help="output directory (default ./npumagic_runs)")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_runs)
-    p = sub.add_parser("demo", help="profile a small CPU training loop through the magics")
+    p = add("export", _export, "the troubleshooting log (verdicts, findings, notes) as Markdown or CSV")
+    p.add_argument("--out", default="npumagic_runs", help="output directory (default ./npumagic_runs)")
+    p.add_argument("--md", default=None, help="write Markdown here (default: print it)")
+    p.add_argument("--csv", default=None, help="write CSV here")
+    p = add("demo", _demo, "profile a small CPU training loop through the magics in a real IPython shell")
     p.add_argument("--out", default="npumagic_demo", help="output directory (default ./npumagic_demo)")
-    p.set_defaults(func=_demo)
     return parser
 
 
@@ -76,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (NpumagicError, ValueError) as exc:
+    except (NpumagicError, ValueError, OSError) as exc:
         print(f"npumagic: error: {exc}", file=sys.stderr)
         return 2
 

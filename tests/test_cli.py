@@ -38,3 +38,44 @@ def test_bad_input_exits_2_with_one_line_naming_the_file(tmp_path):
 def test_runs_lists_an_empty_history(tmp_path, capsys):
     assert main(["runs", "--out", str(tmp_path)]) == 0
     assert "no runs" in capsys.readouterr().out
+
+
+def test_advise_ranks_findings(capsys):
+    assert main(["advise", str(need(ASCEND / "level1" / "rank0_ascend_pt")), "--json"]) == 0
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert findings[0]["category"] == "communication"
+    assert [f["impact"] for f in findings] == sorted((f["impact"] for f in findings), reverse=True)
+
+
+def test_compare_two_outputs(capsys):
+    a, b = need(ASCEND / "level1" / "rank0_ascend_pt"), need(ASCEND / "level2" / "rank0_ascend_pt")
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "level1/rank0_ascend_pt" in out and "1 step on a side" in out
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["significant"] is False and payload["kernels"]
+
+
+def test_show_writes_the_image(tmp_path, capsys):
+    out = tmp_path / "timeline.png"
+    assert main(["show", str(need(ASCEND / "level1")), "--timeline", "-o", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_runs_and_export_read_a_real_history(tmp_path, capsys):
+    from npumagic.session import Session
+
+    session = Session(tmp_path)
+    session.load(need(ASCEND / "level0" / "rank0_ascend_pt"), name="cluster0")
+    assert main(["runs", "--out", str(tmp_path), "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert runs[0]["name"] == "cluster0" and runs[0]["bottleneck"] == "communication"
+    md = tmp_path / "log.md"
+    assert main(["export", "--out", str(tmp_path), "--md", str(md)]) == 0
+    assert "## cluster0 — ok" in md.read_text()
+
+
+def test_a_missing_history_is_exit_2(tmp_path, capsys):
+    assert main(["runs", "--out", str(tmp_path / "none")]) == 2
+    assert "no such output directory" in capsys.readouterr().err

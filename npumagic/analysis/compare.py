@@ -75,6 +75,10 @@ class Comparison:
                     f"(median step {self.median_b_us / 1000:.2f} vs {self.median_a_us / 1000:.2f} ms, {band}, "
                     f"rank test p={self.p_value:.3f})")
         need = max(10, 2 * max(self.n_a, self.n_b))
+        if min(self.n_a, self.n_b) < 2:
+            return (f"no difference beyond noise can be shown between {self.a} and {self.b}: with "
+                    f"{min(self.n_a, self.n_b)} step on a side there is no spread to judge noise by (median step "
+                    f"{self.median_b_us / 1000:.2f} vs {self.median_a_us / 1000:.2f} ms) — collect more steps (--steps {need})")
         if self.p_value < ALPHA and abs(self.speedup - 1) < MIN_EFFECT:
             return (f"no difference beyond noise between {self.a} and {self.b}: {abs(self.speedup - 1):.1%} is within "
                     f"the {MIN_EFFECT:.0%} run-to-run drift (median step {self.median_b_us / 1000:.2f} vs "

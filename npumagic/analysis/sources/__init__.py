@@ -49,7 +49,8 @@ def load(path: str | Path, progress: bool = False) -> Trace:
     Parameters
     ----------
     path : a trace file, a run directory, or a folder of torch_npu rank directories.
-    progress : show a tqdm bar per file/rank on a terminal.
+    progress : show a tqdm progress bar (events decoded, files read) while reading; it appears
+        only when reading takes longer than half a second.
 
     Raises
     ------
@@ -57,10 +58,12 @@ def load(path: str | Path, progress: bool = False) -> Trace:
     """
     fmt, paths = detect(path)
     bar = None
-    if progress and len(paths) > 1:
+    if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(paths), desc=f"reading {Path(path).name}", unit="file", leave=False)
+        unit = "event" if fmt == "kineto" else "rank"
+        bar = tqdm(total=0 if fmt == "kineto" else len(paths), desc=f"reading {Path(path).name}", unit=unit,
+                   unit_scale=fmt == "kineto", leave=False, delay=0.5)
     try:
         reader = kineto.read if fmt == "kineto" else ascend.read
         return reader(paths, progress=bar)

@@ -68,8 +68,11 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     for path in paths:
         header = decode_file(path)
         rank = int((header.distributedInfo or {}).get("rank", 0) or 0)
+        if progress is not None:
+            progress.total += len(header.traceEvents)
+            progress.refresh()
         try:
-            ev, mem = _Columns(rank).build(header.traceEvents)
+            ev, mem = _Columns(rank).build(header.traceEvents, progress)
         except msgspec.DecodeError as exc:
             raise TraceError(path, f"an event does not match the Chrome trace format ({exc})") from None
         st = _steps(ev, rank)
@@ -80,8 +83,6 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         steps.append(st)
         memories.append(mem)
         metas.append(_meta(header, rank))
-        if progress is not None:
-            progress.update(1)
     events = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     devices = sorted({d for m in metas for d in m["devices"]})
     backend = "cuda" if (events["kind"].isin(["kernel", "memcpy"]).any() or devices) else "cpu"
@@ -129,9 +130,12 @@ class _Columns:
         self.parts: list[dict[str, np.ndarray]] = []
         self.memory: list[Any] = []
 
-    def build(self, raws: list) -> tuple[pd.DataFrame, pd.DataFrame]:
+    def build(self, raws: list, progress=None) -> tuple[pd.DataFrame, pd.DataFrame]:
         for start in range(0, len(raws), CHUNK_EVENTS):
-            self._add(decode_kineto_chunk(raws[start:start + CHUNK_EVENTS]))
+            chunk = raws[start:start + CHUNK_EVENTS]
+            self._add(decode_kineto_chunk(chunk))
+            if progress is not None:
+                progress.update(len(chunk))
         return self._frame(), self._memory_frame()
 
     def _add(self, events: list) -> None:

@@ -72,13 +72,6 @@ class Trace:
     def ranks(self) -> list[int]:
         return sorted(int(r) for r in set(self.steps["rank"]) | set(self.events["rank"].unique()))
 
-    def rank(self, rank: int) -> "Trace":
-        """This trace restricted to one rank."""
-        pick = lambda df: df[df["rank"] == rank].reset_index(drop=True)  # noqa: E731
-        vendor = self.meta.get("vendor", {})
-        meta = dict(self.meta, ranks=[rank], vendor={rank: vendor[rank]} if rank in vendor else {})
-        return Trace(pick(self.events), pick(self.steps), pick(self.memory), pick(self.comm), meta)
-
     def __repr__(self) -> str:
         return (
             f"<Trace {self.meta.get('backend', '?')} ranks={self.ranks} events={len(self.events)} "

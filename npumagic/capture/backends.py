@@ -47,6 +47,18 @@ def _worker_name() -> str:
     return f"{socket.gethostname()}_{os.getpid()}"
 
 
+def _profile_arguments(profiler_module: Any, options: CaptureOptions, run_dir: Path) -> dict[str, Any]:
+    """The arguments torch.profiler.profile and torch_npu.profiler.profile share."""
+    return {
+        "schedule": profiler_module.schedule(wait=options.wait, warmup=options.warmup, active=options.steps,
+                                             repeat=options.repeat, skip_first=options.skip_first),
+        "on_trace_ready": profiler_module.tensorboard_trace_handler(str(run_dir), worker_name=_worker_name()),
+        "record_shapes": options.shapes,
+        "profile_memory": options.memory,
+        "with_stack": options.stack,
+    }
+
+
 class TorchBackend:
     """torch.profiler on CPU, with CUDA activity when a GPU is present."""
 
@@ -68,15 +80,7 @@ class TorchBackend:
     def profiler(self, options: CaptureOptions, run_dir: Path) -> Any:
         import torch.profiler as tp
 
-        return tp.profile(
-            activities=self.activities(options),
-            schedule=tp.schedule(wait=options.wait, warmup=options.warmup, active=options.steps,
-                                 repeat=options.repeat, skip_first=options.skip_first),
-            on_trace_ready=tp.tensorboard_trace_handler(str(run_dir), worker_name=_worker_name()),
-            record_shapes=options.shapes,
-            profile_memory=options.memory,
-            with_stack=options.stack,
-        )
+        return tp.profile(activities=self.activities(options), **_profile_arguments(tp, options, run_dir))
 
     def notes(self, options: CaptureOptions) -> list[str]:
         out = []
@@ -116,16 +120,8 @@ class NpuBackend:
         metrics = options.aic_metrics or ("AiCoreNone" if options.level == 0 else "PipeUtilization")
         config = p._ExperimentalConfig(profiler_level=level, aic_metrics=getattr(p.AiCMetrics, metrics),
                                        export_type=p.ExportType.Text)
-        return p.profile(
-            activities=activities or [p.ProfilerActivity.CPU, p.ProfilerActivity.NPU],
-            schedule=p.schedule(wait=options.wait, warmup=options.warmup, active=options.steps,
-                                repeat=options.repeat, skip_first=options.skip_first),
-            on_trace_ready=p.tensorboard_trace_handler(str(run_dir), worker_name=_worker_name()),
-            record_shapes=options.shapes,
-            profile_memory=options.memory,
-            with_stack=options.stack,
-            experimental_config=config,
-        )
+        return p.profile(activities=activities or [p.ProfilerActivity.CPU, p.ProfilerActivity.NPU],
+                         experimental_config=config, **_profile_arguments(p, options, run_dir))
 
     def notes(self, options: CaptureOptions) -> list[str]:
         if options.activities and "cuda" in options.activities:

@@ -57,3 +57,36 @@ def test_algebra_agrees_with_a_brute_force_timeline(a, b, lo, hi):
     assert (sa | sb).total == (ma | mb).sum()
     assert (sa - sb).total == (ma & ~mb).sum()
     assert int(sa.covered(lo, hi)[0]) == ma[lo:hi].sum()
+
+
+def _nested(draw_spans):
+    """Properly nested ops on one thread: children inside their parent, siblings disjoint."""
+    import pandas as pd
+
+    rows = []
+
+    def build(start, end, depth):
+        rows.append((start, end - start))
+        if depth == 3 or end - start < 4:
+            return
+        cut = start + 1
+        for width in draw_spans:
+            if cut + width >= end:
+                break
+            build(cut, cut + width, depth + 1)
+            cut += width + 1
+
+    build(0, 200, 0)
+    return pd.DataFrame({"lane": pd.Categorical(["t"] * len(rows)), "ts_ns": [r[0] for r in rows],
+                         "dur_ns": [r[1] for r in rows]})
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 60), min_size=1, max_size=12))
+def test_self_times_of_nested_ops_add_up_to_the_outermost_span(widths):
+    from npumagic.analysis.metrics import self_time_ns
+
+    ops = _nested(widths).sample(frac=1.0, random_state=0)  # any order in, per-row answer out
+    own = self_time_ns(ops)
+    assert (own >= 0).all()
+    assert own.sum() == 200  # the root covers [0, 200); every ns belongs to exactly one innermost op

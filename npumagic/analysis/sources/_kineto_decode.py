@@ -31,15 +31,14 @@ class KinetoArgs(msgspec.Struct, gc=False):
     device_type: Id = msgspec.field(default=None, name="Device Type")
 
 
-class KinetoEvent(msgspec.Struct, gc=False):
-    ph: str = ""
-    name: str = ""
-    cat: str = ""
-    pid: Id = None
-    tid: Id = None
-    ts: Num = None
-    dur: Num = None
-    args: Union[KinetoArgs, None] = None
+def _event_struct(name: str, args: type) -> type:
+    """A Chrome-trace event Struct whose ``args`` decode as ``args``."""
+    fields = [("ph", str, ""), ("name", str, ""), ("cat", str, ""), ("pid", Id, None), ("tid", Id, None),
+              ("ts", Num, None), ("dur", Num, None), ("args", Union[args, None], None)]
+    return msgspec.defstruct(name, fields, gc=False)
+
+
+KinetoEvent = _event_struct("KinetoEvent", KinetoArgs)
 
 
 class AscendArgs(msgspec.Struct, gc=False):
@@ -51,15 +50,7 @@ class AscendArgs(msgspec.Struct, gc=False):
     correlation_id: Id = None
 
 
-class AscendEvent(msgspec.Struct, gc=False):
-    ph: str = ""
-    name: str = ""
-    cat: str = ""
-    pid: Id = None
-    tid: Id = None
-    ts: Num = None
-    dur: Num = None
-    args: Union[AscendArgs, None] = None
+AscendEvent = _event_struct("AscendEvent", AscendArgs)
 
 
 class RawTrace(msgspec.Struct, gc=False):

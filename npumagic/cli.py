@@ -166,6 +166,7 @@ def _demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="npumagic", description="Profile analysis for PyTorch on Ascend NPU, CUDA and "
                                                                   "CPU: the %%npuprofile analyses, offline.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -212,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; return the exit status (2 on bad input)."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

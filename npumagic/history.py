@@ -55,10 +55,12 @@ RUN_LIST_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "
 
 
 class RunNameTaken(NpumagicError):
-    pass
+    """A run name that is already in the history."""
 
 
 class UnknownRun(NpumagicError, KeyError):
+    """A run name not in the history; the message lists the known ones."""
+
     def __str__(self) -> str:
         return self.args[0]
 

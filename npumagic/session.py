@@ -41,6 +41,9 @@ class RunOutcome:
 
 
 class Session:
+    """One per kernel: the history store of ``output_dir``, the backend choice (made once), the
+    baseline, and a cache of summaries (traces can be large: only the latest one is kept)."""
+
     def __init__(self, output_dir: str | Path = "npumagic_runs", backend: str | None = None) -> None:
         self.output_dir = Path(output_dir).resolve()
         self.store = HistoryStore(self.output_dir)

@@ -121,6 +121,7 @@ class Summary:
 
 
 def step_table_text(steps: pd.DataFrame) -> str:
+    """The step table as text, times in ms (for terminals and reports)."""
     shown = steps[["step", "wall_us", "computing_us", "comm_not_overlapped_us", "free_us", "dataloader_us", "device_util"]]
     shown = shown.rename(columns={"wall_us": "wall_ms", "computing_us": "compute_ms", "comm_not_overlapped_us": "comm_ms",
                                   "free_us": "free_ms", "dataloader_us": "data_ms", "device_util": "busy"})

@@ -80,6 +80,7 @@ class Trace:
 
 
 def empty(columns: dict[str, Any]) -> pd.DataFrame:
+    """An empty frame with ``columns`` and their dtypes."""
     return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in columns.items()})
 
 

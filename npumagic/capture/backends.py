@@ -21,6 +21,8 @@ RELEVANT_ENV = ("TASK_QUEUE_ENABLE", "ASCEND_LAUNCH_BLOCKING", "PYTORCH_NPU_ALLO
 
 
 class Backend(Protocol):
+    """What a profiler backend provides; :func:`choose_backend` picks one."""
+
     name: str  # "npu", "cuda" or "cpu"
     device_name: str
 
@@ -36,6 +38,8 @@ class Backend(Protocol):
 
 @dataclass(frozen=True)
 class BackendChoice:
+    """The chosen backend and why (shown to the user in one line)."""
+
     backend: Backend
     reason: str
 

@@ -21,6 +21,9 @@ class NestedCaptureError(RuntimeError):
 
 @dataclass
 class CaptureResult:
+    """What a capture did: its status, the step boundaries seen, the active steps recorded,
+    the run directory, the user's exception (to re-raise) and notes for the user."""
+
     status: str  # "ok", "failed", "interrupted", "no-steps"
     steps: int  # step boundaries seen
     recorded: int  # active steps the schedule got through
@@ -38,6 +41,7 @@ class CaptureResult:
 
 
 def current_capture() -> "_steps.StepClock | None":
+    """The capture running in this kernel, if any (nested captures are refused)."""
     return _steps.active()
 
 

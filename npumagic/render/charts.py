@@ -117,6 +117,7 @@ def _figure(height: float) -> Figure:
 
 
 def steps_figure(summary: Summary, title: str = "") -> Figure:
+    """Standalone figure of :func:`plot_step_breakdown`."""
     fig = _figure(3.2)
     plot_step_breakdown(fig.add_subplot(), summary.steps)
     fig.suptitle(title or "step breakdown", fontsize=10, x=0.01, ha="left")
@@ -124,6 +125,7 @@ def steps_figure(summary: Summary, title: str = "") -> Figure:
 
 
 def kernels_figure(summary: Summary, top: int = 15, title: str = "") -> Figure:
+    """Standalone figure of :func:`plot_kernels`."""
     fig = _figure(0.8 + 0.28 * max(min(top, len(summary.kernels)), 3))
     plot_kernels(fig.add_subplot(), summary.kernels, top)
     fig.suptitle(title or "top kernels by total time", fontsize=10, x=0.01, ha="left")
@@ -131,6 +133,7 @@ def kernels_figure(summary: Summary, top: int = 15, title: str = "") -> Figure:
 
 
 def memory_figure(summary: Summary, title: str = "") -> Figure:
+    """Standalone figure of :func:`plot_memory`."""
     fig = _figure(3.0)
     plot_memory(fig.add_subplot(), summary.memory_timeline)
     fig.suptitle(title or "memory", fontsize=10, x=0.01, ha="left")
@@ -138,6 +141,7 @@ def memory_figure(summary: Summary, title: str = "") -> Figure:
 
 
 def comm_figure(trace: Trace, title: str = "") -> Figure:
+    """Standalone figure of :func:`plot_comm`."""
     fig = _figure(1.2 + 0.5 * max(len(trace.ranks), 2))
     plot_comm(fig.add_subplot(), trace)
     fig.suptitle(title or "compute vs collectives per rank", fontsize=10, x=0.01, ha="left")
@@ -170,6 +174,7 @@ def plot_breakdown_delta(ax, comparison) -> dict:
 
 
 def comparison_figure(comparison) -> Figure:
+    """Step distributions (left) and breakdown means (right) of a Comparison."""
     fig = Figure(figsize=(11, 3.2), layout="constrained")
     left, right = fig.subplots(1, 2, width_ratios=[1, 1.6])
     plot_step_distributions(left, comparison)

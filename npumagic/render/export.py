@@ -11,6 +11,7 @@ LOG_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "step_
 
 
 def log_table(runs: list[Run]) -> pd.DataFrame:
+    """One row per run: :data:`LOG_COLUMNS` (findings joined into one cell)."""
     rows = []
     for r in runs:
         h, v = r.headline, r.verdict
@@ -27,6 +28,7 @@ def log_table(runs: list[Run]) -> pd.DataFrame:
 
 
 def render_markdown(runs: list[Run], title: str = "npumagic troubleshooting log") -> str:
+    """Each run as a Markdown section: facts, note, checklist table, findings, cell source."""
     out = [f"# {title}", ""]
     for r in runs:
         h, v = r.headline, r.verdict

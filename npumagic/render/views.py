@@ -36,6 +36,7 @@ def build_view(view: str, trace: Trace, summary: Summary, title: str = "", **opt
 
 
 def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 100) -> bytes:
+    """The figure encoded as ``fmt`` (png, svg, pdf)."""
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=dpi)
     return buf.getvalue()

@@ -50,6 +50,7 @@ def rank_dirs(path: Path) -> list[Path]:
 
 
 def read(paths: list[Path], progress=None) -> schema.Trace:
+    """Read one or more ``*_ascend_pt`` rank directories into one Trace."""
     parts = []
     for rank_dir in paths:
         parts.append(_read_rank(rank_dir))

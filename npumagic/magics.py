@@ -41,7 +41,7 @@ def _schedule_arguments(func):
         argument("--level", type=int, default=0, help="torch_npu profiler level 0, 1 or 2 (default 0)"),
         argument("--aic-metrics", default=None, help=f"torch_npu AI Core metrics: {', '.join(AIC_METRICS)}"),
         argument("--quiet", action="store_true", help="no backend line or notes"),
-        argument("--no-plot", action="store_true", help="do not draw the timeline"),
+        argument("--no-plot", action="store_true", help="draw no figures"),
     ]
     for deco in reversed(decorators):
         func = deco(func)
@@ -289,23 +289,10 @@ class NpuMagics(Magics):
         """
         args = parse_argstring(self.npuadvise, line)
         name = self._run(args.run)
-        from .analysis.advice import Advice, Finding, advise
-
         try:
-            summary = self.session.summary(name)
+            return self.session.advise(name, every_rank=args.all, low=args.all)
         except NpumagicError as exc:
             raise UsageError(str(exc)) from None
-        if not args.all:
-            advice = advise(summary, name)
-            return Advice([f for f in advice if f.severity != "low"] or advice.findings[:1], name)
-        findings = []
-        for rank, per_rank in sorted(summary.per_rank.items()):
-            label = f"{name} rank {rank}" if len(summary.per_rank) > 1 else name
-            suffix = f" (rank {rank})" if len(summary.per_rank) > 1 else ""
-            findings += [Finding(f.category, f.impact, f.title + suffix, f.evidence, f.fix, f.where)
-                         for f in advise(per_rank, label)]
-        findings.sort(key=lambda f: f.impact, reverse=True)
-        return Advice(findings, name)
 
     @magic_arguments()
     @argument("a", nargs="?", default=None, help="reference run (name or -1/-2; default the baseline)")
@@ -404,15 +391,10 @@ class NpuMagics(Magics):
         Example: ``%npuhistory aten::addmm``
         """
         args = parse_argstring(self.npuhistory, line)
-        rows = self.session.store.kernels()
-        exact = rows[rows["name"] == args.kernel]
-        rows = exact if len(exact) else rows[rows["name"].str.contains(args.kernel, regex=False)]
-        if rows.empty:
-            raise UsageError(f"no kernel matching {args.kernel!r} in the history")
-        kernel = rows.groupby("name")["total_us"].sum().idxmax() if not len(exact) else args.kernel
-        table = rows[rows["name"] == kernel].groupby("run", sort=False).agg(
-            count=("count", "sum"), total_us=("total_us", "sum")).reset_index()
-        table["mean_us"] = table["total_us"] / table["count"]
+        try:
+            kernel, table = self.session.kernel_history(args.kernel)
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
         figure = None
         if self.plot and not args.no_plot:
             from .render.charts import kernel_history_figure

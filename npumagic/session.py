@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import pandas as pd
+
 from . import analysis
-from .analysis.advice import Advice, advise
+from .analysis.advice import Advice, Finding, advise
 from .analysis.checklist import Verdict, checklist
 from .analysis.compare import Comparison, compare
 from .analysis.metrics import Summary
@@ -166,8 +168,35 @@ class Session:
     def compare(self, a: str, b: str) -> Comparison:
         return compare(self.summary(a), self.summary(b), a, b, self.context(a), self.context(b))
 
-    def advise(self, name: str) -> Advice:
-        return advise(self.summary(name), name)
+    def advise(self, name: str, every_rank: bool = False, low: bool = True) -> Advice:
+        """Findings of a run, most important first: of its first rank, or of every rank (each
+        title then says which); without ``low``, low-severity findings are left out (but the
+        top one is always kept)."""
+        summary = self.summary(name)
+        ranks = sorted(summary.per_rank.items()) if every_rank else [(summary.meta.get("rank", 0), summary)]
+        findings = []
+        for rank, per_rank in ranks:
+            suffix = f" (rank {rank})" if len(ranks) > 1 else ""
+            findings += [Finding(f.category, f.impact, f.title + suffix, f.evidence, f.fix, f.where)
+                         for f in advise(per_rank, name)]
+        findings.sort(key=lambda f: f.impact, reverse=True)
+        if not low:
+            findings = [f for f in findings if f.severity != "low"] or findings[:1]
+        return Advice(findings, name)
+
+    def kernel_history(self, kernel: str) -> tuple[str, pd.DataFrame]:
+        """One kernel across the history: (its name, a table run / count / total_us / mean_us).
+        ``kernel`` is an exact name, else a part of one (the matching kernel with most time)."""
+        rows = self.store.kernels()
+        exact = rows[rows["name"] == kernel]
+        rows = exact if len(exact) else rows[rows["name"].str.contains(kernel, regex=False)]
+        if rows.empty:
+            raise NpumagicError(f"no kernel matching {kernel!r} in the history")
+        name = kernel if len(exact) else rows.groupby("name")["total_us"].sum().idxmax()
+        table = rows[rows["name"] == name].groupby("run", sort=False).agg(
+            count=("count", "sum"), total_us=("total_us", "sum")).reset_index()
+        table["mean_us"] = table["total_us"] / table["count"]
+        return name, table
 
     def set_baseline(self, name: str) -> None:
         self.summary(name)  # must be analysable

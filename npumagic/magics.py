@@ -254,7 +254,7 @@ class NpuMagics(Magics):
     @magic_arguments()
     @argument("path", help="a torch.profiler or torch_npu output directory (or trace file)")
     @argument("--name", default=None, help="run name (default run1, run2, ...)")
-    @argument("--no-plot", action="store_true", help="do not draw the timeline")
+    @argument("--no-plot", action="store_true", help="draw no figures")
     @line_magic
     def npuload(self, line: str):
         """Import a profiler output collected elsewhere (e.g. a remote torch_npu job) as a run.

@@ -4,9 +4,6 @@ history store consistent (also when the cell fails), and remembers the baseline.
 from __future__ import annotations
 
 import logging
-import sys
-import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable

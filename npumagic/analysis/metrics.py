@@ -201,7 +201,7 @@ def _step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.
     rows = []
     if device_mode:
         by_step = {k: g for k, g in ev[(ev["step"] >= 0) & kind.isin(["kernel", "comm"])].groupby("step", sort=False)}
-        for sid, lo, hi in zip(steps["step"], host_start, host_end):
+        for sid, lo in zip(steps["step"], host_start):
             work = by_step.get(sid)
             if work is None or work.empty:
                 rows.append((0, 0, 0, 0, lo, lo))
@@ -433,13 +433,11 @@ def _memory_table(memory: pd.DataFrame, meta: dict) -> pd.DataFrame:
 
 def _rank_table(per_rank: dict[int, Summary]) -> pd.DataFrame:
     rows = []
+    averaged = ["computing_us", "communication_us", "comm_not_overlapped_us", "free_us", "dataloader_us"]
     for rank, s in per_rank.items():
-        st = s.steps
-        mean = lambda c: float(st[c].mean()) if len(st) else np.nan  # noqa: E731
-        rows.append({"rank": rank, "steps": len(st), "step_median_us": s.step_stats["median_us"],
-                     "computing_us": mean("computing_us"), "communication_us": mean("communication_us"),
-                     "comm_not_overlapped_us": mean("comm_not_overlapped_us"), "free_us": mean("free_us"),
-                     "dataloader_us": mean("dataloader_us"), "device_util": s.device_util})
+        means = {c: float(s.steps[c].mean()) if len(s.steps) else np.nan for c in averaged}
+        rows.append({"rank": rank, "steps": len(s.steps), "step_median_us": s.step_stats["median_us"], **means,
+                     "device_util": s.device_util})
     table = pd.DataFrame(rows)
     table["slowest"] = table["step_median_us"] == table["step_median_us"].max()
     return table[RANK_COLUMNS]

@@ -98,7 +98,7 @@ class CompareReport:
         if c.changed:
             warn = " — the checklist's rule is one change at a time" if len(c.changed) > 1 else ""
             parts.append(f"<p>What changed{warn}:</p><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in c.changed) + "</ul>")
-        for key, diff in c.diffs.items():
+        for diff in c.diffs.values():
             parts.append(f"<pre>{html.escape(diff)}</pre>")
         if self.figure is not None:
             parts.append(self.figure.html())

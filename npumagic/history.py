@@ -5,7 +5,9 @@ tables so kernels can be followed across runs without re-reading traces."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -28,8 +30,8 @@ CREATE TABLE IF NOT EXISTS runs (
     created REAL NOT NULL,
     finished REAL,
     backend TEXT, device TEXT,
-    source TEXT, arguments TEXT, environment TEXT, versions TEXT,
-    run_dir TEXT, message TEXT,
+    source TEXT, arguments TEXT, environment TEXT, versions TEXT, dataloaders TEXT,
+    run_dir TEXT, message TEXT, pid INTEGER, host TEXT,
     steps_seen INTEGER, headline TEXT, verdict TEXT, note TEXT
 );
 CREATE TABLE IF NOT EXISTS kernels (
@@ -87,13 +89,31 @@ class Run:
     headline: dict[str, Any] = field(default_factory=dict)
     verdict: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
+    dataloaders: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> "Run":
         d = dict(row)
         for key in ("arguments", "environment", "versions", "headline", "verdict"):
             d[key] = json.loads(d[key]) if d[key] else {}
+        d["dataloaders"] = json.loads(d["dataloaders"]) if d["dataloaders"] else []
+        pid, host = d.pop("pid"), d.pop("host")
+        if d["status"] == "running" and not _alive(pid, host):
+            d["status"] = "crashed"  # its kernel died mid-capture
         return cls(**d)
+
+
+def _alive(pid: int | None, host: str | None) -> bool:
+    """Whether the kernel that wrote a 'running' row may still be running (other hosts: assume so)."""
+    if not pid or host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _json(value: Any) -> str:
@@ -143,7 +163,7 @@ class HistoryStore:
                 name = f"run{1 + max((int(m.group(1)) for m in taken if m), default=0)}"
             elif db.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone():
                 raise RunNameTaken(f"run name {name!r} is taken; choose another --name or remove it with %npurm {name}")
-            values = {"name": name, "status": "running", "created": now}
+            values = {"name": name, "status": "running", "created": now, "pid": os.getpid(), "host": socket.gethostname()}
             values.update({k: (_json(v) if isinstance(v, (dict, list)) else v) for k, v in fields.items()})
             cols = ", ".join(values)
             db.execute(f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * len(values))})", list(values.values()))

@@ -104,7 +104,7 @@ class Session:
             message = f"{type(exc).__name__}: {exc}"
             log.debug("analysis failed", exc_info=True)
         self.store.finish(
-            name, status,
+            name, status, dataloaders=result.dataloaders if result else [],
             kernels=summary.kernels if summary is not None else None,
             steps=summary.steps if summary is not None else None,
             steps_seen=result.steps if result else (len(summary.steps) if summary is not None else None),
@@ -159,7 +159,7 @@ class Session:
         """A run's record as the comparison's "what changed" section reads it."""
         run = self.store.get(name)
         return {"source": run.source, "arguments": run.arguments, "environment": run.environment,
-                "versions": run.versions, "backend": run.backend, "device": run.device}
+                "versions": run.versions, "backend": run.backend, "device": run.device, "dataloaders": run.dataloaders}
 
     # -- the checklist's later steps ------------------------------------------------------------
     def compare(self, a: str, b: str) -> Comparison:

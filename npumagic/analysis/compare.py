@@ -207,7 +207,12 @@ def changes(context_a: dict[str, Any] | None, context_b: dict[str, Any] | None,
     for key in ("backend", "device"):
         if ca.get(key) and cb.get(key) and ca[key] != cb[key]:
             out.append(f"{key}: {ca[key]} -> {cb[key]}")
-    if a is not None and b is not None:
+    loaders_a, loaders_b = ca.get("dataloaders") or [], cb.get("dataloaders") or []
+    if loaders_a and loaders_b and loaders_a != loaders_b:
+        for key in sorted(set(loaders_a[0]) | set(loaders_b[0])):
+            if loaders_a[0].get(key) != loaders_b[0].get(key):
+                out.append(f"DataLoader {key}: {loaders_a[0].get(key)!r} -> {loaders_b[0].get(key)!r}")
+    if a is not None and b is not None and not (loaders_a and loaders_b):  # offline runs: the iterator seen
         la, lb = a.meta.get("dataloader_iter", ""), b.meta.get("dataloader_iter", "")
         if la != lb and (la or lb):
             out.append(f"DataLoader: {la or 'none seen'} -> {lb or 'none seen'}")

@@ -12,6 +12,7 @@ from typing import Callable
 
 from . import steps as _steps
 from .backends import Backend
+from .dataloaders import recording
 from .options import CaptureOptions
 
 
@@ -31,6 +32,7 @@ class CaptureResult:
     run_dir: Path
     error: BaseException | None = None
     messages: list[str] = field(default_factory=list)
+    dataloaders: list[dict] = field(default_factory=list)  # settings of each DataLoader iterated
 
     @property
     def trace_files(self) -> list[Path]:
@@ -73,15 +75,17 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
     remove_hook = None
     status, error = "ok", None
     started = time.perf_counter()
+    loaders: list[dict] = []
     try:
-        clock.begin()
-        if options.repeat_cell:
-            for _ in range(options.total_steps):
+        with recording() as loaders:
+            clock.begin()
+            if options.repeat_cell:
+                for _ in range(options.total_steps):
+                    body()
+                    clock.advance()
+            else:
+                remove_hook = _steps.optimizer_hook(clock)
                 body()
-                clock.advance()
-        else:
-            remove_hook = _steps.optimizer_hook(clock)
-            body()
     except KeyboardInterrupt as exc:
         status, error = "interrupted", exc
     except BaseException as exc:  # noqa: BLE001 - handed back to the caller, who re-raises it
@@ -96,7 +100,8 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
             if error is None:
                 status, error = "failed", exc
     seconds = time.perf_counter() - started
-    result = CaptureResult(status, clock.steps, _recorded(options, clock.steps), seconds, run_dir, error)
+    result = CaptureResult(status, clock.steps, _recorded(options, clock.steps), seconds, run_dir, error,
+                           dataloaders=list(loaders))
     if status == "ok" and clock.steps == 0:
         result.status = "no-steps"
         result.messages.append("no step boundary seen: the cell called neither optimizer.step() nor npumagic.step(); "

@@ -118,3 +118,18 @@ def test_npuhistory_follows_one_kernel_across_runs(trainer):
     assert (history.table["count"] > 0).all() and history.figure is not None
     with pytest.raises(UsageError, match="no kernel matching"):
         trainer.run_line_magic("npuhistory", "no_such_kernel")
+
+
+def test_a_dataloader_setting_change_is_named_even_when_the_cell_text_is_the_same(trainer):
+    trainer.run_cell("data = torch.utils.data.TensorDataset(torch.randn(256, 32), torch.randn(256, 1))\n"
+                     "def train(loader):\n    for x, y in loader:\n"
+                     "        torch.nn.functional.mse_loss(model(x), y).backward(); opt.step(); opt.zero_grad()")
+    for name, batch in (("b8", 8), ("b16", 16)):
+        trainer.run_cell(f"loader = torch.utils.data.DataLoader(data, batch_size={batch})")
+        result = trainer.run_cell(f"%%npuprofile --wait 0 --warmup 1 --steps 4 --no-plot --quiet --name {name}\ntrain(loader)")
+        assert result.success, result.error_in_exec
+    run = trainer.magics_manager.registry["NpuMagics"].session.store.get("b16")
+    assert run.dataloaders == [{"batch_size": 16, "num_workers": 0, "pin_memory": False, "prefetch_factor": None,
+                                "persistent_workers": False, "drop_last": False, "dataset": "TensorDataset"}]
+    cmp = trainer.run_line_magic("npucompare", "b8 b16 --no-plot").comparison
+    assert cmp.changed == ["DataLoader batch_size: 8 -> 16"]

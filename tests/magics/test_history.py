@@ -91,3 +91,20 @@ def test_the_database_is_in_wal_mode(tmp_path):
 
     HistoryStore(tmp_path)
     assert sqlite3.connect(tmp_path / "history.sqlite").execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+DIES = textwrap.dedent("""
+    import os, sys
+    from npumagic.history import HistoryStore
+    HistoryStore(sys.argv[1]).reserve("doomed")
+    os._exit(1)   # the kernel dies mid-capture
+""")
+
+
+def test_a_run_whose_kernel_died_shows_as_crashed(tmp_path):
+    subprocess.run([sys.executable, "-c", DIES, str(tmp_path)], timeout=60)
+    store = HistoryStore(tmp_path)
+    assert store.get("doomed").status == "crashed"
+    assert store.table()["status"].tolist() == ["crashed"]
+    live = store.reserve("mine")
+    assert store.get(live).status == "running"  # this process is alive

@@ -312,7 +312,7 @@ def _memory(s: Summary) -> list[Finding]:
 
 def _jitter(s: Summary) -> Finding | None:
     st = s.step_stats
-    if st["n"] < 3 or not st["cv"] == st["cv"] or st["cv"] <= T.JITTER_CV:
+    if st["n"] < T.JITTER_MIN_STEPS or not st["cv"] == st["cv"] or st["cv"] <= T.JITTER_CV:
         return None
     slow = s.steps[s.steps["wall_us"] > T.JITTER_OUTLIER * st["median_us"]]
     outliers = ", ".join(str(x) for x in slow["step"]) or "none above 1.2x the median"

@@ -24,6 +24,9 @@ SMALL_OP_MIN_PER_STEP = 200
 # JITTER_OUTLIER x the median is an outlier.
 JITTER_CV = 0.10
 JITTER_OUTLIER = 1.2
+# Fewer steps than this give no usable spread: the first active step often carries the
+# profiler's own start-up cost, so 3 steps can show 30% "jitter" that is not the model's.
+JITTER_MIN_STEPS = 5
 # A device this busy with compute is compute-bound: make the math cheaper, not the pipeline.
 COMPUTE_BOUND_SHARE = 0.60
 # Ascend: cube (MAC) pipeline utilisation of AI Core kernels below this (time-weighted) is low.

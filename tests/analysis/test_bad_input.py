@@ -14,10 +14,17 @@ from npumagic.errors import TraceError
 from ..conftest import ASCEND, need
 
 
-def test_truncated_json_names_the_file(tmp_path):
-    path = tmp_path / "w.pt.trace.json"
-    path.write_text('{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur"')
-    with pytest.raises(TraceError, match=r"w\.pt\.trace\.json: not a valid Chrome trace JSON.*truncated"):
+@pytest.mark.parametrize("name, text, message", [
+    ("w.pt.trace.json", '{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur"',
+     r"w\.pt\.trace\.json: not a valid Chrome trace JSON.*truncated"),
+    ("notes.txt", "hello", r"notes\.txt: unknown format"),
+    ("config.json", '{"lr": 0.1}', r"config\.json: no profiler events"),
+    ("empty.json", "", r"empty\.json: the file is empty"),
+], ids=["truncated", "unknown-format", "json-not-a-trace", "empty-file"])
+def test_a_bad_file_names_itself_and_what_was_expected(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceError, match=message):
         npumagic.load(path)
 
 
@@ -31,25 +38,11 @@ def test_missing_path(tmp_path):
         npumagic.load(tmp_path / "nope")
 
 
-def test_unknown_format(tmp_path):
-    path = tmp_path / "notes.txt"
-    path.write_text("hello")
-    with pytest.raises(TraceError, match=r"notes\.txt: unknown format"):
-        npumagic.load(path)
-
-
 def test_another_tools_directory(tmp_path):
     (tmp_path / "report.nsys-rep").write_bytes(b"\0\1")
     (tmp_path / "perf.data").write_bytes(b"PERFILE2")
     with pytest.raises(TraceError, match=r"it holds perf\.data, report\.nsys-rep"):
         npumagic.load(tmp_path)
-
-
-def test_json_that_is_not_a_trace(tmp_path):
-    path = tmp_path / "config.json"
-    path.write_text('{"lr": 0.1}')
-    with pytest.raises(TraceError, match=r"config\.json: no profiler events"):
-        npumagic.load(path)
 
 
 def _ascend_copy(tmp_path):

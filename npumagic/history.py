@@ -120,6 +120,11 @@ def _json(value: Any) -> str:
     return json.dumps(value, default=str, allow_nan=True)
 
 
+def _encode(fields: dict[str, Any]) -> dict[str, Any]:
+    """Column values as stored: dicts and lists as JSON text."""
+    return {k: (_json(v) if isinstance(v, (dict, list)) else v) for k, v in fields.items()}
+
+
 class HistoryStore:
     """Runs of one output directory. Every call opens its own short transaction, so two kernels
     (or a crashed one) never leave it half-written."""
@@ -164,7 +169,7 @@ class HistoryStore:
             elif db.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone():
                 raise RunNameTaken(f"run name {name!r} is taken; choose another --name or remove it with %npurm {name}")
             values = {"name": name, "status": "running", "created": now, "pid": os.getpid(), "host": socket.gethostname()}
-            values.update({k: (_json(v) if isinstance(v, (dict, list)) else v) for k, v in fields.items()})
+            values.update(_encode(fields))
             cols = ", ".join(values)
             db.execute(f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * len(values))})", list(values.values()))
         return name
@@ -172,8 +177,7 @@ class HistoryStore:
     def finish(self, name: str, status: str, kernels: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
                **fields: Any) -> None:
         """Record a run's outcome and tables in one transaction."""
-        values = {"status": status, "finished": time.time()}
-        values.update({k: (_json(v) if isinstance(v, (dict, list)) else v) for k, v in fields.items()})
+        values = {"status": status, "finished": time.time(), **_encode(fields)}
         with self._connect(immediate=True) as db:
             run_id = self._id(db, name)
             sets = ", ".join(f"{k} = ?" for k in values)
@@ -188,7 +192,7 @@ class HistoryStore:
                                [(run_id, *r) for r in rows.itertuples(index=False)])
 
     def update(self, name: str, **fields: Any) -> None:
-        values = {k: (_json(v) if isinstance(v, (dict, list)) else v) for k, v in fields.items()}
+        values = _encode(fields)
         with self._connect(immediate=True) as db:
             run_id = self._id(db, name)
             db.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?", [*values.values(), run_id])

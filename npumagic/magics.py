@@ -14,7 +14,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool, Enum, List, Unicode
 
-from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError, current_capture
+from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError
 from .errors import NpumagicError
 from .history import RunNameTaken, UnknownRun
 from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
@@ -85,7 +85,7 @@ class NpuMagics(Magics):
     output_dir = Unicode("npumagic_runs", help="Where runs and their history (history.sqlite) are kept.").tag(config=True)
     backend = Unicode("", help="Force a backend: 'npu', 'cuda' or 'cpu' (default: the best available).").tag(config=True)
     plot = Bool(True, help="Draw figures after each run.").tag(config=True)
-    views = List(Unicode(), default_value=["timeline", "steps"],
+    views = List(Enum(list(VIEWS)), default_value=["timeline", "steps"],
                  help=f"Figures drawn after each run, from: {', '.join(VIEWS)}.").tag(config=True)
     figure_format = Enum(["png", "svg"], default_value="png", help="Format of the figures shown and saved.").tag(config=True)
 
@@ -150,13 +150,9 @@ class NpuMagics(Magics):
         return self._profile(args, statement, repeat_cell=True, source=statement, line=line)
 
     def _profile(self, args, code: str, repeat_cell: bool, source: str, line: str):
-        if current_capture() is not None:
-            raise UsageError("npumagic is already profiling this kernel: %%npuprofile/%npusteps cannot be nested")
         options = _options(args, repeat_cell)
         if args.name is not None and not _NAME.match(args.name):
             raise UsageError(f"invalid --name {args.name!r}: use letters, digits, '_', '-' or '.', starting with a letter")
-        if args.name is not None and self.session.store.exists(args.name):
-            raise UsageError(f"run name {args.name!r} is taken; known runs: {', '.join(self.session.store.names())}")
         body = self._compile(code)
         arguments = dict(options.as_dict(), name=args.name, out=args.out, line=line)
         try:
@@ -187,9 +183,6 @@ class NpuMagics(Magics):
     def _report(self, outcome: RunOutcome, quiet: bool, plot: bool) -> RunReport:
         figures = []
         if plot and outcome.summary is not None and outcome.trace is not None:
-            bad = [v for v in self.views if v not in VIEWS]
-            if bad:
-                raise UsageError(f"NpuMagics.views has unknown views {bad}; views: {', '.join(VIEWS)}")
             figures = render_views(list(self.views), outcome.trace, outcome.summary, _figure_dir(outcome.run.run_dir),
                                    outcome.run.name, self.figure_format)
         notes = [] if quiet else outcome.notes
@@ -262,8 +255,6 @@ class NpuMagics(Magics):
         Example: ``%npuload /data/job42/rank0_ascend_pt --name cluster_baseline``
         """
         args = parse_argstring(self.npuload, line)
-        if args.name is not None and self.session.store.exists(args.name):
-            raise UsageError(f"run name {args.name!r} is taken; known runs: {', '.join(self.session.store.names())}")
         try:
             outcome = self.session.load(args.path, name=args.name)
         except (NpumagicError, RunNameTaken) as exc:

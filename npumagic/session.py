@@ -15,10 +15,10 @@ from .analysis.advice import Advice, Finding, advise
 from .analysis.checklist import Verdict, checklist
 from .analysis.compare import Comparison, compare
 from .analysis.metrics import Summary
-from .capture import CaptureOptions, CaptureResult, capture, choose_backend
+from .capture import CaptureOptions, CaptureResult, capture, choose_backend, ensure_idle
 from .capture.backends import BackendChoice, environment_snapshot
 from .errors import NpumagicError
-from .history import HistoryStore, Run
+from .history import HistoryStore, Run, RunNameTaken
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,9 @@ class Session:
     # -- running ------------------------------------------------------------------------------
     def profile(self, body: Callable[[], object], options: CaptureOptions, name: str | None = None,
                 source: str = "", arguments: dict | None = None, out: str | Path | None = None) -> RunOutcome:
-        """Capture ``body`` as a new run; the body's exception is in ``outcome.error`` (not raised)."""
+        """Capture ``body`` as a new run; the body's exception is in ``outcome.error`` (not raised).
+        A nested capture or a taken name raises before anything is recorded or run."""
+        ensure_idle()
         choice = self.backend_choice()
         backend = choice.backend
         name = self.store.reserve(name, backend=backend.name, device=backend.device_name, source=source,
@@ -76,6 +78,8 @@ class Session:
 
     def load(self, path: str | Path, name: str | None = None) -> RunOutcome:
         """Import a profiler output directory collected elsewhere as a run."""
+        if name is not None and self.store.exists(name):  # refuse before a possibly long parse
+            raise RunNameTaken(f"run name {name!r} is taken; choose another --name or remove it with %npurm {name}")
         path = Path(path).resolve()
         trace = analysis.load(path, progress=True)  # raises TraceError before anything is stored
         name = self.store.reserve(name, kind="load", backend=trace.meta.get("backend"),

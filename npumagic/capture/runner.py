@@ -20,6 +20,12 @@ class NestedCaptureError(RuntimeError):
     """A capture was started while another one is running in the same kernel."""
 
 
+def ensure_idle() -> None:
+    """Raise NestedCaptureError when a capture is already running in this kernel."""
+    if _steps.active() is not None:
+        raise NestedCaptureError("npumagic is already profiling this kernel: %%npuprofile/%npusteps cannot be nested")
+
+
 @dataclass
 class CaptureResult:
     """What a capture did: its status, the step boundaries seen, the active steps recorded,
@@ -66,8 +72,7 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
     ``optimizer.step()``; with it the body runs once per step. Raises NestedCaptureError when
     a capture is already running; never raises the body's exception (see ``.error``).
     """
-    if _steps.active() is not None:
-        raise NestedCaptureError("npumagic is already profiling in this kernel; nested %%npuprofile is not supported")
+    ensure_idle()
     run_dir.mkdir(parents=True, exist_ok=True)
     profiler = backend.profiler(options, run_dir)
     clock = _steps.StepClock(profiler, options, explicit=bool(_steps.EXPLICIT_STEP.search(source)))

@@ -32,6 +32,15 @@ def test_output_dir_is_configurable(trainer, tmp_path):
     assert (tmp_path / "other" / "history.sqlite").exists()
 
 
+def test_unknown_views_are_refused_when_configured(shell):
+    from traitlets import TraitError
+
+    magics = shell.magics_manager.registry["NpuMagics"]
+    with pytest.raises(TraitError):
+        magics.views = ["timeline", "flamegraph"]
+    assert magics.views == ["timeline", "steps"]
+
+
 def test_config_lists_npumagics_traits(shell, capsys):
     shell.run_line_magic("config", "NpuMagics")
     out = capsys.readouterr().out

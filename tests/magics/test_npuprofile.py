@@ -118,6 +118,7 @@ def test_nested_profiling_is_a_clear_error(trainer):
     result = trainer.run_cell(cell)
     assert isinstance(result.error_in_exec, UsageError)
     assert "cannot be nested" in str(result.error_in_exec)
+    assert trainer.run_line_magic("npuruns", "")["name"].tolist() == ["outer"]  # the inner attempt left no record
     assert trainer.run_cell("%%npuprofile --repeat-cell --steps 1\ntrain_step()").success
 
 

@@ -9,6 +9,7 @@ a million GC-tracked objects would make every collection walk them all.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Union
 
 import msgspec
@@ -65,11 +66,20 @@ _kineto_chunk = msgspec.json.Decoder(list[KinetoEvent])
 _ascend_events = msgspec.json.Decoder(list[AscendEvent])
 
 
+_FIRST = re.compile(rb"\S")
+_BOM = b"\xef\xbb\xbf"
+
+
 def decode_raw(raw: bytes) -> RawTrace:
-    """First pass: the trace's header fields, and its events as undecoded slices."""
-    if raw.lstrip()[:1] == b"[":
-        return RawTrace(traceEvents=_raw_array.decode(raw))
-    return _raw_object.decode(raw)
+    """First pass: the trace's header fields, and its events as undecoded slices.
+
+    A leading UTF-8 byte order mark is skipped through a memoryview (no copy of the text)."""
+    start = len(_BOM) if raw[:3] == _BOM else 0
+    data = memoryview(raw)[start:] if start else raw
+    first = _FIRST.search(raw, start)
+    if first is not None and first.group() == b"[":
+        return RawTrace(traceEvents=_raw_array.decode(data))
+    return _raw_object.decode(data)
 
 
 def decode_kineto_chunk(parts: list[msgspec.Raw]) -> list[KinetoEvent]:

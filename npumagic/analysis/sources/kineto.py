@@ -7,7 +7,6 @@ into per-file tables), so a million-event trace never exists as a million Python
 
 from __future__ import annotations
 
-import gzip
 import logging
 import re
 from pathlib import Path
@@ -20,6 +19,7 @@ import pandas as pd
 from ...errors import TraceError
 from .. import schema
 from ._columns import to_int, to_ns
+from ._inflate import read_trace
 from ._kineto_decode import RawTrace, decode_kineto_chunk, decode_raw
 
 log = logging.getLogger(__name__)
@@ -40,19 +40,14 @@ CHUNK_EVENTS = 65536
 
 
 def read_bytes(path: Path) -> bytes:
-    try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as fh:
-                return fh.read()
-        return path.read_bytes()
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise TraceError(path, f"cannot read the file ({exc})") from None
+    """The file's (inflated, size-limited) bytes; see :mod:`._inflate`."""
+    return read_trace(path)
 
 
 def decode_file(path: Path) -> RawTrace:
     """Read and first-pass decode a Chrome trace file, with errors that name the file."""
     raw = read_bytes(path)
-    if not raw.strip():
+    if not raw or raw.isspace():  # isspace(): no second copy of a large text, as strip() would make
         raise TraceError(path, "the file is empty; expected a Chrome trace JSON (torch.profiler output)")
     try:
         return decode_raw(raw)

@@ -1,6 +1,13 @@
 """The run history: an SQLite database (WAL mode) in the output directory, safe for several
-kernels at once. One row per run with its metadata, plus each run's per-step and per-kernel
-tables so kernels can be followed across runs without re-reading traces."""
+kernels at once. One row per run with its metadata, its full Summary (so old runs can be
+compared and advised on without their trace files), plus each run's per-step and per-kernel
+tables so kernels can be followed across runs with SQL.
+
+Schema versions: ``PRAGMA user_version`` is the number of :data:`MIGRATIONS` applied. Version 0
+is the schema npumagic wrote before versions existed (:data:`SCHEMA`). Opening a store brings an
+older file up to :data:`SCHEMA_VERSION` in place, in one transaction (a second kernel opening it
+at the same time waits, then finds nothing left to do). To change the schema, append a
+migration; never edit one that has shipped."""
 
 from __future__ import annotations
 
@@ -13,10 +20,13 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 
+from .analysis.metrics import Summary
+from .analysis.persist import FORMAT as SUMMARY_FORMAT
+from .analysis.persist import dump_summary, load_summary
 from .errors import NpumagicError
 
 DB_NAME = "history.sqlite"
@@ -49,11 +59,27 @@ CREATE INDEX IF NOT EXISTS kernels_by_name ON kernels(name);
 CREATE INDEX IF NOT EXISTS kernels_by_run ON kernels(run_id);
 CREATE INDEX IF NOT EXISTS steps_by_run ON steps(run_id);
 """
+
+
+def _add_summaries(db: sqlite3.Connection) -> None:
+    """1: the full Summary of each run (see :mod:`npumagic.analysis.persist`)."""
+    db.execute("""CREATE TABLE IF NOT EXISTS summaries (
+        run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+        format INTEGER NOT NULL, data BLOB NOT NULL)""")
+
+
+# Each entry takes the schema from version i to i + 1 inside the opening transaction.
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_add_summaries]
+SCHEMA_VERSION = len(MIGRATIONS)
 KERNEL_FIELDS = ["name", "type", "core", "count", "total_us", "mean_us", "min_us", "max_us", "share"]
 STEP_FIELDS = ["step", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us", "overlapped_us",
                "free_us", "preparing_us", "dataloader_us", "sync_us", "busy_us", "device_util"]
 RUN_LIST_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "step_median_ms", "device_util",
                     "bottleneck", "note"]
+
+
+class NewerHistory(NpumagicError):
+    """A history written by a newer npumagic (a schema version this one does not know)."""
 
 
 class RunNameTaken(NpumagicError):
@@ -137,9 +163,25 @@ class HistoryStore:
         try:
             db.execute("PRAGMA busy_timeout=30000")
             db.execute("PRAGMA journal_mode=WAL")  # readers never block the writer (several kernels)
-            db.executescript(SCHEMA)  # CREATE ... IF NOT EXISTS: safe when two kernels start together
         finally:
             db.close()
+        self.version = self._migrate()
+
+    def _migrate(self) -> int:
+        """Create or upgrade the schema to :data:`SCHEMA_VERSION`; return the version found."""
+        with self._connect(immediate=True) as db:
+            found = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if found > SCHEMA_VERSION:
+                raise NewerHistory(f"{self.path} has history schema version {found}; this npumagic knows up to "
+                                   f"{SCHEMA_VERSION}: upgrade npumagic, or use another NpuMagics.output_dir")
+            if found < SCHEMA_VERSION:
+                for statement in SCHEMA.split(";"):  # version 0; CREATE ... IF NOT EXISTS
+                    if statement.strip():
+                        db.execute(statement)
+                for migration in MIGRATIONS[found:]:
+                    migration(db)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return found
 
     @contextmanager
     def _connect(self, immediate: bool = False) -> Iterator[sqlite3.Connection]:
@@ -175,8 +217,8 @@ class HistoryStore:
         return name
 
     def finish(self, name: str, status: str, kernels: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
-               **fields: Any) -> None:
-        """Record a run's outcome and tables in one transaction."""
+               summary: Summary | None = None, **fields: Any) -> None:
+        """Record a run's outcome, its Summary and tables in one transaction."""
         values = {"status": status, "finished": time.time(), **_encode(fields)}
         with self._connect(immediate=True) as db:
             run_id = self._id(db, name)
@@ -190,6 +232,19 @@ class HistoryStore:
                 rows = steps.reindex(columns=STEP_FIELDS).astype(object)
                 db.executemany(f"INSERT INTO steps (run_id, {', '.join(STEP_FIELDS)}) VALUES (?{', ?' * len(STEP_FIELDS)})",
                                [(run_id, *r) for r in rows.itertuples(index=False)])
+            if summary is not None:
+                self._put_summary(db, run_id, summary)
+
+    @staticmethod
+    def _put_summary(db: sqlite3.Connection, run_id: int, summary: Summary) -> None:
+        db.execute("INSERT OR REPLACE INTO summaries (run_id, format, data) VALUES (?, ?, ?)",
+                   (run_id, SUMMARY_FORMAT, dump_summary(summary)))
+
+    def put_summary(self, name: str, summary: Summary) -> None:
+        """Store (or replace) a run's Summary, e.g. one re-computed for a run recorded before
+        summaries were stored."""
+        with self._connect(immediate=True) as db:
+            self._put_summary(db, self._id(db, name), summary)
 
     def update(self, name: str, **fields: Any) -> None:
         values = _encode(fields)
@@ -237,6 +292,18 @@ class HistoryStore:
         with self._connect() as db:
             frame = pd.read_sql_query(query, db, params=(name,) if name else ())
         return frame.drop(columns=["run_id"])
+
+    def summary(self, name: str) -> Summary | None:
+        """The stored Summary of a run; None when none was stored (a run recorded before
+        summaries were, or one whose analysis failed) or it cannot be read."""
+        with self._connect() as db:
+            row = db.execute("SELECT format, data FROM summaries WHERE run_id = ?", (self._id(db, name),)).fetchone()
+        if row is None or row["format"] != SUMMARY_FORMAT:
+            return None
+        try:
+            return load_summary(row["data"])
+        except ValueError:
+            return None
 
     def steps(self, name: str) -> pd.DataFrame:
         with self._connect() as db:

@@ -17,7 +17,7 @@ from traitlets import Bool, Enum, List, Unicode
 from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError
 from .errors import NpumagicError
 from .history import RunNameTaken, UnknownRun
-from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
+from .render import TRACE_VIEWS, VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
 from .session import RunOutcome, Session
 
 _NAME = re.compile(r"^[A-Za-z_][\w.-]{0,63}$")
@@ -215,7 +215,8 @@ class NpuMagics(Magics):
                    "lanes": [x for x in args.lanes.split(",") if x] if args.lanes else None}
         try:
             name = self.session.resolve(args.run)
-            trace = self.session.trace(name)
+            needs_trace = args.rank is not None or bool(TRACE_VIEWS.intersection(views))
+            trace = self.session.trace(name) if needs_trace else None  # the rest is in the history
             from . import analysis
 
             summary = self.session.summary(name) if args.rank is None else analysis.summarize(trace, rank=args.rank)

@@ -110,7 +110,7 @@ class Session:
         self.store.finish(
             name, status, dataloaders=result.dataloaders if result else [],
             kernels=summary.kernels if summary is not None else None,
-            steps=summary.steps if summary is not None else None,
+            steps=summary.steps if summary is not None else None, summary=summary,
             steps_seen=result.steps if result else (len(summary.steps) if summary is not None else None),
             message=message, headline=summary.headline if summary is not None else {},
             verdict=verdict.as_dict() if verdict is not None else {},
@@ -138,16 +138,26 @@ class Session:
         return name
 
     def trace(self, name: str) -> "analysis.Trace":
+        """The run's parsed trace (re-read from its output directory; only the timeline and
+        per-rank redraws need it)."""
         if self._trace is None or self._trace[0] != name:
             run = self.store.get(name)
             if not run.run_dir or not Path(run.run_dir).exists():
-                raise NpumagicError(f"run {name!r} has no output directory left ({run.run_dir})")
+                raise NpumagicError(f"run {name!r} has no output directory left ({run.run_dir}): the timeline needs "
+                                    f"the trace files; its summary, steps, kernels, advice and comparisons are in "
+                                    f"the history")
             self._trace = (name, analysis.load(run.run_dir))
         return self._trace[1]
 
     def summary(self, name: str) -> Summary:
+        """The run's Summary: from this session, else the history, else re-parsed from its
+        output directory (runs recorded before summaries were stored; then stored)."""
         if name not in self._summaries:
-            self._summaries[name] = analysis.summarize(self.trace(name))
+            stored = self.store.summary(name)
+            if stored is None:
+                stored = analysis.summarize(self.trace(name))
+                self.store.put_summary(name, stored)
+            self._summaries[name] = stored
         return self._summaries[name]
 
     def _against_baseline(self, name: str, summary: Summary) -> Comparison | None:

@@ -16,11 +16,14 @@ from .charts import comm_figure, kernels_figure, memory_figure, steps_figure
 from .timeline import timeline_figure
 
 VIEWS = ("timeline", "steps", "kernels", "memory", "comm")
+TRACE_VIEWS = frozenset({"timeline", "comm"})  # drawn from events; the others from the Summary alone
 TOP_KERNELS = 8
 
 
-def build_view(view: str, trace: Trace, summary: Summary, title: str = "", **options) -> Figure:
-    """The Figure of one view of a run."""
+def build_view(view: str, trace: Trace | None, summary: Summary, title: str = "", **options) -> Figure:
+    """The Figure of one view of a run (``trace`` may be None for views not in TRACE_VIEWS)."""
+    if trace is None and view in TRACE_VIEWS:
+        raise ValueError(f"the {view} view needs the run's trace files")
     if view == "timeline":
         top = summary.kernels["name"].astype(str).head(TOP_KERNELS).tolist() if summary.meta.get("device_mode") else []
         return timeline_figure(trace, summary.meta.get("rank"), top_kernels=top, title=title or None, **options)
@@ -59,7 +62,7 @@ class RenderedFigure:
         return f"<img alt='{self.view}' src='data:image/png;base64,{base64.b64encode(self.data).decode()}'/>"
 
 
-def render_views(views: list[str], trace: Trace, summary: Summary, save_dir: Path | None, prefix: str,
+def render_views(views: list[str], trace: Trace | None, summary: Summary, save_dir: Path | None, prefix: str,
                  fmt: str = "png", **options) -> list[RenderedFigure]:
     """Draw ``views`` and, when ``save_dir`` is given, save each as ``{prefix}_{view}.{fmt}`` there."""
     out = []

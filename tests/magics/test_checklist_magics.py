@@ -133,3 +133,20 @@ def test_a_dataloader_setting_change_is_named_even_when_the_cell_text_is_the_sam
                                 "persistent_workers": False, "drop_last": False, "dataset": "TensorDataset"}]
     cmp = trainer.run_line_magic("npucompare", "b8 b16 --no-plot").comparison
     assert cmp.changed == ["DataLoader batch_size: 8 -> 16"]
+
+
+def test_old_runs_compare_advise_and_show_after_a_restart_without_their_files(trainer):
+    import shutil
+
+    for name in ("before", "after"):
+        _profile(trainer, name, "train_step()", steps=3)
+    for name in ("before", "after"):
+        shutil.rmtree(trainer.magics_manager.registry["NpuMagics"].session.store.get(name).run_dir)
+    trainer.magics_manager.registry["NpuMagics"]._session = None  # a kernel restart: nothing cached
+    cmp = trainer.run_line_magic("npucompare", "before after --no-plot").comparison
+    assert cmp.n_a == cmp.n_b == 3
+    assert isinstance(trainer.run_line_magic("npuadvise", "before"), Advice)
+    shown = trainer.run_line_magic("npushow", "before --steps --kernels")
+    assert [f.view for f in shown.figures] == ["steps", "kernels"]
+    with pytest.raises(UsageError, match="timeline needs the trace files"):
+        trainer.run_line_magic("npushow", "before --timeline")

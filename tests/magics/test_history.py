@@ -4,14 +4,18 @@ no run, and a writer killed mid-transaction leaves the history consistent."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from npumagic.history import HistoryStore, RunNameTaken, UnknownRun
+from npumagic.history import SCHEMA_VERSION, HistoryStore, NewerHistory, RunNameTaken, UnknownRun
+
+from ..conftest import ASCEND, need
 
 KERNEL = textwrap.dedent("""
     import sys
@@ -108,3 +112,57 @@ def test_a_run_whose_kernel_died_shows_as_crashed(tmp_path):
     assert store.table()["status"].tolist() == ["crashed"]
     live = store.reserve("mine")
     assert store.get(live).status == "running"  # this process is alive
+
+
+# -- schema versions ---------------------------------------------------------------------------
+V0 = Path(__file__).resolve().parents[1] / "data" / "history_v0.sqlite"  # written by npumagic 4181b85
+
+
+def _user_version(path) -> int:
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_a_history_written_before_schema_versions_is_migrated_in_place(tmp_path):
+    shutil.copy(V0, tmp_path / "history.sqlite")
+    assert _user_version(tmp_path / "history.sqlite") == 0
+    store = HistoryStore(tmp_path)
+    assert store.version == 0 and _user_version(tmp_path / "history.sqlite") == SCHEMA_VERSION
+    assert store.names() == ["baseline", "fixed"]
+    assert store.get("baseline").note == "written by npumagic 4181b85"
+    assert store.get("fixed").verdict["bottleneck"] == "balanced"
+    assert len(store.steps("baseline")) == 3 and len(store.kernels("fixed"))
+    assert store.summary("baseline") is None  # recorded before summaries were stored
+    assert HistoryStore(tmp_path).version == SCHEMA_VERSION  # nothing left to migrate
+    store.reserve("after")
+    store.finish("after", "ok")
+    assert store.names() == ["baseline", "fixed", "after"]
+
+
+def test_a_history_from_a_newer_npumagic_is_refused_with_a_reason(tmp_path):
+    import sqlite3
+
+    HistoryStore(tmp_path)
+    db = sqlite3.connect(tmp_path / "history.sqlite")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(NewerHistory, match=f"schema version {SCHEMA_VERSION + 1}.*upgrade npumagic"):
+        HistoryStore(tmp_path)
+
+
+def test_an_old_run_is_summarised_from_its_files_once_then_from_the_history(tmp_path):
+    from npumagic.session import Session
+
+    session = Session(tmp_path)
+    session.load(need(ASCEND / "level1" / "rank0_ascend_pt"), name="job")
+    with session.store._connect(immediate=True) as db:  # as if recorded before summaries were stored
+        db.execute("DELETE FROM summaries")
+    assert session.store.summary("job") is None
+    fresh = Session(tmp_path)
+    summary = fresh.summary("job")  # parsed from the files, then stored
+    assert session.store.summary("job").headline == summary.headline

@@ -1,0 +1,119 @@
+"""A Summary as bytes and back, exactly: every DataFrame field column by column (values, dtype,
+categories), dict fields as JSON, ``per_rank`` recursively; zlib-compressed JSON.
+
+Generic over the Summary's fields, so a field or step column added later is stored without
+changes here. JSON keeps floats exact (Python writes the shortest repr that reads back to the
+same double) and needs no extra dependency; the format number lets a later reader convert.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zlib
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .metrics import Summary
+
+FORMAT = 1
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-able version of ``value`` (numpy scalars and arrays, paths, sets, frames)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, pd.DataFrame):
+        return _frame(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _column(series: pd.Series) -> dict[str, Any]:
+    dtype = series.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        return {"dtype": "category", "categories": _plain(list(dtype.categories)), "ordered": bool(dtype.ordered),
+                "codes": series.cat.codes.tolist()}
+    if dtype.kind == "M":
+        return {"dtype": str(dtype), "values": series.astype("int64").tolist()}
+    values = [None if v is pd.NA or v is pd.NaT else v for v in series.tolist()]
+    return {"dtype": str(dtype), "values": _plain(values)}
+
+
+def _frame(frame: pd.DataFrame) -> dict[str, Any]:
+    return {"__frame__": True, "columns": [str(c) for c in frame.columns],
+            "data": [_column(frame.iloc[:, i]) for i in range(frame.shape[1])], "rows": len(frame)}
+
+
+def _unframe(d: dict[str, Any]) -> pd.DataFrame:
+    cols = {}
+    for name, c in zip(d["columns"], d["data"]):
+        if c["dtype"] == "category":
+            dtype = pd.CategoricalDtype(c["categories"], ordered=c["ordered"])
+            cols[name] = pd.Series(pd.Categorical.from_codes(c["codes"], dtype=dtype))
+        elif c["dtype"].startswith("datetime64"):
+            cols[name] = pd.Series(np.asarray(c["values"], dtype="int64")).astype(c["dtype"])
+        else:
+            values = [np.nan if v is None and c["dtype"].startswith("float") else v for v in c["values"]]
+            try:
+                cols[name] = pd.Series(values, dtype=c["dtype"])
+            except (TypeError, ValueError):  # a dtype this pandas does not know: let it infer
+                cols[name] = pd.Series(values)
+    frame = pd.DataFrame(cols, columns=d["columns"])
+    return frame if len(frame) == d["rows"] else frame.reindex(range(d["rows"]))
+
+
+def _revive(value: Any) -> Any:
+    if isinstance(value, dict):
+        return _unframe(value) if value.get("__frame__") else {k: _revive(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_revive(v) for v in value]
+    return value
+
+
+def _encode(summary: Summary) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(summary):
+        value = getattr(summary, f.name)
+        if f.name == "per_rank":
+            out[f.name] = {str(r): (None if s is summary else _encode(s)) for r, s in value.items()}
+        else:
+            out[f.name] = _plain(value)
+    return out
+
+
+def _decode(d: dict[str, Any]) -> Summary:
+    known = {f.name for f in dataclasses.fields(Summary)}
+    fields = {k: _revive(v) for k, v in d.items() if k in known and k != "per_rank"}
+    summary = Summary(**fields)
+    for rank, s in (d.get("per_rank") or {}).items():
+        summary.per_rank[int(rank)] = summary if s is None else _decode(s)
+    return summary
+
+
+def dump_summary(summary: Summary) -> bytes:
+    """``summary`` as compressed bytes (see :func:`load_summary`)."""
+    text = json.dumps({"format": FORMAT, "summary": _encode(summary)}, allow_nan=True, separators=(",", ":"))
+    return zlib.compress(text.encode("utf-8"), 6)
+
+
+def load_summary(data: bytes) -> Summary:
+    """The Summary :func:`dump_summary` wrote; raises ValueError for bytes it cannot read."""
+    try:
+        doc = json.loads(zlib.decompress(data).decode("utf-8"))
+    except (zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not a stored summary ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ValueError(f"stored summary format {doc.get('format') if isinstance(doc, dict) else '?'} "
+                         f"is not {FORMAT}")
+    return _decode(doc["summary"])
+

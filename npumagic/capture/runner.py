@@ -112,9 +112,19 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
         result.messages.append("no step boundary seen: the cell called neither optimizer.step() nor npumagic.step(); "
                                "add npumagic.step() at the end of each iteration, or use --repeat-cell to run the "
                                "cell once per step")
+    elif status == "ok" and result.recorded == 0:
+        result.status = "no-steps"
+        result.messages.append(f"the cell ended after {_plural(clock.steps, 'step')}, before the first active step "
+                               f"(skip-first {options.skip_first} + wait {options.wait} + warmup {options.warmup}): "
+                               "nothing was recorded; for a cell without a loop use --repeat-cell, else lower "
+                               "--skip-first/--wait/--warmup or run more iterations")
     elif result.recorded < options.recorded_steps:
-        result.messages.append(f"the cell ended after {clock.steps} steps; the schedule needs {options.total_steps} "
+        result.messages.append(f"the cell ended after {_plural(clock.steps, 'step')}; the schedule needs {options.total_steps} "
                                f"(skip-first {options.skip_first} + {options.repeat} x (wait {options.wait} + warmup "
                                f"{options.warmup} + steps {options.steps})): {result.recorded} of "
                                f"{options.recorded_steps} active steps recorded")
     return result
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"

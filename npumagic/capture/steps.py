@@ -47,8 +47,26 @@ class StepClock:
         self.profiler.__enter__()
 
     def explicit_step(self) -> None:
-        self.explicit = True
+        if not self.explicit:
+            self.explicit = True
+            if self.optimizer_steps:
+                # npumagic.step() sits outside the cell's text (in a helper), so the optimizer
+                # steps of this first iteration were counted as boundaries: this call ends the
+                # same step. Re-base the count on explicit calls before the window opens.
+                self._rebase()
+                return
         self.advance()
+
+    def _rebase(self) -> None:
+        counted, self.steps = self.steps, 1
+        if not self.started:
+            if self.steps >= self.start_at:
+                self._start()
+        elif counted != 1 and getattr(self.profiler.current_action, "name", "") == "NONE":
+            # Several optimizer steps per iteration already started the profiler on their count:
+            # while it only waits, renumber it to ours (once it records, the cycle stays as is).
+            self.profiler.step_num = self.steps
+            self.profiler.current_action = self.profiler.schedule(self.steps)
 
     def optimizer_step(self) -> None:
         self.optimizer_steps += 1

@@ -221,3 +221,25 @@ def test_out_writes_the_run_where_asked(trainer, tmp_path):
 def test_async_cells_are_refused(trainer):
     with pytest.raises(UsageError, match="async cells"):
         trainer.run_cell_magic("npuprofile", "", "import asyncio\nawait asyncio.sleep(0)")
+
+
+def test_npumagic_step_inside_a_helper_ends_the_same_step_as_the_optimizer(trainer):
+    # GIVEN npumagic.step() called from a helper, so the cell's text never names it
+    trainer.run_cell("def train_and_mark():\n    train_step()\n    npumagic.step()")
+    # WHEN six iterations run under wait 1 + warmup 1 + steps 3
+    result = trainer.run_cell("%%npuprofile --wait 1 --warmup 1 --steps 3\nfor i in range(6):\n    train_and_mark()")
+    # THEN six boundaries are counted, not seven, and the window holds steps 2-4 as in the plain loop
+    assert result.success, result.error_in_exec
+    assert result.result.run.steps_seen == 6
+    assert _step_ids(Path(result.result.run.run_dir)) == [2, 3, 4]
+
+
+@pytest.mark.parametrize("cell", ["train_step()", "for i in range(3):\n    train_step()"],
+                         ids=["no-loop", "skip-first-past-the-loop"])
+def test_a_cell_that_never_reaches_the_active_window_is_no_steps(trainer, cell):
+    line = "%%npuprofile" if cell == "train_step()" else "%%npuprofile --skip-first 5"
+    result = trainer.run_cell(f"{line}\n{cell}")
+    assert result.success
+    report = result.result
+    assert report.run.status == "no-steps"
+    assert any("--repeat-cell" in n and "nothing was recorded" in n for n in report.notes)

@@ -70,9 +70,9 @@ def _analyze(args) -> int:
 
 
 def _advise(args) -> int:
-    from .analysis.advice import advise
+    from .analysis.advice import advise_run
 
-    advice = advise(_summary(args, args.path, args.rank), str(args.path))
+    advice = advise_run(_summary(args, args.path, args.rank), str(args.path), every_rank=args.all, low=args.all)
     if args.json:
         _print_json(_clean({"path": str(args.path), "findings": [f.as_dict() for f in advice]}))
     else:
@@ -184,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("advise", _advise, "ranked findings with evidence and fixes")
     p.add_argument("path")
     p.add_argument("--rank", type=int, default=None)
+    p.add_argument("--all", action="store_true", help="every rank of a multi-rank job, and low-severity findings")
     p.add_argument("--json", action="store_true")
     p = add("compare", _compare, "compare two outputs: step time with a 95%% CI, breakdown and kernel deltas")
     p.add_argument("path_a", help="the reference")

@@ -322,4 +322,6 @@ class HistoryStore:
                 "step_median_ms": (h["step_median_us"] / 1000.0) if h.get("step_median_us") is not None else None,
                 "device_util": h.get("device_util"), "bottleneck": run.verdict.get("bottleneck"), "note": run.note,
             })
-        return pd.DataFrame(rows, columns=RUN_LIST_COLUMNS)
+        table = pd.DataFrame(rows, columns=RUN_LIST_COLUMNS)
+        table["steps"] = table["steps"].astype("Int64")  # a run without steps must not turn the column into floats
+        return table

@@ -61,6 +61,29 @@ def _options(args, repeat_cell: bool) -> CaptureOptions:
         raise UsageError(str(exc)) from None
 
 
+def _parse(magic, line: str):
+    """``parse_argstring`` with shell-style quotes taken off each value (``--out "my runs"``)."""
+    args = parse_argstring(magic, line)
+    for key, value in vars(args).items():
+        if isinstance(value, str):
+            setattr(args, key, _unquote(value))
+        elif isinstance(value, list):
+            setattr(args, key, [_unquote(v) if isinstance(v, str) else v for v in value])
+    return args
+
+
+def _unquote(text: str) -> str:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def _cell_usage(func):
+    """magic_arguments writes every usage line as ``%name``; a cell magic is called ``%%name``."""
+    func.__doc__ = func.__doc__.replace(f"::\n\n  %{func.__name__}", f"::\n\n  %%{func.__name__}", 1)
+    return func
+
+
 def _split_statement(line: str, magic) -> tuple[str, str]:
     """Split ``%npusteps --steps 3 f(x, "a b")`` into its option text and the raw statement."""
     parser = magic.parser
@@ -83,7 +106,8 @@ class NpuMagics(Magics):
     %npucompare, %npubaseline, %npunote, %npurm, %npuhistory, %npuexport."""
 
     output_dir = Unicode("npumagic_runs", help="Where runs and their history (history.sqlite) are kept.").tag(config=True)
-    backend = Unicode("", help="Force a backend: 'npu', 'cuda' or 'cpu' (default: the best available).").tag(config=True)
+    backend = Enum(["", "npu", "cuda", "cpu"], default_value="",
+                   help="Force a backend: 'npu', 'cuda' or 'cpu' (default '': the best available).").tag(config=True)
     plot = Bool(True, help="Draw figures after each run.").tag(config=True)
     views = List(Enum(list(VIEWS)), default_value=["timeline", "steps"],
                  help=f"Figures drawn after each run, from: {', '.join(VIEWS)}.").tag(config=True)
@@ -97,16 +121,15 @@ class NpuMagics(Magics):
     def session(self) -> Session:
         wanted = Path(self.output_dir).resolve()
         if self._session is None or self._session.output_dir != wanted or (self._session.prefer_backend or "") != self.backend:
-            if self.backend not in ("", "npu", "cuda", "cpu"):
-                raise UsageError(f"NpuMagics.backend must be '', 'npu', 'cuda' or 'cpu', got {self.backend!r}")
             self._session = Session(wanted, backend=self.backend or None)
         return self._session
 
     # -- capture ------------------------------------------------------------------------------
+    @cell_magic
+    @_cell_usage
     @magic_arguments()
     @_schedule_arguments
     @argument("--repeat-cell", action="store_true", help="run the cell body once per step (for cells without a loop)")
-    @cell_magic
     def npuprofile(self, line: str, cell: str):
         """Profile a training cell under a torch.profiler / torch_npu schedule.
 
@@ -123,7 +146,7 @@ class NpuMagics(Magics):
             %%npuprofile --repeat-cell --wait 0 --warmup 1 --steps 5
             train_one_step()
         """
-        args = parse_argstring(self.npuprofile, line)
+        args = _parse(self.npuprofile, line)
         return self._profile(args, cell, repeat_cell=args.repeat_cell, source=cell, line=line)
 
     @magic_arguments()
@@ -142,7 +165,7 @@ class NpuMagics(Magics):
             %npusteps --run baseline
         """
         option_text, statement = _split_statement(line, self.npusteps)
-        args = parse_argstring(self.npusteps, option_text)
+        args = _parse(self.npusteps, option_text)
         if not statement.strip():
             return self._step_table(args.run)
         if args.run:
@@ -209,7 +232,7 @@ class NpuMagics(Magics):
             %npushow baseline --kernels
             %npushow -1 --timeline --step-range 3:4 --lanes Stream,HCCL
         """
-        args = parse_argstring(self.npushow, line)
+        args = _parse(self.npushow, line)
         views = [v for v in VIEWS if getattr(args, v)] or ["timeline", "steps"]
         options = {"steps": _pair(args.step_range, int, "--step-range"), "window": _pair(args.zoom, float, "--zoom"),
                    "lanes": [x for x in args.lanes.split(",") if x] if args.lanes else None}
@@ -255,7 +278,7 @@ class NpuMagics(Magics):
 
         Example: ``%npuload /data/job42/rank0_ascend_pt --name cluster_baseline``
         """
-        args = parse_argstring(self.npuload, line)
+        args = _parse(self.npuload, line)
         try:
             outcome = self.session.load(args.path, name=args.name)
         except (NpumagicError, RunNameTaken) as exc:
@@ -279,7 +302,7 @@ class NpuMagics(Magics):
 
         Examples: ``%npuadvise``, ``%npuadvise baseline --all``
         """
-        args = parse_argstring(self.npuadvise, line)
+        args = _parse(self.npuadvise, line)
         name = self._run(args.run)
         try:
             return self.session.advise(name, every_rank=args.all, low=args.all)
@@ -297,7 +320,7 @@ class NpuMagics(Magics):
 
         Examples: ``%npucompare`` (baseline vs latest), ``%npucompare baseline run3``, ``%npucompare -2 -1``
         """
-        args = parse_argstring(self.npucompare, line)
+        args = _parse(self.npucompare, line)
         if args.b is not None:
             a, b = self._run(args.a), self._run(args.b)
         else:
@@ -366,7 +389,7 @@ class NpuMagics(Magics):
     @line_magic
     def npurm(self, line: str):
         """Remove a run from the history (asks nothing; keeps its files unless --files)."""
-        args = parse_argstring(self.npurm, line)
+        args = _parse(self.npurm, line)
         name = self._run(args.run)
         run = self.session.remove(name, files=args.files)
         kept = "" if args.files else f"; files kept in {run.run_dir}"
@@ -382,7 +405,7 @@ class NpuMagics(Magics):
 
         Example: ``%npuhistory aten::addmm``
         """
-        args = parse_argstring(self.npuhistory, line)
+        args = _parse(self.npuhistory, line)
         try:
             kernel, table = self.session.kernel_history(args.kernel)
         except NpumagicError as exc:
@@ -405,7 +428,7 @@ class NpuMagics(Magics):
 
         Usage: ``%npuexport --md log.md`` or ``%npuexport --csv log.csv``
         """
-        args = parse_argstring(self.npuexport, line)
+        args = _parse(self.npuexport, line)
         if not args.md and not args.csv:
             raise UsageError("give --md FILE and/or --csv FILE")
         from .render.export import log_table, render_markdown

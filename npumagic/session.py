@@ -11,7 +11,7 @@ from typing import Callable
 import pandas as pd
 
 from . import analysis
-from .analysis.advice import Advice, Finding, advise
+from .analysis.advice import Advice, advise_run
 from .analysis.checklist import Verdict, checklist
 from .analysis.compare import Comparison, compare
 from .analysis.metrics import Summary
@@ -180,20 +180,8 @@ class Session:
         return compare(self.summary(a), self.summary(b), a, b, self.context(a), self.context(b))
 
     def advise(self, name: str, every_rank: bool = False, low: bool = True) -> Advice:
-        """Findings of a run, most important first: of its first rank, or of every rank (each
-        title then says which); without ``low``, low-severity findings are left out (but the
-        top one is always kept)."""
-        summary = self.summary(name)
-        ranks = sorted(summary.per_rank.items()) if every_rank else [(summary.meta.get("rank", 0), summary)]
-        findings = []
-        for rank, per_rank in ranks:
-            suffix = f" (rank {rank})" if len(ranks) > 1 else ""
-            findings += [Finding(f.category, f.impact, f.title + suffix, f.evidence, f.fix, f.where)
-                         for f in advise(per_rank, name)]
-        findings.sort(key=lambda f: f.impact, reverse=True)
-        if not low:
-            findings = [f for f in findings if f.severity != "low"] or findings[:1]
-        return Advice(findings, name)
+        """Findings of a run, most important first (see :func:`~npumagic.analysis.advice.advise_run`)."""
+        return advise_run(self.summary(name), name, every_rank=every_rank, low=low)
 
     def kernel_history(self, kernel: str) -> tuple[str, pd.DataFrame]:
         """One kernel across the history: (its name, a table run / count / total_us / mean_us).

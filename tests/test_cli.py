@@ -79,3 +79,16 @@ def test_runs_and_export_read_a_real_history(tmp_path, capsys):
 def test_a_missing_history_is_exit_2(tmp_path, capsys):
     assert main(["runs", "--out", str(tmp_path / "none")]) == 2
     assert "no such output directory" in capsys.readouterr().err
+
+
+def test_advise_all_adds_every_rank_and_low_findings(capsys):
+    # GIVEN a two-rank job; WHEN advised plainly, then with --all
+    job = str(need(ASCEND / "level1"))
+    assert main(["advise", job, "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)["findings"]
+    assert main(["advise", job, "--json", "--all"]) == 0
+    every = json.loads(capsys.readouterr().out)["findings"]
+    # THEN --all covers rank 1 too and keeps the low-severity findings the plain call leaves out
+    assert not any("(rank 1)" in f["title"] for f in plain)
+    assert any("(rank 1)" in f["title"] for f in every)
+    assert len(every) > len(plain)

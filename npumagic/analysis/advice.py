@@ -347,3 +347,19 @@ def advise(data: Trace | Summary, run: str = "") -> Advice:
             found.extend(result)
     found.sort(key=lambda f: f.impact, reverse=True)
     return Advice(found, run)
+
+
+def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: bool = True) -> Advice:
+    """Findings of a run, most important first: of its first rank, or of every rank (each title
+    then says which); without ``low``, low-severity findings are left out (the top one is kept).
+    The magics and the CLI both show advice through this."""
+    ranks = sorted(summary.per_rank.items()) if every_rank else [(summary.meta.get("rank", 0), summary)]
+    findings = []
+    for rank, per_rank in ranks:
+        suffix = f" (rank {rank})" if len(ranks) > 1 else ""
+        findings += [Finding(f.category, f.impact, f.title + suffix, f.evidence, f.fix, f.where)
+                     for f in advise(per_rank, run)]
+    findings.sort(key=lambda f: f.impact, reverse=True)
+    if not low:
+        findings = [f for f in findings if f.severity != "low"] or findings[:1]
+    return Advice(findings, run)

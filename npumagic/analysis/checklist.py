@@ -81,7 +81,7 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     s = summary.step_stats
     h = summary.headline
     step1 = (f"step {_ms(s['median_us'])} median, p90 {_ms(s['p90_us'])}, jitter {_pct(s['cv'])}; "
-             f"device busy {_pct(h['device_util'])}, communication {_pct(h['communication_share'])} ({s['n']} steps)")
+             f"device busy {_pct(h['device_util'])}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
     step2 = f"{CLASS_NAMES[bottleneck]}: {evidence['title']}"
     step3 = advice.findings[0].fix if advice.findings else NEXT_CHANGE_DEFAULT[bottleneck]
     step4 = _verify(summary, baseline, comparison)

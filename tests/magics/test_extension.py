@@ -41,6 +41,27 @@ def test_unknown_views_are_refused_when_configured(shell):
     assert magics.views == ["timeline", "steps"]
 
 
+def test_an_unknown_backend_is_refused_when_configured(shell):
+    from traitlets import TraitError
+
+    magics = shell.magics_manager.registry["NpuMagics"]
+    with pytest.raises(TraitError):
+        magics.backend = "tpu"
+    assert magics.backend == ""
+
+
+def test_quoted_paths_are_taken_without_their_quotes(trainer, tmp_path):
+    # GIVEN a target folder with a space, quoted as in a shell
+    target = tmp_path / "my runs" / "job"
+    # WHEN it is given in single quotes to --out, then in double quotes to %npuload
+    report = trainer.run_cell(f"%%npuprofile --repeat-cell --steps 1 --out '{target}'\ntrain_step()").result
+    loaded = trainer.run_line_magic("npuload", f'"{target}" --name again --no-plot')
+    # THEN both name the folder itself, and no folder with a quote in its name appears
+    assert Path(report.run.run_dir) == target
+    assert Path(loaded.run.run_dir) == target
+    assert not [p for p in tmp_path.rglob("*") if "'" in p.name or '"' in p.name]
+
+
 def test_config_lists_npumagics_traits(shell, capsys):
     shell.run_line_magic("config", "NpuMagics")
     out = capsys.readouterr().out
@@ -113,3 +134,16 @@ def test_npushow_bad_input_is_a_usage_error(trainer, line, message):
     trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 1 --no-plot\ntrain_step()")
     with pytest.raises(UsageError, match=message):
         trainer.run_line_magic("npushow", line)
+
+
+def test_npuruns_keeps_step_counts_integers_beside_a_run_without_steps(trainer):
+    trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 1 --name one\ntrain_step()")
+    trainer.run_cell("%%npuprofile --name none\nx = 1")
+    table = trainer.run_line_magic("npuruns", "")
+    assert str(table["steps"].dtype) == "Int64"
+    assert table["steps"].tolist()[0] == 1 and table["steps"].isna().tolist() == [False, True]
+
+
+def test_a_one_step_run_reads_1_step(trainer):
+    report = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 1\ntrain_step()").result
+    assert "(1 step)" in str(report.verdict)

@@ -211,6 +211,11 @@ def test_npuprofile_help_documents_every_option(trainer):
         assert option in doc
 
 
+def test_npuprofile_help_shows_the_cell_magic_usage(trainer):
+    doc = trainer.find_cell_magic("npuprofile").__doc__
+    assert doc.lstrip(": \n").startswith("%%npuprofile [")
+
+
 def test_out_writes_the_run_where_asked(trainer, tmp_path):
     target = tmp_path / "elsewhere"
     report = trainer.run_cell(f"%%npuprofile --repeat-cell --steps 1 --out {target}\ntrain_step()").result

@@ -42,11 +42,19 @@ def test_quickstart_profiles_and_shows_the_verdict(quickstart):
     assert "('dataloader'," in _text(nb.cells[6])
 
 
-def test_quickstart_fix_makes_the_step_faster(quickstart):
-    nb, _ = quickstart
-    text = _text(nb.cells[9])
-    speedup = float(text.split("median step ")[1].split("x")[0])
-    assert speedup > 2
+def test_quickstart_fix_removes_the_dataloader_wait_it_was_profiled_for(quickstart):
+    # No wall-clock threshold (the machine may be busy): the analysis of each captured trace must
+    # see the sleep the baseline's dataset does (8 samples x 3 ms per batch, sleeps only overshoot)
+    # and its absence after the fix, and the comparison must name the DataLoader change.
+    from npumagic.history import HistoryStore
+
+    nb, cwd = quickstart
+    store = HistoryStore(cwd / "npumagic_runs")
+    before = store.steps("baseline")["dataloader_us"].median()
+    after = store.steps("fixed")["dataloader_us"].median()
+    assert before >= 24_000
+    assert after < before / 4
+    assert "faster" in _text(nb.cells[9])
 
 
 def test_quickstart_history_lists_both_runs(quickstart):

@@ -58,10 +58,16 @@ def test_top5_kernel_types_agree_with_op_statistic(sample):
         assert mine["count"] == row["Count"]
 
 
-def test_level0_kernels_without_types_fall_back_to_names():
-    summary = npumagic.analyze(need(ASCEND / "level0" / "rank0_ascend_pt"))
-    assert (summary.kernels["type"] != "").all()
-    assert "trans_TransData" in set(summary.kernels["type"])
+def test_level0_kernel_types_from_names_match_what_level1_names_them():
+    # GIVEN level 0 (Type is N/A) and level 1 (Type filled by the vendor) of the same job
+    level0 = npumagic.analyze(need(ASCEND / "level0" / "rank0_ascend_pt")).kernels
+    level1 = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt")).kernels
+    vendor = dict(zip(level1["name"].astype(str), level1["type"].astype(str)))
+    # THEN every level-0 kernel the vendor typed at level 1 gets that type from its name alone
+    typed = level0[level0["name"].astype(str).isin(vendor)]
+    assert len(typed) == len(level1)
+    assert typed["type"].astype(str).tolist() == [vendor[n] for n in typed["name"].astype(str)]
+    assert {"MatMulV2", "TransData", "Conv2D", "MemSet"} <= set(typed["type"].astype(str))
 
 
 def test_timestamps_are_exact_integer_nanoseconds_despite_the_stray_tab():

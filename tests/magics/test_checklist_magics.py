@@ -77,10 +77,29 @@ def test_npubaseline_shows_and_sets(trainer):
         trainer.run_line_magic("npubaseline", "zz")
 
 
+LOADER_SETUP = """
+class SlowData(torch.utils.data.Dataset):
+    def __len__(self): return 64
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return torch.randn(32), torch.randn(1)
+def loader_step(batches=iter(torch.utils.data.DataLoader(SlowData(), batch_size=2))):
+    x, y = next(batches)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward(); opt.step(); opt.zero_grad()
+    loss.item()
+"""
+
+
 def test_npuadvise_returns_ranked_findings(trainer):
-    _profile(trainer, "r", "train_step()", steps=3)
+    # GIVEN steps that wait on a slow DataLoader (8 ms a batch) and sync with .item()
+    trainer.run_cell("import time\n" + LOADER_SETUP)
+    _profile(trainer, "r", "loader_step()", steps=3)
+    # WHEN advised with every finding
     advice = trainer.run_line_magic("npuadvise", "r --all")
+    # THEN the DataLoader is found first, and the findings come most important first
     assert isinstance(advice, Advice)
+    assert len(advice) >= 1 and advice[0].category == "dataloader"
     assert list(advice.table.columns)[:3] == ["category", "severity", "impact"]
     impacts = [f.impact for f in advice]
     assert impacts == sorted(impacts, reverse=True)

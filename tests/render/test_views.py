@@ -137,7 +137,13 @@ def test_step_breakdown_stacks_to_the_busy_plus_idle_time(cpu_run):
     _, summary = cpu_run
     fig = Figure()
     drawn = plot_step_breakdown(fig.add_subplot(), summary.steps)
-    tops = np.sum([[r.get_height() for r in drawn["bars"][c]] for c in ("computing_us", "comm_not_overlapped_us", "idle_us")], axis=0)
+    stacked = [c for c in drawn["bars"] if c != "dataloader_us"]
+    # each segment starts where the one below it ends, and the top one ends at the step time
+    for below, above in zip(stacked, stacked[1:]):
+        ends = [r.get_y() + r.get_height() for r in drawn["bars"][below]]
+        assert [r.get_y() for r in drawn["bars"][above]] == pytest.approx(ends, rel=1e-9)
+    assert [r.get_y() for r in drawn["bars"][stacked[0]]] == [0] * len(summary.steps)
+    tops = [r.get_y() + r.get_height() for r in drawn["bars"][stacked[-1]]]
     assert tops == pytest.approx(summary.steps["wall_us"].to_numpy() / 1000, rel=1e-6)
     assert drawn["steps"] == 3
 

@@ -236,6 +236,16 @@ def _user_frame(stack: Any) -> str:
     return ""
 
 
+def _type_from_name(names: pd.Series) -> pd.Series:
+    """Operator type of kernels whose Type column is N/A (level 0), as level 1 names it: an aclnn
+    kernel (``aclnnAddmm_MatMulCommon_MatMulV2``) ends in its type; other names carry a generated
+    instance number (``Conv2D1``, ``trans_TransData_7``, ``Conv2DBackpropFilter10_MemSet``)."""
+    core = names.str.replace(r"(_\d+)+$", "", regex=True)
+    last = core.str.rsplit("_", n=1).str[-1]
+    kind = last.where(names.str.startswith("aclnn"), last.str.replace(r"\d+$", "", regex=True))
+    return kind.where(kind != "", names)
+
+
 def _kernel_details(path: Path, events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     raw = _read_csv(path, KERNEL_COLUMNS)
     raw = raw[(raw["Type"] != "HCCL") & (raw["Accelerator Core"] != "HCCL")].reset_index(drop=True)  # collectives: HCCL lanes
@@ -248,7 +258,7 @@ def _kernel_details(path: Path, events: pd.DataFrame) -> tuple[pd.DataFrame, pd.
         stream = np.where(stream < 0, to_int(raw["Stream ID"]), stream)
     correlation = hw["correlation"].reindex(ts).fillna(-1).to_numpy(np.int64)
     kind_type = raw["Type"].replace({"N/A": ""})
-    kernel_type = kind_type.where(kind_type != "", raw["Name"].str.replace(r"_?\d+$", "", regex=True))
+    kernel_type = kind_type.where(kind_type != "", _type_from_name(raw["Name"]))
     shapes = raw["Input Shapes"].str.strip('"') if "Input Shapes" in raw else ""
     kernels = pd.DataFrame({
         "name": raw["Name"],

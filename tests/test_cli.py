@@ -19,6 +19,14 @@ def test_analyze_prints_the_table_and_verdict(capsys):
     assert "slowest" in out  # two ranks side by side
 
 
+def test_analyze_reads_a_db_export_with_both_ranks(capsys):
+    assert main(["analyze", str(need(ASCEND / "db" / "level1"))]) == 0
+    out = capsys.readouterr().out
+    assert "npu on Ascend910B, rank 0" in out
+    ranks = [line.split()[:2] for line in out.splitlines() if line.strip().startswith(("0 ", "1 "))]
+    assert [r[0] for r in ranks] == ["0", "1"]  # the rank table lists both db ranks
+
+
 def test_analyze_json_is_machine_readable(capsys):
     assert main(["analyze", str(need(ASCEND / "level2" / "rank1_ascend_pt")), "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)

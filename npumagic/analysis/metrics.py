@@ -30,7 +30,8 @@ HOST_OP_COLUMNS = ["name", "count", "total_us", "mean_us", "max_us", "share"]
 SYNC_COLUMNS = ["name", "count", "total_us", "per_step", "source"]
 COMM_COLUMNS = ["op", "count", "elapsed_us", "wait_us", "wait_ratio", "sync_ratio", "transit_mb", "bandwidth_gbps", "link"]
 RANK_COLUMNS = ["rank", "steps", "step_median_us", "computing_us", "communication_us", "comm_not_overlapped_us",
-                "free_us", "dataloader_us", "device_util", "slowest"]
+                "free_us", "dataloader_us", "device_util", "slowest", "dp", "pp", "tp", "stage"]
+LINK_COLUMNS = ["rank", "op", "group", "link_type", "transit_mb", "transit_ms", "bandwidth_gbps"]
 MEMORY_COLUMNS = ["device", "peak_allocated_bytes", "peak_reserved_bytes", "capacity_bytes"]
 SYNC_HOST_OPS = frozenset({"aten::_local_scalar_dense", "aten::item"})
 AIC_RATIO_COLUMNS = ("aic_mac_ratio", "aic_scalar_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpipe_ratio",
@@ -50,8 +51,15 @@ class Summary:
     syncs : host-device synchronisations, :data:`SYNC_COLUMNS`.
     comm : collectives by operation, :data:`COMM_COLUMNS`.
     memory : peaks per device, :data:`MEMORY_COLUMNS`; ``memory_timeline`` the raw samples.
-    ranks : one row per rank when the trace holds several, :data:`RANK_COLUMNS`.
-    meta : backend, device name, rank, source path.
+    ranks : one row per rank when the trace holds several, :data:`RANK_COLUMNS` (dp/pp/tp: the
+        rank's index in its data/pipeline/tensor parallel group, stage = pp, where the profiler
+        metadata names the groups; -1 elsewhere).
+    links : every collective's transfers by link type, :data:`LINK_COLUMNS`, each with its own
+        transit time (bandwidth = transit_mb / transit_ms, GB/s), for every rank.
+    matrix : transfers by (source rank, destination rank), for every rank (see
+        :func:`npumagic.analysis.cluster.communication_matrix`).
+    meta : backend, device name, rank, source path; ``sources`` (where each figure comes from)
+        and ``note`` (what a partial export lacks).
     """
 
     steps: pd.DataFrame
@@ -65,6 +73,8 @@ class Summary:
     meta: dict[str, Any] = field(default_factory=dict)
     per_rank: dict[int, "Summary"] = field(default_factory=dict, repr=False, compare=False)
     details: pd.DataFrame | None = field(default=None, repr=False, compare=False)  # torch_npu kernel_details
+    links: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LINK_COLUMNS), repr=False, compare=False)
+    matrix: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False, compare=False)
 
     # -- headline numbers -------------------------------------------------------------------
     @property
@@ -150,10 +160,20 @@ def summarize(trace: Trace, rank: int | None = None) -> Summary:
     if rank is not None and rank not in ranks:
         raise ValueError(f"rank {rank} not in trace; ranks: {ranks}")
     per_rank = {r: _summarize_rank(trace, r) for r in ranks}
+    return combine(per_rank, rank)
+
+
+def combine(per_rank: dict[int, Summary], rank: int | None = None) -> Summary:
+    """The Summary of a job from its ranks' own Summaries: ``rank``'s tables (default: the lowest
+    rank), the rank comparison in ``.ranks`` and every rank's links and matrix. Only per-rank
+    summaries are needed, so ranks can be summarised apart (e.g. on Dask workers)."""
+    ranks = sorted(per_rank)
     table = _rank_table(per_rank)
     chosen = per_rank[rank if rank is not None else ranks[0]]
+    links = pd.concat([per_rank[r].links for r in ranks], ignore_index=True)
+    matrix = pd.concat([per_rank[r].matrix for r in ranks], ignore_index=True)
     return Summary(chosen.steps, chosen.kernels, chosen.host_ops, chosen.syncs, chosen.comm, chosen.memory,
-                   chosen.memory_timeline, table, chosen.meta, per_rank, chosen.details)
+                   chosen.memory_timeline, table, chosen.meta, per_rank, chosen.details, links, matrix)
 
 
 def _summarize_rank(trace: Trace, rank: int) -> Summary:
@@ -162,27 +182,90 @@ def _summarize_rank(trace: Trace, rank: int) -> Summary:
     on_device = ev["device"].to_numpy() >= 0
     backend = trace.meta.get("backend", "cpu")
     device_mode = bool(on_device.any())
-    step_table = _step_table(ev, steps, device_mode)
+    sources = trace.meta.get("sources", {}).get(rank, {})
+    vendor = trace.meta.get("vendor", {}).get(rank, {})
+    if str(sources.get("breakdown", "")).endswith("(vendor)"):  # only step_trace_time.csv was there
+        step_table = _vendor_step_table(vendor.get("step_trace_time"), steps)
+        device_mode = True
+    else:
+        step_table = _step_table(ev, steps, device_mode)
     total_wall = float(step_table["wall_us"].sum())
     in_steps = ev[ev["step"] >= 0]
     kernels = _kernel_table(in_steps, device_mode, total_wall, trace.meta.get("vendor", {}).get(rank, {}))
     meta = {k: v for k, v in trace.meta.items() if k != "vendor"}
     loaders = in_steps.loc[in_steps["kind"] == "dataloader", "name"].astype(str)
     meta.update(rank=rank, device_mode=device_mode, backend=backend,
-                dataloader_iter=loaders.mode().iat[0] if len(loaders) else "")
-    details = trace.meta.get("vendor", {}).get(rank, {}).get("kernel_details")
+                dataloader_iter=loaders.mode().iat[0] if len(loaders) else "",
+                sources=sources, note=trace.meta.get("notes", {}).get(rank, ""),
+                parallel=parallel_indices(trace.meta.get("parallel_groups", {}).get(rank, {}), rank))
+    for key in ("notes", "parallel_groups"):
+        meta.pop(key, None)
+    details = vendor.get("kernel_details")
+    links = trace.links[trace.links["rank"] == rank]
     return Summary(
         steps=step_table,
         kernels=kernels,
         host_ops=_host_op_table(in_steps, total_wall),
         syncs=_sync_table(in_steps, max(len(steps), 1)),
-        comm=_comm_table(trace.comm[trace.comm["rank"] == rank], in_steps),
+        comm=_comm_table(trace.comm[trace.comm["rank"] == rank], in_steps, links),
         memory=_memory_table(trace.memory[trace.memory["rank"] == rank], trace.meta),
         memory_timeline=trace.memory[trace.memory["rank"] == rank].reset_index(drop=True),
         ranks=pd.DataFrame(columns=RANK_COLUMNS),
         meta=meta,
         details=details,
+        links=links[LINK_COLUMNS].reset_index(drop=True),
+        matrix=trace.matrix[trace.matrix["rank"] == rank].reset_index(drop=True),
     )
+
+
+PARALLEL_KINDS = ("dp", "pp", "tp")
+
+
+def parallel_indices(groups: dict[str, Any], rank: int) -> dict[str, int]:
+    """dp/pp/tp index of ``rank`` from torch_npu's ``parallel_group_info`` (profiler_metadata.json
+    or the db's META_DATA): ``{comm_name: {group_name, group_rank, global_ranks}}``. A group
+    whose name starts with dp, pp or tp (Megatron/MindSpeed's names: "dp", "dp_cp", "pp", "tp",
+    ...) gives the rank's index in it; stage is the pipeline index."""
+    found: dict[str, int] = {}
+    for info in (groups or {}).values():
+        if not isinstance(info, dict):
+            continue
+        name = str(info.get("group_name", "")).lower()
+        kind = next((k for k in PARALLEL_KINDS if name == k or name.startswith(k + "_") or name.startswith(k + "-")),
+                    None)
+        if kind is None or (kind in found and name != kind):
+            continue
+        members = [int(r) for r in info.get("global_ranks", []) if str(r).lstrip("-").isdigit()]
+        index = info.get("group_rank")
+        if index is None and rank in members:
+            index = members.index(rank)
+        if index is not None:
+            found[kind] = int(index)
+    if "pp" in found:
+        found["stage"] = found["pp"]
+    return found
+
+
+def _vendor_step_table(table: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame:
+    """The step table of a rank that holds only step_trace_time.csv: torch_npu's own figures."""
+    if table is None or table.empty:
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    v = table.apply(pd.to_numeric, errors="coerce")
+    get = lambda c: v[c].fillna(0.0).to_numpy() if c in v else np.zeros(len(v))  # noqa: E731
+    out = pd.DataFrame({
+        "step": v["Step"].astype("Int64").to_numpy(dtype=np.int64),
+        "start_us": (steps["start_ns"].to_numpy() - steps["start_ns"].min()) / 1000.0 if len(steps) == len(v)
+        else np.zeros(len(v)),
+        "computing_us": get("Computing"), "communication_us": get("Communication"),
+        "comm_not_overlapped_us": get("Communication(Not Overlapped)"), "overlapped_us": get("Overlapped"),
+        "free_us": get("Free"), "preparing_us": get("Preparing"), "stage_us": get("Stage"),
+        "dataloader_us": np.nan, "sync_us": np.nan,
+    })
+    out["wall_us"] = out["stage_us"] + out["preparing_us"]
+    out["busy_us"] = out["computing_us"] + out["comm_not_overlapped_us"]
+    out["idle_us"] = np.maximum(out["wall_us"] - out["busy_us"], 0.0)
+    out["device_util"] = np.where(out["wall_us"] > 0, out["busy_us"] / out["wall_us"], np.nan)
+    return out[STEP_COLUMNS]
 
 
 def _spans(frame: pd.DataFrame) -> Spans:
@@ -399,7 +482,7 @@ def collective_name(name: str) -> str:
     return m.group(1) if m else name
 
 
-def _comm_table(comm: pd.DataFrame, ev: pd.DataFrame) -> pd.DataFrame:
+def _comm_table(comm: pd.DataFrame, ev: pd.DataFrame, links: pd.DataFrame | None = None) -> pd.DataFrame:
     if comm.empty:  # derive from collective kernels (CUDA/NCCL)
         kernels = ev[ev["kind"] == "comm"]
         if kernels.empty:
@@ -415,9 +498,15 @@ def _comm_table(comm: pd.DataFrame, ev: pd.DataFrame) -> pd.DataFrame:
                   link=("link", lambda s: s.mode().iat[0] if len(s) else "")).reset_index()
     table["wait_ratio"] = table["wait_us"] / table["elapsed_us"]
     table["sync_ratio"] = table["sync_us"] / table["elapsed_us"]
-    transit_s = g.apply(lambda d: (d["transit_us"].fillna(0) if "transit_us" in d else pd.Series(0.0)).sum(),
-                        include_groups=False).to_numpy() / 1e6
-    table["bandwidth_gbps"] = np.where(transit_s > 0, table["transit_mb"] / 1024.0 / np.where(transit_s > 0, transit_s, 1), np.nan)
+    # Bandwidth over each op's main link, from that link's own transit time (the op-level
+    # "Transit Time" is a union on the main stream and understates it several-fold).
+    table["bandwidth_gbps"] = np.nan
+    if links is not None and len(links):
+        own = links.assign(op=links["op"].astype(str).map(collective_name), link_type=links["link_type"].astype(str))
+        own = own.groupby(["op", "link_type"], observed=True)[["transit_mb", "transit_ms"]].sum()
+        key = pd.MultiIndex.from_arrays([table["op"], table["link"].astype(str)])
+        mb, ms = own["transit_mb"].reindex(key).to_numpy(), own["transit_ms"].reindex(key).to_numpy()
+        table["bandwidth_gbps"] = np.divide(mb, ms, out=np.full(len(table), np.nan), where=ms > 0)
     return table.sort_values("elapsed_us", ascending=False, kind="stable").reset_index(drop=True)[COMM_COLUMNS]
 
 
@@ -440,4 +529,6 @@ def _rank_table(per_rank: dict[int, Summary]) -> pd.DataFrame:
                      "device_util": s.device_util})
     table = pd.DataFrame(rows)
     table["slowest"] = table["step_median_us"] == table["step_median_us"].max()
+    for kind in (*PARALLEL_KINDS, "stage"):
+        table[kind] = [int(s.meta.get("parallel", {}).get(kind, -1)) for s in per_rank.values()]
     return table[RANK_COLUMNS]

@@ -47,6 +47,32 @@ COMM_COLUMNS = {
     "bandwidth_gbps": "float64",
     "link": "category",
 }
+# One row per (collective, link type): each link's own transit size and time, so its bandwidth
+# is transit_mb / transit_ms (GB/s, decimal units as torch_npu reports it). link_type: HCCS,
+# PCIE, SIO (physical links of the SDMA transport), SDMA (their aggregate), RDMA (inter-node).
+LINK_COLUMNS = {
+    "rank": "int64",
+    "step": "int64",
+    "op": "category",
+    "group": "category",  # the communication group (HCCL comm name)
+    "link_type": "category",
+    "transit_mb": "float64",
+    "transit_ms": "float64",
+    "bandwidth_gbps": "float64",
+}
+# One row per (collective, source rank, destination rank): the communication matrix.
+MATRIX_COLUMNS = {
+    "rank": "int64",  # the rank whose profile recorded the transfer
+    "step": "int64",
+    "op": "category",
+    "group": "category",
+    "src_rank": "int64",
+    "dst_rank": "int64",
+    "link_type": "category",  # HCCS, PCIE, SIO, RDMA, LOCAL (on-chip copy)
+    "transit_mb": "float64",
+    "transit_ms": "float64",
+    "bandwidth_gbps": "float64",
+}
 
 
 @dataclass(frozen=True)
@@ -60,6 +86,8 @@ class Trace:
     memory : DataFrame with :data:`MEMORY_COLUMNS`.
     comm : DataFrame with :data:`COMM_COLUMNS`, one row per collective call where recorded.
     meta : backend, device name, ranks, profiler settings, source path, vendor tables.
+    links : DataFrame with :data:`LINK_COLUMNS`, one row per collective and link type.
+    matrix : DataFrame with :data:`MATRIX_COLUMNS`, one row per collective and rank pair.
     """
 
     events: pd.DataFrame
@@ -67,6 +95,8 @@ class Trace:
     memory: pd.DataFrame = field(default_factory=lambda: empty(MEMORY_COLUMNS))
     comm: pd.DataFrame = field(default_factory=lambda: empty(COMM_COLUMNS))
     meta: dict[str, Any] = field(default_factory=dict)
+    links: pd.DataFrame = field(default_factory=lambda: empty(LINK_COLUMNS))
+    matrix: pd.DataFrame = field(default_factory=lambda: empty(MATRIX_COLUMNS))
 
     @property
     def ranks(self) -> list[int]:
@@ -125,7 +155,8 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
 
 
 def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | None = None,
-           comm: pd.DataFrame | None = None, meta: dict[str, Any] | None = None) -> Trace:
+           comm: pd.DataFrame | None = None, meta: dict[str, Any] | None = None,
+           links: pd.DataFrame | None = None, matrix: pd.DataFrame | None = None) -> Trace:
     """Coerce every table to its schema, attribute events to steps, and build the Trace."""
     meta = dict(meta or {})
     steps = coerce(steps, STEP_COLUMNS)
@@ -144,4 +175,7 @@ def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | Non
     events = events.sort_values(["rank", "ts_ns"], kind="stable").reset_index(drop=True)
     memory = coerce(memory if memory is not None else empty(MEMORY_COLUMNS), MEMORY_COLUMNS)
     comm = coerce(comm if comm is not None else empty(COMM_COLUMNS), COMM_COLUMNS)
-    return Trace(events, steps, memory.sort_values(["rank", "ts_ns"]).reset_index(drop=True), comm, meta)
+    links = coerce(links if links is not None else empty(LINK_COLUMNS), LINK_COLUMNS)
+    matrix = coerce(matrix if matrix is not None else empty(MATRIX_COLUMNS), MATRIX_COLUMNS)
+    return Trace(events, steps, memory.sort_values(["rank", "ts_ns"]).reset_index(drop=True), comm, meta,
+                 links, matrix)

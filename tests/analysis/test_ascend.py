@@ -137,3 +137,18 @@ def test_vendor_tables_are_kept_for_reference_not_used():
     vendor = trace.meta["vendor"][1]
     assert {"step_trace_time", "op_statistic", "kernel_details", "api_statistic"} <= set(vendor)
     assert trace.meta["settings"]["experimental_config"]["_profiler_level"] == "Level2"
+
+
+def test_link_bandwidth_uses_each_links_own_transit_time():
+    summary = npumagic.analyze(need(ASCEND / "level1"))
+    links = summary.links
+    # communication.json, rank 0, hcom_allReduce__586_0_1 over HCCS: 28.647232 MB in 1.81684 ms
+    first = links[(links["rank"] == 0) & (links["op"] == "hcom_allReduce__586_0_1") & (links["link_type"] == "HCCS")]
+    assert first["bandwidth_gbps"].iat[0] == pytest.approx(15.7676, rel=1e-4)
+    # the op's main link over the step: 427.6 MB in 27.3 ms of HCCS transfers (not the 3.68 ms op transit)
+    assert summary.comm.loc[0, "bandwidth_gbps"] == pytest.approx(427.596 / 27.3157, rel=1e-3)
+    # msprof-analyze's slow-link analysis on this job: SDMA 15.654 (rank 0) and 15.502 GB/s (rank 1), mean 15.578
+    sdma = links[links["link_type"] == "SDMA"].groupby("rank")[["transit_mb", "transit_ms"]].sum()
+    per_rank = sdma["transit_mb"] / sdma["transit_ms"]
+    assert per_rank.to_list() == pytest.approx([15.654, 15.502], rel=1e-3)
+    assert per_rank.median() == pytest.approx(15.58, rel=0.05)

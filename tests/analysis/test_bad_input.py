@@ -62,10 +62,13 @@ def test_csv_with_missing_columns_names_file_and_columns(tmp_path):
         npumagic.load(rank)
 
 
-def test_missing_trace_view_is_named(tmp_path):
+def test_a_rank_with_nothing_readable_names_what_it_holds_and_what_is_needed(tmp_path):
     rank = _ascend_copy(tmp_path)
-    (rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").unlink()
-    with pytest.raises(TraceError, match=r"trace_view\.json: missing"):
+    out = rank / "ASCEND_PROFILER_OUTPUT"
+    for name in ("trace_view.json", "kernel_details.csv", "step_trace_time.csv"):
+        (out / name).unlink()
+    with pytest.raises(TraceError, match=r"ASCEND_PROFILER_OUTPUT: nothing npumagic can read \(it holds "
+                                         r"api_statistic\.csv, .*\); a torch_npu rank needs trace_view\.json"):
         npumagic.load(rank)
 
 

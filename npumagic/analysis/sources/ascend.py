@@ -23,6 +23,7 @@ import pandas as pd
 from ...errors import TraceError
 from .. import schema
 from ._columns import categorical, decimal_us_to_ns, to_int, to_ns
+from . import ascend_db
 from ._kineto_decode import decode_ascend_events
 from .kineto import DATALOADER_PREFIX, STEP_NAME, decode_file
 
@@ -50,81 +51,231 @@ def rank_dirs(path: Path) -> list[Path]:
 
 
 def read(paths: list[Path], progress=None) -> schema.Trace:
-    """Read one or more ``*_ascend_pt`` rank directories into one Trace."""
-    parts = []
+    """Read one or more ``*_ascend_pt`` rank directories into one Trace.
+
+    Each rank is read from what it holds (see :func:`read_rank_parts`); a rank that cannot be
+    read at all is left out with a warning naming what it holds and what would be needed, as
+    long as another rank can be read.
+    """
+    parts, unreadable = [], {}
     for rank_dir in paths:
-        parts.append(_read_rank(rank_dir))
+        try:
+            parts.append(read_rank_parts(rank_dir))
+        except TraceError as exc:
+            if len(paths) == 1:
+                raise
+            unreadable[str(rank_dir)] = str(exc)
+            warnings.warn(f"{exc} (this rank is left out; the others are analysed)", stacklevel=3)
         if progress is not None:
             progress.update(1)
+    if not parts:
+        raise TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
     ranks = [p["rank"] for p in parts]
     if len(set(ranks)) != len(ranks):  # unlabelled ranks: number them in directory order
         for i, p in enumerate(parts):
             p["rank"] = i
-            for key in ("events", "steps", "memory", "comm"):
+            for key in RANK_TABLES:
                 p[key]["rank"] = i
+    for p in parts:
+        if p["note"]:
+            warnings.warn(f"rank {p['rank']}: {p['note']}", stacklevel=3)
+    devices = [p["device_name"] for p in parts if p.get("device_name")]
     meta = {
         "backend": "npu",
         "format": "ascend",
         "path": str(paths[0].parent if len(paths) > 1 else paths[0]),
         "files": [str(p) for p in paths],
-        "device_name": "Ascend NPU",
+        "device_name": devices[0] if devices else "Ascend NPU",
         "world_size": len(parts),
         "settings": parts[0]["settings"],
         "environment": parts[0]["environment"],
         "vendor": {p["rank"]: p["vendor"] for p in parts},
+        "sources": {p["rank"]: p["sources"] for p in parts},
+        "notes": {p["rank"]: p["note"] for p in parts if p["note"]},
+        "parallel_groups": {p["rank"]: p["parallel_groups"] for p in parts if p["parallel_groups"]},
+        "unreadable": unreadable,
     }
     cat = lambda key: pd.concat([p[key] for p in parts], ignore_index=True)  # noqa: E731
-    return schema.finish(cat("events"), cat("steps"), cat("memory"), cat("comm"), meta)
+    return schema.finish(cat("events"), cat("steps"), cat("memory"), cat("comm"), meta, cat("links"), cat("matrix"))
 
 
-def _read_rank(rank_dir: Path) -> dict[str, Any]:
+RANK_TABLES = ("events", "steps", "memory", "comm", "links", "matrix")
+TEXT_TABLES = ("trace_view.json", "kernel_details.csv", "step_trace_time.csv")
+
+
+def read_rank_parts(rank_dir: Path) -> dict[str, Any]:
+    """One rank directory, read from the richest output it holds (a pure function of the path).
+
+    In order: the text export with trace_view.json (every view); the CSVs without it
+    (kernel_details.csv and communication*.json: the breakdown from the device tasks, a
+    timeline without host lanes); step_trace_time.csv alone (torch_npu's own breakdown, marked
+    as the vendor's); the db export (ascend_pytorch_profiler_N.db). ``note`` says what was
+    missing and which views are unavailable; ``sources`` where each figure comes from.
+    """
     out = rank_dir / OUTPUT
-    trace_path = out / "trace_view.json"
-    if not trace_path.is_file():
-        if (out / "ascend_pytorch_profiler.db").exists() or list(out.glob("*.db")):
-            raise TraceError(out, "holds only the db export; re-run with export_type=Text "
-                                  "(torch_npu's default) so trace_view.json and the CSV files are written")
-        raise TraceError(trace_path, "missing; a torch_npu text export writes ASCEND_PROFILER_OUTPUT/trace_view.json")
-    missing = [f for f in OPTIONAL_FILES if not (out / f).is_file()]
-    if missing:
-        log.debug("%s lacks %s", out, ", ".join(missing))
     info = _profiler_info(rank_dir)
     rank = int(info.get("rank_id", _rank_from_name(rank_dir)))
     if rank < 0:
         rank = _rank_from_name(rank_dir)
+    metadata = _json(rank_dir / "profiler_metadata.json")
+    db = ascend_db.find_db(out)
+    has_text = any((out / f).is_file() for f in TEXT_TABLES)
+    if db is not None and (not has_text or _export_type(info) == "db"):
+        parts = ascend_db.read_rank(db, rank)
+        parts.update(settings=info.get("config", {}), note="", sources={
+            "breakdown": f"{db.name}: TASK, COMPUTE_TASK_INFO, COMMUNICATION_OP, STEP_TIME",
+            "timeline": db.name, "links": f"{db.name}: COMMUNICATION_TASK_INFO"})
+        parts["parallel_groups"] = parts["parallel_groups"] or metadata.get("parallel_group_info", {})
+        return parts
+    if (out / "trace_view.json").is_file():
+        parts = _read_text_rank(rank_dir, rank)
+    elif (out / "kernel_details.csv").is_file():
+        parts = _read_csv_rank(rank_dir, rank)
+    elif (out / "step_trace_time.csv").is_file():
+        parts = _read_step_trace_rank(rank_dir, rank)
+    else:
+        raise TraceError(out, _unreadable(out))
+    parts.update(settings=info.get("config", {}), environment=metadata.get("ENV_VARIABLES", {}),
+                 parallel_groups=metadata.get("parallel_group_info", {}), device_name="")
+    comm, links, matrix = _communication(out, parts["rank"])
+    parts.update(comm=comm, links=links, matrix=matrix)
+    if len(links):
+        parts["sources"]["links"] = "communication.json (each link's own transit time)"
+    return parts
 
+
+def _export_type(info: dict[str, Any]) -> str:
+    kind = info.get("config", {}).get("experimental_config", {}).get("_export_type", "")
+    kind = kind[0] if isinstance(kind, list) and kind else kind
+    return str(kind).lower()
+
+
+def _unreadable(out: Path) -> str:
+    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    what = f"it holds {', '.join(held[:8])}{' ...' if len(held) > 8 else ''}" if held else "it is empty"
+    return (f"nothing npumagic can read ({what}); a torch_npu rank needs trace_view.json (text export), "
+            "kernel_details.csv (device tasks), step_trace_time.csv (the breakdown alone) or "
+            "ascend_pytorch_profiler_N.db (export_type=db)")
+
+
+def _read_text_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
+    out = rank_dir / OUTPUT
+    trace_path = out / "trace_view.json"
+    missing = [f for f in OPTIONAL_FILES if not (out / f).is_file()]
+    if missing:
+        log.debug("%s lacks %s", out, ", ".join(missing))
     try:
         raw_events = decode_ascend_events(decode_file(trace_path).traceEvents)
     except msgspec.DecodeError as exc:
         raise TraceError(trace_path, f"an event does not match the trace_view.json format ({exc})") from None
     events = _trace_events(raw_events, trace_path)
     kernel_path = out / "kernel_details.csv"
+    note = ""
     if kernel_path.is_file():
         kernels, details = _kernel_details(kernel_path, events)
         events = pd.concat([events[events["kind"] != "kernel"], kernels], ignore_index=True)
     else:
-        warnings.warn(f"{out}: no kernel_details.csv; using the Ascend Hardware tasks of trace_view.json "
-                      "(no core types, shapes or AI Core metrics)", stacklevel=3)
+        note = ("no kernel_details.csv: kernels from the Ascend Hardware tasks of trace_view.json "
+                "(no core types, shapes or AI Core metrics)")
         details = None
     events["rank"] = rank
     steps = _steps(events, rank)
     if steps.empty:
         warnings.warn(f"{trace_path}: no ProfilerStep# events; the whole capture is treated as one step "
-                      "(call prof.step() in the training loop)", stacklevel=3)
+                      "(call prof.step() in the training loop)", stacklevel=4)
     vendor = {name.removesuffix(".csv"): _read_csv(out / name) for name in VENDOR_CSVS if (out / name).is_file()}
     if details is not None:
         vendor["kernel_details"] = details
-    memory = _memory(out / "memory_record.csv", rank)
-    comm = _communication(out / "communication.json", rank)
     return {
         "rank": rank,
         "events": events,
         "steps": steps,
-        "memory": memory,
-        "comm": comm,
+        "memory": _memory(out / "memory_record.csv", rank),
         "vendor": vendor,
-        "settings": info.get("config", {}),
-        "environment": _json(rank_dir / "profiler_metadata.json").get("ENV_VARIABLES", {}),
+        "note": note,
+        "sources": {"breakdown": "kernel_details.csv + trace_view.json (HCCL lanes, ProfilerStep#)",
+                    "timeline": "trace_view.json"},
+    }
+
+
+def _read_csv_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
+    """Without trace_view.json: device kernels and HCCL ops from kernel_details.csv, steps from its
+    Step Id column (each step's device window; its host start from step_trace_time.csv's Preparing)."""
+    out = rank_dir / OUTPUT
+    raw = _read_csv(out / "kernel_details.csv", KERNEL_COLUMNS)
+    ts = decimal_us_to_ns(raw["Start Time(us)"])
+    dur = decimal_us_to_ns(raw["Duration(us)"])
+    hccl = ((raw["Type"] == "HCCL") | (raw["Accelerator Core"] == "HCCL")).to_numpy()
+    empty = pd.DataFrame({"ts_ns": pd.Series(dtype=np.int64), "kind": pd.Series(dtype=object),
+                          "stream": pd.Series(dtype=np.int64), "correlation": pd.Series(dtype=np.int64)})
+    kernels, details = _kernel_details(out / "kernel_details.csv", empty)
+    stream = to_int(raw["Stream ID"]) if "Stream ID" in raw else np.full(len(raw), -1, dtype=np.int64)
+    comm = pd.DataFrame({
+        "name": raw["Name"][hccl].to_numpy(), "kind": "comm", "ts_ns": ts[hccl], "dur_ns": dur[hccl],
+        "lane": "HCCL/Communication", "stream": stream[hccl], "device": 0, "correlation": -1,
+        "core": "", "type": raw["Name"][hccl].to_numpy(),
+    })
+    events = pd.concat([kernels, comm], ignore_index=True)
+    events["rank"] = rank
+    step_id = to_int(raw["Step Id"]) if "Step Id" in raw else np.full(len(raw), -1, dtype=np.int64)
+    vendor = {name.removesuffix(".csv"): _read_csv(out / name) for name in VENDOR_CSVS if (out / name).is_file()}
+    vendor["kernel_details"] = details
+    preparing = _vendor_column(vendor.get("step_trace_time"), "Preparing")
+    frame = pd.DataFrame({"step": step_id, "start": ts, "end": ts + dur})
+    frame = frame[frame["step"] >= 0]
+    steps = schema.empty(schema.STEP_COLUMNS)
+    if len(frame):
+        g = frame.groupby("step")
+        first, last = g["start"].min(), g["end"].max()
+        lead = (preparing.reindex(first.index).fillna(0.0) * 1000).round().astype(np.int64)
+        steps = pd.DataFrame({"rank": rank, "step": first.index.to_numpy(), "start_ns": (first - lead).to_numpy(),
+                              "end_ns": last.to_numpy()})
+    missing = "trace_view.json"
+    return {
+        "rank": rank, "events": events, "steps": steps, "memory": _memory(out / "memory_record.csv", rank),
+        "vendor": vendor,
+        "note": (f"no {missing}: breakdown from kernel_details.csv and the HCCL op times; step wall time is the "
+                 "device window (+ Preparing from step_trace_time.csv); no host lanes, DataLoader, sync or "
+                 "host-op views"),
+        "sources": {"breakdown": "kernel_details.csv (compute tasks and HCCL ops, Step Id)",
+                    "timeline": "kernel_details.csv (device lanes only)",
+                    "wall": "device window" + (" + step_trace_time.csv Preparing" if len(preparing) else "")},
+    }
+
+
+def _vendor_column(table: pd.DataFrame | None, column: str) -> pd.Series:
+    if table is None or column not in table or "Step" not in table:
+        return pd.Series(dtype=float)
+    steps = pd.to_numeric(table["Step"], errors="coerce")
+    values = pd.to_numeric(table[column], errors="coerce")
+    ok = steps.notna() & values.notna()
+    return pd.Series(values[ok].to_numpy(), index=steps[ok].astype(np.int64).to_numpy())
+
+
+STEP_TRACE_COLUMNS = {"Computing": "computing_us", "Communication(Not Overlapped)": "comm_not_overlapped_us",
+                      "Overlapped": "overlapped_us", "Communication": "communication_us", "Free": "free_us",
+                      "Stage": "stage_us", "Preparing": "preparing_us"}
+
+
+def _read_step_trace_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
+    """Only step_trace_time.csv: torch_npu's own breakdown, kept as it is and marked as such."""
+    out = rank_dir / OUTPUT
+    table = _read_csv(out / "step_trace_time.csv", ("Step", "Computing", "Free"))
+    vendor = {name.removesuffix(".csv"): _read_csv(out / name) for name in VENDOR_CSVS if (out / name).is_file()}
+    step = pd.to_numeric(table["Step"], errors="coerce")
+    table = table[step.notna()]
+    stage = pd.to_numeric(table.get("Stage", 0), errors="coerce").fillna(0.0)
+    prep = pd.to_numeric(table.get("Preparing", 0), errors="coerce").fillna(0.0)
+    wall_ns = ((stage + prep) * 1000).round().astype(np.int64).to_numpy()
+    start = np.concatenate([[0], np.cumsum(wall_ns)[:-1]]) if len(wall_ns) else wall_ns
+    steps = pd.DataFrame({"rank": rank, "step": step.dropna().astype(np.int64).to_numpy(), "start_ns": start,
+                          "end_ns": start + wall_ns})
+    return {
+        "rank": rank, "events": schema.empty(schema.EVENT_COLUMNS), "steps": steps,
+        "memory": _memory(out / "memory_record.csv", rank), "vendor": vendor,
+        "note": ("only step_trace_time.csv: the breakdown is torch_npu's own (not recomputed); no timeline, "
+                 "kernel, host-op or sync views"),
+        "sources": {"breakdown": "step_trace_time.csv (vendor)", "wall": "step_trace_time.csv Stage + Preparing"},
     }
 
 
@@ -305,9 +456,13 @@ def _memory(path: Path, rank: int) -> pd.DataFrame:
     })
 
 
-def _communication(path: Path, rank: int) -> pd.DataFrame:
+def _communication(out: Path, rank: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """communication.json -> one row per collective call (with its busiest physical link) and one
+    row per (call, link type) with that link's own transit size and time; communication_matrix.json
+    -> one row per (op, source rank, destination rank)."""
+    path = out / "communication.json"
     data = _json(path)
-    rows = []
+    rows, link_rows = [], []
     for step_key, kinds in data.items():
         step = int(re.sub(r"\D", "", step_key) or -1)
         if not isinstance(kinds, dict):
@@ -316,21 +471,68 @@ def _communication(path: Path, rank: int) -> pd.DataFrame:
             for op_key, op in (kinds.get(group) or {}).items():
                 if op_key.startswith("Total") or not isinstance(op, dict):
                     continue
+                name, _, comm_group = op_key.partition("@")
                 t = op.get("Communication Time Info", {})
                 links = {k: v for k, v in op.get("Communication Bandwidth Info", {}).items() if isinstance(v, dict)}
+                for link, info in links.items():
+                    mb, ms = _float(info.get("Transit Size(MB)")), _float(info.get("Transit Time(ms)"))
+                    if mb > 0:
+                        link_rows.append({"rank": rank, "step": step, "op": name, "group": comm_group,
+                                          "link_type": link, "transit_mb": mb, "transit_ms": ms,
+                                          "bandwidth_gbps": mb / ms if ms > 0 else np.nan})
                 # SDMA aggregates the on-chip links (HCCS/PCIE/SIO): prefer the physical link.
                 physical = {k: v for k, v in links.items() if k != "SDMA"}
                 best = max(physical.items() or links.items(), key=lambda kv: kv[1].get("Transit Size(MB)", 0) or 0,
                            default=("", {}))
                 rows.append({
-                    "rank": rank, "step": step, "op": op_key.split("@")[0], "group": group,
-                    "ts_ns": int(round(float(t.get("Start Timestamp(us)", 0)) * 1000)),
-                    "elapsed_us": float(t.get("Elapse Time(ms)", 0)) * 1000,
-                    "wait_us": float(t.get("Wait Time(ms)", 0)) * 1000,
-                    "sync_us": float(t.get("Synchronization Time(ms)", 0)) * 1000,
-                    "transit_us": float(t.get("Transit Time(ms)", 0)) * 1000,
-                    "transit_mb": float(best[1].get("Transit Size(MB)", 0) or 0),
-                    "bandwidth_gbps": float(best[1].get("Bandwidth(GB/s)", 0) or 0),
+                    "rank": rank, "step": step, "op": name, "group": group,
+                    "ts_ns": int(round(_float(t.get("Start Timestamp(us)")) * 1000)),
+                    "elapsed_us": _float(t.get("Elapse Time(ms)")) * 1000,
+                    "wait_us": _float(t.get("Wait Time(ms)")) * 1000,
+                    "sync_us": _float(t.get("Synchronization Time(ms)")) * 1000,
+                    "transit_us": _float(t.get("Transit Time(ms)")) * 1000,
+                    "transit_mb": _float(best[1].get("Transit Size(MB)")),
+                    "bandwidth_gbps": _float(best[1].get("Bandwidth(GB/s)")),
                     "link": best[0],
                 })
-    return pd.DataFrame(rows) if rows else schema.empty(schema.COMM_COLUMNS)
+    comm = pd.DataFrame(rows) if rows else schema.empty(schema.COMM_COLUMNS)
+    links = pd.DataFrame(link_rows) if link_rows else schema.empty(schema.LINK_COLUMNS)
+    return comm, links, _matrix(out / "communication_matrix.json", rank)
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _matrix(path: Path, rank: int) -> pd.DataFrame:
+    """communication_matrix.json: per op type, torch_npu keeps the top1/middle/bottom op of each
+    (src, dst) pair by bandwidth and, in newer versions, their "total"; the total is used where
+    present, else the middle (median) op, so each pair counts once."""
+    data = _json(path)
+    rows = []
+    for step_key, kinds in data.items():
+        step = int(re.sub(r"\D", "", step_key) or -1)
+        if not isinstance(kinds, dict):
+            raise TraceError(path, f"expected an object per step under {step_key!r}")
+        for group in ("collective", "p2p"):
+            ops = kinds.get(group) or {}
+            keys = list(ops)
+            for key in keys:
+                kind, _, comm_group = key.partition("@")
+                base, _, pick = kind.rpartition("-")
+                wanted = "total" if f"{base}-total@{comm_group}" in ops else "middle"
+                if pick != wanted or not isinstance(ops[key], dict):
+                    continue
+                for pair, info in ops[key].items():
+                    src, _, dst = str(pair).partition("-")
+                    if not (src.isdigit() and dst.isdigit()) or not isinstance(info, dict):
+                        continue
+                    mb, ms = _float(info.get("Transit Size(MB)")), _float(info.get("Transit Time(ms)"))
+                    rows.append({"rank": rank, "step": step, "op": info.get("Op Name") or base, "group": comm_group,
+                                 "src_rank": int(src), "dst_rank": int(dst),
+                                 "link_type": str(info.get("Transport Type", "")), "transit_mb": mb, "transit_ms": ms,
+                                 "bandwidth_gbps": mb / ms if ms > 0 else np.nan})
+    return pd.DataFrame(rows) if rows else schema.empty(schema.MATRIX_COLUMNS)

@@ -1,0 +1,423 @@
+"""Reader for torch_npu's db export (``export_type=db``): ``ASCEND_PROFILER_OUTPUT/
+ascend_pytorch_profiler_N.db``, one SQLite file per rank, in the same normalized tables as the
+text export.
+
+Table meanings follow torch_npu's own db parsers (``prof_db_parse/``): device tasks are ``TASK``
+rows; compute kernels are the tasks named in ``COMPUTE_TASK_INFO``; collectives are
+``COMMUNICATION_OP`` rows (their device stream from the ``TASK`` rows of the same connection);
+the HCCL plane tasks of ``COMMUNICATION_TASK_INFO`` carry each transfer's size, ranks, transport
+and link type; ``STEP_TIME`` holds the host ``ProfilerStep#`` windows; ``PYTORCH_API`` and
+``CANN_API`` the host lanes; every name is an id into ``STRING_IDS``. The files are opened
+read-only (``file:...?mode=ro``), so a user's export is never written to.
+
+``analysis.db`` (written beside it) holds torch_npu's derived tables; only its
+``CommAnalyzerTime`` (wait and synchronisation time of each collective, the db twin of
+communication.json's "Communication Time Info") is used, and ``StepTraceTime`` is kept in
+``meta["vendor"]`` for cross-checks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...errors import TraceError
+from .. import schema
+from ._columns import categorical
+from .kineto import DATALOADER_PREFIX, STEP_NAME
+
+DB_PATTERN = "ascend_pytorch_profiler*.db"
+# CANN_API.type -> the prefix torch_npu's text export gives these calls on the CANN lane
+_API_PREFIX = {5000: "Runtime@", 5500: "Hccl@", 10000: "Node@", 15000: "Model@", 20000: "AscendCL@"}
+# PYTORCH_API.type: 50001 op, 50002 queue (enqueue/dequeue), 50003 python function, 50004 mstx
+_TORCH_KIND = {50001: "host_op", 50002: "runtime", 50003: "python", 50004: "annotation"}
+MEMCPY_TASKS = frozenset({"MEMCPY_ASYNC", "PCIE_DMA_SQE", "SDMA_SQE"})
+PMU_RATIOS = ("aic_mac_ratio", "aic_scalar_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpipe_ratio",
+              "aiv_vec_ratio", "aiv_scalar_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio")
+LOCAL_LINKS = frozenset({"ON_CHIP", "N/A", "INVALID_TYPE", "RESERVED"})
+
+
+def find_db(out: Path) -> Path | None:
+    """The ``ascend_pytorch_profiler*.db`` in an ``ASCEND_PROFILER_OUTPUT`` folder, if any."""
+    found = sorted(out.glob(DB_PATTERN))
+    return found[0] if found else None
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """Open ``path`` read-only: never creates, locks for writing, or journals the user's file."""
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise TraceError(path, f"not a readable SQLite database ({exc}); expected torch_npu's db export") from None
+    return conn
+
+
+class _Db:
+    """One opened profiler db: table checks, queries as DataFrames, STRING_IDS lookups."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn, self.path = conn, path
+        self.tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        self._strings: pd.Series | None = None
+
+    def has(self, *tables: str) -> bool:
+        return all(t in self.tables for t in tables)
+
+    def query(self, sql: str) -> pd.DataFrame:
+        try:
+            return pd.read_sql_query(sql, self.conn)
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+            raise TraceError(self.path, f"query failed ({exc}); the tables do not match torch_npu's db export") from None
+
+    def strings(self, ids: pd.Series) -> pd.Series:
+        """``STRING_IDS`` values of ``ids`` ("" where absent)."""
+        if self._strings is None:
+            table = self.query("SELECT id, value FROM STRING_IDS") if self.has("STRING_IDS") else pd.DataFrame(
+                {"id": [], "value": []})
+            self._strings = pd.Series(table["value"].astype(str).to_numpy(), index=table["id"].astype(np.int64))
+        codes = pd.to_numeric(ids, errors="coerce").fillna(-1).astype(np.int64)
+        return pd.Series(self._strings.reindex(codes.to_numpy()).fillna("").to_numpy(), index=ids.index, dtype=object)
+
+    def enum(self, table: str) -> dict[int, str]:
+        if not self.has(table):
+            return {}
+        return dict(self.conn.execute(f"SELECT id, name FROM {table}").fetchall())
+
+    def meta_value(self, name: str) -> Any:
+        if not self.has("META_DATA"):
+            return None
+        row = self.conn.execute("SELECT value FROM META_DATA WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return json.loads(row[0])
+        except (TypeError, json.JSONDecodeError):
+            return row[0]
+
+
+REQUIRED = ("TASK", "STRING_IDS")
+
+
+def read_rank(db_path: Path, rank: int) -> dict[str, Any]:
+    """Read one rank's ``ascend_pytorch_profiler_N.db`` into the reader's per-rank parts
+    (events, steps, memory, comm, links, matrix, vendor tables, environment)."""
+    with closing(connect(db_path)) as conn:
+        db = _Db(conn, db_path)
+        lacking = [t for t in REQUIRED if not db.has(t)]
+        if lacking:
+            raise TraceError(db_path, f"lacks the tables {lacking}; expected torch_npu's db export "
+                                      f"(TASK, COMPUTE_TASK_INFO, COMMUNICATION_OP, STRING_IDS, ...)")
+        device_rank = rank
+        if db.has("RANK_DEVICE_MAP"):
+            row = conn.execute("SELECT rankId FROM RANK_DEVICE_MAP").fetchone()
+            if row is not None and row[0] is not None and 0 <= int(row[0]) < 2**31:
+                device_rank = int(row[0])
+        kernels, details = _compute_tasks(db)
+        comm_events = _comm_ops(db)
+        events = pd.concat([_torch_api(db), _cann_api(db), kernels, _memcpy_tasks(db), comm_events],
+                           ignore_index=True)
+        events["rank"] = device_rank
+        steps = _steps(db, events, device_rank)
+        links, matrix = _links(db, steps, device_rank)
+        comm = _comm_table(db, comm_events, steps, device_rank, links)
+        vendor = {"kernel_details": details} if len(details) else {}
+        vendor.update(_analysis_tables(db_path.parent))
+        device = db.query("SELECT name FROM NPU_INFO") if db.has("NPU_INFO") else pd.DataFrame()
+        return {
+            "rank": device_rank,
+            "events": events,
+            "steps": steps,
+            "memory": _memory(db, device_rank),
+            "comm": comm,
+            "links": links,
+            "matrix": matrix,
+            "vendor": vendor,
+            "environment": db.meta_value("ENV_VARIABLES") or {},
+            "parallel_groups": db.meta_value("parallel_group_info") or {},
+            "device_name": str(device["name"].iat[0]) if len(device) else "",
+        }
+
+
+def _lane(prefix: str, global_tid: pd.Series) -> list[str]:
+    tid = pd.to_numeric(global_tid, errors="coerce").fillna(0).astype(np.int64) & 0xFFFFFFFF
+    return [f"{prefix}/Thread {t}" for t in tid]
+
+
+def _host(name: pd.Series, kind, start, end, lane, correlation, shapes="", source="") -> pd.DataFrame:
+    start = pd.to_numeric(start, errors="coerce").fillna(0).astype(np.int64).to_numpy()
+    end = pd.to_numeric(end, errors="coerce").fillna(0).astype(np.int64).to_numpy()
+    return pd.DataFrame({"name": name.to_numpy(), "kind": kind, "ts_ns": start, "dur_ns": np.maximum(end - start, 0),
+                         "lane": lane, "stream": -1, "device": -1, "correlation": correlation, "shapes": shapes,
+                         "source": source, "core": "cpu", "type": name.to_numpy()})
+
+
+def _torch_api(db: _Db) -> pd.DataFrame:
+    if not db.has("PYTORCH_API"):
+        return pd.DataFrame()
+    # startNs/endNs are TEXT in torch_npu's schema: cast in SQL so no digit is lost to float64
+    api = db.query("SELECT CAST(startNs AS INTEGER) AS s, CAST(endNs AS INTEGER) AS e, globalTid, connectionId, "
+                   "name, inputShapes, type FROM PYTORCH_API")
+    name = db.strings(api["name"])
+    kind = api["type"].map(_TORCH_KIND).fillna("host_op").to_numpy(dtype=object)
+    kind = np.where(name.str.match(STEP_NAME.pattern), "annotation", kind)
+    kind = np.where(name.str.startswith(DATALOADER_PREFIX), "dataloader", kind)
+    shapes = db.strings(api["inputShapes"]) if api["inputShapes"].notna().any() else ""
+    # PYTORCH_API.connectionId is an id into CONNECTION_IDS, whose connectionId matches TASK's
+    correlation = np.full(len(api), -1, dtype=np.int64)
+    if db.has("CONNECTION_IDS"):
+        links = db.query("SELECT id, MIN(connectionId) AS c FROM CONNECTION_IDS GROUP BY id").set_index("id")["c"]
+        ids = pd.to_numeric(api["connectionId"], errors="coerce")
+        correlation = links.reindex(ids.to_numpy()).fillna(-1).astype(np.int64).to_numpy()
+    return _host(name, kind, api["s"], api["e"], _lane("Python", api["globalTid"]), correlation, shapes)
+
+
+def _cann_api(db: _Db) -> pd.DataFrame:
+    if not db.has("CANN_API"):
+        return pd.DataFrame()
+    api = db.query("SELECT startNs, endNs, type, globalTid, connectionId, name FROM CANN_API")
+    name = db.strings(api["name"])
+    name = api["type"].map(_API_PREFIX).fillna("").astype(str) + name
+    kind = np.where(name.str.contains("Synchronize", regex=False), "sync", "runtime")
+    return _host(name, kind, api["startNs"], api["endNs"], _lane("CANN", api["globalTid"]),
+                 pd.to_numeric(api["connectionId"], errors="coerce").fillna(-1).astype(np.int64).to_numpy())
+
+
+def _device(frame: pd.DataFrame, name: pd.Series, kind: str, core, type_) -> pd.DataFrame:
+    stream = frame["streamId"].astype(np.int64).to_numpy()
+    return pd.DataFrame({
+        "name": name.to_numpy(), "kind": kind, "ts_ns": frame["startNs"].astype(np.int64).to_numpy(),
+        "dur_ns": (frame["endNs"] - frame["startNs"]).clip(lower=0).astype(np.int64).to_numpy(),
+        "lane": [f"Ascend Hardware/Stream {s}" for s in stream], "stream": stream,
+        "device": frame["deviceId"].astype(np.int64).to_numpy(),
+        "correlation": frame["connectionId"].fillna(-1).astype(np.int64).to_numpy(),
+        "shapes": frame.get("shapes", ""), "source": "", "core": core, "type": type_,
+    })
+
+
+def _compute_tasks(db: _Db) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Compute kernels (TASK rows named in COMPUTE_TASK_INFO) and a kernel_details-like table."""
+    if not db.has("COMPUTE_TASK_INFO"):
+        return pd.DataFrame(), pd.DataFrame()
+    raw = db.query("SELECT t.startNs, t.endNs, t.deviceId, t.connectionId, t.streamId, t.taskId, t.globalTaskId, "
+                   "c.name, c.taskType, c.opType, c.blockDim, c.mixBlockDim, c.inputShapes, c.inputDataTypes, "
+                   "c.inputFormats "
+                   "FROM COMPUTE_TASK_INFO AS c JOIN TASK AS t ON c.globalTaskId = t.globalTaskId")
+    name = db.strings(raw["name"])
+    core = db.strings(raw["taskType"])
+    op_type = db.strings(raw["opType"])
+    op_type = op_type.where(op_type.ne("") & op_type.ne("N/A"), name.str.replace(r"_?\d+$", "", regex=True))
+    shapes = db.strings(raw["inputShapes"])
+    kernels = _device(raw.assign(shapes=shapes.to_numpy()), name, "kernel", core.to_numpy(), op_type.to_numpy())
+    details = pd.DataFrame({
+        "Name": name.to_numpy(), "Type": op_type.to_numpy(), "Accelerator Core": core.to_numpy(),
+        "Stream ID": raw["streamId"].astype(str).to_numpy(), "Task ID": raw["taskId"].astype(str).to_numpy(),
+        "Block Dim": raw["blockDim"].astype(str).to_numpy(), "Mix Block Dim": raw["mixBlockDim"].astype(str).to_numpy(),
+        "Input Shapes": shapes.to_numpy(), "Input Data Types": db.strings(raw["inputDataTypes"]).to_numpy(),
+        "Input Formats": db.strings(raw["inputFormats"]).to_numpy(),
+        "ts_ns": kernels["ts_ns"].to_numpy(), "dur_ns": kernels["dur_ns"].to_numpy(),
+    })
+    if db.has("TASK_PMU_INFO"):
+        pmu = db.query("SELECT globalTaskId, name, value FROM TASK_PMU_INFO")
+        pmu["metric"] = db.strings(pmu["name"])
+        pmu = pmu[pmu["metric"].isin(PMU_RATIOS)]
+        if len(pmu):
+            wide = pmu.pivot_table(index="globalTaskId", columns="metric", values="value", aggfunc="first")
+            wide = wide.reindex(raw["globalTaskId"].to_numpy())
+            for column in wide.columns:
+                details[column] = wide[column].to_numpy()
+    return kernels, details
+
+
+def _memcpy_tasks(db: _Db) -> pd.DataFrame:
+    # Host<->device copies: TASK rows of a copy type that no collective or kernel owns.
+    task = db.query("SELECT t.startNs, t.endNs, t.deviceId, t.connectionId, t.streamId, t.taskType, t.globalTaskId "
+                    "FROM TASK AS t")
+    task["type"] = db.strings(task["taskType"])
+    owned = set()
+    for table in ("COMPUTE_TASK_INFO", "COMMUNICATION_TASK_INFO"):
+        if db.has(table):
+            owned |= set(db.query(f"SELECT globalTaskId FROM {table}")["globalTaskId"])
+    copies = task[task["type"].isin(MEMCPY_TASKS) & ~task["globalTaskId"].isin(owned)]
+    return _device(copies, copies["type"], "memcpy", "", copies["type"].to_numpy())
+
+
+def _comm_ops(db: _Db) -> pd.DataFrame:
+    if not db.has("COMMUNICATION_OP"):
+        return pd.DataFrame()
+    ops = db.query("SELECT c.opName, c.startNs, c.endNs, c.connectionId, c.groupName, c.opId, "
+                   "MIN(t.streamId) AS streamId, MIN(t.deviceId) AS deviceId "
+                   "FROM COMMUNICATION_OP AS c LEFT JOIN TASK AS t ON t.connectionId = c.connectionId "
+                   "GROUP BY c.opId")
+    ops["deviceId"] = ops["deviceId"].fillna(0)
+    ops["streamId"] = ops["streamId"].fillna(-1)
+    name = db.strings(ops["opName"])
+    events = _device(ops, name, "comm", "", name.to_numpy())
+    events["lane"] = [f"HCCL/Group {g} Communication" for g in db.strings(ops["groupName"])]
+    events["op_id"] = ops["opId"].to_numpy()
+    events["group_name"] = db.strings(ops["groupName"]).to_numpy()
+    return events
+
+
+def _steps(db: _Db, events: pd.DataFrame, rank: int) -> pd.DataFrame:
+    if db.has("STEP_TIME"):
+        raw = db.query("SELECT id, startNs, endNs FROM STEP_TIME")
+        ids = pd.to_numeric(raw["id"].astype(str).str.extract(r"(\d+)$")[0], errors="coerce")
+        raw = raw[ids.notna()]
+        if len(raw):
+            return pd.DataFrame({"rank": rank, "step": ids.dropna().astype(np.int64).to_numpy(),
+                                 "start_ns": raw["startNs"].astype(np.int64).to_numpy(),
+                                 "end_ns": raw["endNs"].astype(np.int64).to_numpy()})
+    marks = events[events["kind"] == "annotation"]
+    ids = marks["name"].astype(str).str.extract(STEP_NAME)[0]
+    marks = marks[ids.notna()]
+    if marks.empty:
+        return schema.empty(schema.STEP_COLUMNS)
+    return pd.DataFrame({"rank": rank, "step": ids.dropna().astype(np.int64).to_numpy(),
+                         "start_ns": marks["ts_ns"].to_numpy(), "end_ns": (marks["ts_ns"] + marks["dur_ns"]).to_numpy()})
+
+
+def _step_of(ts: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    if steps.empty:
+        return np.full(len(ts), -1, dtype=np.int64)
+    ordered = steps.sort_values("start_ns")
+    idx = np.searchsorted(ordered["start_ns"].to_numpy(), ts, side="right") - 1
+    return np.where(idx >= 0, ordered["step"].to_numpy()[np.clip(idx, 0, None)], -1)
+
+
+def _analysis_time(out: Path) -> pd.DataFrame:
+    path = out / "analysis.db"
+    if not path.is_file():
+        return pd.DataFrame()
+    with closing(connect(path)) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "CommAnalyzerTime" not in tables:
+            return pd.DataFrame()
+        return pd.read_sql_query("SELECT hccl_op_name, group_name, wait_time, synchronization_time, transit_time "
+                                 "FROM CommAnalyzerTime", conn)
+
+
+def _comm_table(db: _Db, ops: pd.DataFrame, steps: pd.DataFrame, rank: int, links: pd.DataFrame) -> pd.DataFrame:
+    if ops.empty:
+        return schema.empty(schema.COMM_COLUMNS)
+    name = ops["name"].astype(str)
+    p2p = name.str.lower().str.match(r"hcom_(send|receive|batchsendrecv)")
+    frame = pd.DataFrame({
+        "rank": rank, "step": _step_of(ops["ts_ns"].to_numpy(), steps), "op": name.to_numpy(),
+        "group": np.where(p2p, "p2p", "collective"), "ts_ns": ops["ts_ns"].to_numpy(),
+        "elapsed_us": ops["dur_ns"].to_numpy() / 1000.0, "group_name": ops["group_name"].to_numpy(),
+    })
+    timing = _analysis_time(db.path.parent)
+    if len(timing):  # wait/sync as torch_npu derived them (same figures as communication.json)
+        # analysis.db names the group by its hash, the profiler db by its comm name: match on the
+        # op name, which HCCL numbers uniquely within a rank's capture
+        timing = timing.drop_duplicates("hccl_op_name").set_index("hccl_op_name")
+        for ours, theirs in (("wait_us", "wait_time"), ("sync_us", "synchronization_time"),
+                             ("transit_us", "transit_time")):
+            frame[ours] = pd.to_numeric(timing[theirs], errors="coerce").reindex(frame["op"]).to_numpy() * 1000.0
+    if len(links):
+        physical = links[~links["link_type"].isin(["SDMA", "RDMA"])]
+        best = (physical if len(physical) else links).sort_values("transit_mb", ascending=False)
+        best = best.drop_duplicates("op").set_index("op")
+        frame["transit_mb"] = best["transit_mb"].reindex(frame["op"]).to_numpy()
+        frame["bandwidth_gbps"] = best["bandwidth_gbps"].reindex(frame["op"]).to_numpy()
+        frame["link"] = best["link_type"].reindex(frame["op"]).fillna("").to_numpy()
+    return frame.drop(columns="group_name")
+
+
+def _links(db: _Db, steps: pd.DataFrame, rank: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each collective's transfers by link type and by (src, dst) pair, from the HCCL plane tasks.
+
+    A link's transit time is the summed duration of its own transfer tasks (size > 0), so its
+    bandwidth is size / its own time, as torch_npu's "Communication Bandwidth Info" and
+    msprof-analyze compute it. HCCS, PCIE, SIO, ... are the physical links of the SDMA transport;
+    the SDMA row aggregates them (on-chip copies excluded), RDMA is the inter-node transport.
+    """
+    empty = schema.empty(schema.LINK_COLUMNS), schema.empty(schema.MATRIX_COLUMNS)
+    if not db.has("COMMUNICATION_TASK_INFO"):
+        return empty
+    raw = db.query("SELECT c.name, c.groupName, c.srcRank, c.dstRank, c.transportType, c.linkType, c.size, "
+                   "t.startNs, t.endNs FROM COMMUNICATION_TASK_INFO AS c "
+                   "JOIN TASK AS t ON t.globalTaskId = c.globalTaskId WHERE c.size > 0")
+    if raw.empty:
+        return empty
+    transport = raw["transportType"].map(db.enum("ENUM_HCCL_TRANSPORT_TYPE")).fillna("")
+    link = raw["linkType"].map(db.enum("ENUM_HCCL_LINK_TYPE")).fillna("")
+    raw = raw.assign(op=db.strings(raw["name"]), group=db.strings(raw["groupName"]), transport=transport,
+                     link_type=link, mb=raw["size"].astype(float) / 1e6,
+                     ms=(raw["endNs"] - raw["startNs"]).clip(lower=0).astype(float) / 1e6,
+                     step=_step_of(raw["startNs"].to_numpy(), steps))
+    remote = raw[(raw["transport"] != "LOCAL") & ~raw["link_type"].isin(LOCAL_LINKS)]
+    per_link = remote[remote["transport"] == "SDMA"].groupby(["step", "op", "group", "link_type"], as_index=False)
+    sdma = remote[remote["transport"] == "SDMA"].assign(link_type="SDMA")
+    rdma = remote[remote["transport"] == "RDMA"].assign(link_type="RDMA")
+    parts = [per_link[["mb", "ms"]].sum()]
+    for frame in (sdma, rdma):
+        if len(frame):
+            parts.append(frame.groupby(["step", "op", "group", "link_type"], as_index=False)[["mb", "ms"]].sum())
+    links = pd.concat(parts, ignore_index=True)
+    links = pd.DataFrame({"rank": rank, "step": links["step"], "op": links["op"], "group": links["group"],
+                          "link_type": links["link_type"], "transit_mb": links["mb"], "transit_ms": links["ms"],
+                          "bandwidth_gbps": _ratio(links["mb"], links["ms"])})
+    # a task without a destination (dstRank 0xFFFFFFFF: an in-place reduce) stays on its own rank
+    raw["dstRank"] = raw["dstRank"].where(raw["dstRank"].between(0, 2**31 - 1), raw["srcRank"])
+    local = raw["transport"].eq("LOCAL") | raw["srcRank"].eq(raw["dstRank"])
+    pairs = raw.assign(link_type=np.where(local, "LOCAL", raw["link_type"].where(raw["transport"] != "RDMA", "RDMA")))
+    valid = pairs["srcRank"].between(0, 2**31 - 1)
+    matrix = pairs[valid].groupby(["step", "op", "group", "srcRank", "dstRank", "link_type"], as_index=False)[
+        ["mb", "ms"]].sum()
+    matrix = pd.DataFrame({"rank": rank, "step": matrix["step"], "op": matrix["op"], "group": matrix["group"],
+                           "src_rank": matrix["srcRank"], "dst_rank": matrix["dstRank"],
+                           "link_type": matrix["link_type"], "transit_mb": matrix["mb"], "transit_ms": matrix["ms"],
+                           "bandwidth_gbps": _ratio(matrix["mb"], matrix["ms"])})
+    return links, matrix
+
+
+def _ratio(mb: pd.Series, ms: pd.Series) -> np.ndarray:
+    # MB / ms = GB/s (decimal units, as torch_npu reports bandwidth)
+    mb, ms = mb.to_numpy(dtype=float), ms.to_numpy(dtype=float)
+    return np.divide(mb, ms, out=np.full(len(mb), np.nan), where=ms > 0)
+
+
+def _memory(db: _Db, rank: int) -> pd.DataFrame:
+    if not db.has("MEMORY_RECORD"):
+        return schema.empty(schema.MEMORY_COLUMNS)
+    raw = db.query("SELECT component, timestamp, totalAllocated, totalReserved, deviceId FROM MEMORY_RECORD")
+    component = db.strings(raw["component"])
+    pta = raw[component == "PTA"]  # the PyTorch caching allocator's own view, as the text reader keeps
+    if pta.empty:
+        pta = raw
+    device = pd.to_numeric(pta["deviceId"], errors="coerce").fillna(-1).astype(np.int64)
+    return pd.DataFrame({
+        "rank": rank,
+        "device": [f"NPU:{d}" if d >= 0 else "CPU" for d in device],
+        "ts_ns": pta["timestamp"].astype(np.int64).to_numpy(),
+        "allocated_bytes": pta["totalAllocated"].astype(float).to_numpy(),
+        "reserved_bytes": pta["totalReserved"].astype(float).to_numpy(),
+    })
+
+
+def _analysis_tables(out: Path) -> dict[str, pd.DataFrame]:
+    """torch_npu's own derived tables in analysis.db, kept for cross-checks only."""
+    path = out / "analysis.db"
+    if not path.is_file():
+        return {}
+    with closing(connect(path)) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        names = {"StepTraceTime": "step_trace_time", "CommAnalyzerBandwidth": "comm_bandwidth",
+                 "CommAnalyzerMatrix": "comm_matrix", "CommAnalyzerTime": "comm_time"}
+        return {ours: pd.read_sql_query(f"SELECT * FROM {table}", conn)
+                for table, ours in names.items() if table in tables}
+
+
+def rank_from_name(path: Path) -> int | None:
+    m = re.search(r"ascend_pytorch_profiler_(\d+)\.db$", path.name)
+    return int(m.group(1)) if m else None

@@ -1,0 +1,145 @@
+"""The torch_npu db export reader, cross-checked against torch_npu's own analysis.db.
+
+npumagic recomputes the step breakdown and the link bandwidths from the raw tables (TASK,
+COMPUTE_TASK_INFO, COMMUNICATION_OP, COMMUNICATION_TASK_INFO, STEP_TIME); analysis.db's
+StepTraceTime, CommAnalyzerBandwidth and CommAnalyzerMatrix are only read here, to compare."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sqlite3
+
+import pandas as pd
+import pytest
+
+import npumagic
+from npumagic.errors import TraceError
+
+from ..conftest import ASCEND, need
+
+DB = ASCEND / "db" / "level1"
+TOLERANCE = 0.01
+
+
+def _analysis(rank: int, table: str) -> pd.DataFrame:
+    path = need(DB / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "analysis.db")
+    with sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True) as conn:
+        return pd.read_sql_query(f"SELECT * FROM {table}", conn)
+
+
+@pytest.fixture(scope="module")
+def job():
+    return npumagic.analyze(need(DB))
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("ours, theirs", [
+    ("computing_us", "computing"),
+    ("comm_not_overlapped_us", "communication_not_overlapped"),
+    ("overlapped_us", "overlapped"),
+    ("communication_us", "communication"),
+    ("free_us", "free"),
+    ("stage_us", "stage"),
+    ("preparing_us", "preparing"),
+])
+def test_breakdown_agrees_with_analysis_db_step_trace_time(job, rank, ours, theirs):
+    vendor = _analysis(rank, "StepTraceTime")
+    steps = job.per_rank[rank].steps.set_index("step")
+    assert len(vendor) == len(steps)
+    for _, row in vendor.iterrows():
+        step = int(row["step"])
+        # within 1% of the step, as the vendor's figures are themselves shares of it
+        assert abs(steps.loc[step, ours] - float(row[theirs])) <= TOLERANCE * float(row["stage"]), (rank, step, ours)
+
+
+def test_both_ranks_are_read_with_their_device(job):
+    assert list(job.ranks["rank"]) == [0, 1]
+    assert job.meta["device_name"] == "Ascend910B"
+    assert "ascend_pytorch_profiler_0.db" in job.meta["sources"]["breakdown"]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_links_bandwidth_agrees_with_comm_analyzer_bandwidth(job, rank):
+    vendor = _analysis(rank, "CommAnalyzerBandwidth").drop_duplicates(["hccl_op_name", "transport_type"])
+    links = job.links[job.links["rank"] == rank].set_index(["op", "link_type"])
+    for _, row in vendor.iterrows():
+        mine = links.loc[(row["hccl_op_name"], row["transport_type"])]
+        assert mine["transit_mb"] == pytest.approx(row["transit_size"], rel=1e-6)
+        assert mine["transit_ms"] == pytest.approx(row["transit_time"], rel=TOLERANCE)
+        assert mine["bandwidth_gbps"] == pytest.approx(row["bandwidth"], rel=TOLERANCE)
+
+
+def test_matrix_pairs_agree_with_comm_analyzer_matrix(job):
+    vendor = _analysis(0, "CommAnalyzerMatrix")
+    ours = job.matrix[job.matrix["rank"] == 0]
+    by_op = ours.set_index(["op", "src_rank", "dst_rank"])
+    total = ours.groupby(["src_rank", "dst_rank"])[["transit_mb", "transit_ms"]].sum()
+    for _, row in vendor.iterrows():
+        pair = (int(row["src_rank"]), int(row["dst_rank"]))
+        if row["op_name"]:  # the top/middle/bottom op of the pair
+            mine = by_op.loc[(row["op_name"], *pair)]
+            assert mine["link_type"] == row["transport_type"]
+            assert mine["bandwidth_gbps"] == pytest.approx(row["bandwidth"], rel=TOLERANCE)
+        else:  # "total": every op of the pair
+            mine = total.loc[pair]
+            assert mine["transit_mb"] / mine["transit_ms"] == pytest.approx(row["bandwidth"], rel=TOLERANCE)
+        assert mine["transit_mb"] == pytest.approx(row["transit_size"], rel=1e-4)
+
+
+def test_kernels_carry_core_types_and_ai_core_metrics(job):
+    kernels = job.per_rank[0].kernels
+    assert {"AI_CORE", "AI_VECTOR_CORE"} <= set(kernels["core"])
+    assert kernels["count"].sum() == 187  # COMPUTE_TASK_INFO rows of rank 0
+    assert kernels["aic_mac_ratio"].notna().any()
+
+
+def test_collective_wait_time_from_analysis_db(job):
+    comm = job.per_rank[0].comm.set_index("op")
+    timing = _analysis(0, "CommAnalyzerTime")
+    assert comm.loc["allReduce", "wait_us"] == pytest.approx(timing["wait_time"].sum() * 1000, rel=1e-6)
+
+
+def _copy(tmp_path):
+    dst = tmp_path / "job" / "rank0_ascend_pt"
+    shutil.copytree(need(DB / "rank0_ascend_pt"), dst)
+    for p in [dst, *dst.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return dst
+
+
+def _state(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_reading_never_writes_to_the_users_files(tmp_path):
+    rank = _copy(tmp_path)
+    before = _state(rank)
+    npumagic.summarize(npumagic.load(rank))
+    assert _state(rank) == before  # same bytes, and no -journal/-wal/-shm file left beside them
+
+
+def test_a_corrupt_db_names_itself(tmp_path):
+    rank = _copy(tmp_path)
+    (rank / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db").write_bytes(b"not sqlite" * 100)
+    with pytest.raises(TraceError, match=r"ascend_pytorch_profiler_0\.db: not a readable SQLite database"):
+        npumagic.load(rank)
+
+
+def test_a_db_without_the_task_table_says_what_it_expected(tmp_path):
+    rank = _copy(tmp_path)
+    path = rank / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE TASK")
+    with pytest.raises(TraceError, match=r"lacks the tables \['TASK'\]"):
+        npumagic.load(rank)
+
+
+def test_the_db_is_opened_read_only(tmp_path):
+    from npumagic.analysis.sources.ascend_db import connect
+
+    path = _copy(tmp_path) / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    conn = connect(path)
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        conn.execute("CREATE TABLE scratch (a)")
+    conn.close()

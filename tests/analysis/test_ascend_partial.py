@@ -1,0 +1,103 @@
+"""Partial torch_npu text exports: each rank is read from what it holds, says what it lacks, and
+one unreadable rank does not stop the others. Built by copying a shared rank and deleting files."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import pytest
+
+import npumagic
+from npumagic.errors import TraceError
+
+from ..conftest import ASCEND, need
+
+OUT = "ASCEND_PROFILER_OUTPUT"
+
+
+def _copy(tmp_path, level="level1", ranks=(0, 1)):
+    job = tmp_path / level
+    for r in ranks:
+        src = need(ASCEND / level / f"rank{r}_ascend_pt")
+        dst = job / src.name
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.png"))
+        for p in [dst, *dst.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+    return job
+
+
+def _quiet(fn, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args)
+
+
+@pytest.mark.parametrize("level", ["level0", "level1", "level2"])
+def test_without_trace_view_the_breakdown_matches_the_full_rank(tmp_path, level):
+    job = _copy(tmp_path, level)
+    for rank in job.iterdir():
+        (rank / OUT / "trace_view.json").unlink()
+    full = _quiet(npumagic.analyze, ASCEND / level)
+    partial = _quiet(npumagic.analyze, job)
+    for r in (0, 1):
+        ours, theirs = partial.per_rank[r].steps.iloc[0], full.per_rank[r].steps.iloc[0]
+        for column in ("computing_us", "communication_us", "comm_not_overlapped_us", "free_us"):
+            assert ours[column] == pytest.approx(theirs[column], rel=0.01), (r, column)
+
+
+def test_a_partial_rank_says_what_is_missing_and_where_figures_come_from(tmp_path):
+    job = _copy(tmp_path, ranks=(0,))
+    (job / "rank0_ascend_pt" / OUT / "trace_view.json").unlink()
+    with pytest.warns(UserWarning, match=r"rank 0: no trace_view\.json: .*no host lanes"):
+        summary = npumagic.analyze(job / "rank0_ascend_pt")
+    assert summary.meta["note"].startswith("no trace_view.json")
+    assert summary.meta["sources"]["breakdown"].startswith("kernel_details.csv")
+    assert set(summary.host_ops["name"]) == set()  # no host view without the host lanes
+    assert summary.comm.loc[0, "op"] == "allReduce"  # collectives still from communication.json
+
+
+def test_step_trace_time_alone_gives_the_vendors_breakdown_marked_as_such(tmp_path):
+    job = _copy(tmp_path, ranks=(0,))
+    out = job / "rank0_ascend_pt" / OUT
+    for p in out.iterdir():
+        if p.name != "step_trace_time.csv":
+            p.unlink()
+    with pytest.warns(UserWarning, match="only step_trace_time.csv"):
+        summary = npumagic.analyze(job / "rank0_ascend_pt")
+    step = summary.steps.iloc[0]
+    assert step["computing_us"] == pytest.approx(8873.756)
+    assert step["comm_not_overlapped_us"] == pytest.approx(101963.203)
+    assert step["free_us"] == pytest.approx(25744.05)
+    assert summary.meta["sources"]["breakdown"] == "step_trace_time.csv (vendor)"
+    assert npumagic.checklist(summary).bottleneck == "communication"
+
+
+def test_one_unreadable_rank_is_named_and_the_others_are_analysed(tmp_path):
+    job = _copy(tmp_path)
+    broken = job / "rank1_ascend_pt" / OUT
+    for p in broken.iterdir():
+        if p.name not in ("operator_details.csv", "l2_cache.csv"):
+            p.unlink()
+    with pytest.warns(UserWarning, match=r"rank1_ascend_pt/ASCEND_PROFILER_OUTPUT: nothing npumagic can read "
+                                         r"\(it holds l2_cache\.csv, operator_details\.csv\)"):
+        summary = npumagic.analyze(job)
+    assert list(summary.ranks["rank"]) == [0]
+    assert str(job / "rank1_ascend_pt") in summary.meta["unreadable"]
+
+
+def test_when_no_rank_is_readable_the_error_names_them(tmp_path):
+    job = _copy(tmp_path)
+    for rank in job.iterdir():
+        for p in (rank / OUT).iterdir():
+            p.unlink()
+    with pytest.raises(TraceError, match=r"no rank could be read: .*rank0_ascend_pt.*it is empty.*rank1_ascend_pt"):
+        _quiet(npumagic.load, job)
+
+
+def test_a_text_export_beside_analysis_db_is_read_as_text(tmp_path):
+    # text exports write analysis.db too: it must not be taken for the db export
+    job = _copy(tmp_path, ranks=(0,))
+    (job / "rank0_ascend_pt" / OUT / "analysis.db").write_bytes(b"")
+    summary = _quiet(npumagic.analyze, job / "rank0_ascend_pt")
+    assert summary.meta["sources"]["timeline"] == "trace_view.json"

@@ -248,3 +248,19 @@ def test_a_cell_that_never_reaches_the_active_window_is_no_steps(trainer, cell):
     report = result.result
     assert report.run.status == "no-steps"
     assert any("--repeat-cell" in n and "nothing was recorded" in n for n in report.notes)
+
+
+@pytest.mark.parametrize("options, iterations, recorded, traces", [
+    ("--wait 1 --warmup 1 --steps 2 --repeat 2", 10, [2, 3, 6, 7], 2),
+    ("--skip-first 3 --wait 0 --warmup 1 --steps 2", 10, [4, 5], 1),
+], ids=["repeat-2", "skip-first-3"])
+def test_repeat_and_skip_first_record_the_scheduled_steps(trainer, options, iterations, recorded, traces):
+    # GIVEN a loop longer than the schedule; WHEN profiled with repeat cycles or skipped steps
+    result = trainer.run_cell(f"%%npuprofile {options} --no-plot\nfor i in range({iterations}):\n    train_step()")
+    assert result.success, result.error_in_exec
+    run_dir = Path(result.result.run.run_dir)
+    # THEN exactly the scheduled steps are in the trace, one trace file per cycle, and all are analysed
+    assert _step_ids(run_dir) == recorded
+    assert len(list(run_dir.glob("*.pt.trace.json"))) == traces
+    assert result.result.summary.steps["step"].tolist() == recorded
+    assert result.result.run.status == "ok"

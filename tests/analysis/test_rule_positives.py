@@ -1,0 +1,125 @@
+"""Rules that fire: each on genuine data where it shows, else on a genuine sample changed minimally
+(the test says what was changed), and silent on the same sample without the problem."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import npumagic
+from npumagic.analysis import schema
+from npumagic.analysis import thresholds as T
+from npumagic.analysis.compare import rank_test
+
+from ..conftest import ASCEND, need
+
+
+@pytest.fixture(scope="module")
+def level1():
+    return npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+
+
+def _with_memory(summary, **columns):
+    return dataclasses.replace(summary, memory=summary.memory.assign(**columns))
+
+
+def _titles(summary, category):
+    return [f.title for f in npumagic.advise(summary) if f.category == category]
+
+
+def test_memory_near_capacity_fires_only_when_the_peak_is_near_the_device_size(level1):
+    # GIVEN the genuine rank (peak allocated 1.16 GiB, capacity not in its files) told its device
+    # holds 1.2 GiB, then 32 GiB
+    peak = float(level1.memory["peak_allocated_bytes"].iloc[0])
+    near = _with_memory(level1, capacity_bytes=1.2 * 2**30)
+    roomy = _with_memory(level1, capacity_bytes=32 * 2**30)
+    assert peak / (1.2 * 2**30) > T.MEMORY_NEAR_CAPACITY
+    # THEN only the first is a finding, with the figures it rests on
+    [title] = [t for t in _titles(near, "memory") if "of 1.2 GiB" in t]
+    assert f"{peak / (1.2 * 2**30):.0%}" in title
+    assert not [t for t in _titles(roomy, "memory") if "GiB is" in t]
+
+
+def test_fragmentation_fires_when_reserved_far_exceeds_allocated(level1):
+    # GIVEN the genuine rank (reserved 1.42 GiB vs 1.16 GiB allocated: not fragmented) and the
+    # same with 3 GiB reserved
+    assert not [t for t in _titles(level1, "memory") if "fragmented" in t]
+    fragmented = _with_memory(level1, peak_reserved_bytes=3 * 2**30)
+    [finding] = [f for f in npumagic.advise(fragmented) if "fragmented" in f.title]
+    # THEN the fix names the NPU allocator setting
+    assert "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True" in finding.fix
+    assert finding.evidence["reserved_gib"] == pytest.approx(3.0)
+
+
+def test_low_block_dim_names_the_long_kernel_that_runs_on_few_cores(level1):
+    # GIVEN the genuine rank, where every long kernel uses at least 16 blocks, and the same with
+    # its Addmm matmul (5.8% of compute, 21 blocks) launched on 2 blocks
+    assert not [f for f in npumagic.advise(level1) if "fewer than" in f.title]
+    details = level1.details.copy()
+    matmul = details["Name"] == "aclnnAddmm_MatMulCommon_MatMulV2"
+    details.loc[matmul, "Block Dim"] = "2"
+    share = details.loc[matmul, "dur_ns"].sum() / details["dur_ns"].sum()
+    assert share >= T.KERNEL_SHARE
+    changed = dataclasses.replace(level1, details=details)
+    # THEN the finding names it with its block dim
+    [finding] = [f for f in npumagic.advise(changed) if "fewer than" in f.title]
+    assert "aclnnAddmm_MatMulCommon_MatMulV2 (block dim 2)" in finding.title
+
+
+def test_memory_bound_kernels_are_counted_as_the_kernel_table_says(level1):
+    # GIVEN the genuine level-1 rank; the count computed independently from kernel_details.csv
+    raw = pd.read_csv(ASCEND / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", dtype=str)
+    raw = raw[raw["Type"] != "HCCL"]
+    num = lambda c: pd.to_numeric(raw[c], errors="coerce")  # noqa: E731
+    cube = (raw["Accelerator Core"] == "AI_CORE") & (num("aic_mte2_ratio") > T.MEMORY_BOUND_MTE2_RATIO) \
+        & (num("aic_mac_ratio") < T.MEMORY_BOUND_COMPUTE_RATIO)
+    vector = (raw["Accelerator Core"] == "AI_VECTOR_CORE") & (num("aiv_mte2_ratio") > T.MEMORY_BOUND_MTE2_RATIO) \
+        & (num("aiv_vec_ratio") < T.MEMORY_BOUND_COMPUTE_RATIO)
+    expected = int((cube | vector).sum())
+    assert expected > 0
+    # THEN the finding counts exactly those kernels
+    [finding] = [f for f in npumagic.advise(level1) if "memory_bound_kernels" in f.evidence]
+    assert finding.evidence["memory_bound_kernels"] == expected
+
+
+def _device_trace(busy_fraction: float, steps: int = 4, step_ms: float = 10.0) -> schema.Trace:
+    """One stream's kernels covering ``busy_fraction`` of each step, the rest waiting for the host."""
+    ms = 1_000_000
+    starts = np.arange(steps) * int(step_ms * ms)
+    step_frame = pd.DataFrame({"rank": 0, "step": np.arange(1, steps + 1), "start_ns": starts,
+                               "end_ns": starts + int(step_ms * ms)})
+    kernel_ns = int(busy_fraction * step_ms * ms / 10)
+    ts = (starts[:, None] + np.arange(10)[None, :] * int(step_ms * ms / 10)).ravel()
+    kernels = pd.DataFrame({"name": "volta_sgemm_128x64_nn", "kind": "kernel", "ts_ns": ts, "dur_ns": kernel_ns,
+                            "lane": "GPU 0/Stream 7", "stream": 7, "device": 0, "rank": 0, "type": "volta_sgemm",
+                            "correlation": np.arange(len(ts))})
+    launches = kernels.assign(name="cudaLaunchKernel", kind="runtime", dur_ns=5_000, lane="Host/Thread 1", stream=-1,
+                              device=-1, type="cudaLaunchKernel")
+    host = pd.DataFrame({"name": "aten::mm", "kind": "host_op", "ts_ns": starts, "dur_ns": int(step_ms * ms * 0.95),
+                         "lane": "Host/Thread 1", "stream": -1, "device": -1, "rank": 0, "type": "aten::mm",
+                         "correlation": -1})
+    events = pd.concat([kernels, launches, host], ignore_index=True)
+    return schema.finish(events, step_frame, meta={"backend": "cuda", "device_name": "V100", "device_mode": True})
+
+
+def test_host_bound_fires_on_a_device_trace_whose_device_waits_and_not_on_a_busy_one():
+    idle = npumagic.summarize(_device_trace(0.1))
+    busy = npumagic.summarize(_device_trace(0.95))
+    [finding] = [f for f in npumagic.advise(idle) if f.category == "host_bound"]
+    assert 0.8 <= finding.evidence["free_share"] <= 0.91  # idle 8.1 of the 9.1 ms device window, or of the 10 ms step
+    assert npumagic.checklist(idle).bottleneck == "host_bound"
+    assert not [f for f in npumagic.advise(busy) if f.category == "host_bound"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_rank_tests_normal_approximation_agrees_with_scipy(seed):
+    # beyond the exact limit the p-value comes from the normal approximation with tie correction
+    scipy_stats = pytest.importorskip("scipy.stats", reason="scipy comes with the test extras")
+    rng = np.random.default_rng(seed)
+    a = np.round(rng.normal(10, 1, 30), 1)  # rounded: ties, so the tie correction is exercised
+    b = np.round(rng.normal(10.4, 1, 25), 1)
+    expected = scipy_stats.mannwhitneyu(a, b, alternative="two-sided", method="asymptotic", use_continuity=True).pvalue
+    assert rank_test(a, b) == pytest.approx(expected, rel=1e-9)

@@ -37,6 +37,7 @@ def _kernel(out, runs):
                             stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_a_new_kernel_sees_the_earlier_runs(tmp_path):
     first = _kernel(tmp_path, 1)
     assert first.wait(timeout=300) == 0, first.stderr.read()
@@ -46,6 +47,7 @@ def test_a_new_kernel_sees_the_earlier_runs(tmp_path):
     assert out.strip().splitlines()[-1] == "run1,run2"
 
 
+@pytest.mark.slow
 def test_two_kernels_writing_at_once_lose_no_run(tmp_path):
     kernels = [_kernel(tmp_path, 4) for _ in range(2)]
     for k in kernels:

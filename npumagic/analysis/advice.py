@@ -187,6 +187,12 @@ def _sync(s: Summary) -> Finding | None:
                    {"syncs_per_step": per_step, "blocked_ms": blocked, "cost_share": cost}, fix, where)
 
 
+FREE_VIEW_OPS = frozenset(f"aten::{op}" for op in (
+    "as_strided", "view", "_unsafe_view", "t", "transpose", "permute", "expand", "reshape", "resolve_conj",
+    "resolve_neg", "detach", "alias", "unsqueeze", "squeeze", "select", "slice", "unbind", "split", "chunk",
+    "narrow", "view_as", "expand_as", "numpy_T", "lift_fresh", "empty", "empty_like", "empty_strided"))
+
+
 def _small_ops(s: Summary) -> Finding | None:
     k = s.kernels
     if k.empty or not len(s.steps):
@@ -196,7 +202,11 @@ def _small_ops(s: Summary) -> Finding | None:
     share = float(tiny["total_us"].sum()) / float(k["total_us"].sum())
     if share < T.SMALL_OP_SHARE or per_step < T.SMALL_OP_MIN_PER_STEP:
         return None
-    types = tiny.groupby("type")["count"].sum().sort_values(ascending=False).head(3)
+    # Name the user's operators: view and metadata ops (aten::t, as_strided, ...) cost nothing to
+    # fuse away and would crowd the list on the CPU, where operators stand in for kernels.
+    named = tiny[~tiny["type"].astype(str).isin(FREE_VIEW_OPS)]
+    types = (named if len(named) else tiny).groupby("type", observed=True)["count"].sum()
+    types = types[types > 0].sort_values(ascending=False).head(3)
     listed = ", ".join(f"{t} x{int(c / len(s.steps))}" for t, c in types.items())
     fix = ("fuse the tiny kernels: torch.compile(model) (on Ascend: torch.compile(model, backend=torchair)), use fused "
            "optimizers (torch.optim.AdamW(params, fused=True) or foreach=True), and replace chains of "

@@ -123,3 +123,28 @@ def test_the_rank_tests_normal_approximation_agrees_with_scipy(seed):
     b = np.round(rng.normal(10.4, 1, 25), 1)
     expected = scipy_stats.mannwhitneyu(a, b, alternative="two-sided", method="asymptotic", use_continuity=True).pvalue
     assert rank_test(a, b) == pytest.approx(expected, rel=1e-9)
+
+
+def _cpu_ops_trace(pattern: list[tuple[str, int]], repeats: int, steps: int = 3) -> schema.Trace:
+    """CPU operators back to back: ``pattern`` (name, duration ns) ``repeats`` times per step."""
+    names = [n for n, _ in pattern] * repeats
+    durs = np.array([d for _, d in pattern] * repeats, dtype=np.int64)
+    step_ns = int(durs.sum()) + 1000
+    rows = []
+    for k in range(steps):
+        ts = k * step_ns + np.concatenate([[0], np.cumsum(durs)[:-1]])
+        rows.append(pd.DataFrame({"name": names, "kind": "host_op", "ts_ns": ts, "dur_ns": durs,
+                                  "lane": "Host/Thread 1", "device": -1, "rank": 0, "type": names, "core": "cpu"}))
+    step_frame = pd.DataFrame({"rank": 0, "step": range(1, steps + 1), "start_ns": np.arange(steps) * step_ns,
+                               "end_ns": np.arange(1, steps + 1) * step_ns})
+    return schema.finish(pd.concat(rows, ignore_index=True), step_frame, meta={"backend": "cpu"})
+
+
+def test_small_ops_where_names_the_users_operators_not_free_view_ops():
+    # GIVEN 600 iterations per step of y.t() * a + b on the CPU: two cheap transposes per
+    # multiply and add, so the view ops are the most frequent
+    trace = _cpu_ops_trace([("aten::t", 800), ("aten::t", 800), ("aten::mul", 3000), ("aten::add", 3000)], 600)
+    finding = next(f for f in npumagic.advise(trace) if f.category == "small_ops")
+    # THEN the finding points at the multiply and add, not at the transposes
+    assert "aten::mul x600" in finding.where and "aten::add x600" in finding.where
+    assert "aten::t" not in finding.where

@@ -33,8 +33,13 @@ def test_removing_a_known_delay_is_measured_with_its_size_and_named_as_the_one_c
     report = trainer.run_line_magic("npucompare", "slow fast --no-plot")
     cmp = report.comparison
     assert cmp.significant and cmp.speedup > 1 and cmp.ci[0] > 1  # B faster; the CI excludes no change
+    # The analysis sees the 20 ms sleep outside every operator in each slow step (sleeps only
+    # overshoot), and most of it is gone from the step time; no tighter band, as a busy machine
+    # stretches the fast steps too.
+    slow_steps = trainer.run_line_magic("npusteps", "--run slow")
+    assert (slow_steps["free_us"] >= 20_000).all()
     saved_ms = (cmp.median_a_us - cmp.median_b_us) / 1000
-    assert saved_ms == pytest.approx(slept_ms, rel=0.15)
+    assert 0.5 * slept_ms < saved_ms < slept_ms + 20
     assert cmp.changed == ["cell source"]
     assert "slow_step(0.02)" in cmp.diffs["cell source"] and "slow_step(0.0)" in cmp.diffs["cell source"]
     assert cmp.sentence().startswith("fast is")

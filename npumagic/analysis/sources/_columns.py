@@ -7,6 +7,13 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from ...errors import TraceError
+
+STEP_ID_LIMIT = 2**53  # step numbers past it are not a profiler's
+
+
+US_LIMIT = 9.2e15  # |microseconds| whose nanoseconds still fit in int64
+
 
 def to_ns(values: Sequence) -> np.ndarray:
     """Microsecond timestamps/durations (numbers or decimal strings) -> int64 nanoseconds.
@@ -14,40 +21,67 @@ def to_ns(values: Sequence) -> np.ndarray:
     Strings are converted exactly: torch_npu writes epoch microseconds with nanosecond
     decimals ("1736408883704643.212\t"), which float64 cannot hold. Numbers were already
     rounded to float64 by the file's writer, so they are rounded to the nearest nanosecond.
-    Missing or unparsable values become 0.
+    Missing, unparsable or out-of-range values become 0 (see :func:`to_ns_checked`).
     """
+    return to_ns_checked(values)[0]
+
+
+def to_ns_checked(values: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    """As :func:`to_ns`, plus a boolean mask of the values that were valid (a finite number or
+    decimal string within the int64 nanosecond range; not missing)."""
     if pd.api.types.infer_dtype(values, skipna=True) in ("floating", "integer", "mixed-integer-float", "empty"):
-        num = np.nan_to_num(np.array(values, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)  # None -> 0
-        return _float_us_to_ns(num)
+        try:
+            num = np.array(values, dtype=np.float64)  # None -> nan
+        except OverflowError:  # ints past float64
+            num = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=float)
+        return _floats(num)
     arr = np.asarray(values, dtype=object)
     out = np.zeros(arr.shape[0], dtype=np.int64)
+    ok = np.zeros(arr.shape[0], dtype=bool)
     is_str = np.fromiter((isinstance(v, str) for v in arr), bool, arr.size)
     if (~is_str).any():
-        num = pd.to_numeric(pd.Series(arr[~is_str]), errors="coerce").to_numpy(dtype=float)
-        out[~is_str] = _float_us_to_ns(np.nan_to_num(num, nan=0.0, posinf=0.0, neginf=0.0))
+        num = pd.to_numeric(pd.Series(arr[~is_str], dtype=object), errors="coerce").to_numpy(dtype=float)
+        out[~is_str], ok[~is_str] = _floats(num)
     if is_str.any():
-        out[is_str] = decimal_us_to_ns(pd.Series(arr[is_str], dtype=object))
-    return out
+        out[is_str], ok[is_str] = decimal_us_to_ns_checked(pd.Series(arr[is_str], dtype=object))
+    return out, ok
+
+
+def _floats(num: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    ok = np.isfinite(num) & (np.abs(num) <= US_LIMIT)
+    return _float_us_to_ns(np.where(ok, num, 0.0)), ok
 
 
 def _float_us_to_ns(us: np.ndarray) -> np.ndarray:
     # Epoch microseconds * 1000 exceed 2**53: scale the whole and fractional parts separately.
-    us = np.clip(us, -9.2e15, 9.2e15)
+    us = np.clip(us, -US_LIMIT, US_LIMIT)
     whole = np.floor(us)
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
 def decimal_us_to_ns(text: pd.Series) -> np.ndarray:
-    """Decimal microsecond strings -> int64 nanoseconds, exactly (digits past the ns are cut)."""
+    """Decimal microsecond strings -> int64 nanoseconds, exactly (digits past the ns are cut);
+    invalid ones become 0 (see :func:`decimal_us_to_ns_checked`)."""
+    return decimal_us_to_ns_checked(text)[0]
+
+
+def decimal_us_to_ns_checked(text: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """As :func:`decimal_us_to_ns`, plus the mask of valid strings (decimals whose nanoseconds
+    fit in int64)."""
+    if len(text) == 0:
+        return np.empty(0, np.int64), np.empty(0, bool)
     s = text.astype(str).str.strip()
-    ok = s.str.fullmatch(r"-?\d+(\.\d*)?")
+    ok = s.str.fullmatch(r"-?\d{1,16}(\.\d*)?").fillna(False).astype(bool)
     s = s.where(ok, "0")
     neg = s.str.startswith("-")
     parts = s.str.lstrip("-").str.partition(".")
     whole = parts[0].astype(np.int64).to_numpy()
+    big = whole > US_LIMIT
+    whole = np.where(big, 0, whole)
+    ok = ok.to_numpy() & ~big
     frac = parts[2].str.ljust(3, "0").str[:3].astype(np.int64).to_numpy()
     ns = whole * 1000 + frac
-    return np.where(neg.to_numpy(), -ns, ns)
+    return np.where(neg.to_numpy(), -ns, ns), ok
 
 
 def to_int(values: Sequence, missing: int = -1) -> np.ndarray:
@@ -63,3 +97,26 @@ def to_int(values: Sequence, missing: int = -1) -> np.ndarray:
 
 def categorical(values: Sequence) -> pd.Categorical:
     return pd.Categorical(pd.Series(values, dtype=object).fillna(""))
+
+
+def small_int(value: object, path: object, what: str, default: int = 0, limit: int = 2**31) -> int:
+    """A non-negative id (rank, world size) from a JSON value, or TraceError naming ``what``."""
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value) if not isinstance(value, float) or value.is_integer() else None
+    except (TypeError, ValueError, OverflowError):
+        number = None
+    if isinstance(value, bool) or number is None or not 0 <= number < limit:
+        raise TraceError(path, f"{what} is {str(value)[:40]!r}; expected an integer from 0 to {limit - 1}")
+    return number
+
+
+def step_ids(names: pd.Series, pattern: str) -> tuple[pd.Series, np.ndarray]:
+    """Step numbers of the names matching ``pattern`` (one group): (int64 ids of the good
+    ones, indexed like ``names``; mask over ``names`` of matches whose number is out of range)."""
+    text = names.astype(str).str.extract(pattern)[0]
+    matched = text.notna().to_numpy()
+    big = matched & (text.fillna("").str.len().to_numpy() > 15)
+    good = text[matched & ~big]
+    return good.astype(np.int64), big

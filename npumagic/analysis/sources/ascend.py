@@ -22,9 +22,10 @@ import pandas as pd
 
 from ...errors import TraceError
 from .. import schema
-from ._columns import categorical, decimal_us_to_ns, to_int, to_ns
+from ._columns import categorical, decimal_us_to_ns_checked, small_int, step_ids, to_int, to_ns_checked
 from . import ascend_db
 from ._kineto_decode import decode_ascend_events
+from ._notes import ReadNotes, reading
 from .kineto import DATALOADER_PREFIX, STEP_NAME, decode_file
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,10 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     long as another rank can be read.
     """
     parts, unreadable = [], {}
+    notes = ReadNotes()
     for rank_dir in paths:
         try:
-            parts.append(read_rank_parts(rank_dir))
+            parts.append(read_rank_parts(rank_dir, notes))
         except TraceError as exc:
             if len(paths) == 1:
                 raise
@@ -94,7 +96,9 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         "notes": {p["rank"]: p["note"] for p in parts if p["note"]},
         "parallel_groups": {p["rank"]: p["parallel_groups"] for p in parts if p["parallel_groups"]},
         "unreadable": unreadable,
+        "bad_rows": notes.as_meta(),
     }
+    notes.warn()
     cat = lambda key: pd.concat([p[key] for p in parts], ignore_index=True)  # noqa: E731
     return schema.finish(cat("events"), cat("steps"), cat("memory"), cat("comm"), meta, cat("links"), cat("matrix"))
 
@@ -103,41 +107,47 @@ RANK_TABLES = ("events", "steps", "memory", "comm", "links", "matrix")
 TEXT_TABLES = ("trace_view.json", "kernel_details.csv", "step_trace_time.csv")
 
 
-def read_rank_parts(rank_dir: Path) -> dict[str, Any]:
+def read_rank_parts(rank_dir: Path, notes: ReadNotes | None = None) -> dict[str, Any]:
     """One rank directory, read from the richest output it holds (a pure function of the path).
 
     In order: the text export with trace_view.json (every view); the CSVs without it
     (kernel_details.csv and communication*.json: the breakdown from the device tasks, a
     timeline without host lanes); step_trace_time.csv alone (torch_npu's own breakdown, marked
     as the vendor's); the db export (ascend_pytorch_profiler_N.db). ``note`` says what was
-    missing and which views are unavailable; ``sources`` where each figure comes from.
+    missing and which views are unavailable; ``sources`` where each figure comes from. Bad
+    rows go to ``notes`` (one warning for the whole read).
     """
+    notes = notes if notes is not None else ReadNotes()
     out = rank_dir / OUTPUT
-    info = _profiler_info(rank_dir)
-    rank = int(info.get("rank_id", _rank_from_name(rank_dir)))
-    if rank < 0:
-        rank = _rank_from_name(rank_dir)
-    metadata = _json(rank_dir / "profiler_metadata.json")
+    info_path, info = _profiler_info(rank_dir)
+    rank = _rank_id(info_path, info.get("rank_id"), rank_dir)
+    settings = _object(info.get("config", {}), info_path, "config")
+    metadata_path = rank_dir / "profiler_metadata.json"
+    metadata = _json(metadata_path)
+    environment = _object(metadata.get("ENV_VARIABLES", {}), metadata_path, "ENV_VARIABLES")
+    groups = _object(metadata.get("parallel_group_info", {}), metadata_path, "parallel_group_info")
     db = ascend_db.find_db(out)
     has_text = any((out / f).is_file() for f in TEXT_TABLES)
     if db is not None and (not has_text or _export_type(info) == "db"):
         parts = ascend_db.read_rank(db, rank)
-        parts.update(settings=info.get("config", {}), note="", sources={
+        parts.update(settings=settings, note="", sources={
             "breakdown": f"{db.name}: TASK, COMPUTE_TASK_INFO, COMMUNICATION_OP, STEP_TIME",
             "timeline": db.name, "links": f"{db.name}: COMMUNICATION_TASK_INFO"})
-        parts["parallel_groups"] = parts["parallel_groups"] or metadata.get("parallel_group_info", {})
+        parts["parallel_groups"] = parts["parallel_groups"] or groups
         return parts
     if (out / "trace_view.json").is_file():
-        parts = _read_text_rank(rank_dir, rank)
+        parts = _read_text_rank(rank_dir, rank, notes)
     elif (out / "kernel_details.csv").is_file():
-        parts = _read_csv_rank(rank_dir, rank)
+        with reading(out / "kernel_details.csv"):
+            parts = _read_csv_rank(rank_dir, rank, notes)
     elif (out / "step_trace_time.csv").is_file():
-        parts = _read_step_trace_rank(rank_dir, rank)
+        with reading(out / "step_trace_time.csv"):
+            parts = _read_step_trace_rank(rank_dir, rank)
     else:
         raise TraceError(out, _unreadable(out))
-    parts.update(settings=info.get("config", {}), environment=metadata.get("ENV_VARIABLES", {}),
-                 parallel_groups=metadata.get("parallel_group_info", {}), device_name="")
-    comm, links, matrix = _communication(out, parts["rank"])
+    parts.update(settings=settings, environment=environment, parallel_groups=groups, device_name="")
+    with reading(out / "communication.json"):
+        comm, links, matrix = _communication(out, parts["rank"])
     parts.update(comm=comm, links=links, matrix=matrix)
     if len(links):
         parts["sources"]["links"] = "communication.json (each link's own transit time)"
@@ -145,7 +155,9 @@ def read_rank_parts(rank_dir: Path) -> dict[str, Any]:
 
 
 def _export_type(info: dict[str, Any]) -> str:
-    kind = info.get("config", {}).get("experimental_config", {}).get("_export_type", "")
+    config = info.get("config", {})
+    experimental = config.get("experimental_config", {}) if isinstance(config, dict) else {}
+    kind = experimental.get("_export_type", "") if isinstance(experimental, dict) else ""
     kind = kind[0] if isinstance(kind, list) and kind else kind
     return str(kind).lower()
 
@@ -158,28 +170,34 @@ def _unreadable(out: Path) -> str:
             "ascend_pytorch_profiler_N.db (export_type=db)")
 
 
-def _read_text_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
+def _read_text_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, Any]:
     out = rank_dir / OUTPUT
     trace_path = out / "trace_view.json"
     missing = [f for f in OPTIONAL_FILES if not (out / f).is_file()]
     if missing:
         log.debug("%s lacks %s", out, ", ".join(missing))
-    try:
-        raw_events = decode_ascend_events(decode_file(trace_path).traceEvents)
-    except msgspec.DecodeError as exc:
-        raise TraceError(trace_path, f"an event does not match the trace_view.json format ({exc})") from None
-    events = _trace_events(raw_events, trace_path)
+    with reading(trace_path):
+        try:
+            raw_events = decode_ascend_events(decode_file(trace_path).traceEvents)
+        except msgspec.DecodeError as exc:
+            raise TraceError(trace_path, f"an event does not match the trace_view.json format ({exc})") from None
+        events = _trace_events(raw_events, trace_path, notes)
     kernel_path = out / "kernel_details.csv"
     note = ""
+    kernels = details = None
     if kernel_path.is_file():
-        kernels, details = _kernel_details(kernel_path, events)
+        with reading(kernel_path):
+            kernels, details = _kernel_details(kernel_path, events, notes)
+        if kernels.empty:  # plausible: an export with no device kernels
+            notes.remark(kernel_path, "no kernel rows; using the Ascend Hardware tasks of trace_view.json")
+            kernels = None
+    if kernels is not None:
         events = pd.concat([events[events["kind"] != "kernel"], kernels], ignore_index=True)
-    else:
+    elif not kernel_path.is_file():
         note = ("no kernel_details.csv: kernels from the Ascend Hardware tasks of trace_view.json "
                 "(no core types, shapes or AI Core metrics)")
-        details = None
     events["rank"] = rank
-    steps = _steps(events, rank)
+    steps = _steps(events, rank, notes, trace_path)
     if steps.empty:
         warnings.warn(f"{trace_path}: no ProfilerStep# events; the whole capture is treated as one step "
                       "(call prof.step() in the training loop)", stacklevel=4)
@@ -190,7 +208,7 @@ def _read_text_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
         "rank": rank,
         "events": events,
         "steps": steps,
-        "memory": _memory(out / "memory_record.csv", rank),
+        "memory": _memory(out / "memory_record.csv", rank, notes),
         "vendor": vendor,
         "note": note,
         "sources": {"breakdown": "kernel_details.csv + trace_view.json (HCCL lanes, ProfilerStep#)",
@@ -198,17 +216,19 @@ def _read_text_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
     }
 
 
-def _read_csv_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
+def _read_csv_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, Any]:
     """Without trace_view.json: device kernels and HCCL ops from kernel_details.csv, steps from its
     Step Id column (each step's device window; its host start from step_trace_time.csv's Preparing)."""
     out = rank_dir / OUTPUT
     raw = _read_csv(out / "kernel_details.csv", KERNEL_COLUMNS)
-    ts = decimal_us_to_ns(raw["Start Time(us)"])
-    dur = decimal_us_to_ns(raw["Duration(us)"])
-    hccl = ((raw["Type"] == "HCCL") | (raw["Accelerator Core"] == "HCCL")).to_numpy()
     empty = pd.DataFrame({"ts_ns": pd.Series(dtype=np.int64), "kind": pd.Series(dtype=object),
                           "stream": pd.Series(dtype=np.int64), "correlation": pd.Series(dtype=np.int64)})
-    kernels, details = _kernel_details(out / "kernel_details.csv", empty)
+    kernels, details = _kernel_details(out / "kernel_details.csv", empty, notes)  # counts the bad rows
+    ts, ts_ok = decimal_us_to_ns_checked(raw["Start Time(us)"])
+    dur, dur_ok = decimal_us_to_ns_checked(raw["Duration(us)"])
+    good = ts_ok & dur_ok & (dur >= 0) & (raw["Name"] != "Name").to_numpy()
+    raw, ts, dur = raw[good].reset_index(drop=True), ts[good], dur[good]
+    hccl = ((raw["Type"] == "HCCL") | (raw["Accelerator Core"] == "HCCL")).to_numpy()
     stream = to_int(raw["Stream ID"]) if "Stream ID" in raw else np.full(len(raw), -1, dtype=np.int64)
     comm = pd.DataFrame({
         "name": raw["Name"][hccl].to_numpy(), "kind": "comm", "ts_ns": ts[hccl], "dur_ns": dur[hccl],
@@ -232,7 +252,7 @@ def _read_csv_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
                               "end_ns": last.to_numpy()})
     missing = "trace_view.json"
     return {
-        "rank": rank, "events": events, "steps": steps, "memory": _memory(out / "memory_record.csv", rank),
+        "rank": rank, "events": events, "steps": steps, "memory": _memory(out / "memory_record.csv", rank, notes),
         "vendor": vendor,
         "note": (f"no {missing}: breakdown from kernel_details.csv and the HCCL op times; step wall time is the "
                  "device window (+ Preparing from step_trace_time.csv); no host lanes, DataLoader, sync or "
@@ -272,7 +292,7 @@ def _read_step_trace_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
                           "end_ns": start + wall_ns})
     return {
         "rank": rank, "events": schema.empty(schema.EVENT_COLUMNS), "steps": steps,
-        "memory": _memory(out / "memory_record.csv", rank), "vendor": vendor,
+        "memory": _memory(out / "memory_record.csv", rank, ReadNotes()), "vendor": vendor,
         "note": ("only step_trace_time.csv: the breakdown is torch_npu's own (not recomputed); no timeline, "
                  "kernel, host-op or sync views"),
         "sources": {"breakdown": "step_trace_time.csv (vendor)", "wall": "step_trace_time.csv Stage + Preparing"},
@@ -284,30 +304,47 @@ def _rank_from_name(rank_dir: Path) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _profiler_info(rank_dir: Path) -> dict[str, Any]:
+def _profiler_info(rank_dir: Path) -> tuple[Path, dict[str, Any]]:
     for path in sorted(rank_dir.glob("profiler_info*.json")):
-        return _json(path)
-    return {}
+        return path, _json(path)
+    return rank_dir / "profiler_info.json", {}
+
+
+def _rank_id(path: Path, value: Any, rank_dir: Path) -> int:
+    """profiler_info's rank_id; -1 (torch_npu's "not distributed") or absent: from the folder name."""
+    if value is None or value in (-1, "-1"):
+        return _rank_from_name(rank_dir)
+    return small_int(value, path, "rank_id")
+
+
+def _object(value: Any, path: Path, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TraceError(path, f"{what} is a {type(value).__name__}; expected a JSON object")
+    return value
 
 
 def _json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_bytes().decode("utf-8-sig"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceError(path, f"not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise TraceError(path, "expected a JSON object")
-    return data
+    except RecursionError:
+        raise TraceError(path, "JSON nested too deeply to be torch_npu output") from None
+    return _object(data, path, "the document")
 
 
-def _read_csv(path: Path, required: tuple[str, ...] = ()) -> pd.DataFrame:
+def _read_csv(path: Path, required: tuple[str, ...] = (), notes: ReadNotes | None = None) -> pd.DataFrame:
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, encoding="utf-8-sig")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
         raise TraceError(path, f"not a readable CSV ({exc})") from None
     frame.columns = [str(c).strip() for c in frame.columns]
+    duplicates = [c for c in frame.columns if re.fullmatch(r".+\.\d+", c) and c.rsplit(".", 1)[0] in frame.columns]
+    if duplicates and notes is not None:  # pandas renamed the second 'Name' to 'Name.1'
+        notes.remark(path, ", ".join(f"duplicate column {c.rsplit('.', 1)[0]!r}" for c in duplicates)
+                     + ": the first is used")
     lacking = [c for c in required if c not in frame.columns]
     if lacking:
         raise TraceError(path, f"missing columns {lacking}; expected at least {list(required)}")
@@ -318,7 +355,7 @@ def _number(col: pd.Series) -> pd.Series:
     return pd.to_numeric(col.replace({"N/A": None, "": None}), errors="coerce")
 
 
-def _trace_events(raw, trace_path: Path) -> pd.DataFrame:
+def _trace_events(raw, trace_path: Path, notes: ReadNotes) -> pd.DataFrame:
     process: dict[Any, str] = {}
     thread: dict[tuple[Any, Any], str] = {}
     for e in raw:
@@ -348,6 +385,13 @@ def _trace_events(raw, trace_path: Path) -> pd.DataFrame:
             kind = None
         if kind is not None:
             picked.append((e, kind, proc))
+    ts, ts_ok = to_ns_checked([p[0].ts for p in picked])
+    dur, dur_ok = to_ns_checked([p[0].dur for p in picked])
+    good = notes.count(trace_path, len(picked), "events", bad_timestamp=~ts_ok, bad_duration=~dur_ok,
+                       negative_duration=dur < 0)
+    if not good.all():
+        picked = [p for p, g in zip(picked, good) if g]
+        ts, dur = ts[good], dur[good]
     events = [p[0] for p in picked]
     kind = np.array([p[1] for p in picked], dtype=object)
     proc = [p[2] for p in picked]
@@ -362,8 +406,8 @@ def _trace_events(raw, trace_path: Path) -> pd.DataFrame:
     return pd.DataFrame({
         "name": name,
         "kind": kind,
-        "ts_ns": to_ns([e.ts for e in events]),
-        "dur_ns": to_ns([e.dur for e in events]),
+        "ts_ns": ts,
+        "dur_ns": dur,
         "lane": categorical(lane),
         "stream": np.where(on_device, to_int(tids), -1),
         "device": np.where(on_device, 0, -1),
@@ -397,11 +441,15 @@ def _type_from_name(names: pd.Series) -> pd.Series:
     return kind.where(kind != "", names)
 
 
-def _kernel_details(path: Path, events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    raw = _read_csv(path, KERNEL_COLUMNS)
-    raw = raw[(raw["Type"] != "HCCL") & (raw["Accelerator Core"] != "HCCL")].reset_index(drop=True)  # collectives: HCCL lanes
-    ts = decimal_us_to_ns(raw["Start Time(us)"])
-    dur = decimal_us_to_ns(raw["Duration(us)"])
+def _kernel_details(path: Path, events: pd.DataFrame, notes: ReadNotes) -> tuple[pd.DataFrame, pd.DataFrame]:
+    raw = _read_csv(path, KERNEL_COLUMNS, notes)
+    ts, ts_ok = decimal_us_to_ns_checked(raw["Start Time(us)"])
+    dur, dur_ok = decimal_us_to_ns_checked(raw["Duration(us)"])
+    good = notes.count(path, len(raw), "rows", repeated_header=(raw["Name"] == "Name").to_numpy(),
+                       text_or_out_of_range_Start_Time=~ts_ok, text_or_out_of_range_Duration=~dur_ok,
+                       negative_Duration=dur < 0)
+    keep = good & ((raw["Type"] != "HCCL") & (raw["Accelerator Core"] != "HCCL")).to_numpy()  # collectives: HCCL lanes
+    raw, ts, dur = raw[keep].reset_index(drop=True), ts[keep], dur[keep]
     # Stream and connection id come from the matching Ascend Hardware task (same start time).
     hw = events[events["kind"] == "kernel"].drop_duplicates("ts_ns").set_index("ts_ns")
     stream = hw["stream"].reindex(ts).fillna(-1).to_numpy(np.int64)
@@ -428,10 +476,11 @@ def _kernel_details(path: Path, events: pd.DataFrame) -> tuple[pd.DataFrame, pd.
     return kernels, details
 
 
-def _steps(events: pd.DataFrame, rank: int) -> pd.DataFrame:
+def _steps(events: pd.DataFrame, rank: int, notes: ReadNotes, path: Path) -> pd.DataFrame:
     marks = events[(events["kind"] == "annotation")]
-    ids = marks["name"].astype(str).str.extract(STEP_NAME)[0]
-    marks = marks[ids.notna()].assign(step=ids.dropna().astype(np.int64))
+    ids, too_big = step_ids(marks["name"], STEP_NAME.pattern)
+    notes.skip(path, "step number out of range", int(too_big.sum()))
+    marks = marks.loc[ids.index].assign(step=ids)
     if marks.empty:
         return schema.empty(schema.STEP_COLUMNS)
     marks = marks.sort_values("dur_ns").drop_duplicates("step", keep="last")
@@ -439,20 +488,27 @@ def _steps(events: pd.DataFrame, rank: int) -> pd.DataFrame:
                          "end_ns": (marks["ts_ns"] + marks["dur_ns"]).to_numpy()})
 
 
-def _memory(path: Path, rank: int) -> pd.DataFrame:
+def _memory(path: Path, rank: int, notes: ReadNotes) -> pd.DataFrame:
     if not path.is_file():
         return schema.empty(schema.MEMORY_COLUMNS)
-    raw = _read_csv(path, ("Component", "Timestamp(us)", "Total Allocated(MB)", "Total Reserved(MB)"))
-    pta = raw[raw["Component"] == "PTA"]  # the PyTorch caching allocator's own view
-    if pta.empty:
-        pta = raw[raw["Total Allocated(MB)"] != ""]
+    with reading(path):
+        raw = _read_csv(path, ("Component", "Timestamp(us)", "Total Allocated(MB)", "Total Reserved(MB)"), notes)
+        pta = raw[raw["Component"] == "PTA"]  # the PyTorch caching allocator's own view
+        if pta.empty:
+            pta = raw[raw["Total Allocated(MB)"] != ""]
+        ts, ts_ok = decimal_us_to_ns_checked(pta["Timestamp(us)"])
+        allocated, reserved = _number(pta["Total Allocated(MB)"]), _number(pta["Total Reserved(MB)"])
+        text = lambda col, num: ((pta[col] != "") & (pta[col] != "N/A") & num.isna()).to_numpy()  # noqa: E731
+        good = notes.count(path, len(pta), "rows", text_or_out_of_range_Timestamp=~ts_ok,
+                           text_in_Total_Allocated=text("Total Allocated(MB)", allocated),
+                           text_in_Total_Reserved=text("Total Reserved(MB)", reserved))
     mb = 1024.0 * 1024.0
     return pd.DataFrame({
         "rank": rank,
-        "device": pta["Device Type"].to_numpy() if "Device Type" in pta else "npu",
-        "ts_ns": decimal_us_to_ns(pta["Timestamp(us)"]),
-        "allocated_bytes": _number(pta["Total Allocated(MB)"]).to_numpy() * mb,
-        "reserved_bytes": _number(pta["Total Reserved(MB)"]).to_numpy() * mb,
+        "device": pta["Device Type"].to_numpy()[good] if "Device Type" in pta else "npu",
+        "ts_ns": ts[good],
+        "allocated_bytes": allocated.to_numpy()[good] * mb,
+        "reserved_bytes": reserved.to_numpy()[good] * mb,
     })
 
 
@@ -464,35 +520,40 @@ def _communication(out: Path, rank: int) -> tuple[pd.DataFrame, pd.DataFrame, pd
     data = _json(path)
     rows, link_rows = [], []
     for step_key, kinds in data.items():
-        step = int(re.sub(r"\D", "", step_key) or -1)
-        if not isinstance(kinds, dict):
-            raise TraceError(path, f"expected an object per step under {step_key!r}")
+        step = _step_key(step_key, path)
+        kinds = _object(kinds, path, repr(step_key))
         for group in ("collective", "p2p"):
-            for op_key, op in (kinds.get(group) or {}).items():
+            for op_key, op in _object(kinds.get(group) or {}, path, f"{step_key}.{group}").items():
                 if op_key.startswith("Total") or not isinstance(op, dict):
                     continue
                 name, _, comm_group = op_key.partition("@")
-                t = op.get("Communication Time Info", {})
-                links = {k: v for k, v in op.get("Communication Bandwidth Info", {}).items() if isinstance(v, dict)}
+                where = f"{step_key}.{group}.{op_key}"
+                t = _object(op.get("Communication Time Info", {}), path, f"{where}: Communication Time Info")
+                bandwidth = _object(op.get("Communication Bandwidth Info", {}), path,
+                                    f"{where}: Communication Bandwidth Info")
+                number = lambda value, what: _number_field(value, path, f"{where}: {what}")  # noqa: E731
+                links = {k: v for k, v in bandwidth.items() if isinstance(v, dict)}
                 for link, info in links.items():
-                    mb, ms = _float(info.get("Transit Size(MB)")), _float(info.get("Transit Time(ms)"))
+                    mb = number(info.get("Transit Size(MB)"), f"{link} Transit Size(MB)")
+                    ms = number(info.get("Transit Time(ms)"), f"{link} Transit Time(ms)")
                     if mb > 0:
                         link_rows.append({"rank": rank, "step": step, "op": name, "group": comm_group,
                                           "link_type": link, "transit_mb": mb, "transit_ms": ms,
                                           "bandwidth_gbps": mb / ms if ms > 0 else np.nan})
                 # SDMA aggregates the on-chip links (HCCS/PCIE/SIO): prefer the physical link.
                 physical = {k: v for k, v in links.items() if k != "SDMA"}
-                best = max(physical.items() or links.items(), key=lambda kv: kv[1].get("Transit Size(MB)", 0) or 0,
-                           default=("", {}))
+                best = max(physical.items() or links.items(),
+                           key=lambda kv: number(kv[1].get("Transit Size(MB)"), "Transit Size(MB)"), default=("", {}))
+                time_of = lambda key: number(t.get(key), key)  # noqa: E731
                 rows.append({
                     "rank": rank, "step": step, "op": name, "group": group,
-                    "ts_ns": int(round(_float(t.get("Start Timestamp(us)")) * 1000)),
-                    "elapsed_us": _float(t.get("Elapse Time(ms)")) * 1000,
-                    "wait_us": _float(t.get("Wait Time(ms)")) * 1000,
-                    "sync_us": _float(t.get("Synchronization Time(ms)")) * 1000,
-                    "transit_us": _float(t.get("Transit Time(ms)")) * 1000,
-                    "transit_mb": _float(best[1].get("Transit Size(MB)")),
-                    "bandwidth_gbps": _float(best[1].get("Bandwidth(GB/s)")),
+                    "ts_ns": int(round(time_of("Start Timestamp(us)") * 1000)),
+                    "elapsed_us": time_of("Elapse Time(ms)") * 1000,
+                    "wait_us": time_of("Wait Time(ms)") * 1000,
+                    "sync_us": time_of("Synchronization Time(ms)") * 1000,
+                    "transit_us": time_of("Transit Time(ms)") * 1000,
+                    "transit_mb": number(best[1].get("Transit Size(MB)"), "Transit Size(MB)"),
+                    "bandwidth_gbps": number(best[1].get("Bandwidth(GB/s)"), "Bandwidth(GB/s)"),
                     "link": best[0],
                 })
     comm = pd.DataFrame(rows) if rows else schema.empty(schema.COMM_COLUMNS)
@@ -500,11 +561,23 @@ def _communication(out: Path, rank: int) -> tuple[pd.DataFrame, pd.DataFrame, pd
     return comm, links, _matrix(out / "communication_matrix.json", rank)
 
 
-def _float(value: Any) -> float:
+def _step_key(key: str, path: Path) -> int:
+    digits = re.sub(r"\D", "", key)
+    if len(digits) > 15:
+        raise TraceError(path, f"step key {key[:40]!r} is out of range; expected 'step<N>'")
+    return int(digits or -1)
+
+
+def _number_field(value: Any, path: Path, what: str) -> float:
+    """A finite number field of communication*.json (absent or empty: 0), or TraceError naming it:
+    a text or NaN time is not turned into 0 silently."""
     try:
-        return float(value or 0)
-    except (TypeError, ValueError):
-        return 0.0
+        number = float(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        number = float("nan")
+    if isinstance(value, bool) or not np.isfinite(number) or abs(number) > 9.2e15:
+        raise TraceError(path, f"{what} is {str(value)[:40]!r}; expected a finite number")
+    return number
 
 
 def _matrix(path: Path, rank: int) -> pd.DataFrame:
@@ -514,11 +587,10 @@ def _matrix(path: Path, rank: int) -> pd.DataFrame:
     data = _json(path)
     rows = []
     for step_key, kinds in data.items():
-        step = int(re.sub(r"\D", "", step_key) or -1)
-        if not isinstance(kinds, dict):
-            raise TraceError(path, f"expected an object per step under {step_key!r}")
+        step = _step_key(step_key, path)
+        kinds = _object(kinds, path, repr(step_key))
         for group in ("collective", "p2p"):
-            ops = kinds.get(group) or {}
+            ops = _object(kinds.get(group) or {}, path, f"{step_key}.{group}")
             keys = list(ops)
             for key in keys:
                 kind, _, comm_group = key.partition("@")
@@ -528,9 +600,10 @@ def _matrix(path: Path, rank: int) -> pd.DataFrame:
                     continue
                 for pair, info in ops[key].items():
                     src, _, dst = str(pair).partition("-")
-                    if not (src.isdigit() and dst.isdigit()) or not isinstance(info, dict):
+                    if not (src.isdigit() and dst.isdigit() and len(src + dst) < 18) or not isinstance(info, dict):
                         continue
-                    mb, ms = _float(info.get("Transit Size(MB)")), _float(info.get("Transit Time(ms)"))
+                    mb = _number_field(info.get("Transit Size(MB)"), path, f"{key} {pair}: Transit Size(MB)")
+                    ms = _number_field(info.get("Transit Time(ms)"), path, f"{key} {pair}: Transit Time(ms)")
                     rows.append({"rank": rank, "step": step, "op": info.get("Op Name") or base, "group": comm_group,
                                  "src_rank": int(src), "dst_rank": int(dst),
                                  "link_type": str(info.get("Transport Type", "")), "transit_mb": mb, "transit_ms": ms,

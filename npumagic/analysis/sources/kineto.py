@@ -18,9 +18,10 @@ import pandas as pd
 
 from ...errors import TraceError
 from .. import schema
-from ._columns import to_int, to_ns
+from ._columns import small_int, step_ids, to_int, to_ns, to_ns_checked
 from ._inflate import read_trace
 from ._kineto_decode import RawTrace, decode_kineto_chunk, decode_raw
+from ._notes import ReadNotes, reading
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ def decode_file(path: Path) -> RawTrace:
         raise TraceError(path, "the file is empty; expected a Chrome trace JSON (torch.profiler output)")
     try:
         return decode_raw(raw)
+    except msgspec.ValidationError as exc:
+        raise TraceError(path, f"JSON without the Chrome trace layout ({exc}); expected an object with a "
+                               "'traceEvents' array of event objects, or such an array") from None
     except msgspec.DecodeError as exc:
         raise TraceError(path, f"not a valid Chrome trace JSON ({exc}); the file may be truncated") from None
     except RecursionError:
@@ -60,24 +64,26 @@ def decode_file(path: Path) -> RawTrace:
 def read(paths: list[Path], progress=None) -> schema.Trace:
     """Read one or more Kineto trace files (several ranks or repeat cycles) into one Trace."""
     frames, steps, memories, metas = [], [], [], []
+    notes = ReadNotes()
     for path in paths:
-        header = decode_file(path)
-        rank = int((header.distributedInfo or {}).get("rank", 0) or 0)
-        if progress is not None:
-            progress.total += len(header.traceEvents)
-            progress.refresh()
-        try:
-            ev, mem = _Columns(rank).build(header.traceEvents, progress)
-        except msgspec.DecodeError as exc:
-            raise TraceError(path, f"an event does not match the Chrome trace format ({exc})") from None
-        st = _steps(ev, rank)
-        if not len(st) and not len(ev):
-            raise TraceError(path, "no profiler events found; expected torch.profiler 'traceEvents' "
-                                   "with cpu_op/kernel/ProfilerStep# events")
+        with reading(path):
+            header = decode_file(path)
+            rank = small_int((header.distributedInfo or {}).get("rank"), path, "distributedInfo.rank")
+            if progress is not None:
+                progress.total += len(header.traceEvents)
+                progress.refresh()
+            try:
+                ev, mem = _Columns(rank, notes, path).build(header.traceEvents, progress)
+            except msgspec.DecodeError as exc:
+                raise TraceError(path, f"an event does not match the Chrome trace format ({exc})") from None
+            st = _steps(ev, rank, notes, path)
+            if not len(st) and not len(ev):
+                raise TraceError(path, "no profiler events found; expected torch.profiler 'traceEvents' "
+                                       "with cpu_op/kernel/ProfilerStep# events")
+            metas.append(_meta(header, rank, path))
         frames.append(ev)
         steps.append(st)
         memories.append(mem)
-        metas.append(_meta(header, rank))
     events = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     devices = sorted({d for m in metas for d in m["devices"]})
     backend = "cuda" if (events["kind"].isin(["kernel", "memcpy"]).any() or devices) else "cpu"
@@ -90,16 +96,19 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         "device_memory_bytes": max((m["memory"] for m in metas if m["memory"]), default=None),
         "world_size": max(m["world_size"] for m in metas),
         "settings": {},
+        "bad_rows": notes.as_meta(),
     }
+    notes.warn()
     return schema.finish(events, pd.concat(steps, ignore_index=True), pd.concat(memories, ignore_index=True), None, meta)
 
 
-def _meta(header: RawTrace, rank: int) -> dict[str, Any]:
+def _meta(header: RawTrace, rank: int, path: Path) -> dict[str, Any]:
     props = header.deviceProperties or []
     dist = header.distributedInfo or {}
     return {"devices": [p.get("name") for p in props if isinstance(p, dict) and p.get("name")][:1],
             "memory": (props[0].get("totalGlobalMem") if props and isinstance(props[0], dict) else None),
-            "world_size": int(dist.get("world_size", 1) or 1), "rank": rank}
+            "world_size": small_int(dist.get("world_size"), path, "distributedInfo.world_size", default=1) or 1,
+            "rank": rank}
 
 
 class _Codes(dict):
@@ -118,8 +127,9 @@ class _Codes(dict):
 class _Columns:
     """Accumulates numpy columns chunk by chunk, then assembles the events frame."""
 
-    def __init__(self, rank: int) -> None:
+    def __init__(self, rank: int, notes: ReadNotes | None = None, path: Path | None = None) -> None:
         self.rank = rank
+        self.notes, self.path = notes or ReadNotes(), path or Path("?")
         self.names, self.shapes = _Codes(), _Codes()
         self.process_names: dict[Any, str] = {}
         self.parts: list[dict[str, np.ndarray]] = []
@@ -147,13 +157,20 @@ class _Columns:
                 self.process_names[e.pid] = str(e.args.name)
         if not spans:
             return
+        ts, ts_ok = to_ns_checked([e.ts for e in spans])
+        dur, dur_ok = to_ns_checked([e.dur for e in spans])
+        good = self.notes.count(self.path, len(spans), "events", bad_timestamp=~ts_ok, bad_duration=~dur_ok,
+                                negative_duration=dur < 0)
+        if not good.all():
+            spans = [e for e, g in zip(spans, good) if g]
+            ts, dur = ts[good], dur[good]
         args = [e.args for e in spans]
         none = None
         self.parts.append({
             "cat": np.fromiter((_CAT_INDEX[e.cat] for e in spans), np.int8, len(spans)),
             "name": self.names.encode([e.name for e in spans]),
-            "ts": to_ns([e.ts for e in spans]),
-            "dur": to_ns([e.dur for e in spans]),
+            "ts": ts,
+            "dur": dur,
             "pid": to_int([e.pid for e in spans], 0),
             "tid": to_int([e.tid for e in spans], 0),
             "stream": to_int([a.stream if a is not none else none for a in args]),
@@ -253,10 +270,12 @@ def _lanes(on_device, pid, tid, device, stream, process_names) -> pd.Categorical
     return pd.Categorical.from_codes(remap[codes], categories=list(cats))
 
 
-def _steps(frame: pd.DataFrame, rank: int) -> pd.DataFrame:
+def _steps(frame: pd.DataFrame, rank: int, notes: ReadNotes | None = None, path: Path | None = None) -> pd.DataFrame:
     marks = frame[(frame["kind"] == "annotation") & (frame["device"] < 0)]
-    ids = marks["name"].astype(str).str.extract(STEP_NAME)[0]
-    marks = marks[ids.notna()].assign(step=ids.dropna().astype(np.int64))
+    ids, too_big = step_ids(marks["name"], STEP_NAME.pattern)
+    if notes is not None:
+        notes.skip(path, "step number out of range", int(too_big.sum()))
+    marks = marks.loc[ids.index].assign(step=ids)
     if marks.empty:
         return schema.empty(schema.STEP_COLUMNS)
     # The same ProfilerStep may appear as cpu_op and as user_annotation: keep the longest.

@@ -118,6 +118,9 @@ class Summary:
                  f"{h['steps']} steps, median {_ms(h['step_median_us'])}, p90 {_ms(h['step_p90_us'])}, "
                  f"device busy {h['device_util']:.0%}, communication {h['communication_share']:.0%}, "
                  f"dataloader {h['dataloader_share']:.0%}"]
+        if self.meta.get("rank", 0) in self.meta.get("steps_inferred", []):
+            lines.append("no ProfilerStep marks in the trace (no schedule, or prof.step() never called): "
+                         "the whole trace is one inferred step")
         if len(self.steps):
             lines.append(step_table_text(self.steps))
         return "\n".join(lines)

@@ -67,3 +67,73 @@ def test_a_trace_without_profiler_steps_is_one_step():
     trace = npumagic.load(need(CUDA / "alexnet_sync"))
     assert len(trace.steps) == 1
     assert trace.meta["steps_inferred"] == [0]
+
+
+# -- every schema torch has written --------------------------------------------------------
+LEGACY = CUDA / "legacy_kineto"
+
+
+def _raw(path):
+    return json.load(gzip.open(path))["traceEvents"]
+
+
+@pytest.mark.parametrize("name", ["resnet50_nw0", "resnet50_nw4"])
+def test_legacy_capitalised_schema_is_read_with_its_profiler_steps(name):
+    path = need(LEGACY / f"{name}.pt.trace.json.gz")
+    trace = npumagic.load(path)
+    raw = _raw(path)
+    kinds = trace.events["kind"].value_counts()
+    count = lambda cat: sum(1 for e in raw if e.get("ph") == "X" and e.get("cat") == cat)  # noqa: E731
+    assert trace.steps["step"].tolist() == [5, 6, 7, 8, 9, 10]
+    assert kinds["kernel"] + kinds["comm"] == count("Kernel")
+    assert kinds["memcpy"] == count("Memcpy") + count("Memset")
+    assert kinds["runtime"] + kinds["sync"] == count("Runtime")
+    assert kinds["host_op"] + kinds["annotation"] + kinds["dataloader"] == count("Operator")
+    assert trace.meta["backend"] == "cuda"
+
+
+def test_legacy_device_work_keeps_stream_and_correlation():
+    trace = npumagic.load(need(LEGACY / "resnet50_nw0.pt.trace.json.gz"))
+    kernels = trace.events[trace.events["kind"] == "kernel"]
+    runtime = trace.events[trace.events["kind"] == "runtime"]
+    assert set(kernels["stream"]) == {7}
+    launched = kernels["correlation"].isin(runtime["correlation"])
+    assert launched.mean() > 0.9
+    # the rest were launched before the profiler started: they run before every traced launch's kernel
+    assert kernels.loc[~launched, "ts_ns"].max() < kernels.loc[launched, "ts_ns"].min()
+
+
+def test_a_trace_without_device_properties_is_not_called_cpu():
+    trace = npumagic.load(need(LEGACY / "resnet50_nw0.pt.trace.json.gz"))
+    assert trace.meta["device_name"] == "NVIDIA GPU (model not recorded)"
+
+
+def test_legacy_autograd_api_trace_is_one_inferred_step_and_says_so():
+    trace = npumagic.load(need(LEGACY / "resnet50_autograd_api_nw0.pt.trace.json.gz"))
+    assert len(trace.steps) == 1
+    assert trace.meta["steps_inferred"] == [0]
+    assert "one inferred step" in str(npumagic.summarize(trace))
+
+
+def test_rocm_trace_is_labelled_rocm_with_hip_syncs():
+    trace = npumagic.load(need(CUDA / "rocm_mi250"))
+    assert trace.meta["backend"] == "rocm"
+    assert trace.meta["device_name"] == "AMD Radeon Graphics"
+    syncs = trace.events[(trace.events["kind"] == "sync") & (trace.events["device"] < 0)]
+    assert "hipDeviceSynchronize" in set(syncs["name"].astype(str))
+
+
+def test_non_blocking_stream_wait_is_not_a_sync(v100):
+    waits = v100.events[v100.events["name"] == "cudaStreamWaitEvent"]
+    assert len(waits) > 0
+    assert (waits["kind"] == "runtime").all()
+
+
+def test_an_unknown_schema_lists_the_categories_it_found(tmp_path):
+    path = tmp_path / "other.pt.trace.json"
+    events = [{"ph": "X", "cat": "gpu_op", "name": "k", "ts": i, "dur": 1, "pid": 0, "tid": 0} for i in range(3)]
+    events.append({"ph": "X", "cat": "host_call", "name": "f", "ts": 0, "dur": 5, "pid": 1, "tid": 1})
+    path.write_text(json.dumps({"traceEvents": events}))
+    with pytest.raises(npumagic.TraceError, match=r"other\.pt\.trace\.json: no profiler events found "
+                                                  r"\(categories in the file: gpu_op x3, host_call x1\)"):
+        npumagic.load(path)

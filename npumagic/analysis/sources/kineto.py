@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +28,26 @@ log = logging.getLogger(__name__)
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 DATALOADER_PREFIX = "enumerate(DataLoader)"
+# Runtime calls that block the host until the device has caught up. cudaStreamWaitEvent is not
+# one (it only orders two streams); the synchronous copies are, since they return when done.
 HOST_SYNC_CALLS = frozenset({
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent",
-    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
+    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyDtoH_v2",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
 })
+# Event categories by Kineto schema -> npumagic kind. Today's names (libkineto ActivityType), then
+# the PyTorch 1.8-era capitalised ones; ROCm builds write the same categories as CUDA.
+# gpu_user_annotation (device copies of host ranges) and Trace spans are not device work.
 _HOST_CATS = {"cpu_op": "host_op", "user_annotation": "annotation", "python_function": "python",
-              "cuda_runtime": "runtime", "cuda_driver": "runtime"}
+              "cuda_runtime": "runtime", "cuda_driver": "runtime", "privateuse1_runtime": "runtime",
+              "privateuse1_driver": "runtime", "xpu_runtime": "runtime", "mtia_runtime": "runtime"}
 _DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memcpy", "cuda_sync": "sync"}
+LEGACY_CATS = {"Operator": "cpu_op", "User annotation": "user_annotation", "Python": "python_function",
+               "Runtime": "cuda_runtime", "Driver": "cuda_driver", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
+               "Memset": "gpu_memset"}
 _CATS = list(_HOST_CATS) + list(_DEVICE_CATS)
 _CAT_INDEX = {c: i for i, c in enumerate(_CATS)}
+_CAT_INDEX.update({old: _CAT_INDEX[new] for old, new in LEGACY_CATS.items()})
 _FIRST_DEVICE_CAT = len(_HOST_CATS)
 CHUNK_EVENTS = 65536
 
@@ -72,27 +84,31 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
             if progress is not None:
                 progress.total += len(header.traceEvents)
                 progress.refresh()
+            cols = _Columns(rank, notes, path)
             try:
-                ev, mem = _Columns(rank, notes, path).build(header.traceEvents, progress)
+                ev, mem = cols.build(header.traceEvents, progress)
             except msgspec.DecodeError as exc:
                 raise TraceError(path, f"an event does not match the Chrome trace format ({exc})") from None
+            if not len(ev):
+                found = ", ".join(f"{c or '(none)'} x{n}" for c, n in cols.unread.most_common(12)) or "no complete ('X') events"
+                raise TraceError(path, f"no profiler events found (categories in the file: {found}); expected "
+                                       "torch.profiler events with categories cpu_op/cuda_runtime/kernel/gpu_memcpy "
+                                       "(or the PyTorch 1.8 schema's Operator/Runtime/Kernel/Memcpy)")
             st = _steps(ev, rank, notes, path)
-            if not len(st) and not len(ev):
-                raise TraceError(path, "no profiler events found; expected torch.profiler 'traceEvents' "
-                                       "with cpu_op/kernel/ProfilerStep# events")
             metas.append(_meta(header, rank, path))
         frames.append(ev)
         steps.append(st)
         memories.append(mem)
     events = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     devices = sorted({d for m in metas for d in m["devices"]})
-    backend = "cuda" if (events["kind"].isin(["kernel", "memcpy"]).any() or devices) else "cpu"
+    on_device = events["kind"].isin(["kernel", "comm", "memcpy"]).any()
+    backend = _backend(events, devices) if (on_device or devices) else "cpu"
     meta = {
         "backend": backend,
         "format": "kineto",
         "path": str(paths[0].parent if len(paths) > 1 else paths[0]),
         "files": [str(p) for p in paths],
-        "device_name": devices[0] if devices else "cpu",
+        "device_name": devices[0] if devices else "cpu" if backend == "cpu" else f"{_GPU_VENDOR[backend]} GPU (model not recorded)",
         "device_memory_bytes": max((m["memory"] for m in metas if m["memory"]), default=None),
         "world_size": max(m["world_size"] for m in metas),
         "settings": {},
@@ -100,6 +116,18 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     }
     notes.warn()
     return schema.finish(events, pd.concat(steps, ignore_index=True), pd.concat(memories, ignore_index=True), None, meta)
+
+
+_GPU_VENDOR = {"cuda": "NVIDIA", "rocm": "AMD"}
+
+
+def _backend(events: pd.DataFrame, devices: list[str]) -> str:
+    """"rocm" where the trace says AMD (device name or HIP runtime calls), else "cuda"."""
+    if any("AMD" in d or "Radeon" in d or "Instinct" in d for d in devices):
+        return "rocm"
+    runtime = events.loc[events["kind"].isin(["runtime", "sync"]), "name"]
+    names = pd.Series(runtime.cat.remove_unused_categories().cat.categories if len(runtime) else [], dtype=object)
+    return "rocm" if names.str.startswith("hip").any() else "cuda"
 
 
 def _meta(header: RawTrace, rank: int, path: Path) -> dict[str, Any]:
@@ -134,6 +162,7 @@ class _Columns:
         self.process_names: dict[Any, str] = {}
         self.parts: list[dict[str, np.ndarray]] = []
         self.memory: list[Any] = []
+        self.unread: Counter[str] = Counter()  # categories of complete events not read, for the error message
 
     def build(self, raws: list, progress=None) -> tuple[pd.DataFrame, pd.DataFrame]:
         for start in range(0, len(raws), CHUNK_EVENTS):
@@ -150,6 +179,8 @@ class _Columns:
             if ph == "X":
                 if e.cat in _CAT_INDEX:
                     spans.append(e)
+                else:
+                    self.unread[e.cat] += 1
             elif ph == "i":
                 if e.name == "[memory]" and e.args is not None:
                     self.memory.append(e)

@@ -39,10 +39,12 @@ def analyze(path: str | Path) -> Summary:
 
 def load_ipython_extension(ipython) -> None:
     """``%load_ext npumagic``: register the magics (imported lazily, like line_profiler)."""
-    from .magics import NpuMagics
+    from .magics import NpuMagics, assigned_cell_magic
 
     magics = NpuMagics(ipython, config=ipython.config)
     ipython.register_magics(magics)
+    if assigned_cell_magic not in ipython.input_transformers_cleanup:  # r = %%npuprofile ...
+        ipython.input_transformers_cleanup.append(assigned_cell_magic)
     if magics not in ipython.configurables:
         ipython.configurables.append(magics)
 
@@ -50,6 +52,8 @@ def load_ipython_extension(ipython) -> None:
 def unload_ipython_extension(ipython) -> None:
     """``%unload_ext npumagic``: remove every magic and configurable this extension added."""
     manager = ipython.magics_manager
+    ipython.input_transformers_cleanup[:] = [t for t in ipython.input_transformers_cleanup
+                                             if getattr(t, "__module__", "") != "npumagic.magics"]
     magics = manager.registry.pop("NpuMagics", None)
     if magics is None:
         return

@@ -92,6 +92,8 @@ def _compare(args) -> int:
     if args.json:
         _print_json(_clean({"a": str(args.path_a), "b": str(args.path_b), "speedup": cmp.speedup, "ci": list(cmp.ci),
                             "p_value": cmp.p_value, "significant": cmp.significant, "verdict": cmp.sentence(),
+                            "decided_by": cmp.decided_by or None,
+                            "explained_by": cmp.explained_by.column if cmp.explained_by else None, "changed": cmp.changed,
                             "breakdown": _records(cmp.breakdown), "kernels": _records(cmp.kernels, 50)}))
     else:
         print(cmp)

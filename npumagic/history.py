@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import pandas as pd
 
 from .analysis.metrics import Summary
@@ -304,6 +305,16 @@ class HistoryStore:
             return load_summary(row["data"])
         except ValueError:
             return None
+
+    def step_walls(self) -> dict[str, "np.ndarray"]:
+        """Every run's step wall times (us), by run name, in run order."""
+        with self._connect() as db:
+            rows = db.execute("SELECT runs.name, steps.wall_us FROM steps JOIN runs ON runs.id = steps.run_id "
+                              "ORDER BY runs.id, steps.step").fetchall()
+        out: dict[str, list[float]] = {}
+        for name, wall in rows:
+            out.setdefault(name, []).append(wall)
+        return {k: np.asarray(v, dtype=float) for k, v in out.items()}
 
     def steps(self, name: str) -> pd.DataFrame:
         with self._connect() as db:

@@ -135,7 +135,8 @@ class NpuMagics(Magics):
 
         Steps end at each ``npumagic.step()`` in the cell, else at each ``optimizer.step()``,
         else (``--repeat-cell``) the cell runs once per step. Prints the step table, the
-        five-step checklist verdict and the timeline; returns a RunReport.
+        five-step checklist verdict and the timeline; returns a RunReport (``r.summary``,
+        ``r.verdict``, ``r.advice``). Keep it with ``r = %%npuprofile ...`` (or ``_``).
 
         Examples::
 
@@ -315,8 +316,12 @@ class NpuMagics(Magics):
     @argument("--no-plot", action="store_true", help="no comparison figure")
     @line_magic
     def npucompare(self, line: str):
-        """Compare two runs: step time with a 95% confidence interval and a rank test, the
-        breakdown deltas, kernels added/removed/changed, and what changed between them.
+        """Compare two runs: is B faster than A beyond noise (Welch's t on log step times with a
+        95% interval, run-to-run noise from replicate runs in the history), the breakdown
+        component that explains it, kernels added/removed/changed, and what changed between them.
+
+        Returns the comparison: ``c = %npucompare a b`` then ``c.significant``, ``c.speedup``,
+        ``c.ci``, ``c.kernels``, ``c.breakdown``, ``c.explained_by``, ``c.changed``.
 
         Examples: ``%npucompare`` (baseline vs latest), ``%npucompare baseline run3``, ``%npucompare -2 -1``
         """
@@ -440,6 +445,20 @@ class NpuMagics(Magics):
             log_table(runs).to_csv(args.csv, index=False)
         print(f"npumagic: exported {len(runs)} runs to {', '.join(p for p in (args.md, args.csv) if p)}")
         return None
+
+
+_ASSIGNED_CELL = re.compile(r"^([A-Za-z_]\w*)\s*=\s*%%(npuprofile)\b[ \t]*(.*?)\s*$")
+
+
+def assigned_cell_magic(lines: list[str]) -> list[str]:
+    """Input transformer for ``r = %%npuprofile ...``: IPython has no syntax for keeping a cell
+    magic's result, so this turns it into the call IPython makes for ``%%npuprofile``, assigned
+    to ``r`` (like ``r = %timeit -o``), and still shows the report under the cell."""
+    match = _ASSIGNED_CELL.match(lines[0]) if lines else None
+    if match is None:
+        return lines
+    var, magic, args = match.groups()
+    return [f"{var} = get_ipython().run_cell_magic({magic!r}, {args!r}, {''.join(lines[1:])!r})\n", f"{var}\n"]
 
 
 def _figure_dir(run_dir: str | None) -> Path | None:

@@ -13,7 +13,7 @@ import pandas as pd
 from . import analysis
 from .analysis.advice import Advice, advise_run
 from .analysis.checklist import Verdict, checklist
-from .analysis.compare import Comparison, compare
+from .analysis.compare import Comparison, Noise, between_run_noise, compare
 from .analysis.metrics import Summary
 from .capture import CaptureOptions, CaptureResult, capture, choose_backend, ensure_idle
 from .capture.backends import BackendChoice, environment_snapshot
@@ -92,6 +92,8 @@ class Session:
                 trace: "analysis.Trace | None" = None) -> RunOutcome:
         summary = verdict = None
         message = "; ".join(notes[1:]) if result else None
+        if result is not None and result.dataloaders:  # before the verdict: Verify's "what changed" reads them
+            self.store.update(name, dataloaders=result.dataloaders)
         try:
             if trace is None and result is not None and result.trace_files:
                 trace = analysis.load(run_dir)
@@ -115,8 +117,8 @@ class Session:
             message=message, headline=summary.headline if summary is not None else {},
             verdict=verdict.as_dict() if verdict is not None else {},
         )
-        if self.baseline is None and summary is not None and status == "ok":
-            self.baseline = name
+        if self.baseline is None and summary is not None and status == "ok" and result is not None:
+            self.baseline = name  # a capture of this session, never an imported job
         if trace is not None:
             self._trace = (name, trace)
         return RunOutcome(self.store.get(name), summary, verdict, result, notes, trace)
@@ -161,13 +163,30 @@ class Session:
         return self._summaries[name]
 
     def _against_baseline(self, name: str, summary: Summary) -> Comparison | None:
+        """Verify against the baseline when it is comparable: a run of the same kind (a capture,
+        or an imported job) on the same backend; else against nothing."""
         if self.baseline is None or self.baseline == name:
             return None
+        base, run = self.store.get(self.baseline), self.store.get(name)
+        if base.kind != run.kind or base.backend != run.backend:
+            return None
         try:
-            return compare(self.summary(self.baseline), summary, self.baseline, name,
-                           self.context(self.baseline), self.context(name))
+            return self.compare(self.baseline, name, summary_b=summary)
         except NpumagicError:
             return None
+
+    def noise(self, *names: str) -> Noise:
+        """Between-run noise from the history's replicates: finished runs with the same
+        configuration (cell source, options, environment, versions, backend, device, DataLoader
+        settings), on the backend and device of ``names``."""
+        runs = [r for r in self.store.runs() if r.status == "ok" and r.kind == "profile"]
+        wanted = {(r.backend, r.device) for r in runs if r.name in names}
+        walls = self.store.step_walls()
+        groups: dict[str, list] = {}
+        for r in runs:
+            if (r.backend, r.device) in wanted and len(walls.get(r.name, ())):
+                groups.setdefault(_configuration(r), []).append(walls[r.name])
+        return between_run_noise(list(groups.values()))
 
     def context(self, name: str) -> dict:
         """A run's record as the comparison's "what changed" section reads it."""
@@ -176,8 +195,10 @@ class Session:
                 "versions": run.versions, "backend": run.backend, "device": run.device, "dataloaders": run.dataloaders}
 
     # -- the checklist's later steps ------------------------------------------------------------
-    def compare(self, a: str, b: str) -> Comparison:
-        return compare(self.summary(a), self.summary(b), a, b, self.context(a), self.context(b))
+    def compare(self, a: str, b: str, summary_b: Summary | None = None) -> Comparison:
+        """B against A, with what changed and the between-run noise of the history."""
+        return compare(self.summary(a), summary_b if summary_b is not None else self.summary(b), a, b,
+                       self.context(a), self.context(b), noise=self.noise(a, b))
 
     def advise(self, name: str, every_rank: bool = False, low: bool = True) -> Advice:
         """Findings of a run, most important first (see :func:`~npumagic.analysis.advice.advise_run`)."""
@@ -216,3 +237,12 @@ class Session:
 
             shutil.rmtree(run.run_dir)
         return run
+
+
+def _configuration(run: Run) -> str:
+    """What makes two runs replicates: everything recorded about how they ran but the name."""
+    import json
+
+    arguments = {k: v for k, v in run.arguments.items() if k not in ("name", "out", "line")}
+    return json.dumps([(run.source or "").strip(), arguments, run.environment, run.versions, run.backend, run.device,
+                       run.dataloaders], sort_keys=True, default=str)

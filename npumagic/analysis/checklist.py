@@ -96,8 +96,10 @@ def _verify(summary: Summary, baseline: Summary | None, cmp: "Comparison | None"
         return "no baseline yet: this run is the reference; change one thing and profile again"
     if cmp is None:
         cmp = compare(baseline, summary, "baseline", "this run")
+    explained = cmp.explained_by.column if cmp.explained_by is not None and cmp.significant else None
     moved = "; ".join(f"{r.metric.split(' (')[0]} {r.a:,.2f}->{r.b:,.2f} ({r.direction})"
-                      for r in cmp.breakdown.itertuples() if r.direction != "unchanged")
+                      for r in cmp.breakdown.itertuples()
+                      if r.direction != "unchanged" and r.every_step and r.column != explained)
     text = cmp.sentence() + (f"; {moved}" if moved else "")
     if len(cmp.changed) > 1:
         text += f"; note: {len(cmp.changed)} things changed ({', '.join(cmp.changed[:3])}...) — change one at a time"

@@ -1,10 +1,30 @@
-"""Two Summaries -> Comparison: is B faster than A beyond noise, what moved in the breakdown,
-which kernels changed, and what was changed between the runs.
+"""Two Summaries -> Comparison: is B faster than A beyond noise, which breakdown component
+explains it, which kernels changed, and what was changed between the runs.
 
-Step time: the ratio of medians (A / B, >1 means B is faster) with a 95% bootstrap confidence
-interval, and a two-sided Mann-Whitney rank test (exact for small samples). A difference is
-called real only when both agree and it exceeds MIN_EFFECT, so three steps a side can never
-look certain.
+The step-time test is Welch's t-test on the logarithm of step times. Why this one:
+
+- it can decide at 3 steps a side. Every rank or permutation test cannot: with 3 vs 3 there are
+  only C(6,3) = 20 arrangements, so its two-sided p-value never goes below 0.1, and the README's
+  own ``--steps 3`` could never show even a 2x change;
+- step-time noise is multiplicative (a slower neighbour stretches every op), so its logarithm is
+  close to symmetric and the difference of log means is a ratio with a t-based interval; Welch's
+  version does not assume both runs are equally noisy (a DataLoader-bound run is jitterier);
+- the t distribution pays for the unknown spread at small n (t(0.975, 4 df) = 2.78 against
+  1.96), which keeps the false-positive rate at its nominal 5% from 3 to 50 steps;
+  ``tests/analysis/test_compare.py`` checks that by simulation, including runs with an outlier
+  step (there the test is conservative, never liberal).
+
+Steps of one run are not independent of the run: clocks, caches and neighbours shift a whole run.
+That between-run noise is measured from replicates (runs of the same configuration in the
+history, :func:`between_run_noise`) and added to the test's variance as a random effect; without
+replicates a change must also exceed MIN_EFFECT, the drift measured here between runs of the
+identical cell.
+
+A run is also called faster (or slower) when one breakdown component (every ``*_us`` column of
+the step table that is a part of the step, see :func:`components`) moved the same way in every
+step, carries most of the step-time change, and the rest of the step held, provided the step
+median moved beyond the noise floor: a DataLoader wait that falls from 69 to 1 ms in each step
+is a real change even when three steps of the faster run are jittery.
 """
 
 from __future__ import annotations
@@ -13,31 +33,190 @@ import difflib
 import math
 import re
 from dataclasses import dataclass, field
-from itertools import combinations
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import special
 
 from .metrics import Summary
 
-BOOTSTRAP = 4000
 ALPHA = 0.05
-# Step-time changes smaller than this are called noise even when a test flags them: steps of one
-# run are not independent of each other, and run-to-run drift on a shared machine (clocks,
-# caches, neighbours) was measured here at 2-4% between runs of the identical cell.
+# Step-time changes smaller than this are called noise when the history has no replicates to
+# measure run-to-run noise with: drift between runs of the identical cell on a shared machine
+# (clocks, caches, neighbours) was measured here at 2-4%.
 MIN_EFFECT = 0.05
-EXACT_LIMIT = 20000  # exact rank-test distribution up to this many arrangements
-BREAKDOWN = [("computing_us", "computing", -1), ("comm_not_overlapped_us", "communication (not overlapped)", -1),
-             ("free_us", "free/idle", -1), ("dataloader_us", "dataloader", -1), ("device_util", "device utilisation", +1)]
+# A component "explains" a change when it carries at least this share of the step-time change,
+# and the rest of the step "held" when it moved by at most this share of the component's change.
+EXPLAINS = 0.5
+# Step-table columns that are not parts of the step (totals, positions, unions of parts).
+NOT_COMPONENTS = frozenset({"start_us", "wall_us", "busy_us", "idle_us", "stage_us", "communication_us",
+                            "overlapped_us"})
+LABELS = {"dataloader_us": "DataLoader wait", "computing_us": "computing",
+          "comm_not_overlapped_us": "communication (not overlapped)", "free_us": "free (device idle)",
+          "sync_us": "sync", "memcpy_us": "memcpy", "preparing_us": "preparing"}
+# When several components carry the change, name the most specific: free time is what is left of
+# the step, so it moves with the DataLoader wait or a sync; it is named only when nothing else is.
+RESIDUAL = ("free_us",)
+BREAKDOWN_COLUMNS = ["metric", "column", "a", "b", "delta", "change", "direction", "every_step"]
 KERNEL_COLUMNS = ["kernel", "type", "status", "count_a", "count_b", "total_a_us", "total_b_us", "delta_us",
                   "mean_a_us", "mean_b_us", "delta_mean_us"]
 _SUFFIX = re.compile(r"(_?\d+)+$")
 
 
 @dataclass(frozen=True)
+class Noise:
+    """Between-run noise of the step time, measured from replicate runs.
+
+    ``sigma`` is the standard deviation of a run's log mean step time between runs of one
+    configuration beyond what its steps' own spread explains (a random-effects variance
+    component, method of moments); ``runs`` and ``groups`` the replicate runs and
+    configurations it rests on; ``df`` its degrees of freedom (runs - groups)."""
+
+    sigma: float = float("nan")
+    runs: int = 0
+    groups: int = 0
+
+    @property
+    def df(self) -> int:
+        return self.runs - self.groups
+
+    @property
+    def known(self) -> bool:
+        return self.df > 0 and self.sigma == self.sigma
+
+    def describe(self) -> str:
+        if not self.known:
+            return (f"run-to-run noise unknown (assumed {MIN_EFFECT:.0%}): profile the baseline twice to measure it")
+        return (f"run-to-run noise {math.expm1(self.sigma):.1%} measured from {self.runs} replicate runs"
+                + (f" of {self.groups} configurations" if self.groups > 1 else ""))
+
+
+def between_run_noise(groups: list[list[np.ndarray]]) -> Noise:
+    """Between-run noise from replicates.
+
+    Parameters
+    ----------
+    groups : one list per configuration, holding each replicate run's step times (us); groups
+        with fewer than two runs carry no information and are skipped.
+    """
+    between, df, within, runs, used = 0.0, 0, [], 0, 0
+    for group in groups:
+        logs = [np.log(np.asarray(w, float)) for w in group if len(w)]
+        if len(logs) < 2:
+            continue
+        means = np.array([x.mean() for x in logs])
+        between += float(((means - means.mean()) ** 2).sum())
+        df += len(means) - 1
+        within += [x.var(ddof=1) / x.size if x.size > 1 else 0.0 for x in logs]
+        runs += len(means)
+        used += 1
+    if df == 0:
+        return Noise()
+    tau2 = max(0.0, between / df - float(np.mean(within)))
+    return Noise(math.sqrt(tau2), runs, used)
+
+
+@dataclass(frozen=True)
+class StepTest:
+    """Welch's t-test on log step times: ``ratio`` = geometric mean A / B, ``ci`` its 95% interval."""
+
+    ratio: float
+    ci: tuple[float, float]
+    p_value: float
+    df: float
+
+
+def step_test(a: np.ndarray, b: np.ndarray, noise: Noise | None = None, alpha: float = ALPHA) -> StepTest:
+    """Welch's t-test on ``log(a)`` vs ``log(b)`` (step times, any unit), with the between-run
+    variance of ``noise`` added for each run when it is known (Welch-Satterthwaite degrees of
+    freedom over all three variance terms). Fewer than two steps on a side: p = 1, no interval."""
+    la, lb = np.log(np.asarray(a, float)), np.log(np.asarray(b, float))
+    if la.size < 2 or lb.size < 2:
+        d = float(la.mean() - lb.mean()) if la.size and lb.size else float("nan")
+        return StepTest(math.exp(d) if d == d else float("nan"), (0.0, float("inf")), 1.0, float("nan"))
+    d = float(la.mean() - lb.mean())
+    terms = [(la.var(ddof=1) / la.size, la.size - 1), (lb.var(ddof=1) / lb.size, lb.size - 1)]
+    if noise is not None and noise.known:
+        terms.append((2 * noise.sigma ** 2, noise.df))
+    var = sum(v for v, _ in terms)
+    if var <= 0:  # no spread at all: any difference is exact
+        return StepTest(math.exp(d), (math.exp(d), math.exp(d)), 0.0 if d else 1.0, float("inf"))
+    df = var ** 2 / sum(v ** 2 / k for v, k in terms if v > 0)
+    se = math.sqrt(var)
+    p = float(2 * special.stdtr(df, -abs(d) / se))
+    half = float(special.stdtrit(df, 1 - alpha / 2)) * se
+    return StepTest(math.exp(d), (math.exp(d - half), math.exp(d + half)), p, float(df))
+
+
+def components(steps: pd.DataFrame) -> list[str]:
+    """The step-table columns that are parts of the step: every ``*_us`` column but the totals
+    and unions in NOT_COMPONENTS (so a column added to the step table is compared too)."""
+    return [c for c in steps.columns if str(c).endswith("_us") and c not in NOT_COMPONENTS]
+
+
+def label(column: str) -> str:
+    return LABELS.get(column, column.removesuffix("_us").replace("_", " "))
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The component that explains a step-time change: medians per step (us) in A and B."""
+
+    column: str
+    a_us: float
+    b_us: float
+    every_step: bool
+    rest_held: bool
+
+    @property
+    def label(self) -> str:
+        return label(self.column)
+
+    def text(self) -> str:
+        return (f"{self.label} {self.a_us / 1000:,.1f} -> {self.b_us / 1000:,.1f} ms"
+                + (" in every step" if self.every_step else " (median per step)"))
+
+
+def _separated(a: np.ndarray, b: np.ndarray) -> int:
+    """+1 when every B value is below every A value, -1 when above, else 0."""
+    if a.size == 0 or b.size == 0:
+        return 0
+    return 1 if b.max() < a.min() else (-1 if b.min() > a.max() else 0)
+
+
+def explain(a: pd.DataFrame, b: pd.DataFrame) -> Explanation | None:
+    """The component that carries the step-time change between two step tables, if one does:
+    it moved in the step's direction by at least EXPLAINS of the step median's change. The most
+    specific such component wins (free time, the residual, last); ties go to the larger change."""
+    if not len(a) or not len(b):
+        return None
+    dw = float(b["wall_us"].median() - a["wall_us"].median())
+    if dw == 0:
+        return None
+    found = []
+    for col in components(a):
+        if col not in b:
+            continue
+        ca, cb = a[col].to_numpy(float), b[col].to_numpy(float)
+        dc = float(np.median(cb) - np.median(ca))
+        if np.sign(dc) != np.sign(dw) or abs(dc) < EXPLAINS * abs(dw):
+            continue
+        rest = float(np.median(b["wall_us"].to_numpy(float) - cb) - np.median(a["wall_us"].to_numpy(float) - ca))
+        every = _separated(ca, cb) == -np.sign(dc) and min(len(ca), len(cb)) >= 2
+        found.append((col in RESIDUAL, -abs(dc), Explanation(col, float(np.median(ca)), float(np.median(cb)), bool(every),
+                                                              abs(rest) <= EXPLAINS * abs(dc))))
+    if not found:
+        return None
+    found.sort(key=lambda f: f[:2])
+    return found[0][2]
+
+
+@dataclass(frozen=True)
 class Comparison:
-    """A against B. ``speedup`` = median step A / median step B; ``ci`` its 95% interval."""
+    """A against B. ``speedup`` = median step A / median step B; ``ci`` the 95% interval of
+    the step-time ratio A / B (Welch's t on log step times, between-run noise included when
+    known); ``explained_by`` the component that carries the change."""
 
     a: str
     b: str
@@ -55,40 +234,50 @@ class Comparison:
     diffs: dict[str, str] = field(default_factory=dict)
     steps_a: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     steps_b: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    explained_by: Explanation | None = None
+    noise: Noise = field(default_factory=Noise)
+    decided_by: str = ""  # "step time", "component" or "" (not significant)
+
+    def _figures(self) -> str:
+        return f"median step {self.a} {self.median_a_us / 1000:,.2f} ms -> {self.b} {self.median_b_us / 1000:,.2f} ms"
 
     def sentence(self) -> str:
+        """One line: the verdict, the component that explains it, the figures (A's first) and
+        the evidence (interval, p-value, run-to-run noise and how many replicates it rests on)."""
         if not self.n_a or not self.n_b:
             return "cannot compare: one of the runs has no steps"
+        why = f"{self.explained_by.text()}; " if self.explained_by is not None and self.significant else ""
         if self.significant:
             # "x% faster" = the step takes x% less time; "x% slower" = it takes x% more.
             faster = self.speedup > 1
-            if faster:
-                size, lo, hi = 1 - 1 / self.speedup, 1 - 1 / self.ci[0], 1 - 1 / self.ci[1]
-            else:
-                size, lo, hi = 1 / self.speedup - 1, 1 / self.ci[1] - 1, 1 / self.ci[0] - 1
             ratio = max(self.speedup, 1 / self.speedup)
-            big = ratio >= 1.5  # past 1.5x, "x times" reads better than a percentage
-            amount = f"{ratio:.1f}x" if big else f"{size:.0%}"
-            lo_x, hi_x = sorted((self.ci[0], self.ci[1]) if faster else (1 / self.ci[1], 1 / self.ci[0]))
-            band = f"95% CI {lo_x:.1f}–{hi_x:.1f}x" if big else f"95% CI {lo:.0%}–{hi:.0%}"
-            return (f"{self.b} is {amount} {'faster' if faster else 'slower'} than {self.a} "
-                    f"(median step {self.median_b_us / 1000:.2f} vs {self.median_a_us / 1000:.2f} ms, {band}, "
-                    f"rank test p={self.p_value:.3f})")
+            amount = f"{ratio:.1f}x" if ratio >= 1.5 else f"{(1 - 1 / self.speedup) if faster else (1 / self.speedup - 1):.0%}"
+            return (f"{self.b} is {amount} {'faster' if faster else 'slower'} than {self.a}: {why}{self._figures()} "
+                    f"({self._evidence()})")
         need = max(10, 2 * max(self.n_a, self.n_b))
         if min(self.n_a, self.n_b) < 2:
             return (f"no difference beyond noise can be shown between {self.a} and {self.b}: with "
-                    f"{min(self.n_a, self.n_b)} step on a side there is no spread to judge noise by (median step "
-                    f"{self.median_b_us / 1000:.2f} vs {self.median_a_us / 1000:.2f} ms) — collect more steps (--steps {need})")
-        if self.p_value < ALPHA and abs(self.speedup - 1) < MIN_EFFECT:
+                    f"{min(self.n_a, self.n_b)} step on a side there is no spread to judge noise by ({self._figures()}) "
+                    f"— collect more steps (--steps {need})")
+        if self.p_value < ALPHA:
             return (f"no difference beyond noise between {self.a} and {self.b}: {abs(self.speedup - 1):.1%} is within "
-                    f"the {MIN_EFFECT:.0%} run-to-run drift (median step {self.median_b_us / 1000:.2f} vs "
-                    f"{self.median_a_us / 1000:.2f} ms)")
-        return (f"no difference beyond noise between {self.a} and {self.b} (median step "
-                f"{self.median_b_us / 1000:.2f} vs {self.median_a_us / 1000:.2f} ms, speedup 95% CI "
-                f"{self.ci[0]:.2f}–{self.ci[1]:.2f}x, p={self.p_value:.2f}) — collect more steps (--steps {need})")
+                    f"the run-to-run noise ({self._figures()}; {self.noise.describe()})")
+        return (f"no difference beyond noise between {self.a} and {self.b} ({self._figures()}, "
+                f"{self._evidence()}) — more steps (--steps {need}) would narrow the interval")
+
+    def _evidence(self) -> str:
+        lo, hi = self.ci
+        test = f"95% CI {lo:.2f}–{hi:.2f}x, Welch p={self.p_value:.3f}"
+        if self.decided_by == "component":
+            way = "lower" if self.speedup > 1 else "higher"
+            return (f"decided by the {self.explained_by.label}, {way} in every step of {self.b} than in any of "
+                    f"{self.a} while the rest of the step held; the step time alone is too noisy to decide "
+                    f"({test}); {self.noise.describe()}")
+        return f"step-time ratio {self.a}/{self.b} {self.speedup:.2f}x, {test}; {self.noise.describe()}"
 
     def __str__(self) -> str:
-        lines = [self.sentence(), "", self.breakdown.to_string(index=False, float_format=lambda v: f"{v:,.2f}")]
+        shown = self.breakdown.drop(columns=["column"])
+        lines = [self.sentence(), "", shown.to_string(index=False, float_format=lambda v: f"{v:,.2f}")]
         if len(self.changed) > 1:
             lines += ["", f"{len(self.changed)} things changed between the runs — the checklist's rule is one change at a time:"]
         elif self.changed:
@@ -105,51 +294,25 @@ class Comparison:
         p.text(str(self))
 
 
-def rank_test(a: np.ndarray, b: np.ndarray) -> float:
-    """Two-sided Mann-Whitney U p-value: exact (all arrangements) for small samples, else the
-    normal approximation with tie correction."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    na, nb = a.size, b.size
-    if na == 0 or nb == 0:
-        return 1.0
-    pooled = np.concatenate([a, b])
-    ranks = pd.Series(pooled).rank().to_numpy()
-    u = ranks[:na].sum() - na * (na + 1) / 2
-    mean = na * nb / 2
-    if math.comb(na + nb, na) <= EXACT_LIMIT:
-        us = np.array([ranks[list(idx)].sum() for idx in combinations(range(na + nb), na)]) - na * (na + 1) / 2
-        return float(min(1.0, np.mean(np.abs(us - mean) >= abs(u - mean) - 1e-9)))
-    _, counts = np.unique(pooled, return_counts=True)
-    n = na + nb
-    var = na * nb / 12 * ((n + 1) - (counts ** 3 - counts).sum() / (n * (n - 1)))
-    if var <= 0:
-        return 1.0
-    z = (abs(u - mean) - 0.5) / math.sqrt(var)
-    return float(math.erfc(z / math.sqrt(2)))
-
-
-def bootstrap_ratio(a: np.ndarray, b: np.ndarray, seed: int = 0) -> tuple[float, float]:
-    """95% percentile interval of median(a) / median(b), resampling each side's steps."""
-    rng = np.random.default_rng(seed)
-    ma = np.median(rng.choice(a, (BOOTSTRAP, a.size)), axis=1)
-    mb = np.median(rng.choice(b, (BOOTSTRAP, b.size)), axis=1)
-    ratio = ma / mb
-    return float(np.percentile(ratio, 2.5)), float(np.percentile(ratio, 97.5))
-
-
 def _breakdown(a: Summary, b: Summary) -> pd.DataFrame:
+    """Every component's median per step in A and B (ms), and device utilisation."""
     rows = []
-    for column, label, better in BREAKDOWN:
-        va = float(a.steps[column].mean()) if len(a.steps) else float("nan")
-        vb = float(b.steps[column].mean()) if len(b.steps) else float("nan")
+    cols = components(a.steps) + [c for c in components(b.steps) if c not in a.steps]
+    for column in cols + ["device_util"]:
+        ca = a.steps[column].to_numpy(float) if column in a.steps else np.zeros(0)
+        cb = b.steps[column].to_numpy(float) if column in b.steps else np.zeros(0)
+        va = float(np.median(ca)) if ca.size else float("nan")
+        vb = float(np.median(cb)) if cb.size else float("nan")
         delta = vb - va
+        better = 1 if column == "device_util" else -1
         scale = 1.0 if column == "device_util" else 1000.0
-        moved = "unchanged" if abs(delta) < 0.02 * max(abs(va), 1e-12) else (
+        moved = "unchanged" if not abs(delta) >= 0.02 * max(abs(va), 1e-12) else (
             "better" if np.sign(delta) == better else "worse")
-        rows.append({"metric": label + ("" if column == "device_util" else " (ms/step)"), "a": va / scale,
-                     "b": vb / scale, "delta": delta / scale,
-                     "change": (delta / va) if va else float("nan"), "direction": moved})
-    return pd.DataFrame(rows)
+        every = _separated(ca, cb) != 0 and min(ca.size, cb.size) >= 2
+        rows.append({"metric": "device utilisation" if column == "device_util" else f"{label(column)} (ms/step)",
+                     "column": column, "a": va / scale, "b": vb / scale, "delta": delta / scale,
+                     "change": (delta / va) if va else float("nan"), "direction": moved, "every_step": bool(every)})
+    return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
 
 
 def _kernel_key(kernels: pd.DataFrame, other: pd.DataFrame) -> pd.Series:
@@ -185,8 +348,10 @@ def _kernels(a: Summary, b: Summary) -> pd.DataFrame:
 
 def changes(context_a: dict[str, Any] | None, context_b: dict[str, Any] | None,
             a: Summary | None = None, b: Summary | None = None) -> tuple[list[str], dict[str, str]]:
-    """What differs between two runs' records: cell source, magic arguments, environment
-    variables, versions, backend/device and the DataLoader seen. Returns lines and diffs."""
+    """What differs between two runs: cell source, magic arguments, environment variables,
+    versions, backend, device, rank and world size (from the records, else the Summaries' meta)
+    and the DataLoader settings or iterator seen. The one "what changed" of %npucompare, the
+    checklist's Verify step and ``npumagic compare``. Returns lines and diffs."""
     ca, cb = context_a or {}, context_b or {}
     out, diffs = [], {}
     src_a, src_b = (ca.get("source") or "").strip(), (cb.get("source") or "").strip()
@@ -204,9 +369,11 @@ def changes(context_a: dict[str, Any] | None, context_b: dict[str, Any] | None,
         for key in sorted(set(da) | set(db)):
             if da.get(key) != db.get(key):
                 out.append(f"{'env' if group == 'environment' else 'version'} {key}: {da.get(key)!r} -> {db.get(key)!r}")
-    for key in ("backend", "device"):
-        if ca.get(key) and cb.get(key) and ca[key] != cb[key]:
-            out.append(f"{key}: {ca[key]} -> {cb[key]}")
+    ma, mb = (a.meta if a is not None else {}), (b.meta if b is not None else {})
+    for key, meta_key in (("backend", "backend"), ("device", "device_name"), ("rank", "rank"), ("world size", "world_size")):
+        va, vb = ca.get(key) or ma.get(meta_key), cb.get(key) or mb.get(meta_key)
+        if va is not None and vb is not None and va != vb:
+            out.append(f"{key}: {va} -> {vb}")
     loaders_a, loaders_b = ca.get("dataloaders") or [], cb.get("dataloaders") or []
     if loaders_a and loaders_b and loaders_a != loaders_b:
         for key in sorted(set(loaders_a[0]) | set(loaders_b[0])):
@@ -221,28 +388,37 @@ def changes(context_a: dict[str, Any] | None, context_b: dict[str, Any] | None,
 
 def compare(a: Summary, b: Summary, name_a: str = "A", name_b: str = "B",
             context_a: dict[str, Any] | None = None, context_b: dict[str, Any] | None = None,
-            min_effect: float = MIN_EFFECT) -> Comparison:
+            min_effect: float = MIN_EFFECT, noise: Noise | None = None) -> Comparison:
     """Compare run A (the reference) with run B.
 
     Parameters
     ----------
-    a, b : Summaries; their ``steps["wall_us"]`` are the samples.
+    a, b : Summaries; their ``steps["wall_us"]`` are the samples, their other step columns the
+        components compared step by step.
     context_a, context_b : the runs' records (source, arguments, environment, versions, backend,
         device) for the "what changed" section; optional.
-    min_effect : smallest step-time change (fraction) that counts as real.
+    min_effect : smallest step-time change (fraction) that counts as real when ``noise`` is
+        unknown.
+    noise : between-run noise from replicates (:func:`between_run_noise`); it widens the
+        interval and replaces ``min_effect``.
     """
+    noise = noise if noise is not None else Noise()
     wa = a.steps["wall_us"].to_numpy(dtype=float)
     wb = b.steps["wall_us"].to_numpy(dtype=float)
-    if wa.size and wb.size:
-        speedup = float(np.median(wa) / np.median(wb))
-        # one step a side has no spread to resample: no interval rather than a falsely narrow one
-        ci = bootstrap_ratio(wa, wb) if min(wa.size, wb.size) >= 2 else (0.0, float("inf"))
-        p = rank_test(wa, wb)
-    else:
-        speedup, ci, p = float("nan"), (float("nan"), float("nan")), 1.0
-    significant = bool(wa.size and wb.size and p < ALPHA and (ci[0] > 1 or ci[1] < 1)
-                       and abs(speedup - 1) >= min_effect)
+    ok = wa.size and wb.size and (wa > 0).all() and (wb > 0).all()
+    test = step_test(wa, wb, noise) if ok else StepTest(float("nan"), (float("nan"), float("nan")), 1.0, float("nan"))
+    speedup = float(np.median(wa) / np.median(wb)) if ok else float("nan")
+    # the smallest change in log step time that is beyond run-to-run noise: two runs' difference
+    # spans about 2 x sqrt(2) sigma at 95%; never below min_effect (a sigma from a few replicates
+    # can come out as 0)
+    floor = max(2 * math.sqrt(2) * noise.sigma if noise.known else 0.0, math.log1p(min_effect))
+    beyond = bool(ok and abs(math.log(speedup)) >= floor)
+    by_test = bool(beyond and test.p_value < ALPHA and np.sign(math.log(test.ratio)) == np.sign(math.log(speedup)))
+    why = explain(a.steps, b.steps) if ok else None
+    by_component = bool(beyond and why is not None and why.every_step and why.rest_held and min(wa.size, wb.size) >= 3)
+    significant = by_test or by_component
     changed, diffs = changes(context_a, context_b, a, b)
-    return Comparison(name_a, name_b, speedup, ci, p, significant,
+    return Comparison(name_a, name_b, speedup, test.ci, test.p_value, significant,
                       float(np.median(wa)) if wa.size else float("nan"), float(np.median(wb)) if wb.size else float("nan"),
-                      int(wa.size), int(wb.size), _breakdown(a, b), _kernels(a, b), changed, diffs, wa, wb)
+                      int(wa.size), int(wb.size), _breakdown(a, b), _kernels(a, b), changed, diffs, wa, wb,
+                      why, noise, "step time" if by_test else ("component" if by_component else ""))

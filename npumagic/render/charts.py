@@ -161,7 +161,7 @@ def plot_step_distributions(ax, comparison) -> dict:
 
 
 def plot_breakdown_delta(ax, comparison) -> dict:
-    """Per-step means of the breakdown, A beside B."""
+    """Per-step medians of each breakdown component, A beside B."""
     rows = comparison.breakdown[comparison.breakdown["metric"].str.endswith("(ms/step)")]
     y = np.arange(len(rows))
     bars_a = ax.barh(y + 0.2, rows["a"], 0.4, label=comparison.a, color="#9ecae1")
@@ -174,7 +174,7 @@ def plot_breakdown_delta(ax, comparison) -> dict:
 
 
 def comparison_figure(comparison) -> Figure:
-    """Step distributions (left) and breakdown means (right) of a Comparison."""
+    """Step distributions (left) and breakdown medians (right) of a Comparison."""
     fig = Figure(figsize=(11, 3.2), layout="constrained")
     left, right = fig.subplots(1, 2, width_ratios=[1, 1.6])
     plot_step_distributions(left, comparison)

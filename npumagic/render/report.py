@@ -14,7 +14,8 @@ from .views import RenderedFigure
 
 @dataclass(frozen=True)
 class RunReport:
-    """A run's result as shown under a cell; ``.summary``/``.verdict`` hold the data."""
+    """A run's result as shown under a cell; ``.run``, ``.summary``, ``.verdict`` and
+    ``.advice`` hold the data (``r = %%npuprofile ...`` keeps it, like ``%timeit -o``)."""
 
     run: Run
     summary: Summary | None
@@ -25,6 +26,15 @@ class RunReport:
     @property
     def steps(self):
         return self.summary.steps if self.summary is not None else None
+
+    @property
+    def advice(self):
+        """The run's findings, most important first (None when the run could not be analysed)."""
+        return self.verdict.advice if self.verdict is not None else None
+
+    @property
+    def name(self) -> str:
+        return self.run.name
 
     def figure(self, view: str) -> RenderedFigure | None:
         return next((f for f in self.figures if f.view == view), None)
@@ -81,10 +91,21 @@ class FigureReport:
 
 @dataclass(frozen=True)
 class CompareReport:
-    """%npucompare: the Comparison (data in ``.comparison``) and its figure."""
+    """%npucompare: the Comparison and its figure. The Comparison's data reads straight off
+    the report: ``c = %npucompare a b`` then ``c.significant``, ``c.speedup``, ``c.ci``,
+    ``c.kernels``, ``c.breakdown``, ``c.explained_by``, ``c.changed``."""
 
     comparison: object
     figure: RenderedFigure | None = None
+
+    def __getattr__(self, name: str):
+        # c = %npucompare a b; c.significant, c.speedup, c.ci, c.kernels ... (like %timeit -o)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.comparison, name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | {n for n in dir(self.comparison) if not n.startswith("_")})
 
     def __str__(self) -> str:
         return str(self.comparison) + (f"\n\nfigure: {self.figure.path}" if self.figure and self.figure.path else "")
@@ -94,7 +115,7 @@ class CompareReport:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         c = self.comparison
-        parts = [f"<p><b>{html.escape(c.sentence())}</b></p>", c.breakdown.to_html(index=False, float_format=lambda v: f"{v:,.2f}")]
+        parts = [f"<p><b>{html.escape(c.sentence())}</b></p>", c.breakdown.drop(columns=["column"]).to_html(index=False, float_format=lambda v: f"{v:,.2f}")]
         if c.changed:
             warn = " — the checklist's rule is one change at a time" if len(c.changed) > 1 else ""
             parts.append(f"<p>What changed{warn}:</p><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in c.changed) + "</ul>")

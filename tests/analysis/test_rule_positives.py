@@ -12,7 +12,6 @@ import pytest
 import npumagic
 from npumagic.analysis import schema
 from npumagic.analysis import thresholds as T
-from npumagic.analysis.compare import rank_test
 
 from ..conftest import ASCEND, need
 
@@ -112,17 +111,6 @@ def test_host_bound_fires_on_a_device_trace_whose_device_waits_and_not_on_a_busy
     assert 0.8 <= finding.evidence["free_share"] <= 0.91  # idle 8.1 of the 9.1 ms device window, or of the 10 ms step
     assert npumagic.checklist(idle).bottleneck == "host_bound"
     assert not [f for f in npumagic.advise(busy) if f.category == "host_bound"]
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_the_rank_tests_normal_approximation_agrees_with_scipy(seed):
-    # beyond the exact limit the p-value comes from the normal approximation with tie correction
-    scipy_stats = pytest.importorskip("scipy.stats", reason="scipy comes with the test extras")
-    rng = np.random.default_rng(seed)
-    a = np.round(rng.normal(10, 1, 30), 1)  # rounded: ties, so the tie correction is exercised
-    b = np.round(rng.normal(10.4, 1, 25), 1)
-    expected = scipy_stats.mannwhitneyu(a, b, alternative="two-sided", method="asymptotic", use_continuity=True).pvalue
-    assert rank_test(a, b) == pytest.approx(expected, rel=1e-9)
 
 
 def _cpu_ops_trace(pattern: list[tuple[str, int]], repeats: int, steps: int = 3) -> schema.Trace:

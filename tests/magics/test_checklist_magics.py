@@ -178,7 +178,7 @@ def test_old_runs_compare_advise_and_show_after_a_restart_without_their_files(tr
         trainer.run_line_magic("npushow", "before --timeline")
 
 
-LOADER_SETUP = """
+BATCHES_SETUP = """
 torch.set_num_threads(1)
 class Batches(torch.utils.data.Dataset):
     def __init__(self, delay, n=24):
@@ -204,7 +204,7 @@ def _profile_cell(shell, name, delay):
 # 30 ms rather than bench/noise.py's 3 ms: this machine is shared, and a test must not flake
 # when a neighbour's load stretches a 1 ms step; bench/noise.py counts the 3 ms case.
 def test_at_3_steps_removing_a_dataloader_sleep_is_a_speedup_named_after_the_dataloader(trainer):
-    trainer.run_cell("import time\n" + LOADER_SETUP)
+    trainer.run_cell("import time\n" + BATCHES_SETUP)
     _profile_cell(trainer, "slow", 0.03)
     _profile_cell(trainer, "fast", 0.0)
     c = trainer.run_line_magic("npucompare", "slow fast --no-plot")
@@ -214,7 +214,7 @@ def test_at_3_steps_removing_a_dataloader_sleep_is_a_speedup_named_after_the_dat
 
 
 def test_at_3_steps_the_identical_cell_twice_is_no_difference(trainer):
-    trainer.run_cell("import time\n" + LOADER_SETUP)
+    trainer.run_cell("import time\n" + BATCHES_SETUP)
     for name in ("warm", "one", "two"):  # first-run effects stay out of the pair
         _profile_cell(trainer, name, 0.03)
     c = trainer.run_line_magic("npucompare", "one two --no-plot")

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from . import counters as hw
 from . import thresholds as T
 from .metrics import Summary
 from .schema import Trace
@@ -334,8 +335,26 @@ def _jitter(s: Summary) -> Finding | None:
                    "(torch.npu/cuda.empty_cache() in the loop)", f"steps {outliers}")
 
 
+def _frequency(s: Summary) -> Finding | None:
+    """AI Core throttling, as msprof-analyze's advisor reports it (threshold and wording are its own:
+    :data:`~npumagic.analysis.counters.FREQ_DROP_RATIO`)."""
+    ops = s.frequency_drops
+    if ops.empty or not s.total_wall_us:
+        return None
+    at_stake = float((ops["total_us"] * ops["drop_ratio"]).sum())
+    title = f"{hw.FREQ_DROP_PROBLEM}: " + hw.FREQ_DROP_DESCRIPTION.format(len(ops), hw.FREQ_DROP_RATIO)
+    listed = ", ".join(f"{r.name} ({r.drop_ratio:.0%} below, {r.min_mhz:.0f} MHz min)" for r in ops.head(5).itertuples())
+    evidence = {"throttled_ops": len(ops), "throttled_us": float(ops["total_us"].sum()),
+                "lowest_mhz": float(ops["min_mhz"].min()), "max_drop_ratio": float(ops["drop_ratio"].max())}
+    if len(s.hardware):
+        evidence["aicore_freq_mhz"] = float(s.hardware["aicore_freq_mhz"].mean())
+    fix = (hw.FREQ_DROP_SUGGESTION + " (npu-smi info shows the chip's temperature and power; a throttled chip "
+           "runs every kernel slower, so fix cooling or the power cap before tuning kernels)")
+    return Finding("npu_compute", at_stake / s.total_wall_us, title, evidence, fix, listed)
+
+
 RULES: list[Callable[[Summary], Finding | list[Finding] | None]] = [
-    _communication, _dataloader, _host_bound, _sync, _small_ops, _npu_compute, _memory, _jitter]
+    _communication, _dataloader, _host_bound, _sync, _small_ops, _npu_compute, _memory, _jitter, _frequency]
 
 
 def advise(data: Trace | Summary, run: str = "") -> Advice:

@@ -12,6 +12,7 @@ waits, and free is the rest of the step.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import counters as hw
 from .intervals import Spans
 from .schema import Trace
 
@@ -60,6 +62,11 @@ class Summary:
         :func:`npumagic.analysis.cluster.communication_matrix`).
     meta : backend, device name, rank, source path; ``sources`` (where each figure comes from)
         and ``note`` (what a partial export lacks).
+    hardware : per-step device counters (HBM, LLC, AI Core frequency), see
+        :func:`npumagic.analysis.counters.hardware_table`; empty when none were recorded.
+    l2 : L2 cache hit/victim rates per operator type (:func:`~npumagic.analysis.counters.l2_table`).
+    frequency_drops : operators run at a reduced AI Core frequency
+        (:func:`~npumagic.analysis.counters.frequency_drops`).
     """
 
     steps: pd.DataFrame
@@ -75,6 +82,11 @@ class Summary:
     details: pd.DataFrame | None = field(default=None, repr=False, compare=False)  # torch_npu kernel_details
     links: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LINK_COLUMNS), repr=False, compare=False)
     matrix: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False, compare=False)
+    hardware: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=hw.HARDWARE_COLUMNS), repr=False,
+                                   compare=False)
+    l2: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=hw.L2_COLUMNS), repr=False, compare=False)
+    frequency_drops: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=hw.FREQ_OP_COLUMNS),
+                                          repr=False, compare=False)
 
     # -- headline numbers -------------------------------------------------------------------
     @property
@@ -175,8 +187,7 @@ def combine(per_rank: dict[int, Summary], rank: int | None = None) -> Summary:
     chosen = per_rank[rank if rank is not None else ranks[0]]
     links = pd.concat([per_rank[r].links for r in ranks], ignore_index=True)
     matrix = pd.concat([per_rank[r].matrix for r in ranks], ignore_index=True)
-    return Summary(chosen.steps, chosen.kernels, chosen.host_ops, chosen.syncs, chosen.comm, chosen.memory,
-                   chosen.memory_timeline, table, chosen.meta, per_rank, chosen.details, links, matrix)
+    return dataclasses.replace(chosen, ranks=table, per_rank=per_rank, links=links, matrix=matrix)
 
 
 def _summarize_rank(trace: Trace, rank: int) -> Summary:
@@ -205,6 +216,8 @@ def _summarize_rank(trace: Trace, rank: int) -> Summary:
         meta.pop(key, None)
     details = vendor.get("kernel_details")
     links = trace.links[trace.links["rank"] == rank]
+    counters = trace.counters[trace.counters["rank"] == rank]
+    device_kernels = in_steps[(in_steps["kind"] == "kernel") & (in_steps["device"] >= 0)]
     return Summary(
         steps=step_table,
         kernels=kernels,
@@ -218,6 +231,10 @@ def _summarize_rank(trace: Trace, rank: int) -> Summary:
         details=details,
         links=links[LINK_COLUMNS].reset_index(drop=True),
         matrix=trace.matrix[trace.matrix["rank"] == rank].reset_index(drop=True),
+        hardware=hw.hardware_table(counters[counters["device"] >= 0], steps, trace.meta.get("hbm_peak_bytes_per_s"),
+                                   trace.meta.get("aicore_nominal_mhz")),
+        l2=hw.l2_table(counters, device_kernels),
+        frequency_drops=hw.frequency_drops(counters, device_kernels, trace.meta.get("aicore_nominal_mhz")),
     )
 
 

@@ -1,8 +1,9 @@
 """The normalized data model every reader produces and every analysis consumes.
 
 One events table (columnar, integer nanoseconds, categoricals for repeated strings), one
-steps table, one memory table and one communication table, plus ``meta``. The schema is
-declared once here and checked by :func:`finish` when a reader is done.
+steps table, one memory table, one communication table and one counters table (sampled
+hardware and host metrics), plus ``meta``. The schema is declared once here and checked by
+:func:`finish` when a reader is done.
 """
 
 from __future__ import annotations
@@ -73,6 +74,20 @@ MATRIX_COLUMNS = {
     "transit_ms": "float64",
     "bandwidth_gbps": "float64",
 }
+# Sampled metrics in canonical units, whatever the source: "B/s" (bandwidth), "B" (memory),
+# "MHz" (frequency), "ratio" (0..1: hit rates), "%" (CPU percent of one core), or ""
+# (dimensionless). Names follow torch_npu's trace_view.json ("HBM 0/Read", "LLC 1 Read/Hit Rate",
+# "AI Core Freq", "APP/HBM", ...); ``group`` is the lane they belong to ("HBM", "LLC",
+# "AI Core Freq", "NPU MEM", "Acc PMU", "QoS", "Stars Soc Info", "L2 Cache", "Host", ...).
+COUNTER_COLUMNS = {
+    "rank": "int64",
+    "device": "int64",  # device index, -1 for host metrics
+    "group": "category",
+    "name": "category",
+    "unit": "category",
+    "ts_ns": "int64",
+    "value": "float64",
+}
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,8 @@ class Trace:
     meta : backend, device name, ranks, profiler settings, source path, vendor tables.
     links : DataFrame with :data:`LINK_COLUMNS`, one row per collective and link type.
     matrix : DataFrame with :data:`MATRIX_COLUMNS`, one row per collective and rank pair.
+    counters : DataFrame with :data:`COUNTER_COLUMNS`: sampled hardware counters (HBM, LLC,
+        AI Core frequency, ...) and host metrics, one row per sample and metric.
     """
 
     events: pd.DataFrame
@@ -97,6 +114,7 @@ class Trace:
     meta: dict[str, Any] = field(default_factory=dict)
     links: pd.DataFrame = field(default_factory=lambda: empty(LINK_COLUMNS))
     matrix: pd.DataFrame = field(default_factory=lambda: empty(MATRIX_COLUMNS))
+    counters: pd.DataFrame = field(default_factory=lambda: empty(COUNTER_COLUMNS))
 
     @property
     def ranks(self) -> list[int]:
@@ -156,7 +174,8 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
 
 def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | None = None,
            comm: pd.DataFrame | None = None, meta: dict[str, Any] | None = None,
-           links: pd.DataFrame | None = None, matrix: pd.DataFrame | None = None) -> Trace:
+           links: pd.DataFrame | None = None, matrix: pd.DataFrame | None = None,
+           counters: pd.DataFrame | None = None) -> Trace:
     """Coerce every table to its schema, attribute events to steps, and build the Trace."""
     meta = dict(meta or {})
     steps = coerce(steps, STEP_COLUMNS)
@@ -178,4 +197,10 @@ def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | Non
     links = coerce(links if links is not None else empty(LINK_COLUMNS), LINK_COLUMNS)
     matrix = coerce(matrix if matrix is not None else empty(MATRIX_COLUMNS), MATRIX_COLUMNS)
     return Trace(events, steps, memory.sort_values(["rank", "ts_ns"]).reset_index(drop=True), comm, meta,
-                 links, matrix)
+                 links, matrix,
+                 sort_counters(coerce(counters if counters is not None else empty(COUNTER_COLUMNS), COUNTER_COLUMNS)))
+
+
+def sort_counters(counters: pd.DataFrame) -> pd.DataFrame:
+    """Counters ordered by rank, metric and time (each series contiguous and increasing)."""
+    return counters.sort_values(["rank", "device", "group", "name", "ts_ns"], kind="stable").reset_index(drop=True)

@@ -1,5 +1,5 @@
 """The timeline: one lane per host thread, device stream and communication group, plus a memory
-lane; step windows shaded and labelled, device idle gaps marked with their length, the top
+lane and counter lanes (HBM bandwidth, AI Core frequency, host CPU); step windows shaded and labelled, device idle gaps marked with their length, the top
 kernels coloured consistently across runs. Drawn by aggregation (merged spans, one
 broken_barh per lane and colour, sub-pixel holes closed), so a million events cost about as
 much as a few thousand."""
@@ -21,6 +21,9 @@ HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
 DEVICE_KINDS = ("kernel", "memcpy", "comm")
 GAP_MIN_FRACTION = 0.02  # device idle gaps longer than this share of the view are marked
 BAR_HEIGHT = {"annotation": 0.25, "dataloader": 0.8, "sync": 0.8, "host_op": 0.8}
+# counter lanes under the memory lane: (counters group, y label), in drawing order
+COUNTER_LANES = (("HBM", "HBM GB/s"), ("AI Core Freq", "AI Core MHz"), ("Host", "host CPU %"))
+LEVEL_UNITS = ("MHz", "B")  # hold until the next sample; other counters cover the interval before theirs
 
 
 @dataclass
@@ -33,6 +36,7 @@ class TimelineArtists:
     gaps: list[tuple[str, float, float]] = field(default_factory=list)
     bars: list = field(default_factory=list)
     colored_kernels: list[str] = field(default_factory=list)
+    counter_lanes: list[str] = field(default_factory=list)
 
 
 def _lane_order(events: pd.DataFrame) -> list[str]:
@@ -74,7 +78,7 @@ def _window(trace: Trace, rank: int, steps: tuple[int, int] | None, window: tupl
 def plot_timeline(ax, trace: Trace, rank: int | None = None, *, top_kernels: list[str] = (),
                   steps: tuple[int, int] | None = None, window: tuple[float, float] | None = None,
                   lanes: list[str] | None = None, width_px: int = 1600, min_gap_ms: float | None = None,
-                  memory_ax=None) -> TimelineArtists:
+                  memory_ax=None, counter_axes: dict | None = None) -> TimelineArtists:
     """Draw one rank of ``trace`` on ``ax``; x is ms from the first step.
 
     Parameters
@@ -84,6 +88,7 @@ def plot_timeline(ax, trace: Trace, rank: int | None = None, *, top_kernels: lis
     lanes : substrings; only lanes containing one of them are drawn.
     min_gap_ms : mark device idle gaps at least this long (default 2% of the view).
     memory_ax : an Axes for the allocated/reserved memory lane (shares the time axis).
+    counter_axes : {counters group: Axes} for counter lanes (see :data:`COUNTER_LANES`).
     """
     rank = trace.ranks[0] if rank is None and trace.ranks else (rank or 0)
     origin, lo, hi, shown_steps = _window(trace, rank, steps, window)
@@ -120,6 +125,9 @@ def plot_timeline(ax, trace: Trace, rank: int | None = None, *, top_kernels: lis
     _legend(ax, out, top_kernels)
     if memory_ax is not None:
         _memory_lane(memory_ax, trace, rank, lo, hi, ms)
+    for group, axis in (counter_axes or {}).items():
+        _counter_lane(axis, trace, rank, group, lo, hi, ms)
+        out.counter_lanes.append(group)
     return out
 
 
@@ -180,26 +188,88 @@ def _memory_lane(ax, trace: Trace, rank: int, lo: int, hi: int, ms) -> None:
         ax.text(0.5, 0.5, "no memory samples (profile with --memory)", transform=ax.transAxes, ha="center", fontsize=8)
 
 
+def counter_groups(trace: Trace, rank: int) -> list[str]:
+    """The counter lanes this rank has samples for, in :data:`COUNTER_LANES` order."""
+    present = set(trace.counters.loc[trace.counters["rank"] == rank, "group"].astype(str))
+    return [group for group, _ in COUNTER_LANES if group in present]
+
+
+def _lines(group: str, counters: pd.DataFrame) -> list[tuple[str, pd.DataFrame, dict]]:
+    """(label, samples, line style) of each line a counter lane draws."""
+    names = counters["name"].astype(str)
+    if group == "HBM":
+        bw = counters[counters["unit"].astype(str) == "B/s"]
+        bw_names = names[bw.index]
+        out = []
+        for side in ("Read", "Write"):
+            part = bw[bw_names.str.endswith("/" + side)]
+            if len(part):
+                summed = part.groupby("ts_ns", sort=True)["value"].sum() / 2**30  # all channels
+                out.append((f"{side.lower()} (all channels)", summed.reset_index().assign(unit="B/s"), {}))
+        return out
+    if group == "Host":
+        out = []
+        for label, name, style in (("process", "Process/CPU", {"lw": 1.2}), ("main thread", "Main thread/CPU", {"lw": 1})):
+            part = counters[names == name]
+            if len(part):
+                out.append((label, part, style))
+        workers = counters[names.str.startswith("Worker ")]
+        for i, (name, part) in enumerate(workers.groupby(names[workers.index], sort=True)):
+            out.append((name.removesuffix("/CPU").lower() if i < 4 else "_nolegend_", part, {"lw": 0.7, "alpha": 0.8}))
+        cores = counters[names.str.startswith("Core ")]
+        if len(cores):
+            mean = cores.groupby("ts_ns", sort=True)["value"].mean().reset_index().assign(unit="%")
+            out.append((f"all {cores['name'].nunique()} cores (mean)", mean, {"lw": 1, "ls": "--", "color": "0.3"}))
+        return out
+    return [(name, part, {}) for name, part in counters.groupby(names, sort=True)]
+
+
+def _counter_lane(ax, trace: Trace, rank: int, group: str, lo: int, hi: int, ms) -> None:
+    c = trace.counters
+    c = c[(c["rank"] == rank) & (c["group"].astype(str) == group)]
+    # keep one sample either side of the view so the lines reach its edges
+    for label, samples, style in _lines(group, c):
+        samples = samples.sort_values("ts_ns")
+        ts = samples["ts_ns"].to_numpy()
+        first = max(int(np.searchsorted(ts, lo, side="right")) - 1, 0)
+        samples = samples.iloc[first:int(np.searchsorted(ts, hi, side="left")) + 1]
+        if samples.empty:
+            continue
+        where = "post" if str(samples["unit"].iat[0]) in LEVEL_UNITS else "pre"
+        ax.step(ms(samples["ts_ns"]), samples["value"], where=where, label=label, **style)
+    ax.set_ylabel(dict(COUNTER_LANES).get(group, group), fontsize=8)
+    ax.tick_params(labelsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    if group == "Host":
+        ax.set_ylim(bottom=0)
+
+
 def _short(lane: str, limit: int = 30) -> str:
     return lane if len(lane) <= limit else lane[: limit // 2 - 1] + "…" + lane[-(limit // 2):]
 
 
 def timeline_figure(trace: Trace, rank: int | None = None, *, top_kernels: list[str] = (), title: str | None = None,
-                    memory: bool | None = None, **options) -> Figure:
+                    memory: bool | None = None, counters: list[str] | None = None, **options) -> Figure:
     """A standalone timeline Figure (object API, no pyplot state). ``memory`` adds the memory
-    lane (default: when the trace has memory samples)."""
+    lane (default: when the trace has memory samples); ``counters`` names the counter lanes
+    to draw (counters groups, default every one of :data:`COUNTER_LANES` with samples)."""
     rank = trace.ranks[0] if rank is None and trace.ranks else (rank or 0)
     n_lanes = trace.events.loc[trace.events["rank"] == rank, "lane"].nunique()
     with_memory = bool(memory if memory is not None else (trace.memory["rank"] == rank).any())
-    height = 1.3 + 0.32 * max(min(n_lanes, 30), 3) + (1.3 if with_memory else 0)
+    groups = counter_groups(trace, rank) if counters is None else [g for g in counter_groups(trace, rank) if g in counters]
+    height = 1.3 + 0.32 * max(min(n_lanes, 30), 3) + (1.3 if with_memory else 0) + 1.1 * len(groups)
     fig = Figure(figsize=(13, height), layout="constrained")
-    if with_memory:
-        ax, mem_ax = fig.subplots(2, 1, sharex=True, height_ratios=[max(n_lanes, 2), 2.2])
-    else:
-        ax, mem_ax = fig.add_subplot(), None
-    plot_timeline(ax, trace, rank, top_kernels=top_kernels, memory_ax=mem_ax, **options)
-    if mem_ax is not None:
+    ratios = [max(n_lanes, 2)] + ([2.2] if with_memory else []) + [1.8] * len(groups)
+    axes = list(np.atleast_1d(fig.subplots(len(ratios), 1, sharex=True, height_ratios=ratios)))
+    ax = axes.pop(0)
+    mem_ax = axes.pop(0) if with_memory else None
+    plot_timeline(ax, trace, rank, top_kernels=top_kernels, memory_ax=mem_ax, counter_axes=dict(zip(groups, axes)),
+                  **options)
+    if mem_ax is not None or groups:
         ax.set_xlabel("")
-        mem_ax.set_xlabel("time (ms from the first step)")
+        for lower in ([mem_ax] if mem_ax is not None else []) + axes[:-1]:
+            lower.set_xlabel("")
+        (axes[-1] if axes else mem_ax).set_xlabel("time (ms from the first step)")
     ax.set_title(title or f"{trace.meta.get('backend', '?')} timeline, rank {rank}", fontsize=10, loc="left")
     return fig

@@ -173,3 +173,23 @@ def test_a_million_events_draw_in_aggregate():
     rectangles = sum(len(b.get_paths()) for b in out.bars)
     assert rectangles < 3 * 1600 * 3  # bounded by pixels x colour groups, not by events
     assert elapsed < 60  # generous: the real figure is in bench/render.py
+
+
+def test_ascend_timeline_has_hbm_and_frequency_lanes_under_memory(ascend_run):
+    from npumagic.render.timeline import timeline_figure
+
+    trace, summary = ascend_run
+    fig = timeline_figure(trace, summary.meta["rank"])
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert labels[-3:] == ["MiB", "HBM GB/s", "AI Core MHz"]
+    hbm_ax = fig.axes[labels.index("HBM GB/s")]
+    assert [line.get_label() for line in hbm_ax.get_lines()] == ["read (all channels)", "write (all channels)"]
+    assert hbm_ax.get_shared_x_axes().joined(hbm_ax, fig.axes[0])
+
+
+def test_a_timeline_without_counters_has_no_counter_lanes(cpu_run):
+    from npumagic.render.timeline import timeline_figure
+
+    trace, _ = cpu_run
+    assert trace.counters.empty
+    assert [ax.get_ylabel() for ax in timeline_figure(trace).axes][-1] == "MiB"

@@ -54,6 +54,15 @@ class AscendArgs(msgspec.Struct, gc=False):
 AscendEvent = _event_struct("AscendEvent", AscendArgs)
 
 
+class CounterEvent(msgspec.Struct, gc=False):
+    """A Chrome-trace counter sample (``ph: "C"``): every numeric arg is one series."""
+
+    name: str = ""
+    pid: Id = None
+    ts: Num = None
+    args: dict[str, Any] = {}
+
+
 class RawTrace(msgspec.Struct, gc=False):
     traceEvents: list[msgspec.Raw] = []
     deviceProperties: Union[list[dict[str, Any]], None] = None
@@ -64,6 +73,7 @@ _raw_object = msgspec.json.Decoder(RawTrace)
 _raw_array = msgspec.json.Decoder(list[msgspec.Raw])
 _kineto_chunk = msgspec.json.Decoder(list[KinetoEvent])
 _ascend_events = msgspec.json.Decoder(list[AscendEvent])
+_counter_events = msgspec.json.Decoder(list[CounterEvent])
 
 
 _FIRST = re.compile(rb"\S")
@@ -88,3 +98,8 @@ def decode_kineto_chunk(parts: list[msgspec.Raw]) -> list[KinetoEvent]:
 
 def decode_ascend_events(parts: list[msgspec.Raw]) -> list[AscendEvent]:
     return _ascend_events.decode(b"[" + b",".join(parts) + b"]")
+
+
+def decode_counter_events(parts: list[msgspec.Raw]) -> list[CounterEvent]:
+    """Counter events with all their args (the event Structs above keep only selected args)."""
+    return _counter_events.decode(b"[" + b",".join(parts) + b"]") if parts else []

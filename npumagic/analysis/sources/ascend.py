@@ -24,7 +24,8 @@ from ...errors import TraceError
 from .. import schema
 from ._columns import categorical, decimal_us_to_ns_checked, small_int, step_ids, to_int, to_ns_checked
 from . import ascend_db
-from ._kineto_decode import decode_ascend_events
+from ._counters import chrome_counters
+from ._kineto_decode import decode_ascend_events, decode_counter_events
 from ._notes import ReadNotes, reading
 from .kineto import DATALOADER_PREFIX, STEP_NAME, decode_file
 
@@ -100,10 +101,11 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     }
     notes.warn()
     cat = lambda key: pd.concat([p[key] for p in parts], ignore_index=True)  # noqa: E731
-    return schema.finish(cat("events"), cat("steps"), cat("memory"), cat("comm"), meta, cat("links"), cat("matrix"))
+    return schema.finish(cat("events"), cat("steps"), cat("memory"), cat("comm"), meta, cat("links"), cat("matrix"),
+                         counters=cat("counters"))
 
 
-RANK_TABLES = ("events", "steps", "memory", "comm", "links", "matrix")
+RANK_TABLES = ("events", "steps", "memory", "comm", "links", "matrix", "counters")
 TEXT_TABLES = ("trace_view.json", "kernel_details.csv", "step_trace_time.csv")
 
 
@@ -178,7 +180,9 @@ def _read_text_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, An
         log.debug("%s lacks %s", out, ", ".join(missing))
     with reading(trace_path):
         try:
-            raw_events = decode_ascend_events(decode_file(trace_path).traceEvents)
+            raw = decode_file(trace_path).traceEvents
+            raw_events = decode_ascend_events(raw)
+            samples = decode_counter_events([r for r, e in zip(raw, raw_events) if e.ph == "C"])
         except msgspec.DecodeError as exc:
             raise TraceError(trace_path, f"an event does not match the trace_view.json format ({exc})") from None
         events = _trace_events(raw_events, trace_path, notes)
@@ -204,11 +208,14 @@ def _read_text_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, An
     vendor = {name.removesuffix(".csv"): _read_csv(out / name) for name in VENDOR_CSVS if (out / name).is_file()}
     if details is not None:
         vendor["kernel_details"] = details
+    counters = pd.concat([chrome_counters(samples, _process_names(raw_events), rank, 0),
+                          _l2_cache(out / "l2_cache.csv", details, rank)], ignore_index=True)
     return {
         "rank": rank,
         "events": events,
         "steps": steps,
         "memory": _memory(out / "memory_record.csv", rank, notes),
+        "counters": counters,
         "vendor": vendor,
         "note": note,
         "sources": {"breakdown": "kernel_details.csv + trace_view.json (HCCL lanes, ProfilerStep#)",
@@ -253,6 +260,7 @@ def _read_csv_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, Any
     missing = "trace_view.json"
     return {
         "rank": rank, "events": events, "steps": steps, "memory": _memory(out / "memory_record.csv", rank, notes),
+        "counters": _l2_cache(out / "l2_cache.csv", details, rank),
         "vendor": vendor,
         "note": (f"no {missing}: breakdown from kernel_details.csv and the HCCL op times; step wall time is the "
                  "device window (+ Preparing from step_trace_time.csv); no host lanes, DataLoader, sync or "
@@ -292,6 +300,7 @@ def _read_step_trace_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
                           "end_ns": start + wall_ns})
     return {
         "rank": rank, "events": schema.empty(schema.EVENT_COLUMNS), "steps": steps,
+        "counters": schema.empty(schema.COUNTER_COLUMNS),
         "memory": _memory(out / "memory_record.csv", rank, ReadNotes()), "vendor": vendor,
         "note": ("only step_trace_time.csv: the breakdown is torch_npu's own (not recomputed); no timeline, "
                  "kernel, host-op or sync views"),
@@ -353,6 +362,36 @@ def _read_csv(path: Path, required: tuple[str, ...] = (), notes: ReadNotes | Non
 
 def _number(col: pd.Series) -> pd.Series:
     return pd.to_numeric(col.replace({"N/A": None, "": None}), errors="coerce")
+
+
+def _process_names(raw) -> dict[Any, str]:
+    return {e.pid: str(e.args.name) for e in raw if e.ph == "M" and e.name == "process_name" and e.args is not None}
+
+
+def _l2_cache(path: Path, details: pd.DataFrame | None, rank: int) -> pd.DataFrame:
+    """l2_cache.csv (per-task L2 hit and victim rates, ``--l2-cache``) as counters at each task's
+    start, matched to kernel_details.csv by (stream, task id), or else by the n-th task of the
+    same name (level 0 writes no task ids)."""
+    if not path.is_file() or details is None or details.empty:
+        return schema.empty(schema.COUNTER_COLUMNS)
+    l2 = _read_csv(path, ("Op Name", "Hit Rate", "Victim Rate"))
+    kernels = details.sort_values("ts_ns", kind="stable")
+    if {"Stream Id", "Task Id"} <= set(l2) and {"Stream ID", "Task ID"} <= set(kernels):
+        key_l2, key_k = ["Stream Id", "Task Id"], ["Stream ID", "Task ID"]
+    else:
+        key_l2, key_k = ["Op Name", "nth"], ["Name", "nth"]
+        l2 = l2.assign(nth=l2.groupby("Op Name").cumcount())
+        kernels = kernels.assign(nth=kernels.groupby("Name").cumcount())
+    start = kernels.drop_duplicates(key_k).set_index(key_k)["ts_ns"]
+    ts = start.reindex(pd.MultiIndex.from_frame(l2[key_l2].set_axis(key_k, axis=1)))
+    l2 = l2.assign(ts_ns=ts.to_numpy())[ts.notna().to_numpy()]
+    frames = []
+    for column, name in (("Hit Rate", "L2 Cache/Hit Rate"), ("Victim Rate", "L2 Cache/Victim Rate")):
+        value = _number(l2[column])
+        ok = value.notna()
+        frames.append(pd.DataFrame({"rank": rank, "device": 0, "group": "L2 Cache", "name": name, "unit": "ratio",
+                                    "ts_ns": l2.loc[ok, "ts_ns"].astype(np.int64), "value": value[ok]}))
+    return pd.concat(frames, ignore_index=True)
 
 
 def _trace_events(raw, trace_path: Path, notes: ReadNotes) -> pd.DataFrame:

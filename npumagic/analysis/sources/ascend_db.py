@@ -31,6 +31,7 @@ import pandas as pd
 from ...errors import TraceError
 from .. import schema
 from ._columns import categorical
+from ._db_counters import db_counters
 from .kineto import DATALOADER_PREFIX, STEP_NAME
 
 DB_PATTERN = "ascend_pytorch_profiler*.db"
@@ -140,6 +141,7 @@ def read_rank(db_path: Path, rank: int) -> dict[str, Any]:
             "comm": comm,
             "links": links,
             "matrix": matrix,
+            "counters": db_counters(conn, device_rank),
             "vendor": vendor,
             "environment": db.meta_value("ENV_VARIABLES") or {},
             "parallel_groups": db.meta_value("parallel_group_info") or {},

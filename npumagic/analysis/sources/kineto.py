@@ -20,8 +20,9 @@ import pandas as pd
 from ...errors import TraceError
 from .. import schema
 from ._columns import small_int, step_ids, to_int, to_ns, to_ns_checked
+from ._counters import chrome_counters
 from ._inflate import read_trace
-from ._kineto_decode import RawTrace, decode_kineto_chunk, decode_raw
+from ._kineto_decode import RawTrace, decode_counter_events, decode_kineto_chunk, decode_raw
 from ._notes import ReadNotes, reading
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ def decode_file(path: Path) -> RawTrace:
 
 def read(paths: list[Path], progress=None) -> schema.Trace:
     """Read one or more Kineto trace files (several ranks or repeat cycles) into one Trace."""
-    frames, steps, memories, metas = [], [], [], []
+    frames, steps, memories, metas, counters = [], [], [], [], []
     notes = ReadNotes()
     for path in paths:
         with reading(path):
@@ -87,6 +88,7 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
             cols = _Columns(rank, notes, path)
             try:
                 ev, mem = cols.build(header.traceEvents, progress)
+                counters.append(cols.counters())
             except msgspec.DecodeError as exc:
                 raise TraceError(path, f"an event does not match the Chrome trace format ({exc})") from None
             if not len(ev):
@@ -115,7 +117,8 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         "bad_rows": notes.as_meta(),
     }
     notes.warn()
-    return schema.finish(events, pd.concat(steps, ignore_index=True), pd.concat(memories, ignore_index=True), None, meta)
+    return schema.finish(events, pd.concat(steps, ignore_index=True), pd.concat(memories, ignore_index=True), None, meta,
+                         counters=pd.concat(counters, ignore_index=True))
 
 
 _GPU_VENDOR = {"cuda": "NVIDIA", "rocm": "AMD"}
@@ -163,14 +166,21 @@ class _Columns:
         self.parts: list[dict[str, np.ndarray]] = []
         self.memory: list[Any] = []
         self.unread: Counter[str] = Counter()  # categories of complete events not read, for the error message
+        self.counter_parts: list[msgspec.Raw] = []
 
     def build(self, raws: list, progress=None) -> tuple[pd.DataFrame, pd.DataFrame]:
         for start in range(0, len(raws), CHUNK_EVENTS):
             chunk = raws[start:start + CHUNK_EVENTS]
-            self._add(decode_kineto_chunk(chunk))
+            events = decode_kineto_chunk(chunk)
+            self._add(events)
+            self.counter_parts += [raw for raw, e in zip(chunk, events) if e.ph == "C"]
             if progress is not None:
                 progress.update(len(chunk))
         return self._frame(), self._memory_frame()
+
+    def counters(self) -> pd.DataFrame:
+        """Kineto's counter events (``ph: "C"``), where the trace has any."""
+        return chrome_counters(decode_counter_events(self.counter_parts), self.process_names, self.rank, -1)
 
     def _add(self, events: list) -> None:
         spans = []

@@ -1,0 +1,239 @@
+"""Counters -> per-step figures: HBM bandwidth, LLC hit rate, AI Core frequency (and the
+operators that ran at a reduced frequency, as msprof-analyze's advisor checks), L2 cache rates
+per operator type.
+
+A counter is a series of samples. Rates and ratios (bandwidth, hit rate, CPU %) are measured
+over the interval since the previous sample, so a sample at ``t[i]`` holds on ``(t[i-1], t[i]]``
+and the first sample of a series only opens it (msprof's first HBM sample is always 0).
+Levels (frequency, memory) hold from their sample until the next one. A step's figure is the
+time-weighted mean of the series over the part of the step the samples cover.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+LEVEL_UNITS = frozenset({"MHz", "B"})  # hold forward; every other unit is an interval mean
+GIB = 2.0**30  # GB/s as msprof writes them: its MB are 2**20 bytes
+# msprof-analyze's advisor (AICoreFreqChecker): an operator whose AI Core frequency is on
+# average this far below the chip's maximum ran throttled (temperature or power cap).
+FREQ_DROP_RATIO = 0.05
+FREQ_DROP_PROBLEM = "AI Core Frequency Issues"
+FREQ_DROP_DESCRIPTION = ("{} operators are found during frequency reduction, and the reduction ratio is larger "
+                         "than {}.")
+FREQ_DROP_SUGGESTION = "Please check the temperature or max power of your machine."
+
+HARDWARE_COLUMNS = ["step", "hbm_read_gbps", "hbm_write_gbps", "hbm_gbps", "hbm_peak_gbps", "hbm_util",
+                    "llc_hit_rate", "llc_read_gbps", "aicore_freq_mhz", "aicore_freq_min_mhz", "aicore_freq_drop"]
+L2_COLUMNS = ["type", "count", "hit_rate", "victim_rate"]
+FREQ_OP_COLUMNS = ["name", "count", "total_us", "drop_ratio", "mean_mhz", "max_mhz", "min_mhz"]
+
+
+def _segments(ts: np.ndarray, values: np.ndarray, level: bool, horizon: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, value) of the constant pieces of one series (sorted by time)."""
+    if level:
+        ends = np.append(ts[1:], max(horizon, int(ts[-1])))
+        return ts, ends, values
+    return ts[:-1], ts[1:], values[1:]
+
+
+def _cumulative(start: np.ndarray, end: np.ndarray, weight: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Integral of the piecewise-constant ``weight`` from the first piece up to each ``x``."""
+    if start.size == 0:
+        return np.zeros(x.shape, dtype=float)
+    full = np.concatenate([[0.0], np.cumsum(weight * (end - start))])
+    k = np.searchsorted(end, x, side="right")  # pieces entirely before x
+    partial = np.where(k < start.size, weight[np.minimum(k, start.size - 1)]
+                       * np.clip(x - start[np.minimum(k, start.size - 1)], 0, None), 0.0)
+    return full[k] + partial
+
+
+def interval_integrals(ts: np.ndarray, values: np.ndarray, starts: np.ndarray, ends: np.ndarray, level: bool,
+                       horizon: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(integral of the series in ns x value, covered ns) over each window ``[starts, ends]``."""
+    order = np.argsort(ts, kind="stable")
+    ts, values = np.asarray(ts, dtype=np.int64)[order], np.asarray(values, dtype=float)[order]
+    if ts.size == 0:
+        zero = np.zeros(len(starts), dtype=float)
+        return zero, zero
+    s, e, v = _segments(ts, values, level, int(horizon if horizon is not None else ts[-1]))
+    s, e = s.astype(float), e.astype(float)
+    ok = ~np.isnan(v)
+    s, e, v = s[ok], e[ok], v[ok]
+    lo, hi = np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)
+    area = _cumulative(s, e, v, hi) - _cumulative(s, e, v, lo)
+    covered = _cumulative(s, e, np.ones_like(v), hi) - _cumulative(s, e, np.ones_like(v), lo)
+    return area, covered
+
+
+def window_means(series: pd.DataFrame, starts: np.ndarray, ends: np.ndarray, horizon: int | None = None) -> np.ndarray:
+    """Time-weighted mean of one series (columns ts_ns, value, unit) over each window."""
+    level = str(series["unit"].iat[0]) in LEVEL_UNITS if len(series) else False
+    area, covered = interval_integrals(series["ts_ns"].to_numpy(), series["value"].to_numpy(), starts, ends, level,
+                                       horizon)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(covered > 0, area / np.where(covered > 0, covered, 1), np.nan)
+
+
+def window_peaks(series: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Highest sample whose interval overlaps each window (NaN where none)."""
+    ts = series["ts_ns"].to_numpy()
+    v = series["value"].to_numpy(dtype=float)
+    out = np.full(len(starts), np.nan)
+    if ts.size < 2:
+        return out
+    # interval samples cover (t[i-1], t[i]]: sample i overlaps [a, b] when t[i-1] < b and t[i] > a
+    first = np.searchsorted(ts, starts, side="right")
+    last = np.searchsorted(ts[:-1], ends, side="left")  # samples i with t[i-1] < b
+    for j, (a, b) in enumerate(zip(np.maximum(first, 1), last)):
+        if b >= a:
+            out[j] = np.nanmax(v[a:b + 1])
+    return out
+
+
+def _total(counters: pd.DataFrame, mask: pd.Series, starts, ends) -> tuple[np.ndarray, np.ndarray]:
+    """Sum over the series in ``mask`` of their window means, and the peak of their sum."""
+    chosen = counters[mask]
+    if chosen.empty:
+        nan = np.full(len(starts), np.nan)
+        return nan, nan
+    total = np.zeros(len(starts))
+    any_cover = np.zeros(len(starts), dtype=bool)
+    for _, series in chosen.groupby(chosen["name"].astype(str), sort=False):
+        mean = window_means(series, starts, ends)
+        any_cover |= ~np.isnan(mean)
+        total += np.nan_to_num(mean)
+    summed = chosen.groupby("ts_ns", sort=True)["value"].sum().reset_index().assign(unit=chosen["unit"].iat[0])
+    return np.where(any_cover, total, np.nan), window_peaks(summed, starts, ends)
+
+
+def hardware_table(counters: pd.DataFrame, steps: pd.DataFrame, hbm_peak_bytes_per_s: float | None = None,
+                   nominal_mhz: float | None = None) -> pd.DataFrame:
+    """Per-step device counter figures of one rank, :data:`HARDWARE_COLUMNS`.
+
+    Parameters
+    ----------
+    counters : the rank's counters (:data:`~npumagic.analysis.schema.COUNTER_COLUMNS`).
+    steps : the rank's steps (``step``, ``start_ns``, ``end_ns``).
+    hbm_peak_bytes_per_s : the device's peak HBM bandwidth; ``hbm_util`` is NaN without it.
+    nominal_mhz : the AI Core's maximum frequency (default: the highest one sampled).
+
+    Returns
+    -------
+    DataFrame: HBM read/write/total mean bandwidth and the peak of the total (GB/s of 2**30
+    bytes, summed over HBM channels), ``hbm_util`` (mean / device peak), the throughput-weighted
+    LLC read hit rate (0..1) and read throughput, the AI Core frequency (mean, minimum) and its
+    drop below ``nominal_mhz`` (0..1). NaN where the counter was not recorded.
+    """
+    if steps.empty or counters.empty:
+        return pd.DataFrame(columns=HARDWARE_COLUMNS)
+    starts, ends = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    names = counters["name"].astype(str)
+    group = counters["group"].astype(str)
+    hbm = (group == "HBM") & (counters["unit"].astype(str) == "B/s")
+    read, _ = _total(counters, hbm & names.str.endswith("/Read"), starts, ends)
+    write, _ = _total(counters, hbm & names.str.endswith("/Write"), starts, ends)
+    both, peak = _total(counters, hbm, starts, ends)
+    llc_rate, llc_read = _llc(counters[group == "LLC"], starts, ends)
+    freq = counters[group == "AI Core Freq"]
+    freq_mean = freq_min = np.full(len(steps), np.nan)
+    drop = np.full(len(steps), np.nan)
+    if len(freq):
+        horizon = int(ends.max())
+        freq_mean = window_means(freq, starts, ends, horizon)
+        freq_min = _window_min_level(freq, starts, ends)
+        top = nominal_mhz or float(freq["value"].max())
+        drop = np.where(top > 0, 1.0 - freq_mean / top, np.nan)
+    out = pd.DataFrame({
+        "step": steps["step"].to_numpy(),
+        "hbm_read_gbps": read / GIB, "hbm_write_gbps": write / GIB, "hbm_gbps": both / GIB,
+        "hbm_peak_gbps": peak / GIB,
+        "hbm_util": both / hbm_peak_bytes_per_s if hbm_peak_bytes_per_s else np.nan,
+        "llc_hit_rate": llc_rate, "llc_read_gbps": llc_read / GIB,
+        "aicore_freq_mhz": freq_mean, "aicore_freq_min_mhz": freq_min, "aicore_freq_drop": drop,
+    })
+    return out[HARDWARE_COLUMNS]
+
+
+def _llc(llc: pd.DataFrame, starts, ends) -> tuple[np.ndarray, np.ndarray]:
+    """Throughput-weighted LLC read hit rate and total read throughput per window."""
+    nan = np.full(len(starts), np.nan)
+    if llc.empty:
+        return nan, nan
+    names = llc["name"].astype(str)
+    thr = llc[names.str.endswith("Read/Throughput")]
+    hits = llc[names.str.endswith("Read/Hit Rate")]
+    if thr.empty:
+        return nan, nan
+    weighted, weights, total = np.zeros(len(starts)), np.zeros(len(starts)), np.zeros(len(starts))
+    for name, t in thr.groupby(thr["name"].astype(str), sort=False):
+        area_t, covered = interval_integrals(t["ts_ns"].to_numpy(), t["value"].to_numpy(), starts, ends, False)
+        total += np.where(covered > 0, area_t / np.where(covered > 0, covered, 1), 0.0)
+        h = hits[hits["name"].astype(str) == name.replace("/Throughput", "/Hit Rate")]
+        if h.empty:
+            continue
+        both = t[["ts_ns", "value"]].merge(h[["ts_ns", "value"]], on="ts_ns", suffixes=("_t", "_h"))
+        area_p, _ = interval_integrals(both["ts_ns"].to_numpy(), (both["value_t"] * both["value_h"]).to_numpy(),
+                                       starts, ends, False)
+        area_w, _ = interval_integrals(both["ts_ns"].to_numpy(), both["value_t"].to_numpy(), starts, ends, False)
+        weighted += area_p
+        weights += area_w
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(weights > 0, weighted / weights, np.nan), total
+
+
+def _window_min_level(series: pd.DataFrame, starts, ends) -> np.ndarray:
+    """Lowest value of a level series in effect at any time within each window."""
+    ts = series["ts_ns"].to_numpy()
+    order = np.argsort(ts, kind="stable")
+    ts, v = ts[order], series["value"].to_numpy(dtype=float)[order]
+    first = np.maximum(np.searchsorted(ts, starts, side="right") - 1, 0)  # the value in effect at the start
+    last = np.searchsorted(ts, ends, side="right") - 1
+    return np.array([np.nanmin(v[a:b + 1]) if b >= a else np.nan for a, b in zip(first, last)])
+
+
+def frequency_drops(counters: pd.DataFrame, kernels: pd.DataFrame, nominal_mhz: float | None = None,
+                    threshold: float = FREQ_DROP_RATIO) -> pd.DataFrame:
+    """Operators that ran at a reduced AI Core frequency, as msprof-analyze's AICoreFreqChecker:
+    per operator name, the lowest frequency during each run; ``drop_ratio`` = sum(max - f) /
+    (max x runs); kept when at least ``threshold``. Columns :data:`FREQ_OP_COLUMNS`, longest first.
+
+    Parameters
+    ----------
+    counters : one rank's counters (the "AI Core Freq" series is used).
+    kernels : that rank's kernel events (name, ts_ns, dur_ns).
+    nominal_mhz : the chip's maximum frequency (msprof reads it from info.json; default the
+        highest frequency sampled).
+    """
+    freq = counters[counters["group"].astype(str) == "AI Core Freq"]
+    if freq.empty or kernels.empty:
+        return pd.DataFrame(columns=FREQ_OP_COLUMNS)
+    top = nominal_mhz or float(freq["value"].max())
+    start = kernels["ts_ns"].to_numpy()
+    lowest = _window_min_level(freq, start, start + kernels["dur_ns"].to_numpy())
+    runs = pd.DataFrame({"name": kernels["name"].astype(str).to_numpy(), "dur_us": kernels["dur_ns"].to_numpy() / 1e3,
+                         "freq": lowest}).dropna(subset=["freq"])
+    g = runs.groupby("name", sort=False)
+    table = g.agg(count=("freq", "size"), total_us=("dur_us", "sum"), mean_mhz=("freq", "mean"),
+                  max_mhz=("freq", "max"), min_mhz=("freq", "min")).reset_index()
+    table["drop_ratio"] = (top - table["mean_mhz"]) / top
+    table = table[table["drop_ratio"] >= threshold]
+    return table.sort_values(["total_us", "drop_ratio"], ascending=False).reset_index(drop=True)[FREQ_OP_COLUMNS]
+
+
+def l2_table(counters: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+    """L2 cache hit and victim rates (0..1, mean over runs) per operator type, from
+    ``l2_cache.csv`` (profile with ``--l2-cache``). Columns :data:`L2_COLUMNS`."""
+    l2 = counters[counters["group"].astype(str) == "L2 Cache"]
+    if l2.empty or kernels.empty:
+        return pd.DataFrame(columns=L2_COLUMNS)
+    types = kernels.drop_duplicates("ts_ns").set_index("ts_ns")["type"].astype(str)
+    frame = l2.assign(type=types.reindex(l2["ts_ns"]).to_numpy(), metric=l2["name"].astype(str).str.split("/").str[-1])
+    frame = frame.dropna(subset=["type"])
+    wide = frame.pivot_table(index="type", columns="metric", values="value", aggfunc="mean")
+    count = frame.groupby("type")["ts_ns"].nunique()
+    out = pd.DataFrame({"type": wide.index, "count": count.reindex(wide.index).to_numpy(),
+                        "hit_rate": wide.get("Hit Rate", pd.Series(np.nan, index=wide.index)).to_numpy(),
+                        "victim_rate": wide.get("Victim Rate", pd.Series(np.nan, index=wide.index)).to_numpy()})
+    return out.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)[L2_COLUMNS]

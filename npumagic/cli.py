@@ -13,6 +13,9 @@ from typing import Any, Sequence
 
 from .errors import NpumagicError
 
+# render.views.VIEWS, spelled out so parsing the command line does not import matplotlib
+VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix")
+
 
 def _load(args, path) -> Any:
     from . import analysis
@@ -106,8 +109,7 @@ def _show(args) -> int:
 
     trace = _load(args, args.path)
     summary = analysis.summarize(trace, rank=args.rank)
-    view = next(v for v in ("timeline", "steps", "kernels", "memory", "comm") if getattr(args, v)) \
-        if any(getattr(args, v) for v in ("timeline", "steps", "kernels", "memory", "comm")) else "timeline"
+    view = next((v for v in VIEWS if getattr(args, v)), "timeline")
     options = {}
     if view == "timeline":
         if args.step_range:
@@ -196,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = add("show", _show, "draw one view of an output to an image file")
     p.add_argument("path")
-    for view in ("timeline", "steps", "kernels", "memory", "comm"):
+    for view in VIEWS:
         p.add_argument(f"--{view}", action="store_true", help=f"the {view} view")
     p.add_argument("-o", "--output", required=True, help="image file to write (.png, .svg, .pdf)")
     p.add_argument("--rank", type=int, default=None)

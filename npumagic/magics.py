@@ -219,6 +219,7 @@ class NpuMagics(Magics):
     @argument("--kernels", action="store_true", help="top kernels by total time (count x mean)")
     @argument("--memory", action="store_true", help="allocated and reserved memory over time")
     @argument("--comm", action="store_true", help="compute vs collectives per rank")
+    @argument("--matrix", action="store_true", help="communication matrix: source x destination rank bandwidth")
     @argument("--step-range", default=None, help="timeline: steps FIRST:LAST")
     @argument("--zoom", default=None, help="timeline: window START_MS:END_MS from the first step")
     @argument("--lanes", default=None, help="timeline: comma list of lane name parts to show")
@@ -232,6 +233,7 @@ class NpuMagics(Magics):
 
             %npushow baseline --kernels
             %npushow -1 --timeline --step-range 3:4 --lanes Stream,HCCL
+            %npushow cluster --matrix
         """
         args = _parse(self.npushow, line)
         views = [v for v in VIEWS if getattr(args, v)] or ["timeline", "steps"]

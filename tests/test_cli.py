@@ -71,6 +71,12 @@ def test_show_writes_the_image(tmp_path, capsys):
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_show_matrix_writes_the_heatmap(tmp_path, capsys):
+    out = tmp_path / "matrix.png"
+    assert main(["show", str(need(ASCEND / "db" / "level1")), "--matrix", "-o", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
 def test_runs_and_export_read_a_real_history(tmp_path, capsys):
     from npumagic.session import Session
 

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from . import cluster
 from . import counters as hw
 from . import thresholds as T
 from .metrics import Summary
@@ -125,10 +126,6 @@ def _communication(s: Summary) -> Finding | None:
         bandwidth = s.comm["bandwidth_gbps"].dropna()
         if len(bandwidth):
             evidence["lowest_bandwidth_gbps"] = float(bandwidth.min())
-    if len(s.ranks) > 1:
-        slow = s.ranks.loc[s.ranks["step_median_us"].idxmax()]
-        evidence["slowest_rank"] = int(slow["rank"])
-        where += f"; slowest rank {int(slow['rank'])} ({slow['step_median_us'] / 1000:.2f} ms median step)"
     return Finding("communication", exposed, title, evidence, fix, where.strip("; "))
 
 
@@ -374,6 +371,7 @@ def advise(data: Trace | Summary, run: str = "") -> Advice:
             found.append(result)
         elif result:
             found.extend(result)
+    found += cluster.findings(summary)  # slow ranks, stage imbalance, slow links (a job of 2+ ranks)
     found.sort(key=lambda f: f.impact, reverse=True)
     return Advice(found, run)
 

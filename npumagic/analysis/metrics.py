@@ -101,6 +101,14 @@ class Summary:
                 "cv": std / float(wall.mean()) if wall.mean() > 0 else np.nan}
 
     @property
+    def comm_matrix(self) -> pd.DataFrame:
+        """Source rank x destination rank bandwidth (GB/s) over the capture, from ``matrix``
+        (see :func:`npumagic.analysis.cluster.communication_matrix`)."""
+        from .cluster import communication_matrix
+
+        return communication_matrix(self.matrix)
+
+    @property
     def total_wall_us(self) -> float:
         return float(self.steps["wall_us"].sum())
 

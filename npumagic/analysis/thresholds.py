@@ -47,6 +47,17 @@ MEMORY_NEAR_CAPACITY = 0.90
 # fragmentation in the caching allocator.
 FRAGMENTATION_RATIO = 1.5
 FRAGMENTATION_MIN_BYTES = 512 * 2**20
+# Cluster: ranks whose computing, communication (not overlapped) or free time differ (max - min)
+# by more than this share of the mean step are reported as slow ranks (and pipeline stages as
+# imbalanced); msprof-analyze's slow-rank analyzer uses the same 5% of the mean step.
+SLOW_RANK_RATIO = 0.05
+# Cluster: a link type whose per-rank bandwidths spread (max - min) by more than this share of
+# their mean has a slow link (msprof-analyze's slow-link analyzer: 5%).
+SLOW_LINK_RATIO = 0.05
+# Expected floor per link type (GB/s): msprof-analyze's bandwidth-contention rule takes 18 GB/s
+# as the SDMA baseline and flags below 80% of it; HCCS carries that SDMA traffic within a node.
+# Other link types (PCIE, SIO, RDMA) depend on the machine and have no floor here.
+EXPECTED_LINK_GBPS = {"SDMA": 0.8 * 18.0, "HCCS": 0.8 * 18.0}
 # Severity labels by the share of step time at stake.
 SEVERITY_HIGH = 0.25
 SEVERITY_MEDIUM = 0.10

@@ -108,6 +108,32 @@ def plot_comm(ax, trace: Trace) -> dict:
     return {"ranks": rows}
 
 
+def plot_matrix(ax, table: pd.DataFrame) -> dict:
+    """Heatmap of the communication matrix: source rank (rows) x destination rank (columns),
+    bandwidth in GB/s, each cell labelled; pairs without a recorded transfer stay blank."""
+    if table is None or table.empty:
+        ax.text(0.5, 0.5, "no communication matrix recorded (torch_npu writes it from profiler level 1, "
+                "communication_matrix.json, or in the db export)", transform=ax.transAxes, ha="center", fontsize=8)
+        ax.set_axis_off()
+        return {"image": None, "cells": 0}
+    values = table.to_numpy(dtype=float)
+    image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto")
+    ax.set_xticks(range(values.shape[1]), [str(c) for c in table.columns], fontsize=8)
+    ax.set_yticks(range(values.shape[0]), [str(r) for r in table.index], fontsize=8)
+    ax.set_xlabel("destination rank")
+    ax.set_ylabel("source rank")
+    labels = []
+    if values.size <= 256:
+        finite = values[np.isfinite(values)]
+        middle = float(np.nanmean(finite)) if finite.size else 0.0
+        for (i, j), v in np.ndenumerate(values):
+            if np.isfinite(v):
+                labels.append(ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=7,
+                                      color="black" if v > middle else "white"))
+    ax.figure.colorbar(image, ax=ax, label="bandwidth (GB/s)", shrink=0.9)
+    return {"image": image, "cells": int(np.isfinite(values).sum()), "labels": labels}
+
+
 def _short(name: str, limit: int = 48) -> str:
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
@@ -137,6 +163,15 @@ def memory_figure(summary: Summary, title: str = "") -> Figure:
     fig = _figure(3.0)
     plot_memory(fig.add_subplot(), summary.memory_timeline)
     fig.suptitle(title or "memory", fontsize=10, x=0.01, ha="left")
+    return fig
+
+
+def matrix_figure(summary: Summary, title: str = "") -> Figure:
+    """Standalone figure of :func:`plot_matrix` for ``summary.comm_matrix``."""
+    table = summary.comm_matrix
+    fig = Figure(figsize=(2.5 + 0.55 * max(len(table.columns), 4), 1.5 + 0.45 * max(len(table), 2)), layout="constrained")
+    plot_matrix(fig.add_subplot(), table)
+    fig.suptitle(title or "communication matrix (GB/s)", fontsize=10, x=0.01, ha="left")
     return fig
 
 

@@ -12,10 +12,10 @@ from matplotlib.figure import Figure
 
 from ..analysis.metrics import Summary
 from ..analysis.schema import Trace
-from .charts import comm_figure, kernels_figure, memory_figure, steps_figure
+from .charts import comm_figure, kernels_figure, matrix_figure, memory_figure, steps_figure
 from .timeline import timeline_figure
 
-VIEWS = ("timeline", "steps", "kernels", "memory", "comm")
+VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix")
 TRACE_VIEWS = frozenset({"timeline", "comm"})  # drawn from events; the others from the Summary alone
 TOP_KERNELS = 8
 
@@ -32,6 +32,7 @@ def build_view(view: str, trace: Trace | None, summary: Summary, title: str = ""
         "kernels": lambda: kernels_figure(summary, title=title),
         "memory": lambda: memory_figure(summary, title),
         "comm": lambda: comm_figure(trace, title),
+        "matrix": lambda: matrix_figure(summary, title),
     }
     if view not in builders:
         raise ValueError(f"unknown view {view!r}; views: {', '.join(VIEWS)}")

@@ -108,6 +108,13 @@ def test_npuload_imports_an_offline_ascend_run(shell):
     assert shell.run_line_magic("npuruns", "")["name"].tolist() == ["cluster"]
 
 
+def test_npushow_matrix_draws_the_communication_matrix_of_a_loaded_job(shell):
+    shell.run_line_magic("npuload", f"{need(ASCEND / 'level1')} --name job --no-plot")
+    report = shell.run_line_magic("npushow", "job --matrix")
+    assert [f.view for f in report.figures] == ["matrix"]
+    assert report.figures[0].data[:4] == b"\x89PNG" and report.figures[0].path.name == "job_matrix.png"
+
+
 def test_npuload_of_a_bad_path_is_a_usage_error(shell, tmp_path):
     with pytest.raises(UsageError, match="no such file"):
         shell.run_line_magic("npuload", str(tmp_path / "missing"))

@@ -193,3 +193,22 @@ def test_a_timeline_without_counters_has_no_counter_lanes(cpu_run):
     trace, _ = cpu_run
     assert trace.counters.empty
     assert [ax.get_ylabel() for ax in timeline_figure(trace).axes][-1] == "MiB"
+
+
+def test_matrix_heatmap_has_a_labelled_cell_per_recorded_pair():
+    from npumagic.render.charts import plot_matrix
+
+    summary = npumagic.analyze(need(ASCEND_RANKS[2].parent))  # level1: ranks 0 and 1 to ranks 0..7
+    fig = Figure()
+    out = plot_matrix(fig.add_subplot(), summary.comm_matrix)
+    assert out["cells"] == 14  # 2 sources x 7 other ranks; a rank's copies to itself are left out
+    assert sorted(float(t.get_text()) for t in out["labels"])[0] == pytest.approx(
+        summary.comm_matrix.min().min(), abs=0.05)
+
+
+def test_matrix_heatmap_says_when_nothing_was_recorded():
+    from npumagic.render.charts import plot_matrix
+
+    fig = Figure()
+    out = plot_matrix(fig.add_subplot(), pd.DataFrame())
+    assert out["cells"] == 0 and "no communication matrix" in fig.axes[0].texts[0].get_text()

@@ -1,0 +1,220 @@
+"""Cluster views and findings over the ranks of a job, computed from per-rank Summaries only
+(so ranks can be read and summarised apart): link bandwidth per rank and link type, the
+communication matrix, and the slow-rank, stage-imbalance and slow-link findings.
+
+The thresholds follow msprof-analyze's cluster advisor (``slow_rank_analyzer.py``,
+``slow_link_analyzer.py``): a 5% spread, the rank spread measured against the mean step
+(computing + communication not overlapped + free), the link spread against the mean bandwidth.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from . import thresholds as T
+
+if TYPE_CHECKING:
+    from .advice import Finding
+    from .metrics import Summary
+
+BANDWIDTH_COLUMNS = ["rank", "link_type", "transit_mb", "transit_ms", "bandwidth_gbps"]
+# The step time split the slow-rank rule compares, with the words a finding uses for each.
+DIMENSIONS = {"computing_us": "computing", "comm_not_overlapped_us": "communication", "free_us": "free (idle) time"}
+
+
+def _ratio(mb, ms) -> np.ndarray:
+    mb, ms = np.asarray(mb, dtype=float), np.asarray(ms, dtype=float)
+    return np.divide(mb, ms, out=np.full(mb.shape, np.nan), where=ms > 0)
+
+
+def link_bandwidth(links: pd.DataFrame) -> pd.DataFrame:
+    """Bandwidth of each rank's links by type over the whole capture: summed transit size over
+    summed transit time (GB/s), as msprof-analyze's slow-link analysis computes it.
+
+    Parameters
+    ----------
+    links : rows of ``Summary.links`` (rank, link_type, transit_mb, transit_ms).
+
+    Returns
+    -------
+    DataFrame with :data:`BANDWIDTH_COLUMNS`, one row per (rank, link_type).
+    """
+    if links is None or links.empty:
+        return pd.DataFrame(columns=BANDWIDTH_COLUMNS)
+    frame = links.assign(link_type=links["link_type"].astype(str))
+    table = frame.groupby(["rank", "link_type"], as_index=False, observed=True)[["transit_mb", "transit_ms"]].sum()
+    table["bandwidth_gbps"] = _ratio(table["transit_mb"], table["transit_ms"])
+    return table[BANDWIDTH_COLUMNS]
+
+
+def communication_matrix(matrix: pd.DataFrame, local: bool = False) -> pd.DataFrame:
+    """Source rank x destination rank bandwidth (GB/s) over every collective of the capture.
+
+    Parameters
+    ----------
+    matrix : rows of ``Summary.matrix`` (src_rank, dst_rank, link_type, transit_mb, transit_ms).
+    local : keep the on-chip copies of a rank to itself (the diagonal, hundreds of GB/s), which
+        would otherwise set the colour scale of a heatmap.
+
+    Returns
+    -------
+    DataFrame indexed by ``src_rank``, one column per ``dst_rank``; NaN where no transfer was
+    recorded (each rank's profile records what it sent).
+    """
+    if matrix is None or matrix.empty:
+        return pd.DataFrame(dtype=float)
+    rows = matrix if local else matrix[(matrix["link_type"].astype(str) != "LOCAL")
+                                       & (matrix["src_rank"] != matrix["dst_rank"])]
+    pairs = rows.groupby(["src_rank", "dst_rank"])[["transit_mb", "transit_ms"]].sum()
+    pairs["bandwidth_gbps"] = _ratio(pairs["transit_mb"], pairs["transit_ms"])
+    table = pairs["bandwidth_gbps"].unstack("dst_rank")
+    table.columns.name, table.index.name = "dst_rank", "src_rank"
+    return table
+
+
+def _spread(values: pd.Series, scale: float) -> float:
+    return float(values.max() - values.min()) / scale if scale > 0 and len(values) > 1 else 0.0
+
+
+def _per_step_ms(us: float) -> float:
+    return us / 1000.0
+
+
+def slow_ranks(ranks: pd.DataFrame, label: str = "") -> list[Finding]:
+    """A finding for each of computing, communication (not overlapped) and free whose spread
+    across ``ranks`` (max - min) exceeds :data:`~.thresholds.SLOW_RANK_RATIO` of the mean step
+    (computing + communication not overlapped + free), naming both ranks and the difference."""
+    from .advice import Finding
+
+    ranks = ranks.dropna(subset=list(DIMENSIONS))
+    if len(ranks) < 2:
+        return []
+    step = float((ranks["computing_us"] + ranks["comm_not_overlapped_us"] + ranks["free_us"]).mean())
+    out = []
+    for column, words in DIMENSIONS.items():
+        ratio = _spread(ranks[column], step)
+        if ratio <= T.SLOW_RANK_RATIO:
+            continue
+        high, low = ranks.loc[ranks[column].idxmax()], ranks.loc[ranks[column].idxmin()]
+        gap = float(high[column] - low[column])
+        where = f"{label}ranks {int(high['rank'])} and {int(low['rank'])}"
+        title = (f"slow rank: rank {int(high['rank'])} spends {_per_step_ms(gap):.2f} ms more per step in {words} than "
+                 f"rank {int(low['rank'])} ({_per_step_ms(high[column]):.2f} vs {_per_step_ms(low[column]):.2f} ms, "
+                 f"{ratio:.1%} of the {_per_step_ms(step):.2f} ms mean step)")
+        if column == "comm_not_overlapped_us":
+            category = "communication"
+            fix = (f"in a collective the rank that waits longest is not the slow one: rank {int(low['rank'])} arrives "
+                   f"late. Compare its computing, free and DataLoader time with rank {int(high['rank'])}'s "
+                   "(npumagic analyze on this folder), balance the work per rank (same batch and sequence lengths, "
+                   "no rank-0-only logging or checkpointing in the step) and check its host (CPU binding, "
+                   "CPU_AFFINITY_CONF=1)")
+        elif column == "computing_us":
+            category = "compute_bound"
+            fix = (f"rank {int(high['rank'])} computes longer: give every rank the same work (uneven batches, "
+                   "sequence lengths or MoE experts), and check that rank's device for a lower AI Core frequency "
+                   "or thermal throttling")
+        else:
+            category = "host_bound"
+            fix = (f"rank {int(high['rank'])}'s device idles longer: its host dispatches or loads data more slowly; "
+                   "check CPU binding (CPU_AFFINITY_CONF=1), TASK_QUEUE_ENABLE=2 and the DataLoader workers on that "
+                   "host")
+        evidence = {"rule": "slow_rank", "dimension": words, "high_rank": int(high["rank"]), "low_rank": int(low["rank"]),
+                    "high_ms": _per_step_ms(float(high[column])), "low_ms": _per_step_ms(float(low[column])),
+                    "gap_ms": _per_step_ms(gap), "mean_step_ms": _per_step_ms(step), "ratio": ratio}
+        out.append(Finding(category, ratio, title, evidence, fix, where))
+    return out
+
+
+def stage_imbalance(ranks: pd.DataFrame) -> list[Finding]:
+    """Pipeline stages (ranks with a known ``stage``) compared on their mean computing,
+    communication and free time: a finding when the spread across stages exceeds
+    :data:`~.thresholds.SLOW_RANK_RATIO` of the mean step, naming the stages."""
+    from .advice import Finding
+
+    staged = ranks[ranks["stage"] >= 0] if "stage" in ranks else ranks.iloc[:0]
+    if staged["stage"].nunique() < 2:
+        return []
+    stages = staged.groupby("stage")[list(DIMENSIONS)].mean()
+    step = float(stages.sum(axis=1).mean())
+    out = []
+    for column, words in DIMENSIONS.items():
+        ratio = _spread(stages[column], step)
+        if ratio <= T.SLOW_RANK_RATIO:
+            continue
+        high, low = int(stages[column].idxmax()), int(stages[column].idxmin())
+        gap = float(stages[column].max() - stages[column].min())
+        title = (f"stage imbalance: pipeline stage {high} spends {_per_step_ms(gap):.2f} ms more per step in {words} "
+                 f"than stage {low} ({_per_step_ms(stages.loc[high, column]):.2f} vs "
+                 f"{_per_step_ms(stages.loc[low, column]):.2f} ms, {ratio:.1%} of the mean step)")
+        fix = ("rebalance the pipeline: move layers from the heaviest stage to the lightest (e.g. Megatron/MindSpeed "
+               "--num-layers-per-virtual-pipeline-stage, or an uneven layer split with the embedding/output layers "
+               "counted), and use interleaved (virtual) pipeline stages to shrink bubbles")
+        evidence = {"rule": "stage_imbalance", "dimension": words, "high_stage": high, "low_stage": low,
+                    "gap_ms": _per_step_ms(gap), "mean_step_ms": _per_step_ms(step), "ratio": ratio}
+        out.append(Finding("compute_bound" if column == "computing_us" else
+                           "communication" if column == "comm_not_overlapped_us" else "host_bound",
+                           ratio, title, evidence, fix, f"stages {high} and {low}"))
+    return out
+
+
+def slow_links(summary: Summary) -> list[Finding]:
+    """Per link type: a finding when the ranks' bandwidths spread by more than
+    :data:`~.thresholds.SLOW_LINK_RATIO` of their mean, or a rank's bandwidth is below the type's
+    expected rate (:data:`~.thresholds.EXPECTED_LINK_GBPS`); names the slowest rank and its rate."""
+    from .advice import Finding
+
+    table = link_bandwidth(summary.links)
+    table = table[table["bandwidth_gbps"].notna()]
+    if table.empty:
+        return []
+    wall_ms = float(summary.ranks["step_median_us"].mean()) / 1000 if len(summary.ranks) else summary.total_wall_us / 1000
+    steps = max(len(summary.steps), 1)
+    out = []
+    for link_type, group in table.groupby("link_type"):
+        mean = float(group["bandwidth_gbps"].mean())
+        spread = _spread(group["bandwidth_gbps"], mean)
+        expected = T.EXPECTED_LINK_GBPS.get(str(link_type))
+        slow = group.loc[group["bandwidth_gbps"].idxmin()]
+        below = expected is not None and float(slow["bandwidth_gbps"]) < expected
+        if spread <= T.SLOW_LINK_RATIO and not below:
+            continue
+        reference = max(mean, expected or 0.0) if below else mean
+        lost_ms = max(float(slow["transit_ms"]) - float(slow["transit_mb"]) / reference, 0.0) / steps
+        reasons = []
+        if spread > T.SLOW_LINK_RATIO:
+            fast = group.loc[group["bandwidth_gbps"].idxmax()]
+            reasons.append(f"the ranks' {link_type} bandwidths spread by {spread:.1%} of their {mean:.2f} GB/s mean "
+                           f"(rank {int(fast['rank'])}: {float(fast['bandwidth_gbps']):.2f} GB/s)")
+        if below:
+            reasons.append(f"under the {expected:.1f} GB/s expected of {link_type}")
+        title = (f"slow link: rank {int(slow['rank'])}'s {link_type} runs at {float(slow['bandwidth_gbps']):.2f} GB/s, "
+                 + "; ".join(reasons))
+        fix = ("check the slow rank's links: `hccn_tool -i DEVICE -link -g` / `npu-smi info` for degraded or "
+               "down HCCS/RoCE links, its PCIe slot and NUMA binding; make transfers larger (DDP bucket_cap_mb) "
+               "so small packets do not dominate, and compare HCCL_BUFFSIZE across ranks")
+        evidence = {"rule": "slow_link", "link_type": str(link_type), "rank": int(slow["rank"]),
+                    "bandwidth_gbps": float(slow["bandwidth_gbps"]), "mean_gbps": mean, "spread": spread,
+                    "expected_gbps": expected, "ranks": group.set_index("rank")["bandwidth_gbps"].round(3).to_dict()}
+        impact = lost_ms / wall_ms if wall_ms > 0 else 0.0
+        out.append(Finding("communication", impact, title, evidence, fix, f"rank {int(slow['rank'])} {link_type}"))
+    return out
+
+
+def findings(summary: Summary) -> list[Finding]:
+    """Every cluster finding of a job summary (nothing for a single rank): slow ranks (within
+    each pipeline stage when stages are known), stage imbalance and slow links."""
+    ranks = summary.ranks
+    if ranks is None or len(ranks) < 2:
+        return []
+    out: list[Finding] = []
+    staged = "stage" in ranks and (ranks["stage"] >= 0).all() and ranks["stage"].nunique() > 1
+    if staged:
+        for stage, members in ranks.groupby("stage"):
+            out += slow_ranks(members, f"stage {int(stage)}: ")
+        out += stage_imbalance(ranks)
+    else:
+        out += slow_ranks(ranks)
+    return out + slow_links(summary)

@@ -232,7 +232,8 @@ def _compute_tasks(db: _Db) -> tuple[pd.DataFrame, pd.DataFrame]:
         pmu["metric"] = db.strings(pmu["name"])
         pmu = pmu[pmu["metric"].isin(PMU_RATIOS)]
         if len(pmu):
-            wide = pmu.pivot_table(index="globalTaskId", columns="metric", values="value", aggfunc="first")
+            wide = pmu.drop_duplicates(["globalTaskId", "metric"]).pivot(index="globalTaskId", columns="metric",
+                                                                          values="value")
             wide = wide.reindex(raw["globalTaskId"].to_numpy())
             for column in wide.columns:
                 details[column] = wide[column].to_numpy()

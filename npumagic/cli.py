@@ -134,8 +134,11 @@ def _pair(text: str, kind, option: str):
 def _runs(args) -> int:
     from .history import HistoryStore
 
-    _need_history(args.out)
-    table = HistoryStore(args.out).table()
+    store = _history(args.out)
+    if store is None:
+        print(f"no runs in {args.out}")
+        return 0
+    table = store.table()
     if args.json:
         print(table.to_json(orient="records", date_format="iso"))
     else:
@@ -147,8 +150,8 @@ def _export(args) -> int:
     from .history import HistoryStore
     from .render.export import log_table, render_markdown
 
-    _need_history(args.out)
-    runs = HistoryStore(args.out).runs()
+    store = _history(args.out)
+    runs = store.runs() if store is not None else []
     if args.md:
         Path(args.md).write_text(render_markdown(runs), encoding="utf-8")
     if args.csv:
@@ -158,9 +161,13 @@ def _export(args) -> int:
     return 0
 
 
-def _need_history(out: str) -> None:
-    if not Path(out).is_dir():
-        raise NpumagicError(f"{out}: no such output directory (set --out to where %%npuprofile wrote its runs)")
+def _history(out: str):
+    """The history of ``out``, opened read-only; None for an output directory without one."""
+    from .history import DB_NAME, HistoryStore
+
+    if Path(out).is_dir() and not (Path(out) / DB_NAME).exists():
+        return None
+    return HistoryStore(out, create=False)
 
 
 def _demo(args) -> int:

@@ -29,6 +29,7 @@ from .analysis.metrics import Summary
 from .analysis.persist import FORMAT as SUMMARY_FORMAT
 from .analysis.persist import dump_summary, load_summary
 from .errors import NpumagicError
+from .names import check_name
 
 DB_NAME = "history.sqlite"
 AUTO_NAME = re.compile(r"^run(\d+)$")
@@ -69,8 +70,18 @@ def _add_summaries(db: sqlite3.Connection) -> None:
         format INTEGER NOT NULL, data BLOB NOT NULL)""")
 
 
+def _add_ownership(db: sqlite3.Connection) -> None:
+    """2: whether npumagic created the run directory (only those may be deleted), and the start
+    time of the process that wrote a row (a pid alone may have been reused)."""
+    columns = {r[1] for r in db.execute("PRAGMA table_info(runs)")}
+    if "run_dir_owned" not in columns:
+        db.execute("ALTER TABLE runs ADD COLUMN run_dir_owned INTEGER NOT NULL DEFAULT 0")
+    if "pid_started" not in columns:
+        db.execute("ALTER TABLE runs ADD COLUMN pid_started REAL")
+
+
 # Each entry takes the schema from version i to i + 1 inside the opening transaction.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_add_summaries]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_add_summaries, _add_ownership]
 SCHEMA_VERSION = len(MIGRATIONS)
 KERNEL_FIELDS = ["name", "type", "core", "count", "total_us", "mean_us", "min_us", "max_us", "share"]
 STEP_FIELDS = ["step", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us", "overlapped_us",
@@ -79,7 +90,12 @@ RUN_LIST_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "
                     "bottleneck", "note"]
 
 
-class NewerHistory(NpumagicError):
+class HistoryError(NpumagicError):
+    """A history that cannot be opened or written: not a database, corrupt, read-only, or an
+    output directory that is not a directory. The message names the path."""
+
+
+class NewerHistory(HistoryError):
     """A history written by a newer npumagic (a schema version this one does not know)."""
 
 
@@ -117,30 +133,75 @@ class Run:
     verdict: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
     dataloaders: list[dict[str, Any]] = field(default_factory=list)
+    run_dir_owned: bool = False  # npumagic created run_dir (only then may %npurm --files delete it)
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> "Run":
-        d = dict(row)
-        for key in ("arguments", "environment", "versions", "headline", "verdict"):
-            d[key] = json.loads(d[key]) if d[key] else {}
-        d["dataloaders"] = json.loads(d["dataloaders"]) if d["dataloaders"] else []
-        pid, host = d.pop("pid"), d.pop("host")
-        if d["status"] == "running" and not _alive(pid, host):
+        d = {k: row[k] for k in row.keys() if k in _RUN_FIELDS}
+        for key in ("arguments", "environment", "versions", "headline", "verdict", "dataloaders"):
+            d[key] = _decode(d.get(key), [] if key == "dataloaders" else {})
+        d["run_dir_owned"] = bool(d.get("run_dir_owned") or 0)
+        if d["status"] == "running" and not _alive(row["pid"], row["host"], _get(row, "pid_started")):
             d["status"] = "crashed"  # its kernel died mid-capture
         return cls(**d)
 
 
-def _alive(pid: int | None, host: str | None) -> bool:
-    """Whether the kernel that wrote a 'running' row may still be running (other hosts: assume so)."""
-    if not pid or host != socket.gethostname():
-        return True
+def _get(row: sqlite3.Row, key: str) -> Any:
+    return row[key] if key in row.keys() else None
+
+
+def _decode(text: Any, empty: Any) -> Any:
+    """A stored JSON field; text edited into something else reads as empty."""
+    if not text:
+        return empty
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+        value = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return empty
+    return value if isinstance(value, type(empty)) else empty
+
+
+def process_started(pid: int | None = None) -> float | None:
+    """The start time (epoch seconds) of process ``pid`` (default this one), None if unknown."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, OSError, ValueError):
+        return None
+
+
+def _alive(pid: Any, host: str | None, started: Any = None) -> bool:
+    """Whether the kernel that wrote a 'running' row may still be running (other hosts: assume
+    so). A live process with the same pid but another start time is not it: pids are reused."""
+    if not isinstance(pid, int) or not 0 < pid < 2**31 or host != socket.gethostname():
         return True
+    import psutil
+
+    if not psutil.pid_exists(pid):
+        return False
+    if isinstance(started, (int, float)) and not isinstance(started, bool):
+        now = process_started(pid)
+        if now is not None and abs(now - started) > 1.0:
+            return False
     return True
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def when(created: Any) -> pd.Timestamp | None:
+    """A stored creation time (epoch seconds) as a Timestamp to the second; None if it is not one."""
+    if isinstance(created, bool) or not isinstance(created, (int, float)) or not abs(created) < 1e11:
+        return None
+    return pd.Timestamp(created, unit="s").floor("s")
+
+
+def _readonly_failure(exc: BaseException) -> bool:
+    text = str(exc)
+    return (isinstance(exc, PermissionError) or "read-only" in text or "readonly" in text
+            or "unable to open" in text or getattr(exc, "errno", None) == 30)  # EROFS
 
 
 def _json(value: Any) -> str:
@@ -152,21 +213,88 @@ def _encode(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: (_json(v) if isinstance(v, (dict, list)) else v) for k, v in fields.items()}
 
 
+_RUN_FIELDS = frozenset(Run.__dataclass_fields__)
+
+
 class HistoryStore:
     """Runs of one output directory. Every call opens its own short transaction, so two kernels
     (or a crashed one) never leave it half-written."""
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, create: bool = True) -> None:
+        """Open (and create or migrate) the history of ``directory``.
+
+        A history that cannot be written (a read-only file or folder) is opened read-only:
+        it can be listed, and recording raises :class:`HistoryError`. With ``create=False``
+        nothing is created or changed (the CLI's ``runs``/``export``).
+
+        Raises
+        ------
+        HistoryError : naming the path, when ``directory`` is not a directory, or the history is
+            not an SQLite database, is corrupt or truncated, or cannot be opened at all.
+        """
         self.directory = Path(directory)
         self.path = self.directory / DB_NAME
-        self.directory.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self.readonly = False
+        if self.directory.exists() and not self.directory.is_dir():
+            raise HistoryError(f"{self.directory}: is a file, not a directory; the output directory holds "
+                               f"{DB_NAME} and one folder per run (set NpuMagics.output_dir or --out to a directory)")
+        if self.path.exists() and not self.path.is_file():
+            raise HistoryError(f"{self.path}: is not a file; expected npumagic's SQLite history")
+        if not create:
+            if not self.directory.is_dir():
+                raise HistoryError(f"{self.directory}: no such output directory (set --out to where %%npuprofile "
+                                   "wrote its runs)")
+            if not self.path.is_file():
+                raise HistoryError(f"{self.path}: no history here (set --out to where %%npuprofile wrote its runs)")
+            self._open_readonly()
+            return
         try:
-            db.execute("PRAGMA busy_timeout=30000")
-            db.execute("PRAGMA journal_mode=WAL")  # readers never block the writer (several kernels)
-        finally:
-            db.close()
-        self.version = self._migrate()
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with self._errors("open"):
+                db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+                try:
+                    db.execute("PRAGMA busy_timeout=30000")
+                    db.execute("PRAGMA journal_mode=WAL")  # readers never block the writer (several kernels)
+                finally:
+                    db.close()
+                self.version = self._migrate()
+        except (OSError, HistoryError) as exc:
+            if not self.path.is_file() or not _readonly_failure(exc):
+                if isinstance(exc, HistoryError):
+                    raise
+                raise HistoryError(f"{self.directory}: cannot create the output directory ({exc.strerror or exc})") \
+                    from None
+            self._open_readonly()
+
+    def _open_readonly(self) -> None:
+        """Read-only: sees what a live kernel just wrote (WAL); where even that needs to write
+        (a read-only folder cannot hold the -shm file), immutable."""
+        self.readonly = True
+        for mode in ("ro", "ro&immutable=1"):
+            self._mode = mode
+            try:
+                with self._connect() as db:
+                    self.version = int(db.execute("PRAGMA user_version").fetchone()[0])
+                    db.execute("SELECT 1 FROM runs LIMIT 1").fetchall()  # a database without runs is not a history
+                return
+            except HistoryError:
+                if mode != "ro":
+                    raise
+
+    @contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        """sqlite3 failures as one HistoryError naming the file."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            text = str(exc)
+            if "readonly" in text or "read-only" in text or "unable to open" in text:
+                hint = "it is read-only here: runs can be listed but not recorded (choose another output_dir)"
+            elif "not a database" in text or "malformed" in text or "no such table" in text:
+                hint = "not a readable npumagic history (corrupt, truncated or another file); move it aside"
+            else:
+                hint = "the history could not be used"
+            raise HistoryError(f"{self.path}: {hint} ({doing}: {text})") from None
 
     def _migrate(self) -> int:
         """Create or upgrade the schema to :data:`SCHEMA_VERSION`; return the version found."""
@@ -181,25 +309,34 @@ class HistoryStore:
                         db.execute(statement)
                 for migration in MIGRATIONS[found:]:
                     migration(db)
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # also proves the file can be written
         return found
 
     @contextmanager
     def _connect(self, immediate: bool = False) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        try:
-            db.execute("PRAGMA foreign_keys=ON")
-            db.execute("PRAGMA busy_timeout=30000")
-            db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        if immediate and self.readonly:
+            raise HistoryError(f"{self.path}: it is read-only here: runs can be listed but not recorded "
+                               "(choose another output_dir)")
+        with self._errors("write" if immediate else "read"):
+            if self.readonly:
+                db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode={self._mode}", uri=True,
+                                     isolation_level=None, timeout=30)
+            else:
+                db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db.row_factory = sqlite3.Row
             try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        finally:
-            db.close()
+                if not self.readonly:
+                    db.execute("PRAGMA foreign_keys=ON")
+                    db.execute("PRAGMA busy_timeout=30000")
+                db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+                try:
+                    yield db
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+            finally:
+                db.close()
 
     # -- writing -------------------------------------------------------------------------------
     def reserve(self, name: str | None = None, **fields: Any) -> str:
@@ -209,9 +346,10 @@ class HistoryStore:
             if name is None:
                 taken = [AUTO_NAME.match(r[0]) for r in db.execute("SELECT name FROM runs WHERE name GLOB 'run[0-9]*'")]
                 name = f"run{1 + max((int(m.group(1)) for m in taken if m), default=0)}"
-            elif db.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone():
+            elif db.execute("SELECT 1 FROM runs WHERE name = ?", (check_name(name),)).fetchone():
                 raise RunNameTaken(f"run name {name!r} is taken; choose another --name or remove it with %npurm {name}")
-            values = {"name": name, "status": "running", "created": now, "pid": os.getpid(), "host": socket.gethostname()}
+            values = {"name": name, "status": "running", "created": now, "pid": os.getpid(), "host": socket.gethostname(),
+                      "pid_started": process_started()}
             values.update(_encode(fields))
             cols = ", ".join(values)
             db.execute(f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * len(values))})", list(values.values()))
@@ -328,9 +466,9 @@ class HistoryStore:
         for run in self.runs():
             h = run.headline
             rows.append({
-                "name": run.name, "created": pd.Timestamp(run.created, unit="s").floor("s"), "status": run.status,
+                "name": run.name, "created": when(run.created), "status": run.status,
                 "backend": run.backend, "device": run.device, "steps": h.get("steps"),
-                "step_median_ms": (h["step_median_us"] / 1000.0) if h.get("step_median_us") is not None else None,
+                "step_median_ms": (h["step_median_us"] / 1000.0) if _is_number(h.get("step_median_us")) else None,
                 "device_util": h.get("device_util"), "bottleneck": run.verdict.get("bottleneck"), "note": run.note,
             })
         table = pd.DataFrame(rows, columns=RUN_LIST_COLUMNS)

@@ -17,10 +17,11 @@ from traitlets import Bool, Enum, List, Unicode
 from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError
 from .errors import NpumagicError
 from .history import RunNameTaken, UnknownRun
+from .names import RULE as NAME_RULE
+from .names import check_name, file_stem
 from .render import TRACE_VIEWS, VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
 from .session import RunOutcome, Session
 
-_NAME = re.compile(r"^[A-Za-z_][\w.-]{0,63}$")
 
 
 def _schedule_arguments(func):
@@ -121,7 +122,10 @@ class NpuMagics(Magics):
     def session(self) -> Session:
         wanted = Path(self.output_dir).resolve()
         if self._session is None or self._session.output_dir != wanted or (self._session.prefer_backend or "") != self.backend:
-            self._session = Session(wanted, backend=self.backend or None)
+            try:
+                self._session = Session(wanted, backend=self.backend or None)
+            except NpumagicError as exc:  # a history that is not a database, an output_dir that is a file, ...
+                raise UsageError(str(exc)) from None
         return self._session
 
     # -- capture ------------------------------------------------------------------------------
@@ -175,8 +179,8 @@ class NpuMagics(Magics):
 
     def _profile(self, args, code: str, repeat_cell: bool, source: str, line: str):
         options = _options(args, repeat_cell)
-        if args.name is not None and not _NAME.match(args.name):
-            raise UsageError(f"invalid --name {args.name!r}: use letters, digits, '_', '-' or '.', starting with a letter")
+        if args.name is not None:
+            _check_name(args.name)
         body = self._compile(code)
         arguments = dict(options.as_dict(), name=args.name, out=args.out, line=line)
         try:
@@ -204,11 +208,19 @@ class NpuMagics(Magics):
         namespace = self.shell.user_ns
         return lambda: exec(compiled, namespace)  # noqa: S102 - running the user's cell is the point
 
+    def _figure_dir(self, run) -> Path | None:
+        path = self.session.figure_dir(run)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return None  # figures are still shown, just not saved
+        return path
+
     def _report(self, outcome: RunOutcome, quiet: bool, plot: bool) -> RunReport:
         figures = []
         if plot and outcome.summary is not None and outcome.trace is not None:
-            figures = render_views(list(self.views), outcome.trace, outcome.summary, _figure_dir(outcome.run.run_dir),
-                                   outcome.run.name, self.figure_format)
+            figures = render_views(list(self.views), outcome.trace, outcome.summary,
+                                   self._figure_dir(outcome.run), outcome.run.name, self.figure_format)
         notes = [] if quiet else outcome.notes
         return RunReport(outcome.run, outcome.summary, outcome.verdict, notes, figures)
 
@@ -247,7 +259,7 @@ class NpuMagics(Magics):
 
             summary = self.session.summary(name) if args.rank is None else analysis.summarize(trace, rank=args.rank)
             run = self.session.store.get(name)
-            figures = render_views(views, trace, summary, _figure_dir(run.run_dir), name, "svg" if args.svg else "png",
+            figures = render_views(views, trace, summary, self._figure_dir(run), name, "svg" if args.svg else "png",
                                    **{k: v for k, v in options.items() if v is not None})
         except (NpumagicError, ValueError) as exc:
             raise UsageError(str(exc)) from None
@@ -269,7 +281,10 @@ class NpuMagics(Magics):
         """
         if line.strip():
             raise UsageError("%npuruns takes no arguments")
-        return self.session.store.table()
+        try:
+            return self.session.store.table()
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
 
     @magic_arguments()
     @argument("path", help="a torch.profiler or torch_npu output directory (or trace file)")
@@ -282,6 +297,8 @@ class NpuMagics(Magics):
         Example: ``%npuload /data/job42/rank0_ascend_pt --name cluster_baseline``
         """
         args = _parse(self.npuload, line)
+        if args.name is not None:
+            _check_name(args.name)
         try:
             outcome = self.session.load(args.path, name=args.name)
         except (NpumagicError, RunNameTaken) as exc:
@@ -351,7 +368,7 @@ class NpuMagics(Magics):
             from .render.views import RenderedFigure, figure_bytes
 
             data = figure_bytes(comparison_figure(comparison), self.figure_format)
-            path = self.session.output_dir / f"compare_{a}_vs_{b}.{self.figure_format}"
+            path = self.session.output_dir / f"compare_{file_stem(a)}_vs_{file_stem(b)}.{self.figure_format}"
             path.write_bytes(data)
             figure = RenderedFigure("compare", data, self.figure_format, path)
         return CompareReport(comparison, figure)
@@ -387,7 +404,10 @@ class NpuMagics(Magics):
         if len(parts) < 2:
             raise UsageError('usage: %npunote RUN "text"')
         name = self._run(parts[0])
-        self.session.note(name, " ".join(parts[1:]))
+        try:
+            self.session.note(name, " ".join(parts[1:]))
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
         return None
 
     @magic_arguments()
@@ -398,7 +418,10 @@ class NpuMagics(Magics):
         """Remove a run from the history (asks nothing; keeps its files unless --files)."""
         args = _parse(self.npurm, line)
         name = self._run(args.run)
-        run = self.session.remove(name, files=args.files)
+        try:
+            run = self.session.remove(name, files=args.files)
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
         kept = "" if args.files else f"; files kept in {run.run_dir}"
         print(f"npumagic: removed {name}{kept}")
         return None
@@ -440,11 +463,16 @@ class NpuMagics(Magics):
             raise UsageError("give --md FILE and/or --csv FILE")
         from .render.export import log_table, render_markdown
 
-        runs = self.session.store.runs()
-        if args.md:
-            Path(args.md).write_text(render_markdown(runs), encoding="utf-8")
-        if args.csv:
-            log_table(runs).to_csv(args.csv, index=False)
+        try:
+            runs = self.session.store.runs()
+            if args.md:
+                Path(args.md).write_text(render_markdown(runs), encoding="utf-8")
+            if args.csv:
+                log_table(runs).to_csv(args.csv, index=False)
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
+        except OSError as exc:
+            raise UsageError(f"cannot write {exc.filename or args.md or args.csv}: {exc.strerror or exc}") from None
         print(f"npumagic: exported {len(runs)} runs to {', '.join(p for p in (args.md, args.csv) if p)}")
         return None
 
@@ -463,12 +491,11 @@ def assigned_cell_magic(lines: list[str]) -> list[str]:
     return [f"{var} = get_ipython().run_cell_magic({magic!r}, {args!r}, {''.join(lines[1:])!r})\n", f"{var}\n"]
 
 
-def _figure_dir(run_dir: str | None) -> Path | None:
-    """Figures go beside the profiler output (its directory, or a trace file's folder)."""
-    if not run_dir:
-        return None
-    path = Path(run_dir)
-    return path if path.is_dir() else path.parent
+def _check_name(name: str) -> None:
+    try:
+        check_name(name)
+    except NpumagicError:
+        raise UsageError(f"invalid --name {name!r}: use {NAME_RULE}") from None
 
 
 def _pair(text: str | None, kind, option: str):

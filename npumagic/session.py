@@ -4,6 +4,8 @@ history store consistent (also when the cell fails), and remembers the baseline.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -18,7 +20,8 @@ from .analysis.metrics import Summary
 from .capture import CaptureOptions, CaptureResult, capture, choose_backend, ensure_idle
 from .capture.backends import BackendChoice, environment_snapshot
 from .errors import NpumagicError
-from .history import HistoryStore, Run, RunNameTaken
+from .history import DB_NAME, HistoryStore, Run, RunNameTaken
+from .names import check_name, file_stem
 
 log = logging.getLogger(__name__)
 
@@ -69,24 +72,43 @@ class Session:
         name = self.store.reserve(name, backend=backend.name, device=backend.device_name, source=source,
                                   arguments=arguments or options.as_dict(), environment=environment_snapshot(),
                                   versions=backend.versions())
-        run_dir = Path(out).resolve() if out else self.output_dir / name
-        self.store.update(name, run_dir=str(run_dir))
-        notes = [str(choice)] + backend.notes(options)
-        result = capture(body, options, backend, run_dir, source=source)
-        notes += result.messages
-        return self._record(name, result.status, run_dir, result, notes)
+        try:  # from here on the run is recorded whatever happens: never left 'running'
+            run_dir = Path(out).resolve() if out else self.output_dir / name
+            owned = _make_run_dir(run_dir)
+            self.store.update(name, run_dir=str(run_dir), run_dir_owned=owned)
+            notes = [str(choice)] + backend.notes(options)
+            result = capture(body, options, backend, run_dir, source=source)
+            notes += result.messages
+            return self._record(name, result.status, run_dir, result, notes)
+        except BaseException as exc:
+            self._close(name, exc)
+            raise
+
+    def _close(self, name: str, exc: BaseException) -> None:
+        """Record a run whose capture or recording was cut short (an unwritable output, a second
+        Ctrl-C during the profiler's export, a failure anywhere) as interrupted or failed."""
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        try:
+            if self.store.get(name).status == "running":
+                self.store.finish(name, status, message=f"{type(exc).__name__}: {exc}"[:2000])
+        except BaseException:  # noqa: BLE001 - the original exception is the one to raise
+            log.debug("could not record %s as %s", name, status, exc_info=True)
 
     def load(self, path: str | Path, name: str | None = None) -> RunOutcome:
         """Import a profiler output directory collected elsewhere as a run."""
-        if name is not None and self.store.exists(name):  # refuse before a possibly long parse
+        if name is not None and self.store.exists(check_name(name)):  # refuse before a possibly long parse
             raise RunNameTaken(f"run name {name!r} is taken; choose another --name or remove it with %npurm {name}")
         path = Path(path).resolve()
         trace = analysis.load(path, progress=True)  # raises TraceError before anything is stored
         name = self.store.reserve(name, kind="load", backend=trace.meta.get("backend"),
                                   device=trace.meta.get("device_name"), source=f"%npuload {path}",
                                   arguments={"path": str(path)}, environment=trace.meta.get("environment", {}))
-        self.store.update(name, run_dir=str(path))
-        return self._record(name, "ok", path, None, [], trace=trace)
+        try:
+            self.store.update(name, run_dir=str(path))
+            return self._record(name, "ok", path, None, [], trace=trace)
+        except BaseException as exc:
+            self._close(name, exc)
+            raise
 
     def _record(self, name: str, status: str, run_dir: Path, result: CaptureResult | None, notes: list[str],
                 trace: "analysis.Trace | None" = None) -> RunOutcome:
@@ -226,18 +248,65 @@ class Session:
         self.store.update(name, note=text)
 
     def remove(self, name: str, files: bool = False) -> Run:
+        """Remove a run from the history; with ``files``, first delete its output directory.
+
+        Only a directory npumagic created for the run, inside ``output_dir``, is ever deleted
+        (not one given with ``--out`` that existed, not an imported one, not the output
+        directory itself or another run's); otherwise NpumagicError says why and the run stays.
+        The history row goes only once the files are gone."""
+        run = self.store.get(name)
+        if files:
+            self._delete_files(run)
         run = self.store.remove(name)
         self._summaries.pop(name, None)
         if self._trace is not None and self._trace[0] == name:
             self._trace = None
         if self.baseline == name:
             self.baseline = None
-        if files and run.kind == "profile" and run.run_dir and Path(run.run_dir).is_dir():
-            import shutil
-
-            shutil.rmtree(run.run_dir)
         return run
 
+    def figure_dir(self, run: Run) -> Path:
+        """Where a run's figures go: beside a capture's output; for an imported run under
+        ``output_dir/figures/NAME``, never into the user's input folder."""
+        if run.kind == "profile" and run.run_dir:
+            path = Path(run.run_dir)
+            return path if path.is_dir() else path.parent
+        return self.output_dir / "figures" / file_stem(run.name)
+
+    def _delete_files(self, run: Run) -> None:
+        refuse = lambda why: NpumagicError(  # noqa: E731
+            f"not deleting {run.run_dir} for run {run.name!r}: {why}; the run is kept (remove it without --files)")
+        if not run.run_dir:
+            raise refuse("it has no output directory")
+        path = Path(run.run_dir)
+        if not path.exists():
+            return  # already gone: nothing to delete
+        if run.kind != "profile" or not run.run_dir_owned:
+            raise refuse("npumagic did not create it (an imported run, or --out named an existing directory)")
+        if path.is_symlink() or not path.is_dir():
+            raise refuse("it is not a plain directory")
+        real, root = Path(os.path.realpath(path)), Path(os.path.realpath(self.output_dir))
+        if root not in real.parents:
+            raise refuse(f"it is not inside the output directory {root}")
+        if (real / DB_NAME).exists() or any(Path(os.path.realpath(r.run_dir)) == real
+                                            for r in self.store.runs() if r.run_dir and r.name != run.name):
+            raise refuse("it holds the history or another run's output")
+        try:
+            shutil.rmtree(real)
+        except OSError as exc:
+            raise NpumagicError(f"could not delete {real} ({exc.strerror or exc}); the run is kept") from None
+
+
+def _make_run_dir(run_dir: Path) -> bool:
+    """Create a run's output directory; return whether npumagic created it (and so owns it)."""
+    if run_dir.is_dir():
+        return False
+    try:
+        run_dir.mkdir(parents=True)
+    except OSError as exc:
+        raise NpumagicError(f"{run_dir}: cannot write the run's profiler output here ({exc.strerror or exc}); "
+                            "choose another --out or NpuMagics.output_dir") from None
+    return True
 
 def _configuration(run: Run) -> str:
     """What makes two runs replicates: everything recorded about how they ran but the name."""

@@ -84,7 +84,7 @@ class Advice:
     def _repr_html_(self) -> str:
         import html
 
-        rows = "".join(f"<tr><td>{i}</td><td>{f.severity}</td><td>{f.category}</td><td style='text-align:left'>"
+        rows = "".join(f"<tr><td>{i}</td><td>{html.escape(f.severity)}</td><td>{html.escape(f.category)}</td><td style='text-align:left'>"
                        f"{html.escape(f.title)}<br/><i>fix:</i> {html.escape(f.fix)}"
                        f"{'<br/><i>where:</i> ' + html.escape(f.where) if f.where else ''}</td></tr>"
                        for i, f in enumerate(self.findings, 1))

@@ -45,7 +45,7 @@ class Verdict:
     def _repr_html_(self) -> str:
         import html
 
-        rows = "".join(f"<tr><td>{i}</td><th style='text-align:left'>{t}</th><td style='text-align:left'>{html.escape(x)}</td></tr>"
+        rows = "".join(f"<tr><td>{i}</td><th style='text-align:left'>{html.escape(t)}</th><td style='text-align:left'>{html.escape(x)}</td></tr>"
                        for i, (t, x) in enumerate(self.steps, 1))
         return f"<table>{rows}</table>"
 

@@ -149,7 +149,9 @@ class Summary:
         p.text(str(self) if not cycle else "Summary(...)")
 
     def _repr_html_(self) -> str:
-        first = str(self).splitlines()[0]
+        import html
+
+        first = html.escape(str(self).splitlines()[0])  # the device name comes from the trace
         return f"<p>{first}</p>" + self.steps.to_html(index=False, float_format=lambda v: f"{v:,.1f}")
 
 

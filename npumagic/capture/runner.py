@@ -5,6 +5,7 @@ exception is handed back in :class:`CaptureResult` for the caller to record and 
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +22,23 @@ class NestedCaptureError(RuntimeError):
 
 
 def ensure_idle() -> None:
-    """Raise NestedCaptureError when a capture is already running in this kernel."""
+    """Raise NestedCaptureError when a capture is already running in this kernel, or the user's
+    own torch.profiler (or torch_npu profiler) session is active: starting another would
+    silently end theirs and lose what it recorded."""
     if _steps.active() is not None:
         raise NestedCaptureError("npumagic is already profiling this kernel: %%npuprofile/%npusteps cannot be nested")
+    torch = sys.modules.get("torch")  # not imported: no profiler can be running
+    if torch is not None and _profiler_enabled(torch):
+        raise NestedCaptureError("a torch.profiler session is already active in this kernel (a `with "
+                                 "torch.profiler.profile(...)` block or prof.start()); leave it first: profiling "
+                                 "inside it would end it and lose what it recorded")
+
+
+def _profiler_enabled(torch) -> bool:
+    try:
+        return bool(torch._C._autograd._profiler_enabled())  # any Kineto/legacy session, torch_npu's too
+    except (AttributeError, RuntimeError):
+        return bool(getattr(getattr(torch.autograd, "profiler", None), "_is_profiler_enabled", False))
 
 
 @dataclass
@@ -81,6 +96,7 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
     status, error = "ok", None
     started = time.perf_counter()
     loaders: list[dict] = []
+    messages: list[str] = []
     try:
         with recording() as loaders:
             clock.begin()
@@ -100,13 +116,15 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
             remove_hook()
         _steps.deactivate(token)
         try:
-            clock.stop()
-        except Exception as exc:  # noqa: BLE001 - a profiler that fails to stop must not hide the user's error
+            clock.stop()  # the profiler exports its trace here: a second Ctrl-C may land in it
+        except BaseException as exc:  # noqa: BLE001 - a profiler that fails to stop must not hide the user's error
             if error is None:
-                status, error = "failed", exc
+                status, error = ("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"), exc
+            messages.append(f"the profiler did not finish writing its trace ({type(exc).__name__}: {exc}); "
+                            "what it wrote is kept")
     seconds = time.perf_counter() - started
     result = CaptureResult(status, clock.steps, _recorded(options, clock.steps), seconds, run_dir, error,
-                           dataloaders=list(loaders))
+                           messages=messages, dataloaders=list(loaders))
     if status == "ok" and clock.steps == 0:
         result.status = "no-steps"
         result.messages.append("no step boundary seen: the cell called neither optimizer.step() nor npumagic.step(); "

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import html
+import re
+
 import pandas as pd
 
-from ..history import Run
+from ..history import Run, when
 
 LOG_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "step_median_ms", "device_util", "bottleneck",
                "next_change", "findings", "note", "run_dir"]
@@ -16,10 +19,10 @@ def log_table(runs: list[Run]) -> pd.DataFrame:
     for r in runs:
         h, v = r.headline, r.verdict
         rows.append({
-            "name": r.name, "created": pd.Timestamp(r.created, unit="s").floor("s").isoformat(), "status": r.status,
+            "name": r.name, "created": _iso(when(r.created)), "status": r.status,
             "backend": r.backend, "device": r.device, "steps": h.get("steps"),
-            "step_median_ms": round(h["step_median_us"] / 1000, 3) if h.get("step_median_us") is not None else None,
-            "device_util": round(h["device_util"], 3) if h.get("device_util") is not None else None,
+            "step_median_ms": round(h["step_median_us"] / 1000, 3) if _number(h.get("step_median_us")) else None,
+            "device_util": round(h["device_util"], 3) if _number(h.get("device_util")) else None,
             "bottleneck": v.get("bottleneck"), "next_change": v.get("next_change"),
             "findings": " | ".join(f"[{f['severity']}] {f['category']}: {f['title']}" for f in v.get("findings", [])),
             "note": r.note, "run_dir": r.run_dir,
@@ -28,25 +31,60 @@ def log_table(runs: list[Run]) -> pd.DataFrame:
 
 
 def render_markdown(runs: list[Run], title: str = "npumagic troubleshooting log") -> str:
-    """Each run as a Markdown section: facts, note, checklist table, findings, cell source."""
-    out = [f"# {title}", ""]
+    """Each run as a Markdown section: facts, note, checklist table, findings, cell source.
+
+    Everything that comes from a trace, a note or a cell is escaped: it cannot start a heading,
+    close a table cell, inject HTML or end the code fence around the cell source."""
+    out = [f"# {md(title)}", ""]
     for r in runs:
         h, v = r.headline, r.verdict
-        median = f"{h['step_median_us'] / 1000:.2f} ms" if h.get("step_median_us") is not None else "-"
-        out += [f"## {r.name} — {r.status}", "",
-                f"- when: {pd.Timestamp(r.created, unit='s').floor('s')}; backend: {r.backend} ({r.device}); "
-                f"steps: {h.get('steps', '-')}; median step: {median}",
-                f"- output: `{r.run_dir}`"]
+        median = f"{h['step_median_us'] / 1000:.2f} ms" if _number(h.get("step_median_us")) else "-"
+        out += [f"## {md(r.name)} — {md(r.status)}", "",
+                f"- when: {when(r.created) or '-'}; backend: {md(r.backend)} ({md(r.device)}); "
+                f"steps: {md(h.get('steps', '-'))}; median step: {median}",
+                f"- output: {code(r.run_dir)}"]
         if r.note:
-            out.append(f"- **note:** {r.note}")
+            out.append(f"- **note:** {md(r.note)}")
         if v.get("steps"):
             out += ["", "| # | checklist | |", "|---|---|---|"]
-            out += [f"| {i} | {title} | {text.replace('|', '/')} |" for i, (title, text) in enumerate(v["steps"], 1)]
+            out += [f"| {i} | {md(step[0] if step else '')} | {md(step[1] if len(step) > 1 else '')} |"
+                    for i, step in enumerate(v["steps"], 1)]
         if v.get("findings"):
             out += ["", "Findings:", ""]
-            out += [f"{i}. **[{f['severity']}] {f['category']}** — {f['title']}  \n   fix: {f['fix']}"
-                    for i, f in enumerate(v["findings"], 1)]
+            out += [f"{i}. **[{md(f.get('severity'))}] {md(f.get('category'))}** — {md(f.get('title'))}  \n"
+                    f"   fix: {md(f.get('fix'))}" for i, f in enumerate(v["findings"], 1) if isinstance(f, dict)]
         if r.source:
-            out += ["", "```python", r.source.strip(), "```"]
+            out += ["", *fenced(r.source.strip(), "python")]
         out.append("")
     return "\n".join(out)
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+
+
+def md(value: object) -> str:
+    """Text as inert Markdown on one line: special characters backslash-escaped, HTML escaped."""
+    text = " ".join(str("" if value is None else value).split())
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(text, quote=False))
+
+
+def code(value: object) -> str:
+    """Inline code that no backtick in ``value`` can close early."""
+    text = " ".join(str("-" if value is None else value).split())
+    ticks = "`" * (1 + max((len(m) for m in re.findall(r"`+", text)), default=0))
+    return f"{ticks} {text} {ticks}"
+
+
+def fenced(text: str, lang: str = "") -> list[str]:
+    """A fenced code block whose fence is longer than any backtick run inside ``text``."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}{lang}", text, fence]
+
+
+def _iso(stamp: pd.Timestamp | None) -> str | None:
+    return stamp.isoformat() if stamp is not None else None
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from ..analysis.metrics import Summary
 from ..analysis.schema import Trace
+from ..names import file_stem
 from .charts import comm_figure, kernels_figure, matrix_figure, memory_figure, steps_figure
 from .timeline import timeline_figure
 
@@ -72,7 +73,7 @@ def render_views(views: list[str], trace: Trace | None, summary: Summary, save_d
         data = figure_bytes(fig, fmt)
         path = None
         if save_dir is not None:
-            path = save_dir / f"{prefix}_{view}.{fmt}"
+            path = save_dir / f"{file_stem(prefix)}_{view}.{fmt}"
             try:
                 path.write_bytes(data)
             except OSError:

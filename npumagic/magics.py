@@ -41,6 +41,8 @@ def _schedule_arguments(func):
         argument("--stack", action="store_true", help="record Python stacks (with_stack), for source lines of syncs"),
         argument("--level", type=int, default=0, help="torch_npu profiler level 0, 1 or 2 (default 0)"),
         argument("--aic-metrics", default=None, help=f"torch_npu AI Core metrics: {', '.join(AIC_METRICS)}"),
+        argument("--no-host", action="store_true", help="do not sample the host's CPU and memory (psutil, every 10 ms "
+                                                         "while the profiler records)"),
         argument("--quiet", action="store_true", help="no backend line or notes"),
         argument("--no-plot", action="store_true", help="draw no figures"),
     ]
@@ -57,7 +59,7 @@ def _options(args, repeat_cell: bool) -> CaptureOptions:
         return CaptureOptions(wait=args.wait, warmup=args.warmup, steps=args.steps, repeat=args.repeat,
                               skip_first=args.skip_first, activities=activities, memory=args.memory,
                               shapes=args.shapes, stack=args.stack, level=args.level, aic_metrics=args.aic_metrics,
-                              repeat_cell=repeat_cell)
+                              repeat_cell=repeat_cell, host=not args.no_host)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

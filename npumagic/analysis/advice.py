@@ -143,8 +143,24 @@ def _dataloader(s: Summary) -> Finding | None:
                "persistent_workers=True and pin_memory=True, and move decoding/augmentation out of collate_fn into "
                "the workers (or onto the device)")
     ms = _per_step_ms(s, "dataloader_us")
-    return Finding("dataloader", share, f"the step waits {ms:.2f} ms for the next batch ({share:.0%} of the step)",
-                   {"dataloader_ms": ms, "dataloader_share": share}, fix, iterator)
+    title = f"the step waits {ms:.2f} ms for the next batch ({share:.0%} of the step)"
+    evidence = {"dataloader_ms": ms, "dataloader_share": share}
+    host = _host_cpu(s)
+    if host:
+        evidence.update(host)
+        n, busy, idle = host["workers"], host["worker_cpu_pct"], host["cores_idle"]
+        if n and busy >= T.WORKER_BUSY_PCT:
+            title += f"; its {n} DataLoader workers are each {busy:.0f}% busy: decoding is CPU-bound"
+            more = f"num_workers={n} -> {n + idle}, {idle} cores are idle" if idle else "no core is idle"
+            fix = (f"the workers are CPU-bound decoding: add workers ({more}) and make each sample cheaper: decode "
+                   "pre-resized inputs, move augmentation onto the device, cache decoded samples")
+        elif n and busy < T.WORKER_IDLE_PCT and idle:
+            title += f"; its {n} workers are only {busy:.0f}% busy with {idle} cores idle: the batches wait on I/O"
+            fix = ("the workers wait on I/O, not on the CPU: read from faster storage (copy the dataset to local disk "
+                   "or RAM, pack small files into shards), and overlap more reads (prefetch_factor=4, more workers)")
+        elif not n and host.get("main_thread_cpu_pct", 0) >= T.HOST_PINNED_PCT:
+            title += f"; the training thread decodes every batch itself ({host['main_thread_cpu_pct']:.0f}% of a core)"
+    return Finding("dataloader", share, title, evidence, fix, iterator)
 
 
 def _host_bound(s: Summary) -> Finding | None:
@@ -162,9 +178,40 @@ def _host_bound(s: Summary) -> Finding | None:
     else:
         fix = ("cut launch overhead: capture the step in CUDA graphs (torch.compile(model, mode='reduce-overhead')), "
                "raise the batch size, and move Python work (logging, metric math) out of the step")
-    return Finding("host_bound", unexplained, f"the device is idle {evidence['free_ms']:.2f} ms per step ({free:.0%}) "
-                   f"waiting for the host; {evidence['preparing_ms']:.2f} ms pass before the first device task",
-                   evidence, fix)
+    title = (f"the device is idle {evidence['free_ms']:.2f} ms per step ({free:.0%}) waiting for the host; "
+             f"{evidence['preparing_ms']:.2f} ms pass before the first device task")
+    host = _host_cpu(s)
+    main = host.get("main_thread_cpu_pct", float("nan")) if host else float("nan")
+    if host:
+        evidence.update(host)
+    if main >= T.HOST_PINNED_PCT:
+        title += f"; the thread running the step is {main:.0f}% busy: dispatch-bound"
+        queue = "export TASK_QUEUE_ENABLE=2 (two-level dispatch pipeline), " if s.meta.get("backend") == "npu" else ""
+        fix = (f"the host thread is saturated dispatching operators: {queue}raise the batch size (fewer dispatches "
+               "per sample), and compile the step (torch.compile) so fewer, fused kernels are launched; then " + fix)
+    elif main < T.WORKER_IDLE_PCT and host and host["cores_idle"]:
+        title += (f"; that thread is only {main:.0f}% busy with {host['cores_idle']} cores idle: the host waits "
+                  "(I/O, sleep, locks), it is not dispatching")
+        fix = ("find what the host waits on between steps (profile with --stack and read the host lanes of the "
+               "timeline: file or network reads, logging, checkpoint writes, time.sleep, lock waits) and move it off "
+               "the step; " + fix)
+    return Finding("host_bound", unexplained, title, evidence, fix)
+
+
+def _host_cpu(s: Summary) -> dict[str, Any]:
+    """The host's CPU over the run (npumagic's psutil samples), {} when none were taken:
+    percents of one core averaged over the steps, worker count and idle cores per step."""
+    h = s.host
+    if h is None or h.empty or h["cores"].max() == 0:
+        return {}
+    out: dict[str, Any] = {"workers": int(h["workers"].max()), "cores_idle": int(round(float(h["cores_idle"].mean()))),
+                           "cores_busy_pct": float(h["cores_busy_pct"].mean())}
+    for key, column in (("main_thread_cpu_pct", "main_thread_cpu_pct"), ("process_cpu_pct", "process_cpu_pct"),
+                        ("worker_cpu_pct", "worker_cpu_pct_mean")):
+        if h[column].notna().any():
+            out[key] = float(h[column].mean())
+    out.setdefault("worker_cpu_pct", float("nan"))
+    return out
 
 
 def _sync(s: Summary) -> Finding | None:

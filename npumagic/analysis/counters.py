@@ -1,6 +1,6 @@
 """Counters -> per-step figures: HBM bandwidth, LLC hit rate, AI Core frequency (and the
 operators that ran at a reduced frequency, as msprof-analyze's advisor checks), L2 cache rates
-per operator type.
+per operator type, and the host's CPU (npumagic's psutil samples).
 
 A counter is a series of samples. Rates and ratios (bandwidth, hit rate, CPU %) are measured
 over the interval since the previous sample, so a sample at ``t[i]`` holds on ``(t[i-1], t[i]]``
@@ -10,6 +10,8 @@ time-weighted mean of the series over the part of the step the samples cover.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -237,3 +239,48 @@ def l2_table(counters: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
                         "hit_rate": wide.get("Hit Rate", pd.Series(np.nan, index=wide.index)).to_numpy(),
                         "victim_rate": wide.get("Victim Rate", pd.Series(np.nan, index=wide.index)).to_numpy()})
     return out.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)[L2_COLUMNS]
+
+
+HOST_COLUMNS = ["step", "process_cpu_pct", "main_thread_cpu_pct", "rss_bytes", "workers", "worker_cpu_pct_mean",
+                "worker_cpu_pct_max", "cores", "cores_busy_pct", "cores_idle"]
+CORE_IDLE_PCT = 10.0  # a core busy less than this over a step counts as idle
+
+
+def host_table(counters: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per-step host figures from npumagic's psutil samples (group "Host"), :data:`HOST_COLUMNS`.
+
+    CPU figures are percent of one core, time-weighted over the step: the process (all its
+    threads), the thread that ran the cell, the DataLoader workers (mean and max over workers;
+    ``workers`` is how many were sampled in the step), and the machine's cores (mean busy %, and
+    ``cores_idle``, how many were busy under :data:`CORE_IDLE_PCT`). ``rss_bytes``: the
+    process's mean resident memory. Empty when the run has no host samples.
+    """
+    host = counters[counters["group"].astype(str) == "Host"]
+    if host.empty or steps.empty:
+        return pd.DataFrame(columns=HOST_COLUMNS)
+    starts, ends = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    names = host["name"].astype(str)
+    means = {name: window_means(series, starts, ends) for name, series in host.groupby(names, sort=False)}
+    nan = np.full(len(steps), np.nan)
+
+    def stack(prefix: str) -> np.ndarray:
+        cols = [v for k, v in means.items() if k.startswith(prefix)]
+        return np.vstack(cols) if cols else np.full((1, len(steps)), np.nan)
+
+    workers, cores = stack("Worker "), stack("Core ")
+    with np.errstate(all="ignore"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN steps stay NaN
+            out = pd.DataFrame({
+                "step": steps["step"].to_numpy(),
+                "process_cpu_pct": means.get("Process/CPU", nan),
+                "main_thread_cpu_pct": means.get("Main thread/CPU", nan),
+                "rss_bytes": means.get("Process/RSS", nan),
+                "workers": (~np.isnan(workers)).sum(axis=0),
+                "worker_cpu_pct_mean": np.nanmean(workers, axis=0),
+                "worker_cpu_pct_max": np.nanmax(workers, axis=0),
+                "cores": (~np.isnan(cores)).sum(axis=0),
+                "cores_busy_pct": np.nanmean(cores, axis=0),
+                "cores_idle": (cores < CORE_IDLE_PCT).sum(axis=0),
+            })
+    return out[HOST_COLUMNS]

@@ -67,6 +67,8 @@ class Summary:
     l2 : L2 cache hit/victim rates per operator type (:func:`~npumagic.analysis.counters.l2_table`).
     frequency_drops : operators run at a reduced AI Core frequency
         (:func:`~npumagic.analysis.counters.frequency_drops`).
+    host : per-step host CPU (process, cell thread, DataLoader workers, cores) from npumagic's
+        psutil samples (:func:`~npumagic.analysis.counters.host_table`); empty without them.
     """
 
     steps: pd.DataFrame
@@ -87,6 +89,8 @@ class Summary:
     l2: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=hw.L2_COLUMNS), repr=False, compare=False)
     frequency_drops: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=hw.FREQ_OP_COLUMNS),
                                           repr=False, compare=False)
+    host: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=hw.HOST_COLUMNS), repr=False,
+                               compare=False)
 
     # -- headline numbers -------------------------------------------------------------------
     @property
@@ -129,7 +133,21 @@ class Summary:
                 "communication_share": self.share("comm_not_overlapped_us"),
                 "free_share": self.share("free_us"), "dataloader_share": self.share("dataloader_us"),
                 "sync_share": self.share("sync_us"),
-                "syncs_per_step": float(self.syncs["per_step"].sum()) if len(self.syncs) else 0.0}
+                "syncs_per_step": float(self.syncs["per_step"].sum()) if len(self.syncs) else 0.0,
+                **self._counter_headline()}
+
+    def _counter_headline(self) -> dict[str, float]:
+        """Means over the steps of the hardware and host figures that were recorded."""
+        out = {}
+        for table, columns in ((self.hardware, ("hbm_gbps", "llc_hit_rate", "aicore_freq_mhz")),
+                               (self.host, ("process_cpu_pct", "main_thread_cpu_pct", "worker_cpu_pct_mean",
+                                            "cores_busy_pct", "rss_bytes"))):
+            for column in columns:
+                if len(table) and table[column].notna().any():
+                    out[column if table is self.hardware else f"host_{column}"] = float(table[column].mean())
+        if len(self.host):
+            out["host_workers"] = float(self.host["workers"].max())
+        return out
 
     # -- display ----------------------------------------------------------------------------
     def __str__(self) -> str:
@@ -245,6 +263,7 @@ def _summarize_rank(trace: Trace, rank: int) -> Summary:
                                    trace.meta.get("aicore_nominal_mhz")),
         l2=hw.l2_table(counters, device_kernels),
         frequency_drops=hw.frequency_drops(counters, device_kernels, trace.meta.get("aicore_nominal_mhz")),
+        host=hw.host_table(counters, steps),
     )
 
 

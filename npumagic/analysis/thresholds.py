@@ -58,6 +58,13 @@ SLOW_LINK_RATIO = 0.05
 # as the SDMA baseline and flags below 80% of it; HCCS carries that SDMA traffic within a node.
 # Other link types (PCIE, SIO, RDMA) depend on the machine and have no floor here.
 EXPECTED_LINK_GBPS = {"SDMA": 0.8 * 18.0, "HCCS": 0.8 * 18.0}
+# Host CPU (npumagic's psutil samples, percent of one core): the thread running the step busy at
+# least HOST_PINNED_PCT is the bottleneck itself (it cannot dispatch faster); DataLoader workers
+# each busy at least WORKER_BUSY_PCT are CPU-bound decoding; workers below WORKER_IDLE_PCT while
+# the step waits for data (with a core idle) are waiting on I/O, not computing.
+HOST_PINNED_PCT = 90.0
+WORKER_BUSY_PCT = 90.0
+WORKER_IDLE_PCT = 50.0
 # Severity labels by the share of step time at stake.
 SEVERITY_HIGH = 0.25
 SEVERITY_MEDIUM = 0.10

@@ -32,6 +32,7 @@ class CaptureOptions:
     level: int = 0
     aic_metrics: str | None = None
     repeat_cell: bool = False
+    host: bool = True  # sample the host's CPU (psutil) while the profiler records
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

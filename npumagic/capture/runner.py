@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import host as _host
 from . import steps as _steps
 from .backends import Backend
 from .dataloaders import recording
@@ -54,6 +55,7 @@ class CaptureResult:
     error: BaseException | None = None
     messages: list[str] = field(default_factory=list)
     dataloaders: list[dict] = field(default_factory=list)  # settings of each DataLoader iterated
+    host_samples: Path | None = None  # npumagic_host.csv: the host's CPU while the profiler recorded
 
     @property
     def trace_files(self) -> list[Path]:
@@ -79,6 +81,15 @@ def _recorded(options: CaptureOptions, steps: int) -> int:
     return full * options.steps + max(0, rest - options.wait - options.warmup)
 
 
+def _write_host(sampler: "_host.HostSampler | None", run_dir: Path) -> Path | None:
+    if sampler is None:
+        return None
+    try:
+        return sampler.write(run_dir)
+    except OSError:
+        return None
+
+
 def capture(body: Callable[[], object], options: CaptureOptions, backend: Backend, run_dir: Path,
             source: str = "") -> CaptureResult:
     """Run ``body`` under ``backend``'s profiler with ``options``' schedule, writing ``run_dir``.
@@ -91,6 +102,9 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
     run_dir.mkdir(parents=True, exist_ok=True)
     profiler = backend.profiler(options, run_dir)
     clock = _steps.StepClock(profiler, options, explicit=bool(_steps.EXPLICIT_STEP.search(source)))
+    sampler = _host.HostSampler() if options.host and _host.available() else None
+    if sampler is not None:
+        clock.on_action = sampler.follow
     token = _steps.activate(clock)
     remove_hook = None
     status, error = "ok", None
@@ -122,9 +136,12 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
                 status, error = ("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"), exc
             messages.append(f"the profiler did not finish writing its trace ({type(exc).__name__}: {exc}); "
                             "what it wrote is kept")
+        finally:
+            if sampler is not None:
+                sampler.stop()
     seconds = time.perf_counter() - started
     result = CaptureResult(status, clock.steps, _recorded(options, clock.steps), seconds, run_dir, error,
-                           messages=messages, dataloaders=list(loaders))
+                           messages=messages, dataloaders=list(loaders), host_samples=_write_host(sampler, run_dir))
     if status == "ok" and clock.steps == 0:
         result.status = "no-steps"
         result.messages.append("no step boundary seen: the cell called neither optimizer.step() nor npumagic.step(); "

@@ -33,6 +33,8 @@ class StepClock:
         self.started = False
         self.done = False
         self.stopped = False
+        # told the profiler's action at each change, and the next one ahead of each step()
+        self.on_action: Callable[..., None] | None = None
 
     def begin(self) -> None:
         if self.start_at == 0:
@@ -45,6 +47,11 @@ class StepClock:
         self.profiler.current_action = self.profiler.schedule(self.steps)
         self.started = True
         self.profiler.__enter__()
+        self._tell()
+
+    def _tell(self, action: Any = None, ahead: bool = False) -> None:
+        if self.on_action is not None:
+            self.on_action(action if action is not None else self.profiler.current_action, ahead=ahead)
 
     def explicit_step(self) -> None:
         if not self.explicit:
@@ -81,7 +88,10 @@ class StepClock:
             if self.steps >= self.start_at:
                 self._start()
             return
+        if self.on_action is not None:  # at the boundary, before step() exports a finished cycle
+            self._tell(self.profiler.schedule(self.profiler.step_num + 1), ahead=True)
         self.profiler.step()
+        self._tell()
         if self.steps >= self.options.total_steps:
             self.done = True
             self.stop()
@@ -89,6 +99,7 @@ class StepClock:
     def stop(self) -> None:
         if self.started and not self.stopped:
             self.stopped = True
+            self._tell("NONE")
             self.profiler.__exit__(None, None, None)
 
 

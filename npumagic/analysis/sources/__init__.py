@@ -7,11 +7,17 @@ directory, or a folder holding several ``*_ascend_pt`` ranks.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import pandas as pd
+
 from ...errors import TraceError
-from ..schema import Trace
+from .. import schema
+from ..schema import Trace, sort_counters
 from . import ascend, kineto
+from .host import FILE_NAME as HOST_FILE
+from .host import read_host
 
 __all__ = ["load", "detect"]
 
@@ -66,7 +72,20 @@ def load(path: str | Path, progress: bool = False) -> Trace:
                    unit_scale=fmt == "kineto", leave=False, delay=0.5)
     try:
         reader = kineto.read if fmt == "kineto" else ascend.read
-        return reader(paths, progress=bar)
+        trace = reader(paths, progress=bar)
     finally:
         if bar is not None:
             bar.close()
+    return _with_host_samples(trace, Path(path))
+
+
+def _with_host_samples(trace: Trace, path: Path) -> Trace:
+    """Add the host samples npumagic's capture wrote into a run directory, if any."""
+    host = path / HOST_FILE
+    if not path.is_dir() or not host.is_file():
+        return trace
+    rank = trace.ranks[0] if trace.ranks else 0
+    samples = read_host(host, rank)
+    samples["ts_ns"] -= int(trace.meta.get("base_time_ns") or 0)  # sampled in epoch ns, as torch_npu stamps
+    counters = pd.concat([trace.counters, samples], ignore_index=True)
+    return dataclasses.replace(trace, counters=sort_counters(schema.coerce(counters, schema.COUNTER_COLUMNS)))

@@ -67,6 +67,7 @@ class RawTrace(msgspec.Struct, gc=False):
     traceEvents: list[msgspec.Raw] = []
     deviceProperties: Union[list[dict[str, Any]], None] = None
     distributedInfo: Union[dict[str, Any], None] = None
+    baseTimeNanoseconds: Any = None  # Kineto's ts are us from this epoch time
 
 
 _raw_object = msgspec.json.Decoder(RawTrace)

@@ -115,6 +115,7 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         "world_size": max(m["world_size"] for m in metas),
         "settings": {},
         "bad_rows": notes.as_meta(),
+        "base_time_ns": metas[0]["base_time_ns"],
     }
     notes.warn()
     return schema.finish(events, pd.concat(steps, ignore_index=True), pd.concat(memories, ignore_index=True), None, meta,
@@ -139,7 +140,12 @@ def _meta(header: RawTrace, rank: int, path: Path) -> dict[str, Any]:
     return {"devices": [p.get("name") for p in props if isinstance(p, dict) and p.get("name")][:1],
             "memory": (props[0].get("totalGlobalMem") if props and isinstance(props[0], dict) else None),
             "world_size": small_int(dist.get("world_size"), path, "distributedInfo.world_size", default=1) or 1,
-            "rank": rank}
+            "rank": rank, "base_time_ns": _base_time(header.baseTimeNanoseconds)}
+
+
+def _base_time(value) -> int:
+    """Kineto's baseTimeNanoseconds (its ts are us after it), 0 when absent or not an epoch time."""
+    return int(value) if isinstance(value, int) and 0 <= value < 2**63 else 0
 
 
 class _Codes(dict):

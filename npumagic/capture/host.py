@@ -1,0 +1,306 @@
+"""The host's own CPU while the profiler records: a background thread samples (about every
+10 ms) this process's CPU % and RSS, the CPU % of the thread running the cell, of each child
+process (DataLoader workers) and of every core, and writes them beside the trace as
+``npumagic_host.csv``, which the readers turn into counters (group "Host").
+
+The profiler's traces say where the host spent its time, not whether it was saturated: a step
+that waits while the main thread sits at 100% of a core is dispatch-bound, one whose DataLoader
+workers each sit near 100% is decode-bound, one waiting with idle cores is waiting on I/O.
+
+CPU times are read as cumulative counters (ns for the cell's thread, clock ticks elsewhere) and
+turned into percent of one core over each interval, so a step's mean is exact however coarse
+one sample is. Sampling runs only while the schedule records (``follow``), never outside.
+
+Cost: the sampler shares the GIL with the cell, so each sample must be cheap. On Linux it reads
+``/proc`` through file descriptors kept open (a few us), where psutil's calls cost 100-150 us
+each and listing child processes scans every process (20 ms): per-core and per-worker times
+(whose resolution is the kernel's 10 ms tick anyway) and RSS are read every
+:data:`SLOW_EVERY` samples, child processes listed every :data:`CHILDREN_EVERY_S`. Elsewhere
+psutil is used, at the same pace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "npumagic_host.csv"
+INTERVAL_S = 0.01
+SLOW_EVERY = 5  # per-core, per-worker and RSS reads on every 5th sample (50 ms)
+CHILDREN_EVERY_S = 0.5  # new DataLoader workers are found within this
+RECORDING = frozenset({"RECORD", "RECORD_AND_SAVE"})  # torch's and torch_npu's ProfilerAction names
+
+
+class _Proc:
+    """Cheap reads of /proc (Linux): cumulative CPU seconds and RSS bytes."""
+
+    def __init__(self) -> None:
+        self.tick = float(os.sysconf("SC_CLK_TCK"))
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.stat = os.open("/proc/stat", os.O_RDONLY)
+        self.statm = os.open("/proc/self/statm", os.O_RDONLY)
+        self.children: dict[int, int] = {}  # pid -> fd of /proc/pid/stat
+
+    @staticmethod
+    def available() -> bool:
+        return os.path.exists("/proc/self/task") and os.path.exists("/proc/stat")
+
+    def rss(self) -> float:
+        return float(int(os.pread(self.statm, 256, 0).split()[1]) * self.page)
+
+    def cores(self) -> list[tuple[float, float]]:
+        out = []
+        for line in os.pread(self.stat, 1 << 20, 0).split(b"\n"):
+            if line[:3] != b"cpu" or not line[3:4].isdigit():
+                continue
+            f = [int(x) for x in line.split()[1:9]]  # user nice system idle iowait irq softirq steal
+            busy = f[0] + f[1] + f[2] + sum(f[5:8])  # guest time is already inside user
+            out.append((float(busy), float(busy + f[3] + f[4])))
+        return out
+
+    def list_children(self) -> None:
+        pids: set[int] = set()
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/children", "rb") as fh:
+                    pids.update(int(p) for p in fh.read().split())
+            except OSError:
+                continue
+        for pid in set(self.children) - pids:
+            os.close(self.children.pop(pid))
+        for pid in pids - set(self.children):
+            try:
+                self.children[pid] = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+            except OSError:
+                pass
+
+    def child_times(self) -> dict[int, float]:
+        out = {}
+        for pid, fd in list(self.children.items()):
+            try:
+                fields = os.pread(fd, 4096, 0).rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                os.close(self.children.pop(pid))
+                continue
+            if not fields:  # the process has exited
+                os.close(self.children.pop(pid))
+                continue
+            out[pid] = (int(fields[11]) + int(fields[12])) / self.tick  # utime + stime
+        return out
+
+    def close(self) -> None:
+        for fd in [self.stat, self.statm, *self.children.values()]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.children.clear()
+
+
+class _Psutil:
+    """The same reads through psutil, where /proc is not there."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.psutil = psutil
+        self.process = psutil.Process()
+        self.children: dict[int, Any] = {}
+
+    def rss(self) -> float:
+        return float(self.process.memory_info().rss)
+
+    def cores(self) -> list[tuple[float, float]]:
+        return [_core_times(c) for c in self.psutil.cpu_times(percpu=True)]
+
+    def list_children(self) -> None:
+        try:
+            self.children = {c.pid: c for c in self.process.children(recursive=False)}
+        except self.psutil.Error:
+            self.children = {}
+
+    def child_times(self) -> dict[int, float]:
+        out = {}
+        for pid, child in list(self.children.items()):
+            try:
+                t = child.cpu_times()
+                out[pid] = t.user + t.system
+            except self.psutil.Error:
+                self.children.pop(pid, None)
+        return out
+
+    def close(self) -> None:
+        self.children = {}
+
+
+class HostSampler:
+    """Samples host CPU and memory on a daemon thread while resumed.
+
+    Parameters
+    ----------
+    interval : seconds between samples.
+    thread_id : ``threading.get_ident()`` of the thread running the cell (default: the caller's).
+    """
+
+    def __init__(self, interval: float = INTERVAL_S, thread_id: int | None = None) -> None:
+        self.interval = interval
+        self.source = _Proc() if _Proc.available() else _Psutil()
+        self.clock = _thread_clock(thread_id if thread_id is not None else threading.get_ident())
+        self.rows: list[tuple] = []
+        self._count = 0
+        self._children_at = 0.0
+        self._lock = threading.Lock()  # samples and breaks are appended in time order
+        self._active = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.sample_seconds = 0.0  # time spent sampling, for the overhead benchmark
+
+    # -- control ---------------------------------------------------------------------------
+    def follow(self, action: Any, ahead: bool = False) -> None:
+        """Sample while the profiler's ``current_action`` records; pause otherwise. ``ahead``: the
+        action the next ``step()`` moves to, told before it runs: a pause then happens at the step
+        boundary, before the profiler exports the cycle; a resume waits for the step to start."""
+        recording = getattr(action, "name", str(action)) in RECORDING
+        if recording and not ahead:
+            self.resume()
+        elif not recording:
+            self.pause()
+
+    def resume(self) -> None:
+        if self._stopping.is_set():
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="npumagic-host-sampler", daemon=True)
+            self._thread.start()
+        with self._lock:
+            if not self._active.is_set():
+                self._sample()  # opens the interval at once, not one period late
+                self._active.set()
+
+    def pause(self) -> None:
+        with self._lock:
+            if self._active.is_set():
+                self._active.clear()
+                self._sample()  # closes the last interval at the moment recording stopped
+                self.rows.append(None)  # a break: no interval spans a pause
+
+    def stop(self) -> None:
+        """Stop sampling and end the thread (idempotent; called on every exit path)."""
+        self.pause()
+        self._stopping.set()
+        self._active.set()  # wake the thread so it sees the stop
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+        self.source.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- sampling --------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._active.wait()
+            if self._stopping.is_set():
+                break
+            self._stopping.wait(self.interval)
+            with self._lock:
+                if self._active.is_set() and not self._stopping.is_set():
+                    self._sample()
+
+    def _sample(self) -> None:
+        started = time.perf_counter()
+        try:
+            now = time.time_ns()
+            times = os.times()
+            thread_ns = self.clock() if self.clock is not None else None
+            slow = None
+            if self._count % SLOW_EVERY == 0 or not self._active.is_set():  # and always at a start or a pause
+                if started - self._children_at > CHILDREN_EVERY_S:
+                    self._children_at = started
+                    self.source.list_children()
+                slow = (self.source.rss(), self.source.child_times(), self.source.cores())
+            self._count += 1
+            self.rows.append((now, times.user + times.system, thread_ns, slow))
+        except Exception:  # noqa: BLE001 - sampling must never break the user's cell
+            log.debug("host sample failed", exc_info=True)
+        self.sample_seconds += time.perf_counter() - started
+
+    # -- output ----------------------------------------------------------------------------
+    def table(self):
+        """The readings in long form: ts_ns, name, value (one row per series read at a sample; see
+        :mod:`npumagic.analysis.sources.host`). CPU series are percent of one core over the
+        interval since that series' previous reading; NaN where a series opens or resumes."""
+        import pandas as pd
+
+        rows: list[tuple[int, str, float]] = []
+        fast = slow = None  # the previous (ts, cpu, thread) and (ts, workers, cores) readings
+        nan = float("nan")
+        for row in self.rows:
+            if row is None:
+                fast = slow = None
+                continue
+            now, cpu, thread_ns, reading = row
+            dt = (now - fast[0]) / 1e9 if fast is not None and now > fast[0] else None
+            rows.append((now, "Process/CPU", 100.0 * (cpu - fast[1]) / dt if dt else nan))
+            if thread_ns is not None:
+                ok = dt and fast[2] is not None
+                rows.append((now, "Main thread/CPU", 100.0 * (thread_ns - fast[2]) / 1e9 / dt if ok else nan))
+            fast = (now, cpu, thread_ns)
+            if reading is None:
+                continue
+            rss, workers, cores = reading
+            rows.append((now, "Process/RSS", rss))
+            dt = (now - slow[0]) / 1e9 if slow is not None and now > slow[0] else None
+            for pid, t in workers.items():
+                ok = dt and pid in slow[1]
+                rows.append((now, f"Worker {pid}/CPU", 100.0 * (t - slow[1][pid]) / dt if ok else nan))
+            for i, (busy, total) in enumerate(cores):
+                ok = dt and i < len(slow[2]) and total > slow[2][i][1]
+                rows.append((now, f"Core {i}/CPU", 100.0 * (busy - slow[2][i][0]) / (total - slow[2][i][1]) if ok else nan))
+            slow = (now, workers, cores)
+        return pd.DataFrame(rows, columns=["ts_ns", "name", "value"])
+
+    def write(self, run_dir: Path) -> Path | None:
+        """Write the samples to ``run_dir/npumagic_host.csv``; None when there are none."""
+        frame = self.table()
+        if frame["ts_ns"].nunique() < 2:
+            return None
+        path = Path(run_dir) / FILE_NAME
+        frame.round(3).to_csv(path, index=False)
+        return path
+
+
+def _core_times(c) -> tuple[float, float]:
+    """(busy, total) seconds of one core; Linux's guest time is already inside user time."""
+    busy = c.user + c.system + sum(getattr(c, f, 0.0) for f in ("nice", "irq", "softirq", "steal"))
+    return busy, busy + c.idle + getattr(c, "iowait", 0.0)
+
+
+def _thread_clock(ident: int):
+    """A function returning the CPU time (ns) of thread ``ident``, or None where unsupported."""
+    try:
+        clock_id = time.pthread_getcpuclockid(ident)
+        time.clock_gettime_ns(clock_id)
+    except (AttributeError, OSError, OverflowError):
+        return None
+    return lambda: time.clock_gettime_ns(clock_id)
+
+
+def available() -> bool:
+    """Whether this host can be sampled (Linux /proc, else psutil)."""
+    if _Proc.available():
+        return True
+    try:
+        import psutil
+
+        psutil.Process(os.getpid()).cpu_times()
+    except Exception:  # noqa: BLE001
+        return False
+    return True

@@ -1,0 +1,214 @@
+"""The psutil host sampler: what it records during a real CPU capture, when it runs, and that it
+always stops; its samples in the Summary, the timeline and the advice."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import npumagic
+from npumagic.analysis.advice import advise
+from npumagic.capture.host import FILE_NAME, HostSampler
+
+LOADER = """
+import time
+class SlowDataset(torch.utils.data.Dataset):
+    def __len__(self): return 100000
+    def __getitem__(self, i):
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.002: pass  # decoding: CPU work in the worker
+        return torch.randn(32), torch.randn(1)
+loader = torch.utils.data.DataLoader(SlowDataset(), batch_size=4, num_workers=2)
+model = torch.nn.Linear(32, 1); opt = torch.optim.SGD(model.parameters(), lr=0.01)
+"""
+LOOP = """
+for i, (x, y) in enumerate(loader):
+    torch.nn.functional.mse_loss(model(x), y).backward(); opt.step(); opt.zero_grad()
+    if i == 8: break
+"""
+
+
+def _sampler_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "npumagic-host-sampler"]
+
+
+@pytest.fixture
+def workers_run(shell):
+    assert shell.run_cell(LOADER).success
+    result = shell.run_cell("%%npuprofile --wait 1 --warmup 1 --steps 4 --name w2 --no-plot\n" + LOOP)
+    assert result.success, result.error_in_exec
+    return shell, shell.magics_manager.registry["NpuMagics"].session
+
+
+def test_a_capture_with_two_workers_records_worker_and_per_core_cpu(workers_run):
+    shell, session = workers_run
+    trace = session.trace("w2")
+    host = trace.counters[trace.counters["group"].astype(str) == "Host"]
+    names = set(host["name"].astype(str))
+    workers = {n for n in names if n.startswith("Worker ")}
+    cores = {n for n in names if n.startswith("Core ")}
+    assert len(workers) == 2
+    import psutil
+
+    assert len(cores) == psutil.cpu_count()
+    assert {"Process/CPU", "Main thread/CPU", "Process/RSS"} <= names
+    worker_cpu = host[host["name"].astype(str).isin(workers)]["value"]
+    assert worker_cpu.max() > 0  # the workers were seen computing
+    # the run's record carries the per-step host figures
+    headline = session.store.get("w2").headline
+    assert headline["host_workers"] == 2
+    assert headline["host_worker_cpu_pct_mean"] > 0
+    assert 0 <= headline["host_cores_busy_pct"] <= 100
+    assert not _sampler_threads()
+
+
+def test_samples_are_taken_only_while_the_profiler_records(workers_run):
+    _, session = workers_run
+    trace = session.trace("w2")
+    host = trace.counters[trace.counters["group"].astype(str) == "Host"]
+    steps = trace.steps
+    slack = 5_000_000  # ns: the sampler resumes and pauses at the step boundary, just around ProfilerStep#
+    assert host["ts_ns"].min() >= steps["start_ns"].min() - slack
+    assert host["ts_ns"].max() <= steps["end_ns"].max() + slack
+    summary = session.summary("w2")
+    assert summary.host["step"].tolist() == summary.steps["step"].tolist()
+    assert (summary.host["workers"] == 2).all()
+
+
+def test_the_timeline_shows_a_host_cpu_lane_with_the_workers(workers_run):
+    shell, session = workers_run
+    report = shell.run_line_magic("npushow", "w2 --timeline")
+    assert report.figures and report.figures[0].view == "timeline"
+    from npumagic.render.timeline import timeline_figure
+
+    fig = timeline_figure(session.trace("w2"))
+    lane = next(ax for ax in fig.axes if ax.get_ylabel() == "host CPU %")
+    labels = [line.get_label() for line in lane.get_lines()]
+    assert "process" in labels and "main thread" in labels
+    assert sum(label.startswith("worker ") for label in labels) == 2
+    assert any(label.startswith("all ") and label.endswith("cores (mean)") for label in labels)
+
+
+def test_the_sampler_stops_after_a_raising_cell(shell):
+    assert shell.run_cell("import torch\nmodel = torch.nn.Linear(4, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)"
+                          ).success
+    cell = ("%%npuprofile --wait 0 --warmup 0 --steps 5 --name boom --no-plot\n"
+            "for i in range(10):\n"
+            "    model(torch.randn(2, 4)).sum().backward(); opt.step()\n"
+            "    time.sleep(0.02)\n"
+            "    if i == 2: raise ValueError('boom')\n")
+    shell.run_cell("import time")
+    result = shell.run_cell(cell)
+    assert isinstance(result.error_in_exec, ValueError)
+    assert not _sampler_threads()
+    session = shell.magics_manager.registry["NpuMagics"].session
+    run = session.store.get("boom")
+    assert run.status == "failed"
+    samples = pd.read_csv(f"{run.run_dir}/{FILE_NAME}")
+    assert len(samples) >= 3  # what was sampled before the error is kept
+
+
+def test_no_samples_with_host_sampling_off(shell):
+    shell.run_cell("import torch\nmodel = torch.nn.Linear(4, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)")
+    result = shell.run_cell("%%npuprofile --wait 0 --warmup 0 --steps 2 --name quiet --no-host --no-plot\n"
+                            "for i in range(3):\n    model(torch.randn(2, 4)).sum().backward(); opt.step()\n")
+    assert result.success, result.error_in_exec
+    run = shell.magics_manager.registry["NpuMagics"].session.store.get("quiet")
+    from pathlib import Path
+
+    assert not (Path(run.run_dir) / FILE_NAME).exists()
+
+
+def test_cpu_percent_integrates_to_the_cpu_time_the_thread_used():
+    # GIVEN a sampler following a thread that computes for 1 s (hashing large buffers releases the
+    # GIL, so this thread's own reads of the clock are not delayed by it)
+    import hashlib
+
+    done = threading.Event()
+    spinning = threading.Event()
+    block = b"x" * 2**20
+
+    def spin():
+        spinning.set()
+        while not done.is_set():
+            hashlib.sha256(block).digest()
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    spinning.wait()
+    clock = time.pthread_getcpuclockid(worker.ident)
+    sampler = HostSampler(interval=0.02, thread_id=worker.ident)
+    try:
+        before = time.clock_gettime_ns(clock)
+        sampler.resume()
+        time.sleep(1.0)
+        sampler.pause()
+        after = time.clock_gettime_ns(clock)
+    finally:
+        sampler.stop()
+        done.set()
+        worker.join()
+    table = sampler.table()
+    thread = table[table["name"] == "Main thread/CPU"]
+    # THEN percent x interval, summed, is the CPU time the thread used between the first and the
+    # last sample; the first sample only opens the intervals
+    assert np.isnan(thread["value"].iat[0])
+    seconds = np.diff(thread["ts_ns"].to_numpy()) / 1e9
+    used = float((thread["value"].to_numpy()[1:] / 100 * seconds).sum())
+    # (a loaded machine may deschedule this thread for a few ms between its clock reads and the samples)
+    assert used == pytest.approx((after - before) / 1e9, rel=0.05)
+    assert used > 0
+    assert not sampler.alive
+
+
+def _with_host(summary, **columns):
+    base = {"step": summary.steps["step"], "process_cpu_pct": 100.0, "main_thread_cpu_pct": 30.0, "rss_bytes": 1e9,
+            "workers": 0, "worker_cpu_pct_mean": np.nan, "worker_cpu_pct_max": np.nan, "cores": 8,
+            "cores_busy_pct": 30.0, "cores_idle": 4}
+    base.update(columns)
+    return dataclasses.replace(summary, host=pd.DataFrame(base))
+
+
+@pytest.fixture(scope="module")
+def waiting_on_data():
+    """A real Ascend summary whose steps are made to wait on the DataLoader / the host."""
+    from ..conftest import ASCEND, need
+
+    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    steps = summary.steps.copy()
+    steps["dataloader_us"] = steps["wall_us"] * 0.5
+    steps["free_us"] = steps["wall_us"] * 0.9
+    steps["comm_not_overlapped_us"] = 0.0
+    return dataclasses.replace(summary, steps=steps)
+
+
+@pytest.mark.parametrize("workers, busy, idle, expected", [
+    (4, 97.0, 2, "decoding is CPU-bound"),
+    (4, 20.0, 3, "wait on I/O"),
+    (4, 70.0, 3, None),
+])
+def test_dataloader_finding_reads_the_workers_cpu(waiting_on_data, workers, busy, idle, expected):
+    summary = _with_host(waiting_on_data, workers=workers, worker_cpu_pct_mean=busy, cores_idle=idle)
+    finding = next(f for f in advise(summary) if f.category == "dataloader")
+    assert finding.evidence["workers"] == workers
+    if expected:
+        assert expected in finding.title
+        assert ("num_workers=4 -> 6" in finding.fix) if expected.startswith("decoding") else ("storage" in finding.fix)
+    else:
+        assert "CPU-bound" not in finding.title and "I/O" not in finding.title
+
+
+def test_host_bound_with_the_main_thread_pinned_is_dispatch_bound(waiting_on_data):
+    steps = waiting_on_data.steps.assign(dataloader_us=0.0)
+    pinned = _with_host(dataclasses.replace(waiting_on_data, steps=steps), main_thread_cpu_pct=98.0)
+    finding = next(f for f in advise(pinned) if f.category == "host_bound")
+    assert "98% busy: dispatch-bound" in finding.title
+    assert "TASK_QUEUE_ENABLE=2" in finding.fix and "batch size" in finding.fix and "torch.compile" in finding.fix
+    idle = _with_host(dataclasses.replace(waiting_on_data, steps=steps), main_thread_cpu_pct=10.0, cores_idle=6)
+    finding = next(f for f in advise(idle) if f.category == "host_bound")
+    assert "the host waits" in finding.title and "6 cores idle" in finding.title

@@ -15,6 +15,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Bool, Enum, List, Unicode
 
 from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError
+from .capture.options import HOST_SYS
 from .errors import NpumagicError
 from .history import RunNameTaken, UnknownRun
 from .names import RULE as NAME_RULE
@@ -41,6 +42,16 @@ def _schedule_arguments(func):
         argument("--stack", action="store_true", help="record Python stacks (with_stack), for source lines of syncs"),
         argument("--level", type=int, default=0, help="torch_npu profiler level 0, 1 or 2 (default 0)"),
         argument("--aic-metrics", default=None, help=f"torch_npu AI Core metrics: {', '.join(AIC_METRICS)}"),
+        argument("--modules", action="store_true", help="record the nn.Module hierarchy (with_modules)"),
+        argument("--l2-cache", action="store_true", help="torch_npu: L2 cache hit rates per task (l2_cache)"),
+        argument("--gc-threshold", type=float, default=None, metavar="MS",
+                 help="torch_npu: record Python GC pauses of at least MS ms (gc_detect_threshold)"),
+        argument("--host-sys", default=None, help="torch_npu: host system data, comma list of "
+                                                  f"{', '.join(HOST_SYS)} (host_sys)"),
+        argument("--export", default=None, help="torch_npu: comma list of text, db (export_type; default text; db "
+                                                "feeds MindStudio Insight and msprof-analyze)"),
+        argument("--keep-raw", action="store_true", help="torch_npu: keep CANN's raw per-device data, e.g. the HBM/LLC "
+                                                         "summaries (data_simplification=False)"),
         argument("--no-host", action="store_true", help="do not sample the host's CPU and memory (psutil, every 10 ms "
                                                          "while the profiler records)"),
         argument("--quiet", action="store_true", help="no backend line or notes"),
@@ -59,7 +70,11 @@ def _options(args, repeat_cell: bool) -> CaptureOptions:
         return CaptureOptions(wait=args.wait, warmup=args.warmup, steps=args.steps, repeat=args.repeat,
                               skip_first=args.skip_first, activities=activities, memory=args.memory,
                               shapes=args.shapes, stack=args.stack, level=args.level, aic_metrics=args.aic_metrics,
-                              repeat_cell=repeat_cell, host=not args.no_host)
+                              repeat_cell=repeat_cell, host=not args.no_host, modules=args.modules,
+                              l2_cache=args.l2_cache, gc_threshold_ms=args.gc_threshold,
+                              host_sys=_list(args.host_sys),
+                              export=_list(args.export) if args.export is not None else ("text",),
+                              keep_raw=args.keep_raw)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -85,6 +100,13 @@ def _cell_usage(func):
     """magic_arguments writes every usage line as ``%name``; a cell magic is called ``%%name``."""
     func.__doc__ = func.__doc__.replace(f"::\n\n  %{func.__name__}", f"::\n\n  %%{func.__name__}", 1)
     return func
+
+
+def _list(text: str | None) -> tuple[str, ...] | None:
+    """A comma list option as a tuple of lower-case items (None when not given)."""
+    if text is None:
+        return None
+    return tuple(x.strip().lower() for x in text.split(",") if x.strip())
 
 
 def _split_statement(line: str, magic) -> tuple[str, str]:

@@ -51,6 +51,7 @@ class Session:
         self.store = HistoryStore(self.output_dir)
         self.prefer_backend = backend or None
         self._choice: BackendChoice | None = None
+        self._import_changes: dict[str, tuple[str | None, str | None]] = {}  # what importing the backend set
         self._summaries: dict[str, Summary] = {}
         self._trace: tuple[str, analysis.Trace] | None = None  # the latest one only: traces can be large
         self.baseline: str | None = None
@@ -58,8 +59,29 @@ class Session:
     # -- backend ------------------------------------------------------------------------------
     def backend_choice(self) -> BackendChoice:
         if self._choice is None:
+            before = environment_snapshot()
             self._choice = choose_backend(self.prefer_backend)
+            after = environment_snapshot()
+            # import torch_npu sets TASK_QUEUE_ENABLE=0 itself in IPython/Jupyter (optional_features.py)
+            self._import_changes = {k: (before.get(k), after.get(k)) for k in set(before) | set(after)
+                                    if before.get(k) != after.get(k)}
         return self._choice
+
+    def environment(self) -> dict[str, str]:
+        """The relevant environment as the user set it: a variable the backend's import changed
+        (and nobody set since) is recorded with the user's value, the imported value beside it
+        under "NAME (after import BACKEND)"."""
+        env = environment_snapshot()
+        module = "torch_npu" if self._choice is not None and self._choice.backend.name == "npu" else "torch"
+        for key, (was, became) in self._import_changes.items():
+            if env.get(key) != became:
+                continue  # set again since the import: that is what the user wants
+            if was is None:
+                env.pop(key, None)
+            else:
+                env[key] = was
+            env[f"{key} (after import {module})"] = became if became is not None else "(unset)"
+        return env
 
     # -- running ------------------------------------------------------------------------------
     def profile(self, body: Callable[[], object], options: CaptureOptions, name: str | None = None,
@@ -70,7 +92,7 @@ class Session:
         choice = self.backend_choice()
         backend = choice.backend
         name = self.store.reserve(name, backend=backend.name, device=backend.device_name, source=source,
-                                  arguments=arguments or options.as_dict(), environment=environment_snapshot(),
+                                  arguments=arguments or options.as_dict(), environment=self.environment(),
                                   versions=backend.versions())
         try:  # from here on the run is recorded whatever happens: never left 'running'
             run_dir = Path(out).resolve() if out else self.output_dir / name

@@ -16,6 +16,9 @@ from .options import CaptureOptions
 # Environment variables that change performance and belong in a run's record.
 RELEVANT_ENV = ("TASK_QUEUE_ENABLE", "ASCEND_LAUNCH_BLOCKING", "PYTORCH_NPU_ALLOC_CONF", "ACLNN_CACHE_LIMIT",
                 "HCCL_BUFFSIZE", "HCCL_CONNECT_TIMEOUT", "HCCL_OP_EXPANSION_MODE", "CPU_AFFINITY_CONF",
+                # torch_npu writes these to profiler_metadata.json itself
+                "HOST_CACHE_CAPACITY", "ASCEND_GLOBAL_LOG_LEVEL", "HCCL_ALGO", "HCCL_RDMA_TC", "HCCL_RDMA_SL",
+                "ASCEND_ENHANCE_ENABLE",
                 "CUDA_LAUNCH_BLOCKING", "PYTORCH_CUDA_ALLOC_CONF", "NCCL_DEBUG", "NCCL_ALGO", "NCCL_PROTO",
                 "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -48,7 +51,7 @@ class BackendChoice:
 
 
 def _worker_name() -> str:
-    return f"{socket.gethostname()}_{os.getpid()}"
+    return f"{socket.gethostname()}_{os.getpid()}"  # torch.profiler's own default
 
 
 def _profile_arguments(profiler_module: Any, options: CaptureOptions, run_dir: Path) -> dict[str, Any]:
@@ -60,7 +63,16 @@ def _profile_arguments(profiler_module: Any, options: CaptureOptions, run_dir: P
         "record_shapes": options.shapes,
         "profile_memory": options.memory,
         "with_stack": options.stack,
+        "with_modules": options.modules,
     }
+
+
+def _npu_settings(options: CaptureOptions) -> list[tuple[str, bool]]:
+    """(flag, whether set) for each option that only torch_npu's _ExperimentalConfig takes."""
+    return [("--level", options.level != 0), ("--aic-metrics", options.aic_metrics is not None),
+            ("--l2-cache", options.l2_cache), ("--gc-threshold", options.gc_threshold_ms is not None),
+            ("--host-sys", bool(options.host_sys)), ("--export", options.export != ("text",)),
+            ("--keep-raw", options.keep_raw)]
 
 
 class TorchBackend:
@@ -88,8 +100,9 @@ class TorchBackend:
 
     def notes(self, options: CaptureOptions) -> list[str]:
         out = []
-        if options.level != 0 or options.aic_metrics:
-            out.append("--level/--aic-metrics are torch_npu settings; ignored on " + self.name)
+        npu_only = [flag for flag, used in _npu_settings(options) if used]
+        if npu_only:
+            out.append(f"{'/'.join(npu_only)}: torch_npu settings; ignored on " + self.name)
         if options.activities and "npu" in options.activities:
             out.append("--activities npu ignored: no NPU backend")
         if options.activities and "cuda" in options.activities and self.name != "cuda":
@@ -117,29 +130,28 @@ class NpuBackend:
             self.device_name = "Ascend NPU"
 
     def profiler(self, options: CaptureOptions, run_dir: Path) -> Any:
+        from .npu_args import materialize, npu_profile_spec
+
         p = self.torch_npu.profiler
-        wanted = options.activities or ("cpu", "npu")
-        activities = [a for key, a in (("cpu", p.ProfilerActivity.CPU), ("npu", p.ProfilerActivity.NPU)) if key in wanted]
-        level = getattr(p.ProfilerLevel, f"Level{options.level}")
-        metrics = options.aic_metrics or ("AiCoreNone" if options.level == 0 else "PipeUtilization")
-        config = p._ExperimentalConfig(profiler_level=level, aic_metrics=getattr(p.AiCMetrics, metrics),
-                                       export_type=p.ExportType.Text)
-        return p.profile(activities=activities or [p.ProfilerActivity.CPU, p.ProfilerActivity.NPU],
-                         experimental_config=config, **_profile_arguments(p, options, run_dir))
+        # torch_npu appends "_{pid}" to the worker name itself: pass the host alone
+        return p.profile(**materialize(npu_profile_spec(options, run_dir, socket.gethostname()), p))
 
     def notes(self, options: CaptureOptions) -> list[str]:
+        out = []
         if options.activities and "cuda" in options.activities:
-            return ["--activities cuda ignored on the NPU backend"]
-        return []
+            out.append("--activities cuda ignored on the NPU backend")
+        device_only = [flag for flag, used in _npu_settings(options) if used and flag != "--host-sys"]
+        if options.activities and "npu" not in options.activities and device_only:
+            out.append(f"{'/'.join(device_only)} ignored: torch_npu applies them only with the npu activity")
+        return out
 
     def versions(self) -> dict[str, str]:
         import torch
 
         v = {"torch": torch.__version__, "torch_npu": getattr(self.torch_npu, "__version__", "?")}
-        try:
-            v["cann"] = str(self.torch_npu.version.cann)
-        except Exception:  # noqa: BLE001 - older torch_npu builds lack version.cann
-            pass
+        cann = getattr(torch.version, "cann", None)  # set by import torch_npu (utils/collect_env.py)
+        if cann:
+            v["cann"] = str(cann)
         return v
 
 

@@ -47,7 +47,7 @@ class CaptureResult:
     """What a capture did: its status, the step boundaries seen, the active steps recorded,
     the run directory, the user's exception (to re-raise) and notes for the user."""
 
-    status: str  # "ok", "failed", "interrupted", "no-steps"
+    status: str  # "ok", "failed", "interrupted", "no-steps", "no-trace"
     steps: int  # step boundaries seen
     recorded: int  # active steps the schedule got through
     seconds: float
@@ -62,7 +62,8 @@ class CaptureResult:
         if not self.run_dir.exists():
             return []
         return sorted(p for p in self.run_dir.rglob("*") if p.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))
-                      or p.name == "trace_view.json")
+                      or p.name == "trace_view.json"
+                      or (p.name.startswith("ascend_pytorch_profiler") and p.suffix == ".db"))
 
 
 def current_capture() -> "_steps.StepClock | None":
@@ -79,6 +80,15 @@ def _recorded(options: CaptureOptions, steps: int) -> int:
     if full >= options.repeat:
         return options.recorded_steps
     return full * options.steps + max(0, rest - options.wait - options.warmup)
+
+
+def _no_trace_cause(backend: Backend, run_dir: Path) -> str:
+    if backend.name == "npu":
+        # torch_npu's profile/stop/handler are wrapped in @no_exception_func: failures are only printed
+        return ("torch_npu reports profiler failures only as printed '[WARNING] ... profiler.py' or '[ERROR]' lines "
+                "(see the output above and $ASCEND_PROCESS_LOG_PATH): most often CANN's environment is not set "
+                f"(source set_env.sh before Python starts), the disk is full, or {run_dir} is not writable")
+    return f"the profiler's trace handler failed: check the free disk space and that {run_dir} is writable"
 
 
 def _write_host(sampler: "_host.HostSampler | None", run_dir: Path) -> Path | None:
@@ -153,6 +163,9 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
                                f"(skip-first {options.skip_first} + wait {options.wait} + warmup {options.warmup}): "
                                "nothing was recorded; for a cell without a loop use --repeat-cell, else lower "
                                "--skip-first/--wait/--warmup or run more iterations")
+    elif status == "ok" and result.recorded and not result.trace_files:
+        result.status = "no-trace"
+        result.messages.append(f"no trace was written to {run_dir}: {_no_trace_cause(backend, run_dir)}")
     elif result.recorded < options.recorded_steps:
         result.messages.append(f"the cell ended after {_plural(clock.steps, 'step')}; the schedule needs {options.total_steps} "
                                f"(skip-first {options.skip_first} + {options.repeat} x (wait {options.wait} + warmup "

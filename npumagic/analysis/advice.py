@@ -163,22 +163,40 @@ def _dataloader(s: Summary) -> Finding | None:
     return Finding("dataloader", share, title, evidence, fix, iterator)
 
 
+def _tiny_per_step(s: Summary) -> float:
+    k = s.kernels
+    if k.empty or not len(s.steps):
+        return 0.0
+    return float(k.loc[k["mean_us"] < T.TINY_KERNEL_US, "count"].sum()) / len(s.steps)
+
+
 def _host_bound(s: Summary) -> Finding | None:
-    if not s.meta.get("device_mode"):
-        return None  # on the CPU backend the host is the device
-    free = s.share("free_us")
-    unexplained = free - s.share("dataloader_us")
-    if free <= T.HOST_BOUND_FREE_SHARE or unexplained < T.SEVERITY_MEDIUM:
+    """Device idle (on the CPU: time outside torch operators) that DataLoader waits do not explain."""
+    idle = s.share("idle_us")
+    unexplained = idle - s.share("dataloader_us")
+    if idle <= T.HOST_BOUND_IDLE_SHARE or unexplained < T.SEVERITY_MEDIUM:
         return None
-    evidence = {"free_ms": _per_step_ms(s, "free_us"), "free_share": free, "preparing_ms": _per_step_ms(s, "preparing_us"),
-                "device_util": s.device_util}
+    idle_ms = _per_step_ms(s, "idle_us")
+    evidence = {"idle_ms": idle_ms, "idle_share": idle, "unexplained_share": unexplained,
+                "dataloader_ms": _per_step_ms(s, "dataloader_us"), "device_util": s.device_util}
+    if not s.meta.get("device_mode"):
+        if _tiny_per_step(s) >= T.SMALL_OP_MIN_PER_STEP:
+            return None  # the gaps between thousands of tiny operators are their dispatch: small_ops says so
+        ms = unexplained * s.step_stats["mean_us"] / 1000
+        return Finding("host_bound", unexplained, f"Python outside torch operators takes {ms:.2f} ms per step "
+                       f"({unexplained:.0%} of the step): the CPU runs no operator then",
+                       dict(evidence, python_ms=ms),
+                       "move the Python work out of the step or vectorise it into tensor operations (loops over "
+                       "elements, per-sample logging and metric math, time.sleep, printing); profile the cell with "
+                       "--stack to see which Python frames take the time", "between operators")
+    evidence["preparing_ms"] = _per_step_ms(s, "preparing_us")
     if s.meta.get("backend") == "npu":
         fix = ("cut host dispatch time: export TASK_QUEUE_ENABLE=2, bind cores with CPU_AFFINITY_CONF=1, compile the "
                "step (torch.compile(model, backend=torchair) / aclgraph), and raise the batch size")
     else:
         fix = ("cut launch overhead: capture the step in CUDA graphs (torch.compile(model, mode='reduce-overhead')), "
                "raise the batch size, and move Python work (logging, metric math) out of the step")
-    title = (f"the device is idle {evidence['free_ms']:.2f} ms per step ({free:.0%}) waiting for the host; "
+    title = (f"the device is idle {idle_ms:.2f} ms per step ({idle:.0%}) waiting for the host; "
              f"{evidence['preparing_ms']:.2f} ms pass before the first device task")
     host = _host_cpu(s)
     main = host.get("main_thread_cpu_pct", float("nan")) if host else float("nan")
@@ -214,22 +232,43 @@ def _host_cpu(s: Summary) -> dict[str, Any]:
     return out
 
 
+SYNC_FIX = ("remove host-device syncs from the step: replace loss.item()/float(t)/print(t) with on-device accumulation "
+            "read every N steps, avoid torch.npu.synchronize()/torch.cuda.synchronize() and .cpu() in the loop, and use "
+            "non_blocking=True copies")
+
+
 def _sync(s: Summary) -> Finding | None:
-    if not s.meta.get("device_mode") or s.syncs.empty:
+    """Host calls that block until the device catches up, ranked by the host time they block.
+
+    On the CPU nothing blocks, but ``.item()`` every step becomes a host-device sync on NPU or
+    CUDA: a low finding, so the habit is caught before the job moves to the accelerator.
+    """
+    if s.syncs.empty:
         return None
-    cost = min(s.share("sync_us"), s.share("free_us"))
+    ranked = s.syncs.sort_values("total_us", ascending=False, kind="stable")
+    top = ranked.iloc[0]
+    per_step = float(s.syncs["per_step"].max())
+    # runtime syncs carry no Python frame; the .item() that caused them usually does
+    located = ranked[ranked["source"].astype(str) != ""]
+    where = str(located["source"].iloc[0]) if len(located) else str(top["name"])
+    if not s.meta.get("device_mode"):
+        if per_step < 1:
+            return None
+        share = s.share("sync_us")
+        return Finding("sync", share if share == share else 0.0,
+                       f"{per_step:.0f} {top['name']} calls per step read tensor values on the host; on NPU/CUDA each "
+                       "becomes a host-device sync that drains the device queue",
+                       {"syncs_per_step": per_step, "top": str(top["name"]), "sync_share": share}, SYNC_FIX, where)
+    cost = min(s.share("sync_us"), s.share("idle_us"))
     if cost <= T.SYNC_SHARE:
         return None
-    top = s.syncs.iloc[0]
-    per_step = float(s.syncs["per_step"].max())
     blocked = _per_step_ms(s, "sync_us")
-    where = str(top["source"]) or str(top["name"])
-    fix = ("remove host-device syncs from the step: replace loss.item()/float(t)/print(t) with on-device accumulation "
-           "read every N steps, avoid torch.npu.synchronize()/torch.cuda.synchronize() and .cpu() in the loop, and use "
-           "non_blocking=True copies")
-    return Finding("sync", cost, f"{per_step:.0f} host-device syncs per step ({top['name']}) block the host "
-                   f"{blocked:.2f} ms per step; the device then idles {s.share('free_us'):.0%} of the step",
-                   {"syncs_per_step": per_step, "blocked_ms": blocked, "cost_share": cost}, fix, where)
+    top_ms = float(top["total_us"]) / max(len(s.steps), 1) / 1000
+    return Finding("sync", cost, f"host-device syncs block the host {blocked:.2f} ms per step, most in {top['name']} "
+                   f"({top_ms:.2f} ms per step, {float(top['per_step']):.0f} calls); the device then idles "
+                   f"{s.share('idle_us'):.0%} of the step",
+                   {"syncs_per_step": per_step, "blocked_ms": blocked, "cost_share": cost, "top": str(top["name"]),
+                    "top_blocked_ms": top_ms}, SYNC_FIX, where)
 
 
 FREE_VIEW_OPS = frozenset(f"aten::{op}" for op in (

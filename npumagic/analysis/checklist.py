@@ -51,10 +51,11 @@ class Verdict:
 
 
 def classify(summary: Summary, advice: Advice | None = None) -> tuple[str, dict[str, Any]]:
-    """The bottleneck category and its evidence: the top finding, else compute-bound when the
-    device computes most of the step, else balanced."""
+    """The bottleneck category and its evidence: the top finding when at least
+    ``VERDICT_MIN_IMPACT`` of the step is at stake, else compute-bound when the device computes
+    most of the step, else balanced."""
     advice = advice if advice is not None else advise(summary)
-    if advice.findings:
+    if advice.findings and advice.findings[0].impact >= T.VERDICT_MIN_IMPACT:
         top = advice.findings[0]
         return top.category, dict(top.evidence, title=top.title)
     computing = summary.share("computing_us")
@@ -83,7 +84,7 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     step1 = (f"step {_ms(s['median_us'])} median, p90 {_ms(s['p90_us'])}, jitter {_pct(s['cv'])}; "
              f"device busy {_pct(h['device_util'])}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
     step2 = f"{CLASS_NAMES[bottleneck]}: {evidence['title']}"
-    step3 = advice.findings[0].fix if advice.findings else NEXT_CHANGE_DEFAULT[bottleneck]
+    step3 = advice.findings[0].fix if bottleneck not in NEXT_CHANGE_DEFAULT else NEXT_CHANGE_DEFAULT[bottleneck]
     step4 = _verify(summary, baseline, comparison)
     step5 = (f"recorded as {run_name}" + (f" in {stored_at}" if stored_at else "") +
              f"; add your conclusion with %npunote {run_name} \"...\"") if run_name else "not recorded"

@@ -1,13 +1,17 @@
 """Trace -> Summary: per-step time breakdown, utilisation, top kernels and host ops, syncs,
 communication, memory and per-rank comparison. Vectorised pandas/numpy throughout.
 
-Step breakdown follows torch_npu's step_trace_time.csv definitions, computed from raw events:
-the step's device window runs from its first to its last device task (kernel or collective);
-``computing`` is the union of compute kernels, ``communication`` the union of collectives,
-``overlapped`` their intersection, ``free = stage - computing - comm_not_overlapped`` and
-``preparing`` the time from the host step start to the first device task. On the CPU backend
-the "device" is the CPU: computing is the union of leaf operator time outside DataLoader
-waits, and free is the rest of the step.
+The device-time model, one definition for every device backend (CUDA, ROCm, torch_npu):
+device work belongs to the step whose host launched it (:func:`~.schema.assign_steps`); the
+step's window runs from its first device activity to the next step's first, so windows tile
+the device timeline (:func:`device_windows`); inside its window, ``computing`` is the union of
+compute kernels, ``communication`` of collectives, ``memcpy`` of copies and memsets, ``busy``
+of all device activity, ``idle = wall - busy``; so ``computing <= busy <= wall`` always.
+``stage``, ``free`` and ``preparing`` keep torch_npu's step_trace_time.csv definitions (the
+span of the step's own compute and collective tasks, the time in it doing neither, and host
+step start to its first task). Host-side measures (``dataloader``, ``sync``) are host time in
+the host step. On the CPU backend the "device" is the CPU and the window is the host step:
+computing is the union of operator time outside DataLoader waits, idle the rest.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ import pandas as pd
 from . import counters as hw
 from .intervals import Spans
 from .schema import Trace
+from .temporal import TEMPORAL_COLUMNS, rank_temporal
 
 STEP_COLUMNS = ["step", "start_us", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us",
-                "overlapped_us", "free_us", "preparing_us", "dataloader_us", "sync_us", "busy_us", "idle_us", "stage_us",
-                "device_util"]
+                "overlapped_us", "free_us", "preparing_us", "dataloader_us", "memcpy_us", "sync_us", "busy_us", "idle_us",
+                "stage_us", "device_util"]
 KERNEL_COLUMNS = ["name", "type", "core", "count", "total_us", "mean_us", "min_us", "max_us", "share", "shapes"]
 HOST_OP_COLUMNS = ["name", "count", "total_us", "mean_us", "max_us", "share"]
 SYNC_COLUMNS = ["name", "count", "total_us", "per_step", "source"]
@@ -60,6 +65,8 @@ class Summary:
         transit time (bandwidth = transit_mb / transit_ms, GB/s), for every rank.
     matrix : transfers by (source rank, destination rank), for every rank (see
         :func:`npumagic.analysis.cluster.communication_matrix`).
+    temporal : one row per rank, HolisticTraceAnalysis's temporal breakdown of device time
+        (:data:`~npumagic.analysis.temporal.TEMPORAL_COLUMNS`); empty without device activity.
     meta : backend, device name, rank, source path; ``sources`` (where each figure comes from)
         and ``note`` (what a partial export lacks).
     hardware : per-step device counters (HBM, LLC, AI Core frequency), see
@@ -91,6 +98,8 @@ class Summary:
                                           repr=False, compare=False)
     host: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=hw.HOST_COLUMNS), repr=False,
                                compare=False)
+    temporal: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TEMPORAL_COLUMNS), repr=False,
+                                   compare=False)
 
     # -- headline numbers -------------------------------------------------------------------
     @property
@@ -174,14 +183,16 @@ class Summary:
 
 
 def step_table_text(steps: pd.DataFrame) -> str:
-    """The step table as text, times in ms (for terminals and reports)."""
-    shown = steps[["step", "wall_us", "computing_us", "comm_not_overlapped_us", "free_us", "dataloader_us", "device_util"]]
-    shown = shown.rename(columns={"wall_us": "wall_ms", "computing_us": "compute_ms", "comm_not_overlapped_us": "comm_ms",
-                                  "free_us": "free_ms", "dataloader_us": "data_ms", "device_util": "busy"})
-    out = shown.copy()
-    for col in ("wall_ms", "compute_ms", "comm_ms", "free_ms", "data_ms"):
-        out[col] = (shown[col] / 1000).map(lambda v: f"{v:,.2f}")
-    out["busy"] = shown["busy"].map(lambda v: f"{v:.0%}" if pd.notna(v) else "-")
+    """The step table as text, times in ms (for terminals and reports); copies only when any ran."""
+    columns = {"step": "step", "wall_us": "wall_ms", "computing_us": "compute_ms", "comm_not_overlapped_us": "comm_ms",
+               "memcpy_us": "copy_ms", "idle_us": "idle_ms", "dataloader_us": "data_ms", "device_util": "busy"}
+    if "memcpy_us" not in steps or not (steps["memcpy_us"] > 0).any():
+        columns.pop("memcpy_us")
+    out = steps[list(columns)].rename(columns=columns).astype(object)
+    for col in out.columns:
+        if col.endswith("_ms"):
+            out[col] = (steps[[k for k, v in columns.items() if v == col][0]] / 1000).map(lambda v: f"{v:,.2f}")
+    out["busy"] = steps["device_util"].map(lambda v: f"{v:.0%}" if pd.notna(v) else "-")
     return out.to_string(index=False)
 
 
@@ -215,7 +226,8 @@ def combine(per_rank: dict[int, Summary], rank: int | None = None) -> Summary:
     chosen = per_rank[rank if rank is not None else ranks[0]]
     links = pd.concat([per_rank[r].links for r in ranks], ignore_index=True)
     matrix = pd.concat([per_rank[r].matrix for r in ranks], ignore_index=True)
-    return dataclasses.replace(chosen, ranks=table, per_rank=per_rank, links=links, matrix=matrix)
+    temporal = pd.concat([per_rank[r].temporal for r in ranks], ignore_index=True).reindex(columns=TEMPORAL_COLUMNS)
+    return dataclasses.replace(chosen, ranks=table, per_rank=per_rank, links=links, matrix=matrix, temporal=temporal)
 
 
 def _summarize_rank(trace: Trace, rank: int) -> Summary:
@@ -264,6 +276,7 @@ def _summarize_rank(trace: Trace, rank: int) -> Summary:
         l2=hw.l2_table(counters, device_kernels),
         frequency_drops=hw.frequency_drops(counters, device_kernels, trace.meta.get("aicore_nominal_mhz")),
         host=hw.host_table(counters, steps),
+        temporal=rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", [])),
     )
 
 
@@ -308,7 +321,7 @@ def _vendor_step_table(table: pd.DataFrame | None, steps: pd.DataFrame) -> pd.Da
         "computing_us": get("Computing"), "communication_us": get("Communication"),
         "comm_not_overlapped_us": get("Communication(Not Overlapped)"), "overlapped_us": get("Overlapped"),
         "free_us": get("Free"), "preparing_us": get("Preparing"), "stage_us": get("Stage"),
-        "dataloader_us": np.nan, "sync_us": np.nan,
+        "dataloader_us": np.nan, "sync_us": np.nan, "memcpy_us": np.nan,
     })
     out["wall_us"] = out["stage_us"] + out["preparing_us"]
     out["busy_us"] = out["computing_us"] + out["comm_not_overlapped_us"]
@@ -322,6 +335,9 @@ def _spans(frame: pd.DataFrame) -> Spans:
     return Spans.union_of(start, start + frame["dur_ns"].to_numpy())
 
 
+DEVICE_WORK = ("kernel", "comm", "memcpy")
+
+
 def _step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.DataFrame:
     if steps.empty:
         return pd.DataFrame(columns=STEP_COLUMNS)
@@ -330,51 +346,90 @@ def _step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.
     syncs = _spans(ev[_is_host_sync(ev)])
     host_start = steps["start_ns"].to_numpy()
     host_end = steps["end_ns"].to_numpy()
-    rows = []
     if device_mode:
-        by_step = {k: g for k, g in ev[(ev["step"] >= 0) & kind.isin(["kernel", "comm"])].groupby("step", sort=False)}
-        for sid, lo in zip(steps["step"], host_start):
-            work = by_step.get(sid)
-            if work is None or work.empty:
-                rows.append((0, 0, 0, 0, lo, lo))
-                continue
-            compute = _spans(work[work["kind"] == "kernel"])
-            comm = _spans(work[work["kind"] == "comm"])
-            first = int(work["ts_ns"].min())
-            last = int((work["ts_ns"] + work["dur_ns"]).max())
-            rows.append((compute.total, comm.total, (compute & comm).total, (compute | comm).total, first, last))
-        computing, communication, overlapped, busy, first, last = (np.array(c, dtype=np.int64) for c in zip(*rows))
+        work = ev[kind.isin(DEVICE_WORK) & (ev["device"] >= 0)]
+        compute, comm, memcpy = (_spans(work[work["kind"] == k]) for k in DEVICE_WORK)
+        lo, hi = device_windows(work, steps)
+        tasks = work[(work["kind"] != "memcpy") & (work["step"] >= 0)]
+        ends = tasks["ts_ns"] + tasks["dur_ns"]
+        first = tasks.groupby("step")["ts_ns"].min().reindex(steps["step"]).to_numpy()
+        last = ends.groupby(tasks["step"]).max().reindex(steps["step"]).to_numpy()
+        has_tasks = ~np.isnan(first)
+        first = np.where(has_tasks, first, host_start).astype(np.int64)
+        last = np.where(has_tasks, last, host_start).astype(np.int64)
+        # torch_npu's step_trace_time columns: Stage spans the step's own compute and collective
+        # tasks, Free is the time in it doing neither, Preparing the host step start to the first task
         stage = last - first
-        preparing = np.where(stage > 0, first - host_start, 0)
+        free = stage - (compute | comm).covered(first, last)
+        preparing = np.where(has_tasks, first - host_start, 0)
+        busy_spans = compute | comm | memcpy
     else:
+        lo, hi = host_start, host_end
         ops = ev[(kind == "host_op") & (ev["device"] < 0)]
         compute = _spans(ops) - dataloader
-        computing = compute.covered(host_start, host_end)
-        communication = overlapped = np.zeros(len(steps), dtype=np.int64)
-        busy = computing
-        stage = host_end - host_start
+        comm = memcpy = Spans.empty()
+        busy_spans = compute
+        stage = hi - lo
         preparing = np.zeros(len(steps), dtype=np.int64)
-    not_overlapped = communication - overlapped
-    wall = host_end - host_start
+        free = stage - compute.covered(lo, hi)
+    computing = compute.covered(lo, hi)
+    communication = comm.covered(lo, hi)
+    overlapped = (compute & comm).covered(lo, hi)
+    busy = busy_spans.covered(lo, hi)
     us = lambda a: np.asarray(a, dtype=np.float64) / 1000.0  # noqa: E731
     out = pd.DataFrame({
         "step": steps["step"].to_numpy(),
-        "start_us": us(host_start - host_start.min()),
-        "wall_us": us(wall),
+        "start_us": us(lo - lo.min()),
+        "wall_us": us(hi - lo),
         "computing_us": us(computing),
         "communication_us": us(communication),
-        "comm_not_overlapped_us": us(not_overlapped),
+        "comm_not_overlapped_us": us(communication - overlapped),
         "overlapped_us": us(overlapped),
-        "free_us": us(np.maximum(stage - computing - not_overlapped, 0)),
+        "free_us": us(np.maximum(free, 0)),
         "preparing_us": us(preparing),
         "dataloader_us": us(dataloader.covered(host_start, host_end)),
+        "memcpy_us": us(memcpy.covered(lo, hi)),
         "sync_us": us(syncs.covered(host_start, host_end)),
         "busy_us": us(busy),
+        "idle_us": us(hi - lo - busy),
         "stage_us": us(stage),
     })
-    out["idle_us"] = np.maximum(out["wall_us"] - out["busy_us"], 0.0)  # the device (or CPU) did nothing
     out["device_util"] = np.where(out["wall_us"] > 0, out["busy_us"] / out["wall_us"], np.nan)
     return out[STEP_COLUMNS]
+
+
+def device_windows(work: pd.DataFrame, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's device window ``[lo, hi)`` in ns, aligned with ``steps`` (sorted by start).
+
+    The device window of step k runs from the first device activity launched in step k to the
+    first of the next step that launched any, so windows tile the device timeline. At the ends
+    of the capture there is no neighbouring step: the first window starts at the host step start
+    (the host's preparation of the first step is part of it, as it is of every later window),
+    or, while the device is still busy with work launched before the trace, when that is done,
+    and at the latest at its own first activity; the last window ends at its last device
+    activity (after it the host only stops the profiler). A step that launched no device work
+    keeps its host window.
+
+    Parameters
+    ----------
+    work : device events (kernels, collectives, copies) with ``step``, ``ts_ns``, ``dur_ns``.
+    steps : the rank's steps with ``step``, ``start_ns``, ``end_ns``, sorted by ``start_ns``.
+    """
+    mine = work[work["step"] >= 0]
+    g = mine.groupby("step")
+    first = g["ts_ns"].min().reindex(steps["step"]).to_numpy()
+    last = (mine["ts_ns"] + mine["dur_ns"]).groupby(mine["step"]).max().reindex(steps["step"]).to_numpy()
+    lo, hi = steps["start_ns"].to_numpy().copy(), steps["end_ns"].to_numpy().copy()
+    active = np.flatnonzero(~np.isnan(first))
+    if active.size:
+        starts = np.maximum.accumulate(first[active].astype(np.int64))  # windows tile: never step back
+        backlog = work[(work["step"] < 0) & (work["ts_ns"] < starts[0])]
+        backlog_end = int((backlog["ts_ns"] + backlog["dur_ns"]).max()) if len(backlog) else lo[active[0]]
+        starts[0] = min(starts[0], max(lo[active[0]], backlog_end))
+        lo[active] = starts
+        hi[active] = np.append(starts[1:], np.int64(last[active[-1]]))
+        hi[active] = np.maximum(hi[active], lo[active])
+    return lo, hi
 
 
 def self_time_ns(ops: pd.DataFrame) -> np.ndarray:
@@ -518,7 +573,8 @@ def _sync_table(ev: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     table = g["dur_us"].agg(count="count", total_us="sum").reset_index()
     table["per_step"] = table["count"] / n_steps
     table["source"] = g["source"].agg(lambda s: s[s != ""].mode().iat[0] if (s != "").any() else "").to_numpy()
-    return table.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)[SYNC_COLUMNS]
+    # by the host time they block: many cheap calls matter less than a few that wait long
+    return table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)[SYNC_COLUMNS]
 
 
 _NCCL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllToAll|SendRecv|Send|Recv)", re.I)

@@ -149,27 +149,56 @@ def coerce(frame: pd.DataFrame, columns: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(out).reset_index(drop=True)
 
 
-def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
-    """Step id of each event: the last step (of its rank) that started at or before it.
+LAUNCH_KINDS = ("runtime", "sync")  # host calls that carry a launch's correlation id to its device work
 
-    Device work launched in a step may run after the host has left it, so an event belongs to a
-    step from that step's start until the next step starts; events after the last step's end
-    that are not device work are outside every step.
+
+def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """Step id of each event (-1 outside every step).
+
+    Host events: the last step (of their rank) that started at or before them; host events after
+    the last step's end are outside every step. Device events: the step whose host launched them,
+    found through the launch's correlation id (the earliest host runtime call with the same id:
+    cudaLaunchKernel, hipLaunchKernel, torch_npu's Enqueue), since the device runs behind the
+    host, often by a whole step. Where launches are linked, device work whose launch is missing
+    was launched before profiling began and is outside every step; where the reader has no launch
+    links at all, device events fall back to time, as host events do (kept after the last step).
     """
     result = np.full(len(events), -1, dtype=np.int64)
+    ts_all = events["ts_ns"].to_numpy()
+    device_all = events["device"].to_numpy()
+    rank_all = events["rank"].to_numpy()
     for rank, rank_steps in steps.groupby("rank"):
         rank_steps = rank_steps.sort_values("start_ns")
-        mask = (events["rank"] == rank).to_numpy()
-        ts = events["ts_ns"].to_numpy()[mask]
+        mask = rank_all == rank
+        ts = ts_all[mask]
         starts = rank_steps["start_ns"].to_numpy()
         idx = np.searchsorted(starts, ts, side="right") - 1
         ids = rank_steps["step"].to_numpy()
         step = np.where(idx >= 0, ids[np.clip(idx, 0, None)], -1)
-        on_host = (events["device"].to_numpy()[mask] < 0)
+        on_host = device_all[mask] < 0
         past_end = ts >= rank_steps["end_ns"].to_numpy()[-1]
         step[on_host & past_end] = -1
+        step[~on_host] = _launch_steps(events[mask], on_host, step)
         result[mask] = step
     return result
+
+
+def _launch_steps(events: pd.DataFrame, on_host: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Steps of the device events of one rank by their launch (see :func:`assign_steps`)."""
+    corr = events["correlation"].to_numpy()
+    launch = on_host & (corr >= 0) & events["kind"].isin(LAUNCH_KINDS).to_numpy()
+    device_step = step[~on_host]
+    if not launch.any():
+        return device_step
+    order = np.argsort(events["ts_ns"].to_numpy()[launch], kind="stable")
+    first = pd.Series(step[launch][order], index=corr[launch][order])
+    first = first[~first.index.duplicated(keep="first")]  # the earliest call with that id launched it
+    where = first.index.get_indexer(corr[~on_host])
+    found = (where >= 0) & (corr[~on_host] >= 0)
+    # where launches do link, a linked id whose launch is missing was launched before profiling
+    # began: no traced step's work (torch_npu level 0 writes ids that link to nothing: use time)
+    before = (corr[~on_host] >= 0) & ~found & found.any()
+    return np.where(found, first.to_numpy()[np.maximum(where, 0)], np.where(before, -1, device_step))
 
 
 def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | None = None,

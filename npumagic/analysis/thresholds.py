@@ -9,8 +9,9 @@ LOW_OVERLAP_RATIO = 0.30
 COMM_MIN_SHARE = 0.10
 # Waiting on the DataLoader above this share of the step starves the device.
 DATALOADER_SHARE = 0.10
-# Device idle (free) above this share means the host cannot keep the device fed.
-HOST_BOUND_FREE_SHARE = 0.30
+# Device idle above this share means the host cannot keep the device fed (on the CPU: the CPU
+# runs no torch operator for this share of the step).
+HOST_BOUND_IDLE_SHARE = 0.30
 # Device idle caused by host-device synchronisations above this share of the step: the host
 # waits for the device, then the device waits for the host (the pipeline drains at every sync).
 SYNC_SHARE = 0.10
@@ -65,6 +66,9 @@ EXPECTED_LINK_GBPS = {"SDMA": 0.8 * 18.0, "HCCS": 0.8 * 18.0}
 HOST_PINNED_PCT = 90.0
 WORKER_BUSY_PCT = 90.0
 WORKER_IDLE_PCT = 50.0
+# The verdict names a bottleneck only for a finding with at least this share of the step at stake;
+# smaller findings are still listed by the advice, but the step is not bound by them.
+VERDICT_MIN_IMPACT = 0.05
 # Severity labels by the share of step time at stake.
 SEVERITY_HIGH = 0.25
 SEVERITY_MEDIUM = 0.10

@@ -93,7 +93,7 @@ def test_rank0_level1_is_communication_bound_with_the_vendor_figures():
     assert step["computing_us"] == pytest.approx(8873.756, rel=1e-4)
     verdict = npumagic.checklist(summary)
     assert verdict.bottleneck == "communication"
-    assert "65%" in verdict.steps[1][1]  # 101.96 ms not overlapped of a 155.99 ms step
+    assert "66%" in verdict.steps[1][1]  # 101.96 ms not overlapped of the 154.48 ms device step (host step 155.99 ms)
 
 
 def test_a_folder_of_ranks_gives_per_rank_summaries_and_the_slowest_rank():

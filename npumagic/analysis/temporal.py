@@ -1,0 +1,69 @@
+"""Trace -> temporal breakdown per rank: how the device's time from its first activity to its
+last splits into idle, compute and non-compute (memory copies, collectives, device syncs).
+
+The semantics are HolisticTraceAnalysis's ``get_temporal_breakdown`` (hta 0.5.0), so the two
+can be compared on the same trace: the window runs from the first device activity to the last;
+compute is the union of compute kernels, idle the window minus the union of all device
+activity, non-compute the rest. With two or more ProfilerStep marks, only device work launched
+before the last step began counts (HTA drops the last, often truncated, step by default), and
+device work whose launch is not in the trace is left out, as HTA does. On nanosecond-resolution
+traces HTA first rounds every event inward to whole microseconds (start up, end down: PyTorch
+#122425 made such events overlap); so does this table, so the two stay comparable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .intervals import Spans
+from .schema import LAUNCH_KINDS, Trace
+
+TEMPORAL_COLUMNS = ["rank", "window_us", "idle_us", "compute_us", "non_compute_us", "idle_pct", "compute_pct",
+                    "non_compute_pct"]
+# Device activity HTA counts: kernels, collectives, memcpy/memset and device-side sync records.
+_DEVICE_KINDS = ("kernel", "comm", "memcpy", "sync")
+
+
+def temporal_breakdown(trace: Trace) -> pd.DataFrame:
+    """One row per rank with device activity: :data:`TEMPORAL_COLUMNS` (times in us, shares in %).
+
+    Parameters
+    ----------
+    trace : a normalized Trace; uses events ``rank, kind, device, ts_ns, dur_ns, correlation``
+        and the steps table (``steps_inferred`` in ``meta`` marks ranks without ProfilerStep marks).
+    """
+    inferred = set(trace.meta.get("steps_inferred", []))
+    parts = [rank_temporal(ev, trace.steps[trace.steps["rank"] == rank], int(rank), rank in inferred)
+             for rank, ev in trace.events.groupby("rank", sort=True)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=TEMPORAL_COLUMNS)
+
+
+def rank_temporal(ev: pd.DataFrame, steps: pd.DataFrame, rank: int, steps_inferred: bool = False) -> pd.DataFrame:
+    """The temporal breakdown of one rank's events (a one-row frame; empty without device work)."""
+    row = _rank_breakdown(ev, steps.iloc[:0] if steps_inferred else steps)
+    out = pd.DataFrame([{"rank": rank, **row}] if row is not None else [], columns=TEMPORAL_COLUMNS)
+    for part in ("idle", "compute", "non_compute"):
+        out[f"{part}_pct"] = (100.0 * out[f"{part}_us"] / out["window_us"]).where(out["window_us"] > 0)
+    return out[TEMPORAL_COLUMNS]
+
+
+def _rank_breakdown(ev: pd.DataFrame, steps: pd.DataFrame) -> dict | None:
+    device = ev[(ev["device"].to_numpy() >= 0) & ev["kind"].isin(_DEVICE_KINDS).to_numpy()]
+    if len(steps) >= 2:
+        host = ev[(ev["device"] < 0) & ev["kind"].isin(LAUNCH_KINDS) & (ev["correlation"] >= 0)]
+        launched = host.loc[host["ts_ns"] < steps["start_ns"].max(), "correlation"]
+        device = device[device["correlation"].isin(launched)]
+    if device.empty:
+        return None
+    start = device["ts_ns"].to_numpy()
+    end = start + device["dur_ns"].to_numpy()
+    if (start % 1000).any() or (end % 1000).any():
+        start, end = -(-start // 1000) * 1000, end // 1000 * 1000
+    busy = Spans.union_of(start, end)
+    is_compute = (device["kind"] == "kernel").to_numpy()
+    compute = Spans.union_of(start[is_compute], end[is_compute])
+    window = int(busy.ends[-1] - busy.starts[0]) if len(busy) else 0
+    idle = window - busy.total
+    return {"window_us": window / 1e3, "idle_us": idle / 1e3, "compute_us": compute.total / 1e3,
+            "non_compute_us": (window - idle - compute.total) / 1e3}

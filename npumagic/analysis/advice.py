@@ -189,7 +189,7 @@ def _host_bound(s: Summary) -> Finding | None:
                        "move the Python work out of the step or vectorise it into tensor operations (loops over "
                        "elements, per-sample logging and metric math, time.sleep, printing); profile the cell with "
                        "--stack to see which Python frames take the time", "between operators")
-    evidence["preparing_ms"] = _per_step_ms(s, "preparing_us")
+    evidence.update(preparing_ms=_per_step_ms(s, "preparing_us"), free_share=s.share("free_us"))
     if s.meta.get("backend") == "npu":
         fix = ("cut host dispatch time: export TASK_QUEUE_ENABLE=2, bind cores with CPU_AFFINITY_CONF=1, compile the "
                "step (torch.compile(model, backend=torchair) / aclgraph), and raise the batch size")

@@ -182,7 +182,7 @@ def waiting_on_data():
     summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
     steps = summary.steps.copy()
     steps["dataloader_us"] = steps["wall_us"] * 0.5
-    steps["free_us"] = steps["wall_us"] * 0.9
+    steps["free_us"] = steps["idle_us"] = steps["wall_us"] * 0.9
     steps["comm_not_overlapped_us"] = 0.0
     return dataclasses.replace(summary, steps=steps)
 

@@ -244,9 +244,14 @@ class Session:
         return compare(self.summary(a), summary_b if summary_b is not None else self.summary(b), a, b,
                        self.context(a), self.context(b), noise=self.noise(a, b))
 
+    def _environment(self, name: str) -> dict[str, str]:
+        """The run record's environment snapshot (what the user set), for the environment rule."""
+        return {k: str(v) for k, v in (self.store.get(name).environment or {}).items()}
+
     def advise(self, name: str, every_rank: bool = False, low: bool = True) -> Advice:
         """Findings of a run, most important first (see :func:`~npumagic.analysis.advice.advise_run`)."""
-        return advise_run(self.summary(name), name, every_rank=every_rank, low=low)
+        return advise_run(self.summary(name), name, every_rank=every_rank, low=low,
+                          environment=self._environment(name))
 
     def kernel_history(self, kernel: str) -> tuple[str, pd.DataFrame]:
         """One kernel across the history: (its name, a table run / count / total_us / mean_us).

@@ -55,6 +55,19 @@ def test_advise_ranks_findings(capsys):
     assert [f["impact"] for f in findings] == sorted((f["impact"] for f in findings), reverse=True)
 
 
+def test_advise_json_lists_rule_severity_impact_evidence_fix_where(capsys):
+    assert main(["advise", str(need(ASCEND / "level1" / "rank0_ascend_pt")), "--json", "--all"]) == 0
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert all({"rule", "severity", "impact", "evidence", "fix", "where"} <= set(f) for f in findings)
+    by_rule = {f["rule"]: f for f in findings}
+    assert {"byte_alignment", "dynamic_shape", "affinity_api", "environment"} <= set(by_rule)
+    aligned = by_rule["byte_alignment"]
+    assert [o["size_bytes"] for o in aligned["evidence"]["ops"]] == [28647232, 17267200]
+    assert aligned["severity"] == "low" and 0 < aligned["impact"] < 0.03  # 397 us of a 136.6 ms step
+    assert by_rule["communication"]["severity"] == "high"
+    assert "main.py(366)" in by_rule["affinity_api"]["where"]
+
+
 def test_compare_two_outputs(capsys):
     a, b = need(ASCEND / "level1" / "rank0_ascend_pt"), need(ASCEND / "level2" / "rank0_ascend_pt")
     assert main(["compare", str(a), str(b)]) == 0

@@ -4,7 +4,7 @@ time at stake, which orders them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -13,42 +13,13 @@ import pandas as pd
 from . import cluster
 from . import counters as hw
 from . import thresholds as T
+from .finding import Finding
 from .metrics import Summary
+from .rules.npu_ops import INTERNAL_FORMAT_OFF
 from .schema import Trace
 
 CATEGORIES = ("host_bound", "dataloader", "communication", "small_ops", "sync", "npu_compute", "memory", "jitter",
               "compute_bound", "balanced")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One bottleneck: ``category`` (see CATEGORIES), ``impact`` (share of step time at stake),
-    ``title`` with the deciding numbers, ``evidence``, ``fix`` (names the API or parameter) and
-    ``where`` (op, step or source line)."""
-
-    category: str
-    impact: float
-    title: str
-    evidence: dict[str, Any]
-    fix: str
-    where: str = ""
-
-    @property
-    def severity(self) -> str:
-        return "high" if self.impact >= T.SEVERITY_HIGH else "medium" if self.impact >= T.SEVERITY_MEDIUM else "low"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"category": self.category, "severity": self.severity, "impact": self.impact, "title": self.title,
-                "evidence": self.evidence, "fix": self.fix, "where": self.where}
-
-    def __str__(self) -> str:
-        lines = [f"[{self.severity}] {self.category}: {self.title}", f"    fix: {self.fix}"]
-        if self.where:
-            lines.append(f"    where: {self.where}")
-        return "\n".join(lines)
-
-    def _repr_pretty_(self, p, cycle) -> None:
-        p.text(str(self))
 
 
 @dataclass(frozen=True)
@@ -70,7 +41,7 @@ class Advice:
     @property
     def table(self) -> pd.DataFrame:
         return pd.DataFrame([f.as_dict() for f in self.findings],
-                            columns=["category", "severity", "impact", "title", "fix", "where", "evidence"])
+                            columns=["category", "severity", "impact", "title", "fix", "where", "rule", "evidence"])
 
     def __str__(self) -> str:
         head = f"npumagic advice{' for ' + self.run if self.run else ''}: "
@@ -170,11 +141,23 @@ def _tiny_per_step(s: Summary) -> float:
     return float(k.loc[k["mean_us"] < T.TINY_KERNEL_US, "count"].sum()) / len(s.steps)
 
 
+# torch_npu registers the dynamo backends "npu" and "npugraph_ex" (torch_npu/dynamo/__init__.py);
+# aclgraph is torchair's CompilerConfig mode "reduce-overhead". In IPython/Jupyter `import torch_npu`
+# sets TASK_QUEUE_ENABLE=0 itself (torch_npu/_init/core/optional_features.py).
+NPU_COMPILE = ('torch.compile(model, backend="npu") (torchair), or for launch-bound steps aclgraph: '
+               'config = torchair.CompilerConfig(); config.mode = "reduce-overhead"; '
+               'torch.compile(model, backend=torchair.get_npu_backend(compiler_config=config))')
+NPU_HOST_BOUND_FIX = ("cut host dispatch time: export TASK_QUEUE_ENABLE=2 before starting Python (in IPython/Jupyter "
+                      "`import torch_npu` resets it to 0, so a notebook run is more host-bound than the same script), "
+                      "bind cores with CPU_AFFINITY_CONF=1, compile the step with " + NPU_COMPILE +
+                      ", and raise the batch size")
+
+
 def _host_bound(s: Summary) -> Finding | None:
     """Device idle (on the CPU: time outside torch operators) that DataLoader waits do not explain."""
     idle = s.share("idle_us")
     unexplained = idle - s.share("dataloader_us")
-    if idle <= T.HOST_BOUND_IDLE_SHARE or unexplained < T.SEVERITY_MEDIUM:
+    if idle <= T.HOST_BOUND_IDLE_SHARE or unexplained < T.HOST_BOUND_MIN_UNEXPLAINED:
         return None
     idle_ms = _per_step_ms(s, "idle_us")
     evidence = {"idle_ms": idle_ms, "idle_share": idle, "unexplained_share": unexplained,
@@ -191,8 +174,7 @@ def _host_bound(s: Summary) -> Finding | None:
                        "--stack to see which Python frames take the time", "between operators")
     evidence.update(preparing_ms=_per_step_ms(s, "preparing_us"), free_share=s.share("free_us"))
     if s.meta.get("backend") == "npu":
-        fix = ("cut host dispatch time: export TASK_QUEUE_ENABLE=2, bind cores with CPU_AFFINITY_CONF=1, compile the "
-               "step (torch.compile(model, backend=torchair) / aclgraph), and raise the batch size")
+        fix = NPU_HOST_BOUND_FIX
     else:
         fix = ("cut launch overhead: capture the step in CUDA graphs (torch.compile(model, mode='reduce-overhead')), "
                "raise the batch size, and move Python work (logging, metric math) out of the step")
@@ -292,12 +274,22 @@ def _small_ops(s: Summary) -> Finding | None:
     types = (named if len(named) else tiny).groupby("type", observed=True)["count"].sum()
     types = types[types > 0].sort_values(ascending=False).head(3)
     listed = ", ".join(f"{t} x{int(c / len(s.steps))}" for t, c in types.items())
-    fix = ("fuse the tiny kernels: torch.compile(model) (on Ascend: torch.compile(model, backend=torchair)), use fused "
-           "optimizers (torch.optim.AdamW(params, fused=True) or foreach=True), and replace chains of "
-           "view/permute/elementwise ops with one fused op")
+    fix = _fuse_fix(s.meta.get("backend"))
     return Finding("small_ops", share * s.share("computing_us") + (per_step * 5e-3) / max(s.step_stats["median_us"], 1),
                    f"{per_step:.0f} kernels per step average under {T.TINY_KERNEL_US:g} us and take {share:.0%} of "
                    f"device time ({listed})", {"tiny_per_step": per_step, "tiny_share": share}, fix, listed)
+
+
+def _fuse_fix(backend: str | None) -> str:
+    if backend == "npu":
+        return ("fuse the tiny kernels: " + NPU_COMPILE + "; use the vendor's fused optimizers "
+                "(torch_npu.optim.NpuFusedAdamW / NpuFusedAdam / NpuFusedSGD; torch.optim's foreach=True is enabled by "
+                "torch_npu only on Atlas A2/A3), and replace chains of view/permute/elementwise ops with one fused op")
+    if backend == "cuda":
+        return ("fuse the tiny kernels: torch.compile(model), fused optimizers (torch.optim.AdamW(params, fused=True)), "
+                "and replace chains of view/permute/elementwise ops with one fused op")
+    return ("fuse the tiny operators: torch.compile(model), torch.optim.AdamW(params, foreach=True), and replace "
+            "chains of view/permute/elementwise ops with one op")
 
 
 def _weighted(details: pd.DataFrame, column: str, mask) -> float:
@@ -323,28 +315,19 @@ def _npu_compute(s: Summary) -> list[Finding]:
             out.append(Finding("npu_compute", cube_ns / wall * (1 - util), f"AI Core cube utilisation is {util:.0%} "
                                f"(time-weighted aic_mac_ratio of AI_CORE kernels, {cube_ns / 1e6:.2f} ms)",
                                {"aicore_mac_ratio": util, "aicore_ms": cube_ns / 1e6},
-                               "feed the cube unit bigger, aligned tiles: pad matmul/conv dims to multiples of 16, use "
-                               "bf16/fp16 (torch.autocast('npu', dtype=torch.bfloat16)), and batch small matmuls",
-                               "AI_CORE kernels"))
-    cpu_ops = d[core == "AI_CPU"]
-    if len(cpu_ops):
-        names = cpu_ops.groupby("Type")["dur_ns"].sum().sort_values(ascending=False)
-        listed = ", ".join(f"{t} ({v / 1e3:.0f} us)" for t, v in names.head(5).items())
-        out.append(Finding("npu_compute", float(cpu_ops["dur_ns"].sum()) / wall, f"{len(cpu_ops)} operators run on AI_CPU: "
-                           f"{listed}", {"ai_cpu_ops": len(cpu_ops), "ai_cpu_ms": float(cpu_ops["dur_ns"].sum()) / 1e6},
-                           "move them to AI Core: cast int64 inputs to int32 and float64 to float32 before these ops, "
-                           "or replace them (torch_npu custom ops); check the op list with torch_npu's "
-                           "op support table", listed))
+                               f"feed the cube unit bigger, aligned tiles: pad matmul inner axes to multiples of "
+                               f"{T.CUBE_INNER_AXIS} (msprof-analyze's cube affinity check), use bf16/fp16 "
+                               "(torch.autocast('npu', dtype=torch.bfloat16)), and batch small matmuls",
+                               "AI_CORE kernels", "aicore_utilization"))
     trans = d[d["Type"] == "TransData"]
     if len(trans) and float(trans["dur_ns"].sum()) / compute > T.TRANSDATA_SHARE:
         t_ns = float(trans["dur_ns"].sum())
         out.append(Finding("npu_compute", t_ns / wall, f"{len(trans)} TransData format conversions take "
                            f"{t_ns / 1e6:.2f} ms, {t_ns / compute:.0%} of device compute",
                            {"transdata_count": len(trans), "transdata_ms": t_ns / 1e6, "transdata_share": t_ns / compute},
-                           "stop converting formats every step: keep weights in the NPU-native format "
-                           "(torch_npu.npu_format_cast(w, 29) once after model.npu()), set "
-                           "torch.npu.config.allow_internal_format = True, and avoid permute/.contiguous() on NPU tensors "
-                           "in the loop", "TransData"))
+                           f"turn private formats off at the start of the script: {INTERNAL_FORMAT_OFF} (operators "
+                           "then keep ND tensors and stop converting; msprof-analyze's advice), and avoid "
+                           "permute/.contiguous() on NPU tensors in the loop", "TransData", "transdata"))
     if "Block Dim" in d:
         block = pd.to_numeric(d["Block Dim"], errors="coerce")
         by_kernel = d.assign(block=block).groupby("Name").agg(ns=("dur_ns", "sum"), block=("block", "max"))
@@ -354,8 +337,8 @@ def _npu_compute(s: Summary) -> list[Finding]:
             listed = ", ".join(f"{n} (block dim {int(b)})" for n, b in low["block"].items())
             out.append(Finding("npu_compute", float(low["ns"].sum()) / wall * 0.5, f"{len(low)} long kernels run on fewer "
                                f"than {T.LOW_BLOCK_DIM} AI Cores: {listed}", {"low_block_kernels": len(low)},
-                               "give these ops more parallel work: larger batch or sequence per call, or shapes the "
-                               "tiling can split (multiples of 16 on the split axis)", listed))
+                               "give these ops more parallel work: a larger batch or sequence per call, so the tiling "
+                               "can split it over all AI Cores", listed, "low_block_dim"))
     out += _memory_bound_kernels(d, wall)
     return out
 
@@ -379,9 +362,9 @@ def _memory_bound_kernels(d: pd.DataFrame, wall_ns: float) -> list[Finding]:
     return [Finding("memory", ns / wall_ns, f"{len(bound)} kernels are memory-bound (MTE2 load pipe above "
                     f"{T.MEMORY_BOUND_MTE2_RATIO:.0%}, compute pipe below {T.MEMORY_BOUND_COMPUTE_RATIO:.0%}): {listed}",
                     {"memory_bound_kernels": len(bound), "memory_bound_ms": ns / 1e6},
-                    "move less data per FLOP: fuse these elementwise/optimizer ops (torch.compile, fused optimizer "
-                    "foreach=True), use bf16 for activations, and avoid re-reading the same tensor in separate ops",
-                    listed)]
+                    "move less data per FLOP: fuse these elementwise/optimizer ops (" + NPU_COMPILE + "; the "
+                    "vendor's fused optimizers torch_npu.optim.NpuFusedAdamW / NpuFusedSGD), use bf16 for activations, "
+                    "and avoid re-reading the same tensor in separate ops", listed, "memory_bound_kernels")]
 
 
 def _memory(s: Summary) -> list[Finding]:
@@ -393,14 +376,14 @@ def _memory(s: Summary) -> list[Finding]:
             out.append(Finding("memory", 0.15, f"{m['device']}: peak allocated {peak / 2**30:.1f} GiB is {peak / cap:.0%} "
                                f"of {cap / 2**30:.1f} GiB", {"peak_gib": peak / 2**30, "capacity_share": peak / cap},
                                "lower peak memory: activation checkpointing (torch.utils.checkpoint), a smaller micro-batch "
-                               "with gradient accumulation, or bf16 activations", str(m["device"])))
+                               "with gradient accumulation, or bf16 activations", str(m["device"]), "memory_capacity"))
         if reserved > T.FRAGMENTATION_RATIO * peak and reserved - peak > T.FRAGMENTATION_MIN_BYTES:
             env = "PYTORCH_NPU_ALLOC_CONF" if s.meta.get("backend") == "npu" else "PYTORCH_CUDA_ALLOC_CONF"
             out.append(Finding("memory", 0.05, f"{m['device']}: reserved {reserved / 2**30:.1f} GiB vs {peak / 2**30:.1f} GiB "
                                "allocated at peak: the caching allocator is fragmented",
                                {"reserved_gib": reserved / 2**30, "allocated_gib": peak / 2**30},
                                f"set {env}=expandable_segments:True, and avoid tensors whose size changes every step",
-                               str(m["device"])))
+                               str(m["device"]), "fragmentation"))
     return out
 
 
@@ -415,7 +398,11 @@ def _jitter(s: Summary) -> Finding | None:
                    {"cv": st["cv"], "median_ms": st["median_us"] / 1000, "outlier_steps": slow["step"].tolist()},
                    "look at the slow steps in the timeline (%npushow RUN --timeline --step-range N:N): Python GC "
                    "(gc.freeze() after warm-up), DataLoader stalls (prefetch_factor), or allocator spikes "
-                   "(torch.npu/cuda.empty_cache() in the loop)", f"steps {outliers}")
+                   f"({_empty_cache(s.meta.get('backend'))} in the loop)", f"steps {outliers}")
+
+
+def _empty_cache(backend: str | None) -> str:
+    return {"npu": "torch.npu.empty_cache()", "cuda": "torch.cuda.empty_cache()"}.get(backend or "", "gc.collect()")
 
 
 def _frequency(s: Summary) -> Finding | None:
@@ -440,38 +427,45 @@ RULES: list[Callable[[Summary], Finding | list[Finding] | None]] = [
     _communication, _dataloader, _host_bound, _sync, _small_ops, _npu_compute, _memory, _jitter, _frequency]
 
 
-def advise(data: Trace | Summary, run: str = "") -> Advice:
+def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | None = None) -> Advice:
     """Ranked findings for a run (most important first).
 
     Parameters
     ----------
     data : a Trace (summarised here) or a Summary.
+    run : the run's name, for display.
+    environment : the run record's environment snapshot (variable -> value), checked with
+        torch_npu's own record (profiler_metadata.json) by the environment rule.
     """
     from .metrics import summarize
+    from .rules import run_rules
 
     summary = summarize(data) if isinstance(data, Trace) else data
+    if environment:
+        summary = replace(summary, meta={**summary.meta, "run_environment": dict(environment)})
     found: list[Finding] = []
     for rule in RULES:
         result = rule(summary)
-        if isinstance(result, Finding):
-            found.append(result)
-        elif result:
-            found.extend(result)
-    found += cluster.findings(summary)  # slow ranks, stage imbalance, slow links (a job of 2+ ranks)
+        for f in [result] if isinstance(result, Finding) else (result or []):
+            found.append(f if f.rule else replace(f, rule=rule.__name__.strip("_")))
+    # slow ranks, stage imbalance, slow links (a job of 2+ ranks)
+    found += [f if f.rule else replace(f, rule="cluster") for f in cluster.findings(summary)]
+    found += run_rules(summary)
     found.sort(key=lambda f: f.impact, reverse=True)
     return Advice(found, run)
 
 
-def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: bool = True) -> Advice:
+def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: bool = True,
+               environment: dict[str, str] | None = None) -> Advice:
     """Findings of a run, most important first: of its first rank, or of every rank (each title
     then says which); without ``low``, low-severity findings are left out (the top one is kept).
-    The magics and the CLI both show advice through this."""
+    ``environment`` is the run record's snapshot, for the environment rule. The magics and the
+    CLI both show advice through this."""
     ranks = sorted(summary.per_rank.items()) if every_rank else [(summary.meta.get("rank", 0), summary)]
     findings = []
     for rank, per_rank in ranks:
         suffix = f" (rank {rank})" if len(ranks) > 1 else ""
-        findings += [Finding(f.category, f.impact, f.title + suffix, f.evidence, f.fix, f.where)
-                     for f in advise(per_rank, run)]
+        findings += [replace(f, title=f.title + suffix) for f in advise(per_rank, run, environment)]
     findings.sort(key=lambda f: f.impact, reverse=True)
     if not low:
         findings = [f for f in findings if f.severity != "low"] or findings[:1]

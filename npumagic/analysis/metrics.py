@@ -40,6 +40,7 @@ RANK_COLUMNS = ["rank", "steps", "step_median_us", "computing_us", "communicatio
                 "free_us", "dataloader_us", "device_util", "slowest", "dp", "pp", "tp", "stage"]
 LINK_COLUMNS = ["rank", "op", "group", "link_type", "transit_mb", "transit_ms", "bandwidth_gbps"]
 MEMORY_COLUMNS = ["device", "peak_allocated_bytes", "peak_reserved_bytes", "capacity_bytes"]
+RULE_TABLES = ("hccl_tasks", "device_info")  # vendor tables the advice rules read
 SYNC_HOST_OPS = frozenset({"aten::_local_scalar_dense", "aten::item"})
 AIC_RATIO_COLUMNS = ("aic_mac_ratio", "aic_scalar_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpipe_ratio",
                      "aiv_vec_ratio", "aiv_scalar_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio")
@@ -100,6 +101,10 @@ class Summary:
                                compare=False)
     temporal: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TEMPORAL_COLUMNS), repr=False,
                                    compare=False)
+    # for the advice rules: the rank's events without Python stack frames (not stored in the history:
+    # too large; a reloaded run's host-side rules stay silent) and the small vendor tables they read
+    events: pd.DataFrame | None = field(default=None, repr=False, compare=False, metadata={"persist": False})
+    vendor: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     # -- headline numbers -------------------------------------------------------------------
     @property
@@ -277,6 +282,8 @@ def _summarize_rank(trace: Trace, rank: int) -> Summary:
         frequency_drops=hw.frequency_drops(counters, device_kernels, trace.meta.get("aicore_nominal_mhz")),
         host=hw.host_table(counters, steps),
         temporal=rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", [])),
+        events=ev[ev["kind"] != "python"],
+        vendor={k: v for k, v in vendor.items() if k in RULE_TABLES},
     )
 
 

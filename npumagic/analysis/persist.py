@@ -83,6 +83,8 @@ def _revive(value: Any) -> Any:
 def _encode(summary: Summary) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(summary):
+        if f.metadata.get("persist") is False:  # e.g. the raw events: the trace files hold them
+            continue
         value = getattr(summary, f.name)
         if f.name == "per_rank":
             out[f.name] = {str(r): (None if s is summary else _encode(s)) for r, s in value.items()}

@@ -69,6 +69,95 @@ WORKER_IDLE_PCT = 50.0
 # The verdict names a bottleneck only for a finding with at least this share of the step at stake;
 # smaller findings are still listed by the advice, but the step is not bound by them.
 VERDICT_MIN_IMPACT = 0.05
-# Severity labels by the share of step time at stake.
-SEVERITY_HIGH = 0.25
-SEVERITY_MEDIUM = 0.10
+# Device idle not explained by DataLoader waits must reach this share before host-bound is named.
+HOST_BOUND_MIN_UNEXPLAINED = 0.10
+# Severity labels by the share of step time at stake: msprof-analyze's own bands
+# (advisor/analyzer/base_analyzer.py ANALYZER_HIGH_PRIORITY_TIME_RATIO = 0.05,
+# ANALYZER_MEDIUM_PRIORITY_TIME_RATIO = 0.03).
+SEVERITY_HIGH = 0.05
+SEVERITY_MEDIUM = 0.03
+
+# ---- msprof-analyze advisor rules (msprof-analyze 26.2.0, advisor/rules/en/*.yaml and the
+# checkers under advisor/analyzer/); each value is the peer's, so findings agree with its report.
+# Byte alignment (byte_alignment.yaml min_size, ByteAlignmentChecker._BASE_SIZE): SDMA transfers
+# off-chip larger than 512 B whose size is not a multiple of 512 B move at a lower rate.
+HCCL_ALIGN_BYTES = 512
+HCCL_ALIGN_MIN_BYTES = 512
+# Small packets (packet.yaml): more than 20% of SDMA collectives moving under 16 MB, or of RDMA
+# collectives under 1 MB, are dominated by per-transfer overhead.
+SMALL_SDMA_MB = 16.0
+SMALL_RDMA_MB = 1.0
+SMALL_PACKET_RATIO = 0.20
+# Bandwidth contention (bandwidth_contention.yaml): SDMA below 0.8 x the 18 GB/s baseline while a
+# matmul runs at the same time is slowed by the computation competing for HBM.
+SDMA_BASELINE_GBPS = 18.0
+SDMA_CONTENTION_RATIO = 0.8
+# AI_CPU operators (AicpuChecker._MIN_TASK_DURATION): reported when one task takes over 20 us.
+AICPU_MIN_US = 20.0
+# Operator no-bound (OperatorBoundChecker, config.ini operator_bound_ratio): a task over 20 us
+# with no pipe (vec, mac, scalar, mte1-3) above 0.8 uses none of the hardware well.
+NO_BOUND_MIN_US = 20.0
+NO_BOUND_PIPE_RATIO = 0.8
+# AI Core performance (aicore_performance.yaml and AICorePerformanceChecker): cube ops moving at
+# least 100 MB, vector op types taking at least 1% of device time; bound thresholds per group.
+CUBE_MIN_MB = 100.0
+VECTOR_TYPE_SHARE = 0.01
+CUBE_MAC_BOUND = 0.8
+CUBE_MTE2_BOUND = 0.95
+CUBE_INNER_AXIS = 256
+VECTOR_TOTAL_BOUND = 0.9
+VECTOR_PIPE_BOUND = 0.7
+# FlashAttention (aicore_performance.yaml fa_operators): forward bound when MTE2 >= 0.8 or vec >=
+# 0.75, backward when MTE2 >= 0.8 or fixpipe >= 0.75; head dim and sequence aligned to 128.
+FA_MTE2_BOUND = 0.8
+FA_VEC_BOUND = 0.75
+FA_FIXPIPE_BOUND = 0.75
+FA_INNER_AXIS = 128
+# Operator dispatch (constant.py MAX_OP_COMPILE_NUM): 20 or more aclopCompileAndExecute calls mean
+# operators are compiled online during training.
+OP_COMPILE_MIN = 20
+# Fusible sequences (fusible_operator.yaml): 2..10 operators, together over 1% of the step,
+# repeated more than 5 times.
+FUSIBLE_MIN_LEN = 2
+FUSIBLE_MAX_LEN = 10
+FUSIBLE_MIN_SHARE = 0.01
+FUSIBLE_MIN_COUNT = 5
+# SyncBatchNorm (sync_batchnorm.yaml max_syncbn_num): 20 or more slow dispatch and communicate.
+SYNCBN_MAX = 20
+# Synchronize stream (synchronize.yaml): more than half of node launches directly followed by a
+# stream synchronisation means every launch blocks (ASCEND_LAUNCH_BLOCKING=1).
+SYNC_CO_OCCURRENCE = 0.5
+# GC (gc.yaml gc_threshold): a Python collection of 1 ms or more stalls the step.
+GC_MIN_US = 1000.0
+# Conjectured GC (conjectured_gc.yaml): a device-free gap over 200 ms with under 1 acl call per
+# 10 ms (max_acl_event_num_ratio 0.0001 per us) and acl call time under 1% of the gap.
+CONJECTURED_GC_FREE_US = 200_000.0
+CONJECTURED_GC_EVENTS_PER_US = 0.0001
+CONJECTURED_GC_EVENT_TIME_RATIO = 0.01
+# Memory operators (memory.yaml max_total_duration): aclMallocMemInner / aclrtFree(Physical)
+# together 10 ms or more leave the device idle while the allocator talks to the driver.
+MEMORY_OP_MAX_US = 10_000.0
+# Environment (EnvironmentVariableChecker.ENV_SUGGEST_CONDITION): ACLNN_CACHE_LIMIT below 10000.
+ACLNN_CACHE_MIN = 10_000
+# AI Core frequency (config.ini frequency_threshold): a drop of 5% or more from the rated clock.
+FREQ_DROP = 0.05
+
+# ---- CUDA expert rules: torch-tb-profiler 0.4's recommendations (torch_tb_profiler/profiler/
+# data.py RunProfileData.analyze) and Nsight Systems' expert-system rules.
+# DataLoader above 5% of the step (tb-profiler: "high time cost on input data loading").
+CUDA_DATALOADER_SHARE = 0.05
+# Communication above 10% of the step (tb-profiler: "high time cost on communication").
+CUDA_COMM_SHARE = 0.10
+# GPU utilisation below 50% (tb-profiler: "GPU ... has low utilization"); also the busy share
+# under which a window counts as low-utilisation (Nsight Systems' gpu_time_util rule).
+CUDA_GPU_UTIL = 0.50
+# Idle GPU gaps: Nsight Systems' gpu_gaps rule reports gaps above a threshold meant for whole
+# application captures (hundreds of ms); inside profiled training steps a 500 us gap is already
+# dozens of kernel launches, so npumagic reports gaps from 500 us.
+CUDA_GAP_US = 500.0
+# The profiled span is cut into this many equal windows for the low-utilisation count.
+CUDA_UTIL_WINDOWS = 100
+# Fusible sequences, continued (fusible_operator.yaml): host-bound when the device works under
+# 40% of a sequence's span, MTE-bound when data movement exceeds 80% of its AI Core time.
+FUSIBLE_HOST_RATIO = 0.4
+FUSIBLE_MTE_RATIO = 0.8

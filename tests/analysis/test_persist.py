@@ -16,7 +16,16 @@ from ..conftest import ASCEND, CUDA, need
 def _assert_same(a, b):
     for f in dataclasses.fields(a):
         x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, pd.DataFrame):
+        if f.metadata.get("persist") is False:
+            assert y is None, f.name  # not stored (the raw events)
+        elif isinstance(x, dict) and any(isinstance(v, pd.DataFrame) for v in x.values()):
+            assert x.keys() == y.keys(), f.name
+            for key in x:
+                if isinstance(x[key], pd.DataFrame):
+                    pd.testing.assert_frame_equal(x[key], y[key], check_exact=True, obj=f"{f.name}[{key}]")
+                else:
+                    assert x[key] == y[key], f"{f.name}[{key}]"
+        elif isinstance(x, pd.DataFrame):
             pd.testing.assert_frame_equal(x, y, check_exact=True, obj=f.name)
         elif f.name == "per_rank":
             assert x.keys() == y.keys()

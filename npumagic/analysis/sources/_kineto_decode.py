@@ -49,6 +49,11 @@ class AscendArgs(msgspec.Struct, gc=False):
     task_type: Any = msgspec.field(default=None, name="Task Type")
     connection_id: Id = None
     correlation_id: Id = None
+    # HCCL plane tasks (Memcpy, Reduce_Inline, Notify_*): what each transfer moved and over what
+    hccl_task_type: Any = msgspec.field(default=None, name="task type")
+    size_bytes: Num = msgspec.field(default=None, name="size(Byte)")
+    transport_type: Any = msgspec.field(default=None, name="transport type")
+    link_type: Any = msgspec.field(default=None, name="link type")
 
 
 AscendEvent = _event_struct("AscendEvent", AscendArgs)

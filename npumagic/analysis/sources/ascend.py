@@ -186,6 +186,7 @@ def _read_text_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, An
         except msgspec.DecodeError as exc:
             raise TraceError(trace_path, f"an event does not match the trace_view.json format ({exc})") from None
         events = _trace_events(raw_events, trace_path, notes)
+        hccl_tasks = _hccl_tasks(raw_events)
     kernel_path = out / "kernel_details.csv"
     note = ""
     kernels = details = None
@@ -210,6 +211,11 @@ def _read_text_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, An
         vendor["kernel_details"] = details
     counters = pd.concat([chrome_counters(samples, _process_names(raw_events), rank, 0),
                           _l2_cache(out / "l2_cache.csv", details, rank)], ignore_index=True)
+    if len(hccl_tasks):
+        vendor["hccl_tasks"] = hccl_tasks
+    device = _device_info(rank_dir)
+    if device:
+        vendor["device_info"] = device
     return {
         "rank": rank,
         "events": events,
@@ -306,6 +312,18 @@ def _read_step_trace_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
                  "kernel, host-op or sync views"),
         "sources": {"breakdown": "step_trace_time.csv (vendor)", "wall": "step_trace_time.csv Stage + Preparing"},
     }
+
+
+def _device_info(rank_dir: Path) -> dict[str, Any]:
+    """The chip's core counts and rated AI Core clock from CANN's ``PROF_*/device_*/info.json.N``
+    (``DeviceInfo``: ai_core_num, aiv_num, aic_frequency), where the raw data was kept."""
+    for path in sorted(rank_dir.glob("PROF_*/device_*/info.json.*")):
+        if path.name.endswith(".done"):
+            continue
+        for info in _json(path).get("DeviceInfo") or []:
+            if isinstance(info, dict) and info.get("ai_core_num"):
+                return {k: info[k] for k in ("ai_core_num", "aiv_num", "aic_frequency") if k in info}
+    return {}
 
 
 def _rank_from_name(rank_dir: Path) -> int:
@@ -420,6 +438,8 @@ def _trace_events(raw, trace_path: Path, notes: ReadNotes) -> pd.DataFrame:
             kind = "kernel" if task in COMPUTE_TASKS else "memcpy" if task in MEMCPY_TASKS else None
         elif proc == "HCCL":
             kind = "comm" if "Communication" in thread.get((e.pid, e.tid), "") else None
+        elif proc == "Python GC":  # torch_npu's gc_detect_threshold: one "GC" span per collection
+            kind = "annotation"
         else:
             kind = None
         if kind is not None:
@@ -457,6 +477,48 @@ def _trace_events(raw, trace_path: Path, notes: ReadNotes) -> pd.DataFrame:
         "core": np.where(on_device, "", "cpu"),
         "type": name.where(~on_device, ""),
     })
+
+
+HCCL_TASK_COLUMNS = ["op", "ts_ns", "dur_ns", "task_type", "size_bytes", "transport", "link_type", "plane"]
+
+
+def _hccl_tasks(raw) -> pd.DataFrame:
+    """The HCCL plane tasks (Memcpy, Reduce_Inline, Notify_*) of a trace_view.json, each with the
+    collective it belongs to (the latest ``hcom_*`` op started at or before it on the group lane),
+    its size in bytes, transport (SDMA/RDMA/LOCAL) and link type (HCCS, PCIE, ON_CHIP, ...)."""
+    process = {e.pid: str(e.args.name) for e in raw if e.ph == "M" and e.name == "process_name" and e.args is not None}
+    thread = {(e.pid, e.tid): str(e.args.name) for e in raw
+              if e.ph == "M" and e.name == "thread_name" and e.args is not None}
+    ops, tasks = [], []
+    for e in raw:
+        if e.ph != "X" or process.get(e.pid) != "HCCL":
+            continue
+        lane = thread.get((e.pid, e.tid), "")
+        if "Communication" in lane:
+            ops.append((e.ts, e.name))
+        elif e.args is not None and e.args.hccl_task_type is not None:
+            a = e.args
+            tasks.append((e.ts, e.dur, str(a.hccl_task_type), a.size_bytes, str(a.transport_type or ""),
+                          str(a.link_type or ""), lane))
+    if not tasks or not ops:
+        return pd.DataFrame(columns=HCCL_TASK_COLUMNS)
+    op_ts = to_ns([t for t, _ in ops])
+    order = np.argsort(op_ts, kind="stable")
+    op_ts, op_names = op_ts[order], np.array([n for _, n in ops], dtype=object)[order]
+    ts = to_ns([t[0] for t in tasks])
+    owner = np.searchsorted(op_ts, ts, side="right") - 1
+    frame = pd.DataFrame({
+        "op": np.where(owner >= 0, op_names[np.clip(owner, 0, None)], ""),
+        "ts_ns": ts,
+        "dur_ns": to_ns([t[1] for t in tasks]),
+        "task_type": [t[2] for t in tasks],
+        "size_bytes": pd.to_numeric(pd.Series([t[3] for t in tasks], dtype=object), errors="coerce").fillna(0)
+                        .astype(np.int64).to_numpy(),
+        "transport": [t[4] for t in tasks],
+        "link_type": [t[5] for t in tasks],
+        "plane": [t[6] for t in tasks],
+    })
+    return frame[owner >= 0].reset_index(drop=True)[HCCL_TASK_COLUMNS]
 
 
 def _user_frame(stack: Any) -> str:

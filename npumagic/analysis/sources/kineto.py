@@ -112,6 +112,7 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         "files": [str(p) for p in paths],
         "device_name": devices[0] if devices else "cpu" if backend == "cpu" else f"{_GPU_VENDOR[backend]} GPU (model not recorded)",
         "device_memory_bytes": max((m["memory"] for m in metas if m["memory"]), default=None),
+        "compute_major": next((m["compute_major"] for m in metas if m["compute_major"] is not None), None),
         "world_size": max(m["world_size"] for m in metas),
         "settings": {},
         "bad_rows": notes.as_meta(),
@@ -139,6 +140,7 @@ def _meta(header: RawTrace, rank: int, path: Path) -> dict[str, Any]:
     dist = header.distributedInfo or {}
     return {"devices": [p.get("name") for p in props if isinstance(p, dict) and p.get("name")][:1],
             "memory": (props[0].get("totalGlobalMem") if props and isinstance(props[0], dict) else None),
+            "compute_major": (props[0].get("computeMajor") if props and isinstance(props[0], dict) else None),
             "world_size": small_int(dist.get("world_size"), path, "distributedInfo.world_size", default=1) or 1,
             "rank": rank, "base_time_ns": _base_time(header.baseTimeNanoseconds)}
 

@@ -1,0 +1,43 @@
+"""The Finding record every advice rule returns, and its severity bands."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import thresholds as T
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One bottleneck: ``category`` (see ``advice.CATEGORIES``), ``impact`` (share of step time
+    at stake, 0..1), ``title`` with the deciding numbers, ``evidence`` (the operators, sizes,
+    counts and source lines it rests on), ``fix`` (names the API, parameter or variable),
+    ``where`` (op, step or source line) and ``rule`` (the id of the rule that found it)."""
+
+    category: str
+    impact: float
+    title: str
+    evidence: dict[str, Any]
+    fix: str
+    where: str = ""
+    rule: str = ""
+
+    @property
+    def severity(self) -> str:
+        """msprof-analyze's bands: high from 5% of the step, medium from 3%, else low."""
+        return "high" if self.impact >= T.SEVERITY_HIGH else "medium" if self.impact >= T.SEVERITY_MEDIUM else "low"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "category": self.category, "severity": self.severity, "impact": self.impact,
+                "title": self.title, "evidence": self.evidence, "fix": self.fix, "where": self.where}
+
+    def __str__(self) -> str:
+        label = f"{self.category}/{self.rule}" if self.rule and self.rule != self.category else self.category
+        lines = [f"[{self.severity}] {label}: {self.title}", f"    fix: {self.fix}"]
+        if self.where:
+            lines.append(f"    where: {self.where}")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(str(self))

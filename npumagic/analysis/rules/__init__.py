@@ -1,0 +1,59 @@
+"""Advice rules beyond the core ones in :mod:`..advice`, one module per family: each rule takes
+a :class:`~npumagic.analysis.metrics.Summary` and returns ``list[Finding]``.
+
+Rules are registered with :func:`rule`, which names the backends a rule's advice fits (an NPU
+fix is never offered for a CUDA or CPU run, nor a CUDA one for an NPU run) and stamps the rule
+id on its findings. Thresholds live in :mod:`..thresholds`, each with its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from ..finding import Finding
+from ..metrics import Summary
+
+RuleFn = Callable[[Summary], "list[Finding]"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    backends: frozenset[str]
+    fn: RuleFn
+
+
+REGISTRY: list[Rule] = []
+
+
+def rule(rule_id: str, backends: tuple[str, ...]) -> Callable[[RuleFn], RuleFn]:
+    """Register ``fn`` as rule ``rule_id`` for runs on ``backends`` ("npu", "cuda", "cpu")."""
+
+    def register(fn: RuleFn) -> RuleFn:
+        REGISTRY.append(Rule(rule_id, frozenset(backends), fn))
+        return fn
+
+    return register
+
+
+def run_rules(summary: Summary) -> list[Finding]:
+    """Every registered rule that fits the run's backend, its findings stamped with its id."""
+    from . import cuda, npu_comm, npu_env, npu_host, npu_ops  # noqa: F401  (registration)
+
+    backend = summary.meta.get("backend", "cpu")
+    found: list[Finding] = []
+    for r in REGISTRY:
+        if backend in r.backends:
+            found += [f if f.rule else replace(f, rule=r.id) for f in r.fn(summary)]
+    return found
+
+
+def step_wall_us(s: Summary) -> float:
+    """Total wall time of the profiled steps (us); impacts are shares of it."""
+    return s.total_wall_us if len(s.steps) else 0.0
+
+
+def share_of_steps(s: Summary, us: float) -> float:
+    wall = step_wall_us(s)
+    return float(us) / wall if wall > 0 else 0.0

@@ -1,0 +1,257 @@
+"""CUDA expert rules, after torch-tb-profiler's recommendations (torch_tb_profiler/profiler/data.py
+``analyze``: DataLoader, communication, GPU utilisation, Tensor Cores, DataParallel) and Nsight
+Systems' expert-system rules (pageable async memcpy, synchronous memcpy/memset, synchronisation
+APIs, GPU gaps and low-utilisation regions). Memory near capacity is the core ``memory`` rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import thresholds as T
+from ..finding import Finding
+from ..intervals import Spans
+from . import rule, share_of_steps
+
+# torch-tb-profiler's tensor_core.py: kernel-name fragments of Tensor Core kernels (from NVIDIA
+# PyProf) and the operators autocast runs in fp16 (Tensor-Core-eligible).
+TC_KERNEL_PATTERNS = ("h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816", "dgrad_1x1_stride_2x2",
+                      "first_layer_wgrad_kernel", "conv1x1", "conv2d_c1_k1", "direct_group", "xmma_implicit_gemm",
+                      "xmma_sparse_conv", "xmma_warp_specialized_implicit_gemm", "xmma_gemm", "xmma_sparse_gemm",
+                      "c1688",
+                      # later NVIDIA kernels that run on Tensor Cores (TF32/BF16 GEMMs, Hopper warpgroup MMA)
+                      "xmma", "tf32", "wmma", "wgmma")
+TC_ELIGIBLE_OPS = frozenset({
+    "aten::_convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::conv_tbc", "aten::conv_transpose1d",
+    "aten::conv_transpose2d", "aten::conv_transpose3d", "aten::convolution", "aten::cudnn_convolution",
+    "aten::cudnn_convolution_transpose", "aten::prelu", "aten::addmm", "aten::addmv", "aten::addr", "aten::matmul",
+    "aten::mm", "aten::mv", "aten::linear", "aten::addbmm", "aten::baddbmm", "aten::bmm", "aten::chain_matmul",
+    "aten::linalg_multi_dot", "aten::_thnn_fused_lstm_cell", "aten::_thnn_fused_gru_cell", "aten::lstm_cell",
+    "aten::gru_cell", "aten::rnn_tanh_cell", "aten::rnn_relu_cell", "CudnnConvolutionBackward", "BmmBackward0",
+    "aten::cudnn_convolution_transpose_backward", "CudnnConvolutionTransposeBackward", "MmBackward",
+    "aten::cudnn_convolution_backward_weight", "aten::addmm_", "AddmvBackward", "MvBackward",
+    "aten::cudnn_convolution_transpose_backward_weight", "aten::cudnn_convolution_transpose_backward_input",
+    "AddmmBackward", "aten::cudnn_convolution_backward_input", "AddbmmBackward", "aten::cudnn_convolution_backward"})
+SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "hipDeviceSynchronize",
+             "hipStreamSynchronize", "hipEventSynchronize")
+SYNC_COPIES = ("cudaMemcpy", "cudaMemset", "cudaMemcpy2D", "cudaMemcpy3D", "hipMemcpy", "hipMemset")
+
+
+def _events(s, kinds) -> pd.DataFrame:
+    ev = s.events
+    if ev is None or ev.empty:
+        return pd.DataFrame()
+    return ev[ev["kind"].isin(kinds) & (ev["step"] >= 0)]
+
+
+@rule("cuda_dataloader", ("cuda",))
+def dataloader(s) -> list[Finding]:
+    """DataLoader over 5% of the step (torch-tb-profiler); above the core rule's 10% that one speaks."""
+    share = s.share("dataloader_us") if len(s.steps) else 0.0
+    if not (T.CUDA_DATALOADER_SHARE < share <= T.DATALOADER_SHARE):
+        return []
+    return [Finding("dataloader", share, f"{share:.1%} of the step waits in the DataLoader",
+                    {"dataloader_share": share},
+                    "load data in worker processes: DataLoader(num_workers=4..8, pin_memory=True, "
+                    "persistent_workers=True)", s.meta.get("dataloader_iter", ""))]
+
+
+@rule("cuda_communication", ("cuda",))
+def communication(s) -> list[Finding]:
+    """Communication over 10% of the step (torch-tb-profiler) where the core rule stays silent
+    (it is overlapped with compute, or under the core rule's bound)."""
+    if not len(s.steps):
+        return []
+    total, exposed = s.share("communication_us"), s.share("comm_not_overlapped_us")
+    comm_us = float(s.steps["communication_us"].sum())
+    overlap = float(s.steps["overlapped_us"].sum()) / comm_us if comm_us else 0.0
+    core_fires = exposed > T.COMM_BOUND_SHARE or (total > T.COMM_MIN_SHARE and overlap < T.LOW_OVERLAP_RATIO)
+    if total <= T.CUDA_COMM_SHARE or core_fires:
+        return []
+    return [Finding("communication", exposed, f"collectives take {total:.0%} of the step ({exposed:.0%} not overlapped "
+                    "with compute)", {"comm_share": total, "comm_not_overlapped_share": exposed, "overlap_ratio": overlap},
+                    "send less or less often: gradient compression (model.register_comm_hook(None, torch.distributed."
+                    "algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook)), gradient accumulation with "
+                    "model.no_sync(), or a larger batch per rank", s.comm["op"].iat[0] if len(s.comm) else "")]
+
+
+@rule("gpu_utilization", ("cuda",))
+def gpu_utilization(s) -> list[Finding]:
+    """The GPU busy under 50% of the step (torch-tb-profiler); impact: the share to reach 50%."""
+    if not len(s.steps) or not s.meta.get("device_mode"):
+        return []
+    util = s.device_util
+    if not util == util or util >= T.CUDA_GPU_UTIL:
+        return []
+    idle, dataloader = s.share("idle_us"), s.share("dataloader_us")
+    if idle > T.HOST_BOUND_IDLE_SHARE and idle - dataloader >= T.HOST_BOUND_MIN_UNEXPLAINED:
+        return []  # the core host_bound rule names this idle time already
+    return [Finding("host_bound", T.CUDA_GPU_UTIL - util, f"the GPU is busy {util:.0%} of the step",
+                    {"gpu_utilization": util},
+                    "give the GPU more work per launch: raise the batch size (check convergence), and look at the "
+                    "largest idle gaps (gpu_gaps) for what the host does meanwhile", s.meta.get("device_name", ""))]
+
+
+def _inside(points: np.ndarray, lane: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
+    """Whether each (point, lane) falls inside a span of the same lane."""
+    out = np.zeros(points.size, dtype=bool)
+    for ln, g in spans.groupby("lane", observed=True):
+        u = Spans.union_of(g["ts_ns"].to_numpy(), (g["ts_ns"] + g["dur_ns"]).to_numpy())
+        mine = lane == ln
+        out[mine] = _contains(u, points[mine])
+    return out
+
+
+def _contains(spans: Spans, points: np.ndarray) -> np.ndarray:
+    starts, ends = spans.starts, spans.ends
+    k = np.searchsorted(starts, points, side="right") - 1
+    return (k >= 0) & (points < ends[np.clip(k, 0, None)])
+
+
+@rule("tensor_cores", ("cuda",))
+def tensor_cores(s) -> list[Finding]:
+    """Tensor-Core-eligible operators (conv, matmul, linear ...) whose kernels never use Tensor
+    Cores, on a GPU that has them (compute capability 7.0+): torch-tb-profiler's AMP advice."""
+    major = s.meta.get("compute_major")
+    ev = s.events
+    amd = any(w in str(s.meta.get("device_name", "")) for w in ("AMD", "Radeon", "Instinct"))
+    if major is None or major < 7 or amd or ev is None or ev.empty:
+        return []  # computeMajor is CUDA's compute capability only on NVIDIA GPUs
+    kernels = ev[(ev["kind"] == "kernel") & (ev["step"] >= 0)]
+    if kernels.empty:
+        return []
+    names = kernels["name"].astype(str)
+    uses_tc = names.map(lambda n: any(p in n for p in TC_KERNEL_PATTERNS))
+    if uses_tc.any():
+        return []
+    ops = ev[(ev["kind"] == "host_op") & ev["name"].astype(str).isin(TC_ELIGIBLE_OPS)]
+    launches = ev[(ev["kind"] == "runtime") & (ev["correlation"] >= 0)]
+    if ops.empty or launches.empty:
+        return []
+    eligible_launch = launches[_inside(launches["ts_ns"].to_numpy(), launches["lane"].astype(str).to_numpy(),
+                                       ops.assign(lane=ops["lane"].astype(str)))]
+    eligible = kernels[kernels["correlation"].isin(set(eligible_launch["correlation"]))]
+    ratio = float(eligible["dur_ns"].sum()) / float(kernels["dur_ns"].sum())
+    if ratio <= 0:
+        return []
+    top = eligible.groupby(eligible["name"].astype(str))["dur_ns"].sum().sort_values(ascending=False).head(3)
+    listed = ", ".join(n[:60] for n in top.index)
+    # at stake: half the eligible kernels' time (fp16/bf16 Tensor Cores run these at least twice as fast)
+    return [Finding("compute_bound", ratio * s.share("computing_us") / 2,
+                    f"{ratio:.0%} of kernel time comes from Tensor-Core-eligible operators, and no kernel uses "
+                    f"Tensor Cores (compute capability {major}.x)", {"eligible_kernel_share": ratio,
+                                                                   "tensor_core_kernel_share": 0.0},
+                    ("run the step under automatic mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16) "
+                     "(or float16 with torch.amp.GradScaler('cuda')), or let fp32 matmuls use TF32: "
+                     "torch.backends.cuda.matmul.allow_tf32 = True" if major >= 8 else
+                     "run the step under automatic mixed precision in float16 (this GPU has no bf16 Tensor Cores): "
+                     "with torch.autocast('cuda', dtype=torch.float16), scaling the loss with "
+                     "torch.amp.GradScaler('cuda')"), listed)]
+
+
+@rule("data_parallel", ("cuda",))
+def data_parallel(s) -> list[Finding]:
+    """torch.nn.DataParallel over more than one GPU (torch-tb-profiler: use DDP instead)."""
+    ev = s.events
+    if ev is None or ev.empty:
+        return []
+    dp = ev[ev["name"].astype(str) == "DataParallel.forward"]
+    devices = ev.loc[ev["kind"] == "kernel", "device"].nunique()
+    if dp.empty or devices < 2:
+        return []
+    return [Finding("communication", 0.0, f"torch.nn.DataParallel runs on {devices} GPUs ({len(dp)} forward calls)",
+                    {"dataparallel_calls": len(dp), "devices": int(devices)},
+                    "use torch.nn.parallel.DistributedDataParallel (one process per GPU, torchrun) instead of "
+                    "DataParallel", "DataParallel.forward")]
+
+
+@rule("pageable_memcpy", ("cuda",))
+def pageable_memcpy(s) -> list[Finding]:
+    """Copies from pageable host memory (Nsight Systems "CUDA Async Memcpy with Pageable Memory"):
+    the driver stages them and the copy blocks the host."""
+    copies = _events(s, ["memcpy"])
+    if copies.empty:
+        return []
+    pageable = copies[copies["name"].astype(str).str.contains("Pageable", regex=False)]
+    if pageable.empty:
+        return []
+    us = float(pageable["dur_ns"].sum()) / 1e3
+    kinds = pageable["name"].astype(str).value_counts()
+    listed = ", ".join(f"{n} x{c}" for n, c in kinds.items())
+    return [Finding("dataloader", share_of_steps(s, us), f"{len(pageable)} copies from pageable host memory "
+                    f"({us:,.0f} us): {listed}", {"pageable_copies": len(pageable), "pageable_us": us},
+                    "pin the host buffers so copies are asynchronous: DataLoader(pin_memory=True) or "
+                    "tensor.pin_memory(), then tensor.to('cuda', non_blocking=True)", listed)]
+
+
+@rule("sync_memcpy", ("cuda",))
+def sync_memcpy(s) -> list[Finding]:
+    """Synchronous cudaMemcpy/cudaMemset calls (Nsight Systems "CUDA Synchronous Memcpy/Memset"):
+    the host waits for each."""
+    rt = _events(s, ["runtime", "sync"])
+    if rt.empty:
+        return []
+    calls = rt[rt["name"].astype(str).isin(SYNC_COPIES)]
+    if calls.empty:
+        return []
+    us = float(calls["dur_ns"].sum()) / 1e3
+    listed = ", ".join(f"{n} x{c}" for n, c in calls["name"].astype(str).value_counts().items())
+    return [Finding("sync", share_of_steps(s, us), f"{len(calls)} synchronous copies or memsets block the host "
+                    f"{us:,.0f} us: {listed}", {"sync_copies": len(calls), "sync_copy_us": us},
+                    "keep data on the GPU: create tensors there (torch.zeros(..., device='cuda')), avoid .cpu()/.item()/"
+                    ".tolist()/.numpy() in the step, and copy pinned tensors with non_blocking=True", listed)]
+
+
+@rule("sync_apis", ("cuda",))
+def sync_apis(s) -> list[Finding]:
+    """Explicit device/stream/event synchronisation calls (Nsight Systems "CUDA Synchronization
+    APIs"), when the core sync rule stays silent (their cost is under its threshold)."""
+    rt = _events(s, ["runtime", "sync"])
+    if rt.empty or not len(s.steps):
+        return []
+    calls = rt[rt["name"].astype(str).isin(SYNC_APIS) & (rt["device"] < 0)]
+    if calls.empty or min(s.share("sync_us"), s.share("free_us")) > T.SYNC_SHARE:
+        return []
+    us = float(calls["dur_ns"].sum()) / 1e3
+    listed = ", ".join(f"{n} x{c}" for n, c in calls["name"].astype(str).value_counts().items())
+    source = calls["source"].astype(str)
+    where = source[source != ""].mode().iat[0] if (source != "").any() else listed
+    return [Finding("sync", share_of_steps(s, us), f"{len(calls)} explicit synchronisation calls in the profiled "
+                    f"steps ({us:,.0f} us): {listed}", {"sync_calls": len(calls), "sync_call_us": us},
+                    "drop torch.cuda.synchronize() and stream/event synchronize() calls from the step (time with "
+                    "torch.cuda.Event(enable_timing=True) read after the loop instead)", where)]
+
+
+@rule("gpu_gaps", ("cuda",))
+def gpu_gaps(s) -> list[Finding]:
+    """Idle gaps of 500 us or more between GPU work inside the steps, and the windows (1% of the
+    profiled span each) where the GPU is busy under half the time (Nsight Systems' "GPU Gaps" and
+    "GPU Low Utilization")."""
+    dev = _events(s, ["kernel", "memcpy", "comm"])
+    if len(dev) < 2 or not len(s.steps):
+        return []
+    busy = Spans.union_of(dev["ts_ns"].to_numpy(), (dev["ts_ns"] + dev["dur_ns"]).to_numpy())
+    starts, ends = busy.starts, busy.ends
+    gap_lo, gap_hi = ends[:-1], starts[1:]
+    long = (gap_hi - gap_lo) >= T.CUDA_GAP_US * 1e3
+    if not long.any():
+        return []
+    gaps = pd.DataFrame({"start_ns": gap_lo[long], "gap_us": (gap_hi[long] - gap_lo[long]) / 1e3})
+    lo, hi = int(starts[0]), int(ends[-1])
+    edges = np.linspace(lo, hi, T.CUDA_UTIL_WINDOWS + 1).astype(np.int64)
+    covered = busy.covered(edges[:-1], edges[1:]) / np.maximum(np.diff(edges), 1)
+    low = int((covered < T.CUDA_GPU_UTIL).sum())
+    host = s.events[(s.events["kind"] == "host_op") & (s.events["device"] < 0)]
+    doing = []
+    for g in gaps.nlargest(3, "gap_us").itertuples():
+        inside = host[(host["ts_ns"] <= g.start_ns) & (host["ts_ns"] + host["dur_ns"] >= g.start_ns)]
+        top = str(inside.sort_values("dur_ns").iloc[0]["name"]) if len(inside) else "no operator"
+        doing.append({"start_ms": (g.start_ns - lo) / 1e6, "gap_us": float(g.gap_us), "host_op": top})
+    total = float(gaps["gap_us"].sum())
+    listed = ", ".join(f"{d['gap_us']:,.0f} us at {d['start_ms']:.1f} ms ({d['host_op']})" for d in doing)
+    return [Finding("host_bound", share_of_steps(s, total), f"{len(gaps)} GPU idle gaps of {T.CUDA_GAP_US:g} us or more "
+                    f"({total / 1e3:.2f} ms); {low} of {T.CUDA_UTIL_WINDOWS} windows are under {T.CUDA_GPU_UTIL:.0%} busy; largest: {listed}",
+                    {"gaps": len(gaps), "gap_ms": total / 1e3, "largest": doing, "low_util_windows": low},
+                    "look at what the host runs in the largest gaps (%npushow RUN --timeline --zoom A:B): move Python "
+                    "work and data preparation out of the step, and capture launch-bound parts in CUDA graphs "
+                    "(torch.compile(model, mode='reduce-overhead'))", listed)]

@@ -139,8 +139,6 @@ CONJECTURED_GC_EVENT_TIME_RATIO = 0.01
 MEMORY_OP_MAX_US = 10_000.0
 # Environment (EnvironmentVariableChecker.ENV_SUGGEST_CONDITION): ACLNN_CACHE_LIMIT below 10000.
 ACLNN_CACHE_MIN = 10_000
-# AI Core frequency (config.ini frequency_threshold): a drop of 5% or more from the rated clock.
-FREQ_DROP = 0.05
 
 # ---- CUDA expert rules: torch-tb-profiler 0.4's recommendations (torch_tb_profiler/profiler/
 # data.py RunProfileData.analyze) and Nsight Systems' expert-system rules.

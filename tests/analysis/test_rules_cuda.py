@@ -54,10 +54,12 @@ def test_pageable_copies_are_found():
 
 
 def test_gpu_gaps_name_what_the_host_runs():
-    found = _rules(_trace("nccl"))["gpu_gaps"]
-    assert found.evidence["gaps"] == 44 and found.evidence["largest"][0]["gap_us"] > T.CUDA_GAP_US
-    assert found.evidence["largest"][0]["host_op"] == "record_param_comms"
+    found = _rules(_trace("alexnet_sync"))["gpu_gaps"]
+    assert found.evidence["gaps"] == 18 and found.evidence["largest"][0]["gap_us"] > T.CUDA_GAP_US
+    assert found.evidence["largest"][0]["host_op"] == "aten::cudnn_convolution"
     assert "gpu_gaps" not in _rules(_trace("ns_resolution"))
+    nccl = _rules(_trace("nccl"))
+    assert "host_bound" in nccl and "gpu_gaps" not in nccl  # the core rule names that idle time
 
 
 def test_gpu_utilization_when_no_other_rule_explains_the_idle_time():

@@ -83,13 +83,18 @@ def gpu_utilization(s) -> list[Finding]:
     util = s.device_util
     if not util == util or util >= T.CUDA_GPU_UTIL:
         return []
-    idle, dataloader = s.share("idle_us"), s.share("dataloader_us")
-    if idle > T.HOST_BOUND_IDLE_SHARE and idle - dataloader >= T.HOST_BOUND_MIN_UNEXPLAINED:
+    if _core_host_bound(s):
         return []  # the core host_bound rule names this idle time already
     return [Finding("host_bound", T.CUDA_GPU_UTIL - util, f"the GPU is busy {util:.0%} of the step",
                     {"gpu_utilization": util},
                     "give the GPU more work per launch: raise the batch size (check convergence), and look at the "
                     "largest idle gaps (gpu_gaps) for what the host does meanwhile", s.meta.get("device_name", ""))]
+
+
+def _core_host_bound(s) -> bool:
+    """Whether the core host_bound rule (advice._host_bound) fires on this run."""
+    idle, dataloader = s.share("idle_us"), s.share("dataloader_us")
+    return idle > T.HOST_BOUND_IDLE_SHARE and idle - dataloader >= T.HOST_BOUND_MIN_UNEXPLAINED
 
 
 def _inside(points: np.ndarray, lane: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
@@ -226,10 +231,11 @@ def sync_apis(s) -> list[Finding]:
 def gpu_gaps(s) -> list[Finding]:
     """Idle gaps of 500 us or more between GPU work inside the steps, and the windows (1% of the
     profiled span each) where the GPU is busy under half the time (Nsight Systems' "GPU Gaps" and
-    "GPU Low Utilization")."""
+    "GPU Low Utilization"), where the core host_bound rule stays silent (e.g. the idle time is
+    short gaps, or waits the DataLoader explains)."""
     dev = _events(s, ["kernel", "memcpy", "comm"])
-    if len(dev) < 2 or not len(s.steps):
-        return []
+    if len(dev) < 2 or not len(s.steps) or _core_host_bound(s):
+        return []  # where the core host_bound rule fires it names this idle time
     busy = Spans.union_of(dev["ts_ns"].to_numpy(), (dev["ts_ns"] + dev["dur_ns"]).to_numpy())
     starts, ends = busy.starts, busy.ends
     gap_lo, gap_hi = ends[:-1], starts[1:]

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ...errors import TraceError
 from .. import schema
-from ._columns import categorical, decimal_us_to_ns_checked, small_int, step_ids, to_int, to_ns_checked
+from ._columns import categorical, decimal_us_to_ns_checked, small_int, step_ids, to_int, to_ns, to_ns_checked
 from . import ascend_db
 from ._counters import chrome_counters
 from ._kineto_decode import decode_ascend_events, decode_counter_events

@@ -215,7 +215,7 @@ def sync_apis(s) -> list[Finding]:
     if rt.empty or not len(s.steps):
         return []
     calls = rt[rt["name"].astype(str).isin(SYNC_APIS) & (rt["device"] < 0)]
-    if calls.empty or min(s.share("sync_us"), s.share("free_us")) > T.SYNC_SHARE:
+    if calls.empty or min(s.share("sync_us"), s.share("idle_us")) > T.SYNC_SHARE:
         return []
     us = float(calls["dur_ns"].sum()) / 1e3
     listed = ", ".join(f"{n} x{c}" for n, c in calls["name"].astype(str).value_counts().items())

@@ -52,6 +52,7 @@ def _clean(value):
 
 def _analyze(args) -> int:
     from .analysis.checklist import checklist
+    from .render.tables import kernel_table
 
     summary = _summary(args, args.path, args.rank)
     verdict = checklist(summary)
@@ -63,7 +64,7 @@ def _analyze(args) -> int:
         return 0
     print(summary)
     print()
-    print(summary.kernels.head(args.top)[["name", "type", "count", "total_us", "mean_us", "share"]].to_string(index=False))
+    print(kernel_table(summary.kernels, args.top).to_text())
     if len(summary.ranks) > 1:
         print()
         print(summary.ranks.to_string(index=False))
@@ -133,6 +134,7 @@ def _pair(text: str, kind, option: str):
 
 def _runs(args) -> int:
     from .history import HistoryStore
+    from .render.tables import runs_table
 
     store = _history(args.out)
     if store is None:
@@ -142,7 +144,7 @@ def _runs(args) -> int:
     if args.json:
         print(table.to_json(orient="records", date_format="iso"))
     else:
-        print(table.to_string(index=False) if len(table) else f"no runs in {args.out}")
+        print(runs_table(table).to_text() if len(table) else f"no runs in {args.out}")
     return 0
 
 

@@ -44,22 +44,17 @@ class Advice:
                             columns=["category", "severity", "impact", "title", "fix", "where", "rule", "evidence"])
 
     def __str__(self) -> str:
-        head = f"npumagic advice{' for ' + self.run if self.run else ''}: "
-        if not self.findings:
-            return head + "no bottleneck past its threshold"
-        return head + f"{len(self.findings)} findings\n" + "\n".join(f"{i}. {f}" for i, f in enumerate(self.findings, 1))
+        from ..render.text import advice_text
+
+        return advice_text(self)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))
 
     def _repr_html_(self) -> str:
-        import html
+        from ..render.text import advice_html
 
-        rows = "".join(f"<tr><td>{i}</td><td>{html.escape(f.severity)}</td><td>{html.escape(f.category)}</td><td style='text-align:left'>"
-                       f"{html.escape(f.title)}<br/><i>fix:</i> {html.escape(f.fix)}"
-                       f"{'<br/><i>where:</i> ' + html.escape(f.where) if f.where else ''}</td></tr>"
-                       for i, f in enumerate(self.findings, 1))
-        return f"<table><tr><th>#</th><th>severity</th><th>category</th><th>finding</th></tr>{rows}</table>"
+        return advice_html(self)
 
 
 def _per_step_ms(s: Summary, column: str) -> float:
@@ -92,7 +87,7 @@ def _communication(s: Summary) -> Finding | None:
         evidence.update(wait_ratio=wait, top_op=top["op"])
         if wait > 0.5:
             fix = (f"{top['op']} spends {wait:.0%} of its time waiting for other ranks: a straggler arrives late. "
-                   "Compare ranks (npumagic analyze on the parent folder shows the slowest), balance the work per "
+                   "Compare the ranks (analysing the folder that holds every rank shows the slowest), balance the work per "
                    "rank; then " + fix)
         bandwidth = s.comm["bandwidth_gbps"].dropna()
         if len(bandwidth):
@@ -276,7 +271,7 @@ def _small_ops(s: Summary) -> Finding | None:
     listed = ", ".join(f"{t} x{int(c / len(s.steps))}" for t, c in types.items())
     fix = _fuse_fix(s.meta.get("backend"))
     return Finding("small_ops", share * s.share("computing_us") + (per_step * 5e-3) / max(s.step_stats["median_us"], 1),
-                   f"{per_step:.0f} kernels per step average under {T.TINY_KERNEL_US:g} us and take {share:.0%} of "
+                   f"{per_step:.0f} kernels per step average under {T.TINY_KERNEL_US:g} µs and take {share:.0%} of "
                    f"device time ({listed})", {"tiny_per_step": per_step, "tiny_share": share}, fix, listed)
 
 
@@ -358,7 +353,7 @@ def _memory_bound_kernels(d: pd.DataFrame, wall_ns: float) -> list[Finding]:
         return []
     ns = float(bound["dur_ns"].sum())
     types = bound.groupby("Type")["dur_ns"].sum().sort_values(ascending=False).head(4)
-    listed = ", ".join(f"{t} ({v / 1e3:.0f} us)" for t, v in types.items())
+    listed = ", ".join(f"{t} ({v / 1e3:.0f} µs)" for t, v in types.items())
     return [Finding("memory", ns / wall_ns, f"{len(bound)} kernels are memory-bound (MTE2 load pipe above "
                     f"{T.MEMORY_BOUND_MTE2_RATIO:.0%}, compute pipe below {T.MEMORY_BOUND_COMPUTE_RATIO:.0%}): {listed}",
                     {"memory_bound_kernels": len(bound), "memory_bound_ms": ns / 1e6},
@@ -396,7 +391,7 @@ def _jitter(s: Summary) -> Finding | None:
     impact = max(st["mean_us"] - st["median_us"], 0) / st["mean_us"]
     return Finding("jitter", impact, f"step time varies by {st['cv']:.0%} (coefficient of variation); slow steps: {outliers}",
                    {"cv": st["cv"], "median_ms": st["median_us"] / 1000, "outlier_steps": slow["step"].tolist()},
-                   "look at the slow steps in the timeline (%npushow RUN --timeline --step-range N:N): Python GC "
+                   "look at the slow steps in the timeline (its step range narrowed to one of them): Python GC "
                    "(gc.freeze() after warm-up), DataLoader stalls (prefetch_factor), or allocator spikes "
                    f"({_empty_cache(s.meta.get('backend'))} in the loop)", f"steps {outliers}")
 

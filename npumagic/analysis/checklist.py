@@ -36,18 +36,17 @@ class Verdict:
                 "steps": [list(s) for s in self.steps], "findings": [f.as_dict() for f in self.advice]}
 
     def __str__(self) -> str:
-        width = max(len(title) for title, _ in self.steps)
-        return "\n".join(f"{i}. {title:<{width}}  {text}" for i, (title, text) in enumerate(self.steps, 1))
+        from ..render.text import verdict_text
+
+        return verdict_text(self)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))
 
     def _repr_html_(self) -> str:
-        import html
+        from ..render.text import verdict_html
 
-        rows = "".join(f"<tr><td>{i}</td><th style='text-align:left'>{html.escape(t)}</th><td style='text-align:left'>{html.escape(x)}</td></tr>"
-                       for i, (t, x) in enumerate(self.steps, 1))
-        return f"<table>{rows}</table>"
+        return verdict_html(self)
 
 
 def classify(summary: Summary, advice: Advice | None = None) -> tuple[str, dict[str, Any]]:
@@ -68,7 +67,7 @@ def classify(summary: Summary, advice: Advice | None = None) -> tuple[str, dict[
 NEXT_CHANGE_DEFAULT = {
     "compute_bound": "make the math cheaper: mixed precision (torch.autocast(device_type, dtype=torch.bfloat16)), "
                      "channels_last / NPU-native formats, or fused kernels (torch.compile(model))",
-    "balanced": "no dominant bottleneck: profile more steps (--steps 10) or raise the batch size until one appears",
+    "balanced": "no dominant bottleneck: profile more steps (10 or more) or raise the batch size until one appears",
 }
 
 
@@ -86,8 +85,8 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     step2 = f"{CLASS_NAMES[bottleneck]}: {evidence['title']}"
     step3 = advice.findings[0].fix if bottleneck not in NEXT_CHANGE_DEFAULT else NEXT_CHANGE_DEFAULT[bottleneck]
     step4 = _verify(summary, baseline, comparison)
-    step5 = (f"recorded as {run_name}" + (f" in {stored_at}" if stored_at else "") +
-             f"; add your conclusion with %npunote {run_name} \"...\"") if run_name else "not recorded"
+    # how to add a note is the interface's business (render says it in the magics' terms)
+    step5 = (f"recorded as {run_name}" + (f" in {stored_at}" if stored_at else "")) if run_name else "not recorded"
     steps = [("Baseline", step1), ("Classify", step2), ("Next change", step3), ("Verify", step4), ("Record", step5)]
     return Verdict(bottleneck, evidence, steps, step3, advice)
 

@@ -276,19 +276,14 @@ class Comparison:
         return f"step-time ratio {self.a}/{self.b} {self.speedup:.2f}x, {test}; {self.noise.describe()}"
 
     def __str__(self) -> str:
-        shown = self.breakdown.drop(columns=["column"])
-        lines = [self.sentence(), "", shown.to_string(index=False, float_format=lambda v: f"{v:,.2f}")]
-        if len(self.changed) > 1:
-            lines += ["", f"{len(self.changed)} things changed between the runs — the checklist's rule is one change at a time:"]
-        elif self.changed:
-            lines += ["", "what changed:"]
-        lines += [f"  - {c}" for c in self.changed]
-        for key, diff in self.diffs.items():
-            lines += ["", f"{key} diff:", diff]
-        if len(self.kernels):
-            lines += ["", "kernels by |total time change|:",
-                      self.kernels.head(10).to_string(index=False, float_format=lambda v: f"{v:,.1f}")]
-        return "\n".join(lines)
+        from ..render.text import comparison_text
+
+        return comparison_text(self)
+
+    def _repr_html_(self) -> str:
+        from ..render.text import comparison_html
+
+        return comparison_html(self)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))

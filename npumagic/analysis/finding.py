@@ -33,11 +33,9 @@ class Finding:
                 "title": self.title, "evidence": self.evidence, "fix": self.fix, "where": self.where}
 
     def __str__(self) -> str:
-        label = f"{self.category}/{self.rule}" if self.rule and self.rule != self.category else self.category
-        lines = [f"[{self.severity}] {label}: {self.title}", f"    fix: {self.fix}"]
-        if self.where:
-            lines.append(f"    where: {self.where}")
-        return "\n".join(lines)
+        from ..render.text import finding_text
+
+        return finding_text(self)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))

@@ -163,46 +163,19 @@ class Summary:
             out["host_workers"] = float(self.host["workers"].max())
         return out
 
-    # -- display ----------------------------------------------------------------------------
+    # -- display (built by npumagic.render.text) ---------------------------------------------
     def __str__(self) -> str:
-        h = self.headline
-        lines = [f"{self.meta.get('backend', '?')} on {self.meta.get('device_name', '?')}, rank {self.meta.get('rank', 0)}: "
-                 f"{h['steps']} steps, median {_ms(h['step_median_us'])}, p90 {_ms(h['step_p90_us'])}, "
-                 f"device busy {h['device_util']:.0%}, communication {h['communication_share']:.0%}, "
-                 f"dataloader {h['dataloader_share']:.0%}"]
-        if self.meta.get("rank", 0) in self.meta.get("steps_inferred", []):
-            lines.append("no ProfilerStep marks in the trace (no schedule, or prof.step() never called): "
-                         "the whole trace is one inferred step")
-        if len(self.steps):
-            lines.append(step_table_text(self.steps))
-        return "\n".join(lines)
+        from ..render.text import summary_text
+
+        return summary_text(self)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self) if not cycle else "Summary(...)")
 
     def _repr_html_(self) -> str:
-        import html
+        from ..render.text import summary_html
 
-        first = html.escape(str(self).splitlines()[0])  # the device name comes from the trace
-        return f"<p>{first}</p>" + self.steps.to_html(index=False, float_format=lambda v: f"{v:,.1f}")
-
-
-def step_table_text(steps: pd.DataFrame) -> str:
-    """The step table as text, times in ms (for terminals and reports); copies only when any ran."""
-    columns = {"step": "step", "wall_us": "wall_ms", "computing_us": "compute_ms", "comm_not_overlapped_us": "comm_ms",
-               "memcpy_us": "copy_ms", "idle_us": "idle_ms", "dataloader_us": "data_ms", "device_util": "busy"}
-    if "memcpy_us" not in steps or not (steps["memcpy_us"] > 0).any():
-        columns.pop("memcpy_us")
-    out = steps[list(columns)].rename(columns=columns).astype(object)
-    for col in out.columns:
-        if col.endswith("_ms"):
-            out[col] = (steps[[k for k, v in columns.items() if v == col][0]] / 1000).map(lambda v: f"{v:,.2f}")
-    out["busy"] = steps["device_util"].map(lambda v: f"{v:.0%}" if pd.notna(v) else "-")
-    return out.to_string(index=False)
-
-
-def _ms(us: float) -> str:
-    return "-" if us != us else f"{us / 1000:,.2f} ms"
+        return summary_html(self)
 
 
 # -- public entry --------------------------------------------------------------------------

@@ -7,8 +7,10 @@ import html
 from dataclasses import dataclass, field
 
 from ..analysis.checklist import Verdict
-from ..analysis.metrics import Summary, step_table_text
+from ..analysis.metrics import Summary
 from ..history import Run
+from .tables import Table, history_table, step_table
+from .text import comparison_html, comparison_text, verdict_html, verdict_text
 from .views import RenderedFigure
 
 
@@ -36,6 +38,11 @@ class RunReport:
     def name(self) -> str:
         return self.run.name
 
+    @property
+    def step_table(self) -> Table | None:
+        """The compact step table shown under the cell (``.data``: the full step frame)."""
+        return step_table(self.summary.steps) if self.summary is not None and len(self.summary.steps) else None
+
     def figure(self, view: str) -> RenderedFigure | None:
         return next((f for f in self.figures if f.view == view), None)
 
@@ -43,13 +50,22 @@ class RunReport:
         r = self.run
         return f"npumagic {r.name}: {r.status} — {r.backend} ({r.device}), output in {r.run_dir}"
 
+    def _verdict(self) -> Verdict | None:
+        """The verdict with the magics' own way to record a conclusion added to its last step."""
+        v = self.verdict
+        if v is None or not v.steps or not v.steps[-1][1].startswith("recorded as"):
+            return v
+        title, text = v.steps[-1]
+        steps = v.steps[:-1] + [(title, f'{text}; add your conclusion with %npunote {self.run.name} "..."')]
+        return Verdict(v.bottleneck, v.evidence, steps, v.next_change, v.advice)
+
     def __str__(self) -> str:
         parts = [self._header()]
         parts += [f"  note: {n}" for n in self.notes]
-        if self.summary is not None and len(self.summary.steps):
-            parts += ["", step_table_text(self.summary.steps)]
+        if self.step_table is not None:
+            parts += ["", self.step_table.to_text()]
         if self.verdict is not None:
-            parts += ["", str(self.verdict)]
+            parts += ["", verdict_text(self._verdict())]
         saved = [f"{f.view}: {f.path}" for f in self.figures if f.path is not None]
         if saved:
             parts += [""] + saved
@@ -61,10 +77,10 @@ class RunReport:
     def _repr_html_(self) -> str:
         parts = [f"<p><b>{html.escape(self._header())}</b></p>"]
         parts += [f"<p style='color:#777;margin:0'>{html.escape(n)}</p>" for n in self.notes]
-        if self.summary is not None and len(self.summary.steps):
-            parts.append(self.summary.steps.to_html(index=False, float_format=lambda v: f"{v:,.1f}"))
+        if self.step_table is not None:
+            parts.append(self.step_table._repr_html_())
         if self.verdict is not None:
-            parts.append(self.verdict._repr_html_())
+            parts.append(verdict_html(self._verdict()))
         parts += [f.html() for f in self.figures]
         return "\n".join(parts)
 
@@ -108,42 +124,32 @@ class CompareReport:
         return sorted(set(super().__dir__()) | {n for n in dir(self.comparison) if not n.startswith("_")})
 
     def __str__(self) -> str:
-        return str(self.comparison) + (f"\n\nfigure: {self.figure.path}" if self.figure and self.figure.path else "")
+        return comparison_text(self.comparison) + (f"\n\nfigure: {self.figure.path}" if self.figure and self.figure.path else "")
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        c = self.comparison
-        parts = [f"<p><b>{html.escape(c.sentence())}</b></p>", c.breakdown.drop(columns=["column"]).to_html(index=False, float_format=lambda v: f"{v:,.2f}")]
-        if c.changed:
-            warn = " — the checklist's rule is one change at a time" if len(c.changed) > 1 else ""
-            parts.append(f"<p>What changed{warn}:</p><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in c.changed) + "</ul>")
-        for diff in c.diffs.values():
-            parts.append(f"<pre>{html.escape(diff)}</pre>")
-        if self.figure is not None:
-            parts.append(self.figure.html())
-        if len(c.kernels):
-            parts.append(c.kernels.head(15).to_html(index=False, float_format=lambda v: f"{v:,.1f}"))
-        return {"text/plain": str(self), "text/html": "\n".join(parts)}
+        html_text = comparison_html(self.comparison, self.figure.html() if self.figure is not None else "")
+        return {"text/plain": str(self), "text/html": html_text}
 
 
 @dataclass(frozen=True)
 class KernelHistory:
-    """%npuhistory: one kernel across the runs (``.table``) and a small plot."""
+    """%npuhistory: one kernel across the runs (``.table``, a DataFrame) and a small plot."""
 
     kernel: str
     table: object
     figure: RenderedFigure | None = None
 
     def __str__(self) -> str:
-        return f"{self.kernel} across runs:\n" + self.table.to_string(index=False)
+        return history_table(self.table, self.kernel).to_text()
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        html_parts = [f"<p><b>{html.escape(self.kernel)}</b> across runs</p>", self.table.to_html(index=False)]
+        html_parts = [history_table(self.table, self.kernel)._repr_html_()]
         if self.figure is not None:
             html_parts.append(self.figure.html())
         return {"text/plain": str(self), "text/html": "\n".join(html_parts)}

@@ -1,0 +1,281 @@
+"""Tables as people read them: a :class:`Table` keeps the full DataFrame in ``.data`` and shows a
+few chosen columns with units in their headers, percentages as %, counts as integers, names
+left-aligned and shortened (the full name on hover), and a caption. HTML goes through a pandas
+Styler; text fits a terminal width. Pure pandas (no matplotlib), so analysis objects can use it."""
+
+from __future__ import annotations
+
+import html
+import shutil
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+NAME_CHARS = 44  # a shortened name in HTML: about 300 px of a 1200 px notebook cell
+MAX_COLUMNS = 9  # at most this many columns are shown: they fit a 1200 px cell beside one name
+TABLE_CSS = [
+    {"selector": "", "props": "border-collapse: collapse; font-size: 12px; max-width: 100%; margin: 4px 0;"},
+    {"selector": "caption", "props": "caption-side: top; text-align: left; font-weight: bold; padding: 2px 0;"},
+    {"selector": "th", "props": "padding: 2px 8px; white-space: nowrap; border-bottom: 1px solid #999;"},
+    {"selector": "td", "props": "padding: 1px 8px; white-space: nowrap;"},
+]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One shown column: ``key`` in the frame, its ``label`` (with the unit) and ``kind``:
+    ``name`` (left, shortened), ``text`` (left), ``int``, ``ms`` (from microseconds), ``us``,
+    ``pct`` (a 0..1 fraction), ``x`` (a ratio), ``float``, ``delta_ms``/``delta_pct`` (signed)."""
+
+    key: str
+    label: str
+    kind: str = "float"
+    fmt: Callable[[object, dict], str] | None = None  # (value, row) -> text, when the row decides
+
+    def text(self, value, row: dict) -> str:
+        return self.fmt(value, row) if self.fmt is not None else FORMATS.get(self.kind, FORMATS["float"])(value)
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, keeping both ends (kernel names differ at the end)."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) * 2 // 3
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
+
+
+def _number(fmt: str) -> Callable[[object], str]:
+    def f(v) -> str:
+        if v is None or (isinstance(v, float) and v != v) or v is pd.NA:
+            return "–"
+        try:
+            return fmt.format(v)
+        except (TypeError, ValueError):
+            return str(v)
+    return f
+
+
+FORMATS: dict[str, Callable[[object], str]] = {
+    "int": lambda v: _number("{:,.0f}")(v),
+    "ms": lambda v: _number("{:,.2f}")(v / 1000 if isinstance(v, (int, float)) else v),
+    "us": _number("{:,.1f}"),
+    "pct": lambda v: _number("{:.0%}")(v),
+    "x": _number("{:.2f}x"),
+    "float": _number("{:,.2f}"),
+    "delta_ms": lambda v: _number("{:+,.2f}")(v / 1000 if isinstance(v, (int, float)) else v),
+    "delta_pct": lambda v: _number("{:+.0%}")(v),
+    "text": lambda v: "" if v is None or v is pd.NA or (isinstance(v, float) and v != v) else str(v),
+}
+FORMATS["name"] = FORMATS["html"] = FORMATS["text"]
+LEFT = ("name", "text", "html")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A formatted view of ``data`` (the full DataFrame, kept for analysis).
+
+    ``columns`` chooses and labels what is shown (default: every column as it is); ``rows``
+    limits the rows shown (``data`` keeps them all); ``caption`` says what the table is.
+    """
+
+    data: pd.DataFrame
+    columns: list[Column] = field(default_factory=list)
+    caption: str = ""
+    rows: int | None = None
+
+    # -- a DataFrame's everyday access, so `%npuruns` results can be indexed as before ---------
+    def __getitem__(self, key):
+        return self.data[key]
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    @property
+    def shown_columns(self) -> list[Column]:
+        cols = self.columns or [Column(str(c), str(c), _guess(self.data[c])) for c in self.data.columns]
+        return [c for c in cols if c.key in self.data.columns][:MAX_COLUMNS]
+
+    def _cells(self, name_chars: int) -> tuple[list[str], list[list[str]], list[list[str]]]:
+        """Headers, shown cell texts and full cell texts (row-major)."""
+        cols = self.shown_columns
+        frame = self.data if self.rows is None else self.data.head(self.rows)
+        shown, full = [], []
+        for row in frame.itertuples(index=False):
+            values = dict(zip(frame.columns, row))
+            texts = [c.text(values[c.key], values) for c in cols]
+            full.append(texts)
+            shown.append([shorten(t, name_chars) if c.kind == "name" else t for c, t in zip(cols, texts)])
+        return [c.label for c in cols], shown, full
+
+    def styler(self):
+        """The pandas Styler of the shown rows and columns (used for the HTML)."""
+        cols = self.shown_columns
+        headers, shown, full = self._cells(NAME_CHARS)
+        cells = [[_cell_html(s, f, c.kind) for s, f, c in zip(srow, frow, cols)] for srow, frow in zip(shown, full)]
+        frame = pd.DataFrame(cells, columns=pd.Index(headers)) if cells else pd.DataFrame(columns=pd.Index(headers))
+        styles = list(TABLE_CSS)
+        for i, c in enumerate(cols):
+            align = "left" if c.kind in LEFT else "right"
+            styles.append({"selector": f"th.col_heading.col{i}", "props": f"text-align: {align};"})
+            wrap = " white-space: normal; min-width: 24em;" if c.kind == "html" else ""
+            styles.append({"selector": f"td.col{i}", "props": f"text-align: {align};{wrap}"})
+        styler = frame.style.hide(axis="index").set_table_styles(styles).format_index(escape="html", axis=1)
+        caption = self.caption
+        if self.rows is not None and len(self.data) > self.rows:
+            caption += f" (top {self.rows} of {len(self.data)}; all in .data)"
+        return styler.set_caption(html.escape(caption)) if caption else styler
+
+    def _repr_html_(self) -> str:
+        return self.styler().to_html()
+
+    def to_text(self, width: int | None = None) -> str:
+        """The shown table as aligned text, names shortened so lines fit ``width`` characters
+        (default: the terminal's width)."""
+        width = width or shutil.get_terminal_size((120, 24)).columns
+        cols = self.shown_columns
+        headers, _, full = self._cells(10**6)
+        numeric_width = sum(max([len(h)] + [len(r[i]) for r in full]) + 2 for i, (h, c) in
+                            enumerate(zip(headers, cols)) if c.kind not in LEFT)
+        names = [i for i, c in enumerate(cols) if c.kind == "name"]
+        budget = max(16, (width - numeric_width - 2 * len(cols)) // max(len(names), 1))
+        rows = [[shorten(t, budget) if i in names else t for i, t in enumerate(r)] for r in full]
+        widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+        def line(cells: list[str]) -> str:
+            return "  ".join(t.ljust(w) if c.kind in LEFT else t.rjust(w)
+                             for t, w, c in zip(cells, widths, cols)).rstrip()
+
+        out = ([self.caption] if self.caption else []) + [line(headers)] + [line(r) for r in rows]
+        if self.rows is not None and len(self.data) > self.rows:
+            out.append(f"(top {self.rows} of {len(self.data)})")
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(self.to_text())
+
+
+def _cell_html(shown: str, full: str, kind: str) -> str:
+    if kind == "html":  # built by render from escaped parts
+        return full
+    if kind == "name" and shown != full:
+        return f"<span title=\"{html.escape(full)}\">{html.escape(shown)}</span>"
+    return html.escape(shown)
+
+
+def _guess(series: pd.Series) -> str:
+    if pd.api.types.is_bool_dtype(series) or not pd.api.types.is_numeric_dtype(series):
+        return "text"
+    if pd.api.types.is_integer_dtype(series):
+        return "int"
+    return "float"
+
+
+# -- the tables the magics and the CLI show -------------------------------------------------------
+def step_table(steps: pd.DataFrame, caption: str = "per-step time") -> Table:
+    """The compact step table (ms and device busy %; copies only when any ran); ``.data`` is the
+    full step frame."""
+    copies = "memcpy_us" in steps and bool((steps["memcpy_us"] > 0).any())
+    return Table(steps, [Column("step", "step", "int"), Column("wall_us", "wall (ms)", "ms"),
+                         Column("computing_us", "compute (ms)", "ms"),
+                         Column("comm_not_overlapped_us", "comm (ms)", "ms")]
+                 + ([Column("memcpy_us", "copy (ms)", "ms")] if copies else [])
+                 + [Column("idle_us", "idle (ms)", "ms"), Column("dataloader_us", "data (ms)", "ms"),
+                    Column("device_util", "busy", "pct")], caption)
+
+
+def kernel_table(kernels: pd.DataFrame, top: int | None = 15, caption: str = "top kernels by total time") -> Table:
+    """Kernels (or CPU operators) by total time; the type column only where it adds something."""
+    cols = [Column("name", "kernel", "name")]
+    if len(kernels) and (kernels["type"].astype(str) != kernels["name"].astype(str)).any() \
+            and (kernels["type"].astype(str) != "").any():
+        cols.append(Column("type", "type", "name"))
+    cols += [Column("count", "count", "int"), Column("total_us", "total (ms)", "ms"), Column("mean_us", "mean (µs)", "us"),
+             Column("share", "of step time", "pct")]
+    return Table(kernels, cols, caption, top)
+
+
+def runs_table(runs: pd.DataFrame) -> Table:
+    """The history, one row per run (``%npuruns``, ``npumagic runs``); ``.data`` is the frame."""
+    return Table(runs, [Column("name", "run", "name"), Column("created", "created", fmt=_when),
+                        Column("status", "status", "text"), Column("backend", "backend", "text"),
+                        Column("steps", "steps", "int"), Column("step_median_ms", "median step (ms)", "float"),
+                        Column("device_util", "device busy", "pct"), Column("bottleneck", "bottleneck", "text"),
+                        Column("note", "note", "name")], f"{len(runs)} run{'s' if len(runs) != 1 else ''}")
+
+
+def _when(value, row) -> str:
+    return "" if value is None or value is pd.NaT else pd.Timestamp(value).strftime("%Y-%m-%d %H:%M")
+
+
+def _ms_or_pct(value, row) -> str:
+    return FORMATS["pct" if "utilisation" in str(row.get("metric", "")) else "float"](value)
+
+
+def _change(value, row) -> str:
+    a, b = row.get("a"), row.get("b")
+    if "utilisation" in str(row.get("metric", "")):
+        return FORMATS["text"](f"{(b - a) * 100:+.0f} pts") if a == a and b == b else "–"
+    if a == 0 and b == 0:
+        return "0%"
+    if a == 0:
+        return "new"
+    return FORMATS["delta_pct"](value)
+
+
+def breakdown_table(comparison) -> Table:
+    """A Comparison's breakdown with the runs' names as column labels and change as %."""
+    frame = comparison.breakdown.assign(
+        label=comparison.breakdown["metric"].astype(str).str.replace(r"\s*\(ms/step\)$", "", regex=True)
+        .str.replace("communication (not overlapped)", "communication, not overlapped", regex=False))
+    return Table(frame, [Column("label", "per step (ms)", "text"),
+                         Column("a", comparison.a, fmt=_ms_or_pct), Column("b", comparison.b, fmt=_ms_or_pct),
+                         Column("change", "change", fmt=_change), Column("direction", "", "text")],
+                 f"{comparison.b} against {comparison.a}")
+
+
+def kernel_diff_table(comparison, top: int = 15) -> Table:
+    """Kernels by the size of their change in total time: counts as integers, ms, and a status
+    only where a kernel was added or removed."""
+    k = comparison.kernels
+    a, b = comparison.a, comparison.b
+    cols = [Column("kernel", "kernel", "name")]
+    if len(k) and (k["type"].astype(str) != k["kernel"].astype(str)).any() and (k["type"].astype(str) != "").any():
+        cols.append(Column("type", "type", "name"))
+    if len(k) and (k["status"] != "changed").any():
+        cols.append(Column("status", "", fmt=lambda v, row: "" if v == "changed" else str(v)))
+    cols += [Column("count_a", f"{a} count", "int"), Column("count_b", f"{b} count", "int"),
+             Column("total_a_us", f"{a} (ms)", "ms"), Column("total_b_us", f"{b} (ms)", "ms"),
+             Column("delta_us", "Δ total (ms)", "delta_ms"),
+             Column("delta_mean_us", "Δ mean (µs)", fmt=lambda v, row: _number("{:+,.1f}")(v))]
+    return Table(k, cols, "kernels by the size of their change in total time", top)
+
+
+def history_table(table: pd.DataFrame, kernel: str) -> Table:
+    """One kernel across runs (``%npuhistory``)."""
+    return Table(table, [Column("run", "run", "name"), Column("count", "count", "int"),
+                         Column("total_us", "total (ms)", "ms"), Column("mean_us", "mean (µs)", "us")],
+                 f"{shorten(kernel, 80)} across runs")
+
+
+def advice_table(advice) -> Table:
+    """Findings, most important first: severity, category, what, the fix and where (and the
+    ranks that share a finding)."""
+    rows = []
+    for i, f in enumerate(advice, 1):
+        text = f"{html.escape(f.title)}<br/><i>fix:</i> {html.escape(f.fix)}"
+        if f.where:
+            text += f"<br/><i>where:</i> {html.escape(f.where)}"
+        ranks = getattr(f, "ranks", ())
+        rows.append({"#": i, "severity": f.severity, "category": f.category, "finding": text,
+                     "ranks": ", ".join(str(r) for r in ranks)})
+    frame = pd.DataFrame(rows, columns=["#", "severity", "category", "finding", "ranks"])
+    cols = [Column("#", "#", "int"), Column("severity", "severity", "text"), Column("category", "category", "text")]
+    if frame["ranks"].astype(bool).any():
+        cols.append(Column("ranks", "ranks", "text"))
+    cols.append(Column("finding", "finding", "html"))
+    title = f"advice for {advice.run}" if getattr(advice, "run", "") else "advice"
+    return Table(frame, cols, f"{title}: {len(frame)} finding{'s' if len(frame) != 1 else ''}")

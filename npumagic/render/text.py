@@ -1,0 +1,123 @@
+"""Text and HTML of the analysis objects (Summary, Verdict, Finding, Advice, Comparison): the
+analysis layer returns data and asks this module to display it. Pure pandas, no matplotlib."""
+
+from __future__ import annotations
+
+import html
+
+from .tables import advice_table, breakdown_table, kernel_diff_table, step_table
+
+
+def _ms(us: float) -> str:
+    return "-" if us != us else f"{us / 1000:,.2f} ms"
+
+
+def _pct(v: float) -> str:
+    return "-" if v != v else f"{v:.0%}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+# -- Summary ----------------------------------------------------------------------------------
+def summary_headline(summary) -> str:
+    """One line: backend, device, rank, steps, median and p90 step, busy/comm/DataLoader shares."""
+    h, m = summary.headline, summary.meta
+    return (f"{m.get('backend', '?')} on {m.get('device_name', '?')}, rank {m.get('rank', 0)}: "
+            f"{_plural(int(h['steps']), 'step')}, median {_ms(h['step_median_us'])}, p90 {_ms(h['step_p90_us'])}, "
+            f"device busy {_pct(h['device_util'])}, communication {_pct(h['communication_share'])}, "
+            f"dataloader {_pct(h['dataloader_share'])}")
+
+
+def _inferred(summary) -> str:
+    if summary.meta.get("rank", 0) in summary.meta.get("steps_inferred", []):
+        return ("no ProfilerStep marks in the trace (no schedule, or prof.step() never called): "
+                "the whole trace is one inferred step")
+    return ""
+
+
+def summary_text(summary) -> str:
+    lines = [summary_headline(summary)] + ([_inferred(summary)] if _inferred(summary) else [])
+    if len(summary.steps):
+        lines.append(step_table(summary.steps, caption="").to_text())
+    return "\n".join(lines)
+
+
+def summary_html(summary) -> str:
+    note = f"<p style='color:#777;margin:0'>{html.escape(_inferred(summary))}</p>" if _inferred(summary) else ""
+    return f"<p>{html.escape(summary_headline(summary))}</p>" + note + (
+        step_table(summary.steps)._repr_html_() if len(summary.steps) else "")
+
+
+# -- Verdict ----------------------------------------------------------------------------------
+def verdict_text(verdict) -> str:
+    width = max(len(title) for title, _ in verdict.steps)
+    return "\n".join(f"{i}. {title:<{width}}  {text}" for i, (title, text) in enumerate(verdict.steps, 1))
+
+
+def verdict_html(verdict) -> str:
+    rows = "".join(f"<tr><td style='text-align:right;vertical-align:top'>{i}</td>"
+                   f"<th style='text-align:left;vertical-align:top;white-space:nowrap;padding-right:12px'>"
+                   f"{html.escape(t)}</th><td style='text-align:left'>{html.escape(x)}</td></tr>"
+                   for i, (t, x) in enumerate(verdict.steps, 1))
+    return ("<table style='border-collapse:collapse;font-size:13px;max-width:100%'>"
+            "<caption style='caption-side:top;text-align:left;font-weight:bold'>checklist</caption>"
+            f"{rows}</table>")
+
+
+# -- Findings and Advice -------------------------------------------------------------------------
+def finding_text(finding) -> str:
+    ranks = getattr(finding, "ranks", ())
+    on = f" (ranks {', '.join(str(r) for r in ranks)})" if len(ranks) > 1 else f" (rank {ranks[0]})" if ranks else ""
+    rule = getattr(finding, "rule", "")
+    label = f"{finding.category}/{rule}" if rule and rule != finding.category else finding.category
+    lines = [f"[{finding.severity}] {label}: {finding.title}{on}", f"    fix: {finding.fix}"]
+    if finding.where:
+        lines.append(f"    where: {finding.where}")
+    return "\n".join(lines)
+
+
+def advice_text(advice) -> str:
+    head = f"npumagic advice{' for ' + advice.run if advice.run else ''}: "
+    if not advice.findings:
+        return head + "no bottleneck past its threshold"
+    return head + f"{_plural(len(advice.findings), 'finding')}\n" + "\n".join(
+        f"{i}. {finding_text(f)}" for i, f in enumerate(advice.findings, 1))
+
+
+def advice_html(advice) -> str:
+    if not advice.findings:
+        return f"<p>{html.escape(advice_text(advice))}</p>"
+    return advice_table(advice)._repr_html_()
+
+
+# -- Comparison -----------------------------------------------------------------------------------
+def comparison_text(comparison, top: int = 10) -> str:
+    c = comparison
+    lines = [c.sentence(), "", breakdown_table(c).to_text()]
+    if len(c.changed) > 1:
+        lines += ["", f"{len(c.changed)} things changed between the runs — the checklist's rule is one change at a time:"]
+    elif c.changed:
+        lines += ["", "what changed:"]
+    lines += [f"  - {x}" for x in c.changed]
+    for key, diff in c.diffs.items():
+        lines += ["", f"{key} diff:", diff]
+    if len(c.kernels):
+        lines += ["", kernel_diff_table(c, top).to_text()]
+    return "\n".join(lines)
+
+
+def comparison_html(comparison, figure_html: str = "", top: int = 15) -> str:
+    c = comparison
+    parts = [f"<p><b>{html.escape(c.sentence())}</b></p>", breakdown_table(c)._repr_html_()]
+    if c.changed:
+        warn = " — the checklist's rule is one change at a time" if len(c.changed) > 1 else ""
+        parts.append(f"<p>What changed{warn}:</p><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in c.changed) + "</ul>")
+    for diff in c.diffs.values():
+        parts.append(f"<pre style='max-width:100%;overflow-x:auto'>{html.escape(diff)}</pre>")
+    if figure_html:
+        parts.append(figure_html)
+    if len(c.kernels):
+        parts.append(kernel_diff_table(c, top)._repr_html_())
+    return "\n".join(parts)

@@ -1,0 +1,155 @@
+"""Formatted tables on real outputs: units in headers, run names as labels, % and integers,
+names shortened with the full name on hover, a caption, and text that fits a terminal."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import pandas as pd
+import pytest
+
+import npumagic
+from npumagic.render.tables import (MAX_COLUMNS, NAME_CHARS, Column, Table, breakdown_table, kernel_diff_table,
+                                    kernel_table, runs_table, step_table)
+
+from ..conftest import ASCEND, CUDA, need
+
+
+class _Cells(HTMLParser):
+    """Header texts, body rows (cell texts), title attributes and the caption of one table."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.headers, self.rows, self.titles, self.caption = [], [], [], ""
+        self._part, self._cell = None, None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("thead", "tbody", "caption"):
+            self._part = tag
+        elif tag == "tr" and self._part == "tbody":
+            self.rows.append([])
+        elif tag in ("th", "td"):
+            self._cell = ""
+        elif tag == "span" and dict(attrs).get("title"):
+            self.titles.append(dict(attrs)["title"])
+
+    def handle_endtag(self, tag):
+        if tag in ("th", "td") and self._cell is not None:
+            (self.headers if self._part == "thead" else self.rows[-1]).append(self._cell)
+            self._cell = None
+        elif tag == "caption":
+            self._part = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+        elif self._part == "caption":
+            self.caption += data
+
+
+def _table(html: str) -> _Cells:
+    return _Cells(html)
+
+
+@pytest.fixture(scope="module")
+def level1():
+    return npumagic.analyze(need(ASCEND / "level1"))
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    return npumagic.analyze(need(CUDA / "nccl" / "nccl_data.json.gz"))
+
+
+def test_the_step_table_shows_ms_and_percent_with_units_in_its_headers(level1):
+    table = step_table(level1.steps)
+    cells = _table(table._repr_html_())
+    assert cells.headers == ["step", "wall (ms)", "compute (ms)", "comm (ms)", "free (ms)", "data (ms)", "busy"]
+    assert cells.caption == "per-step time"
+    first = level1.steps.iloc[0]
+    assert cells.rows[0][0] == str(int(first["step"]))  # an integer, no index column before it
+    assert cells.rows[0][1] == f"{first['wall_us'] / 1000:,.2f}"
+    assert cells.rows[0][-1] == f"{first['device_util']:.0%}"
+    assert table.data is level1.steps and len(table.data.columns) > len(cells.headers)
+
+
+def test_long_kernel_names_are_shortened_with_the_full_name_on_hover(cuda):
+    table = kernel_table(cuda.kernels, top=10)
+    html = table._repr_html_()
+    cells = _table(html)
+    longest = max(cuda.kernels["name"].head(10).astype(str), key=len)
+    assert len(longest) > NAME_CHARS
+    assert longest in cells.titles
+    assert all(len(row[0]) <= NAME_CHARS for row in cells.rows)
+    assert re.search(r"td\.col0\s*\{[^}]*text-align: left", html)  # names left-aligned
+    assert re.search(r"td\.col2\s*\{[^}]*text-align: right", html)  # numbers right-aligned
+    assert cells.headers[:2] == ["kernel", "type"] or cells.headers[0] == "kernel"
+    assert "mean (µs)" in cells.headers and "total (ms)" in cells.headers
+    assert "top 10 of" in cells.caption
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_kernel_tables_fit_the_terminal(cuda, width):
+    text = kernel_table(cuda.kernels, top=10).to_text(width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "…" in text
+
+
+def test_a_table_never_shows_more_than_fits_a_notebook_cell():
+    wide = pd.DataFrame([range(20)], columns=[f"c{i}" for i in range(20)])
+    assert len(_table(Table(wide)._repr_html_()).headers) == MAX_COLUMNS
+
+
+def test_the_comparison_is_labelled_with_the_run_names(level1):
+    ranks = level1.per_rank
+    cmp = npumagic.compare(ranks[0], ranks[1], "rank0", "rank1")
+    cells = _table(breakdown_table(cmp)._repr_html_())
+    assert cells.headers[:4] == ["per step (ms)", "rank0", "rank1", "change"]
+    rows = {r[0]: r for r in cells.rows}
+    util = rows["device utilisation"]
+    assert util[1].endswith("%") and util[3].endswith("pts")
+    computing = cmp.breakdown.iloc[0]
+    assert rows["computing"][3] == f"{computing['change']:+.0%}"
+    assert "communication, not overlapped" in rows
+
+
+def test_a_metric_that_stays_at_zero_changes_by_zero_percent(level1):
+    import dataclasses
+
+    cmp = npumagic.compare(level1.per_rank[0], level1.per_rank[1], "a", "b")
+    breakdown = cmp.breakdown.copy()
+    breakdown.loc[3, ["a", "b", "delta", "change"]] = [0.0, 0.0, 0.0, float("nan")]  # what 0 -> 0 gives
+    breakdown.loc[2, ["a", "change"]] = [0.0, float("nan")]  # and 0 -> something
+    rows = _table(breakdown_table(dataclasses.replace(cmp, breakdown=breakdown))._repr_html_()).rows
+    assert rows[3][3] == "0%" and rows[2][3] == "new"
+
+
+def test_the_kernel_diff_shows_counts_as_integers_and_only_real_statuses(level1):
+    cmp = npumagic.compare(level1.per_rank[0], level1.per_rank[1], "rank0", "rank1")
+    cells = _table(kernel_diff_table(cmp)._repr_html_())
+    assert "rank0 count" in cells.headers and "Δ total (ms)" in cells.headers
+    count = cells.headers.index("rank0 count")
+    assert all(re.fullmatch(r"[\d,]+", row[count]) for row in cells.rows)
+    assert not any("changed" in cell for row in cells.rows for cell in row)
+
+
+def test_the_runs_table_formats_the_history():
+    runs = pd.DataFrame({"name": ["baseline", "fixed"], "created": pd.to_datetime([1.7e9, 1.7e9 + 60], unit="s"),
+                         "status": ["ok", "ok"], "backend": ["cpu", "cpu"], "device": ["x86_64"] * 2,
+                         "steps": [4, 4], "step_median_ms": [43.181921, 4.0], "device_util": [0.205732, 0.9],
+                         "bottleneck": ["dataloader", "balanced"], "note": [None, "num_workers=4"]})
+    table = runs_table(runs)
+    cells = _table(table._repr_html_())
+    assert cells.headers[:2] == ["run", "created"]
+    assert cells.rows[0][5:7] == ["43.18", "21%"]
+    assert cells.rows[0][-1] == "" and "None" not in str(cells.rows)
+    assert table["name"].tolist() == ["baseline", "fixed"] and table.data is runs
+
+
+def test_a_column_can_format_by_row():
+    frame = pd.DataFrame({"what": ["a", "b"], "v": [0.5, 1500.0]})
+    table = Table(frame, [Column("what", "what", "text"),
+                          Column("v", "value", fmt=lambda v, row: f"{v:.0%}" if row["what"] == "a" else f"{v:,.0f}")])
+    assert [r[1] for r in _table(table._repr_html_()).rows] == ["50%", "1,500"]

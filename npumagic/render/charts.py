@@ -11,7 +11,8 @@ from matplotlib.figure import Figure
 from ..analysis.intervals import Spans
 from ..analysis.metrics import Summary
 from ..analysis.schema import Trace
-from .colors import BREAKDOWN_COLORS, KIND_COLORS, kernel_color
+from .colors import BREAKDOWN_COLORS, KIND_COLORS, OTHER, kernel_color, kernel_colors
+from .titles import wrap_title
 
 BREAKDOWN = [("computing_us", "computing"), ("comm_not_overlapped_us", "communication (not overlapped)"),
              ("idle_us", "device idle")]
@@ -34,25 +35,28 @@ def plot_step_breakdown(ax, steps: pd.DataFrame) -> dict:
     ax.set_xticks(x, [str(s) for s in steps["step"]] if len(steps) else [], fontsize=8)
     ax.set_xlabel("step")
     ax.set_ylabel("ms")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     if not len(steps):
         ax.text(0.5, 0.5, "no steps recorded", transform=ax.transAxes, ha="center")
     return {"bars": bars, "line": line, "steps": len(steps)}
 
 
-def plot_kernels(ax, kernels: pd.DataFrame, top: int = 15) -> dict:
+def plot_kernels(ax, kernels: pd.DataFrame, top: int = 15, colored: int = 8) -> dict:
     """Horizontal bars of the top kernels by total time, each labelled 'count x mean', so many
-    tiny calls stand out next to a few long ones."""
+    tiny calls stand out next to a few long ones. The first ``colored`` kernels have their
+    timeline colours (the timeline colours the same ones); the rest are grey, as there."""
     shown = kernels.head(top).iloc[::-1]
     y = np.arange(len(shown))
-    colors = [kernel_color(n) for n in shown["name"].astype(str)]
+    palette = kernel_colors(kernels["name"].astype(str).head(colored).tolist())
+    colors = [palette.get(n, OTHER) for n in shown["name"].astype(str)]
     bars = ax.barh(y, shown["total_us"].to_numpy(dtype=float) / 1000, color=colors)
     labels = []
     for yi, (_, k) in zip(y, shown.iterrows()):
-        labels.append(ax.text(float(k["total_us"]) / 1000, yi, f"  {int(k['count']):,} x {k['mean_us']:,.1f} us",
-                              va="center", fontsize=7))
-    ax.set_yticks(y, [_short(str(n)) for n in shown["name"]], fontsize=7)
-    ax.set_xlabel("total time (ms)")
+        labels.append(ax.text(float(k["total_us"]) / 1000, yi, f"  {int(k['count']):,} x {k['mean_us']:,.1f} µs",
+                              va="center", fontsize=8))
+    ax.set_yticks(y, [_short(str(n)) for n in shown["name"]], fontsize=8)
+    ax.set_xlabel(f"total time (ms); the top {min(colored, len(shown))} in their timeline colours" if len(shown) else
+                  "total time (ms)")
     if len(shown):
         ax.set_xlim(0, float(shown["total_us"].max()) / 1000 * 1.35)
     else:
@@ -73,13 +77,13 @@ def plot_memory(ax, timeline: pd.DataFrame, origin_ns: int | None = None) -> dic
             lines.append(ax.step(t, reserved, where="post", label=f"{device} reserved", lw=1, ls="--")[0])
         i = int(np.nanargmax(alloc))
         peaks.append(ax.annotate(f"peak {alloc[i]:,.1f} MiB", (t[i], alloc[i]), xytext=(0, 8), textcoords="offset points",
-                                 ha="center", fontsize=7, arrowprops={"arrowstyle": "-", "lw": 0.5}))
+                                 ha="center", fontsize=8, arrowprops={"arrowstyle": "-", "lw": 0.5}))
     ax.set_xlabel("time (ms)")
     ax.set_ylabel("MiB")
     if lines:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     else:
-        ax.text(0.5, 0.5, "no memory samples (profile with --memory)", transform=ax.transAxes, ha="center")
+        ax.text(0.5, 0.5, "no memory samples (profiled without profile_memory)", transform=ax.transAxes, ha="center")
     return {"lines": lines, "peaks": peaks}
 
 
@@ -104,7 +108,7 @@ def plot_comm(ax, trace: Trace) -> dict:
     if not (trace.events["kind"] == "comm").any():
         ax.text(0.5, 0.5, "no collectives recorded (single device)", transform=ax.transAxes, ha="center")
     if rows:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return {"ranks": rows}
 
 
@@ -138,15 +142,22 @@ def _short(name: str, limit: int = 48) -> str:
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
+FIGURE_WIDTH_IN = 11  # 1100 CSS pixels: fits a 1200 px notebook cell without scaling down
+
+
 def _figure(height: float) -> Figure:
-    return Figure(figsize=(11, height), layout="constrained")
+    return Figure(figsize=(FIGURE_WIDTH_IN, height), layout="constrained")
+
+
+def _title(fig: Figure, text: str, fontsize: float = 10) -> None:
+    fig.suptitle(wrap_title(text, fig.get_figwidth(), fontsize), fontsize=fontsize, x=0.01, ha="left")
 
 
 def steps_figure(summary: Summary, title: str = "") -> Figure:
     """Standalone figure of :func:`plot_step_breakdown`."""
     fig = _figure(3.2)
     plot_step_breakdown(fig.add_subplot(), summary.steps)
-    fig.suptitle(title or "step breakdown", fontsize=10, x=0.01, ha="left")
+    _title(fig, title or "step breakdown")
     return fig
 
 
@@ -154,15 +165,22 @@ def kernels_figure(summary: Summary, top: int = 15, title: str = "") -> Figure:
     """Standalone figure of :func:`plot_kernels`."""
     fig = _figure(0.8 + 0.28 * max(min(top, len(summary.kernels)), 3))
     plot_kernels(fig.add_subplot(), summary.kernels, top)
-    fig.suptitle(title or "top kernels by total time", fontsize=10, x=0.01, ha="left")
+    _title(fig, title or "top kernels by total time")
     return fig
 
 
 def memory_figure(summary: Summary, title: str = "") -> Figure:
-    """Standalone figure of :func:`plot_memory`."""
+    """Standalone figure of :func:`plot_memory`; one line of text when there are no samples."""
+    if summary.memory_timeline.empty:
+        fig = Figure(figsize=(FIGURE_WIDTH_IN, 0.45))
+        ax = fig.add_axes((0, 0, 1, 1))
+        ax.axis("off")
+        ax.text(0.01, 0.5, f"{title + ': ' if title else ''}no memory samples in this run (it was profiled without profile_memory)",
+                va="center", fontsize=10)
+        return fig
     fig = _figure(3.0)
     plot_memory(fig.add_subplot(), summary.memory_timeline)
-    fig.suptitle(title or "memory", fontsize=10, x=0.01, ha="left")
+    _title(fig, title or "memory")
     return fig
 
 
@@ -179,7 +197,7 @@ def comm_figure(trace: Trace, title: str = "") -> Figure:
     """Standalone figure of :func:`plot_comm`."""
     fig = _figure(1.2 + 0.5 * max(len(trace.ranks), 2))
     plot_comm(fig.add_subplot(), trace)
-    fig.suptitle(title or "compute vs collectives per rank", fontsize=10, x=0.01, ha="left")
+    _title(fig, title or "compute vs collectives per rank")
     return fig
 
 
@@ -204,30 +222,32 @@ def plot_breakdown_delta(ax, comparison) -> dict:
     ax.set_yticks(y, [m.replace(" (ms/step)", "") for m in rows["metric"]], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ms per step")
-    ax.legend(fontsize=7, frameon=False)
+    ax.legend(fontsize=8, frameon=False)
     return {"a": bars_a, "b": bars_b}
 
 
 def comparison_figure(comparison) -> Figure:
     """Step distributions (left) and breakdown medians (right) of a Comparison."""
-    fig = Figure(figsize=(11, 3.2), layout="constrained")
+    fig = Figure(figsize=(FIGURE_WIDTH_IN, 3.4), layout="constrained")
     left, right = fig.subplots(1, 2, width_ratios=[1, 1.6])
     plot_step_distributions(left, comparison)
     plot_breakdown_delta(right, comparison)
-    fig.suptitle(comparison.sentence(), fontsize=9, x=0.01, ha="left")
+    _title(fig, comparison.sentence(), 9)
     return fig
 
 
 def kernel_history_figure(history: pd.DataFrame, kernel: str) -> Figure:
-    """One kernel's total and mean time across runs."""
+    """One kernel's total and mean time across runs, both in one unit (ms when the totals
+    reach 10 ms, else µs), so the two axes read alike."""
     fig = Figure(figsize=(9, 2.8), layout="constrained")
     ax = fig.add_subplot()
     x = np.arange(len(history))
-    ax.bar(x, history["total_us"] / 1000, color=kernel_color(kernel), label="total (ms)")
+    unit, scale = ("ms", 1000.0) if len(history) and float(history["total_us"].max()) >= 10_000 else ("µs", 1.0)
+    ax.bar(x, history["total_us"] / scale, color=kernel_color(kernel), label=f"total ({unit})")
     ax.set_xticks(x, history["run"], fontsize=8)
-    ax.set_ylabel("total ms")
+    ax.set_ylabel(f"total per run ({unit})")
     twin = ax.twinx()
-    twin.plot(x, history["mean_us"], "k.-", label="mean (us)")
-    twin.set_ylabel("mean us")
-    ax.set_title(_short(kernel, 80), fontsize=9, loc="left")
+    twin.plot(x, history["mean_us"] / scale, "k.-", label=f"mean per call ({unit})")
+    twin.set_ylabel(f"mean per call ({unit})")
+    ax.set_title(wrap_title(_short(kernel, 160), 9, 9), fontsize=9, loc="left")
     return fig

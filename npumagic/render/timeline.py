@@ -15,11 +15,13 @@ from matplotlib.patches import Patch
 
 from ..analysis.intervals import Spans
 from ..analysis.schema import Trace
-from .colors import KIND_COLORS, OTHER, kernel_color
+from .colors import KIND_COLORS, OTHER, kernel_colors
+from .titles import wrap_title
 
 HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
 DEVICE_KINDS = ("kernel", "memcpy", "comm")
 GAP_MIN_FRACTION = 0.02  # device idle gaps longer than this share of the view are marked
+FIGURE_WIDTH_IN = 11.5  # 1150 CSS pixels: fits a 1200 px notebook cell without scaling down
 BAR_HEIGHT = {"annotation": 0.25, "dataloader": 0.8, "sync": 0.8, "host_op": 0.8}
 # counter lanes under the memory lane: (counters group, y label), in drawing order
 COUNTER_LANES = (("HBM", "HBM GB/s"), ("AI Core Freq", "AI Core MHz"), ("Host", "host CPU %"))
@@ -37,6 +39,7 @@ class TimelineArtists:
     bars: list = field(default_factory=list)
     colored_kernels: list[str] = field(default_factory=list)
     counter_lanes: list[str] = field(default_factory=list)
+    gap_labels: list = field(default_factory=list)
 
 
 def _lane_order(events: pd.DataFrame) -> list[str]:
@@ -101,6 +104,7 @@ def plot_timeline(ax, trace: Trace, rank: int | None = None, *, top_kernels: lis
     pixel_ns = (hi - lo) / width_px
     ms = lambda ns: (np.asarray(ns, dtype=np.float64) - origin) / 1e6  # noqa: E731
     top = set(top_kernels)
+    palette = kernel_colors(list(top_kernels))
     out = TimelineArtists(lanes=order, colored_kernels=[k for k in top_kernels])
     for y, lane in enumerate(order):
         on_lane = ev[ev["lane"] == lane]
@@ -109,11 +113,13 @@ def plot_timeline(ax, trace: Trace, rank: int | None = None, *, top_kernels: lis
             spans = _merge_subpixel(start, start + group["dur_ns"].to_numpy(), pixel_ns)
             kind = group["kind"].iat[0]
             h = BAR_HEIGHT.get(kind, 0.8)
-            color = kernel_color(key) if key in top else KIND_COLORS.get(key, OTHER)
+            color = palette[key] if key in top else KIND_COLORS.get(key, OTHER)
             out.bars.append(ax.broken_barh(list(zip(ms(spans.starts), (spans.ends - spans.starts) / 1e6)),
                                            (y - 0.4, h), facecolors=color, linewidth=0, label=key))
         if (on_lane["device"] >= 0).any():
-            out.gaps += _mark_gaps(ax, lane, on_lane, y, lo, hi, min_gap_ms, ms)
+            gaps, labels = _mark_gaps(ax, lane, on_lane, y, lo, hi, min_gap_ms, ms, width_px)
+            out.gaps += gaps
+            out.gap_labels += labels
     for i, (_, s) in enumerate(shown_steps.iterrows()):
         out.steps.append(ax.axvspan(float(ms(s["start_ns"])), float(ms(s["end_ns"])), color="0.93" if i % 2 else "0.86",
                                     zorder=0, linewidth=0))
@@ -144,23 +150,38 @@ def _colour_groups(on_lane: pd.DataFrame, top: set[str]):
             yield name, group
 
 
-def _mark_gaps(ax, lane: str, lane_events: pd.DataFrame, y: int, lo: int, hi: int, min_gap_ms, ms) -> list:
+LABEL_CHAR_PX = 6.5  # an 8 pt character, in the pixels of ``width_px``
+
+
+def _mark_gaps(ax, lane: str, lane_events: pd.DataFrame, y: int, lo: int, hi: int, min_gap_ms, ms,
+               width_px: int) -> tuple[list, list]:
+    """Hatch the device idle gaps of one lane; label those wide enough to hold their label
+    (labels never overlap each other or run past the window)."""
     busy = lane_events[lane_events["kind"].isin(DEVICE_KINDS)]
     if busy.empty:
-        return []
+        return [], []
     start = busy["ts_ns"].to_numpy()
     end = start + busy["dur_ns"].to_numpy()
     holes = Spans.union_of(start, end).gaps(max(lo, int(start.min())), min(hi, int(end.max())))
     threshold = min_gap_ms * 1e6 if min_gap_ms is not None else GAP_MIN_FRACTION * (hi - lo)
     big = (holes.ends - holes.starts) >= threshold
-    marks = []
+    marks, labels = [], []
+    ns_per_px = (hi - lo) / width_px
+    last_end = lo
     for s, e in zip(holes.starts[big], holes.ends[big]):
         ax.broken_barh([(float(ms(s)), (e - s) / 1e6)], (y - 0.4, 0.8), facecolors="none", edgecolors="black",
                        hatch="///", linewidth=0.5)
-        ax.text(float(ms((s + e) / 2)), y + 0.1, f"idle {(e - s) / 1e6:.2f} ms", ha="center", va="center", fontsize=7,
-                bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8}, clip_on=True)
         marks.append((lane, float(ms(s)), (e - s) / 1e6))
-    return marks
+        text = f"idle {(e - s) / 1e6:.2f} ms"
+        half = (len(text) + 1) * LABEL_CHAR_PX / 2 * ns_per_px
+        centre = (s + e) / 2
+        if e - s < 2 * half or centre - half < max(lo, last_end) or centre + half > hi:
+            continue  # the hatch alone marks it: its label would not fit
+        labels.append(ax.text(float(ms(centre)), y + 0.1, text, ha="center", va="center", fontsize=7.5,
+                              bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
+                              clip_on=True))
+        last_end = centre + half
+    return marks, labels
 
 
 def _legend(ax, out: TimelineArtists, top_kernels) -> None:
@@ -171,7 +192,7 @@ def _legend(ax, out: TimelineArtists, top_kernels) -> None:
             seen.add(label)
             handles.append(Patch(facecolor=bars.get_facecolor()[0], label=_short(label, 40)))
     if handles:
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
 
 
 def _memory_lane(ax, trace: Trace, rank: int, lo: int, hi: int, ms) -> None:
@@ -183,9 +204,9 @@ def _memory_lane(ax, trace: Trace, rank: int, lo: int, hi: int, ms) -> None:
             ax.step(ms(m["ts_ns"]), m["reserved_bytes"] / 2**20, where="post", label=f"{device} reserved", lw=1, ls="--")
     ax.set_ylabel("MiB", fontsize=8)
     if len(mem):
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     else:
-        ax.text(0.5, 0.5, "no memory samples (profile with --memory)", transform=ax.transAxes, ha="center", fontsize=8)
+        ax.text(0.5, 0.5, "no memory samples in this window", transform=ax.transAxes, ha="center", va="center", fontsize=8)
 
 
 def counter_groups(trace: Trace, rank: int) -> list[str]:
@@ -259,7 +280,7 @@ def timeline_figure(trace: Trace, rank: int | None = None, *, top_kernels: list[
     with_memory = bool(memory if memory is not None else (trace.memory["rank"] == rank).any())
     groups = counter_groups(trace, rank) if counters is None else [g for g in counter_groups(trace, rank) if g in counters]
     height = 1.3 + 0.32 * max(min(n_lanes, 30), 3) + (1.3 if with_memory else 0) + 1.1 * len(groups)
-    fig = Figure(figsize=(13, height), layout="constrained")
+    fig = Figure(figsize=(FIGURE_WIDTH_IN, height), layout="constrained")
     ratios = [max(n_lanes, 2)] + ([2.2] if with_memory else []) + [1.8] * len(groups)
     axes = list(np.atleast_1d(fig.subplots(len(ratios), 1, sharex=True, height_ratios=ratios)))
     ax = axes.pop(0)
@@ -271,5 +292,6 @@ def timeline_figure(trace: Trace, rank: int | None = None, *, top_kernels: list[
         for lower in ([mem_ax] if mem_ax is not None else []) + axes[:-1]:
             lower.set_xlabel("")
         (axes[-1] if axes else mem_ax).set_xlabel("time (ms from the first step)")
-    ax.set_title(title or f"{trace.meta.get('backend', '?')} timeline, rank {rank}", fontsize=10, loc="left")
+    ax.set_title(wrap_title(title or f"{trace.meta.get('backend', '?')} timeline, rank {rank}", FIGURE_WIDTH_IN, 10),
+                 fontsize=10, loc="left")
     return fig

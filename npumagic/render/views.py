@@ -4,6 +4,7 @@ figure becomes PNG or SVG bytes. The same functions serve the magics and the CLI
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -40,43 +41,88 @@ def build_view(view: str, trace: Trace | None, summary: Summary, title: str = ""
     return builders[view]()
 
 
-def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 100) -> bytes:
-    """The figure encoded as ``fmt`` (png, svg, pdf)."""
+# A figure is laid out for CSS pixels (DISPLAY_DPI per inch, so 11 inches fill a 1100 px cell) and
+# encoded with twice as many pixels, so lines and 8 pt labels stay sharp on high-DPI screens.
+DISPLAY_DPI = 100
+PIXEL_RATIO = 2
+
+
+# A figure is laid out for CSS pixels (DISPLAY_DPI per inch, so 11 inches fill a 1100 px cell) and
+# encoded with twice as many pixels, so lines and 8 pt labels stay sharp on high-DPI screens.
+DISPLAY_DPI = 100
+PIXEL_RATIO = 2
+
+
+def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = DISPLAY_DPI * PIXEL_RATIO) -> bytes:
+    """The figure encoded as ``fmt`` (png, svg, pdf); PNGs at ``dpi`` (2x the display size)."""
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=dpi)
     return buf.getvalue()
 
 
+def display_width(fig: Figure) -> int:
+    """The width the figure is laid out for, in CSS pixels."""
+    return int(round(fig.get_figwidth() * DISPLAY_DPI))
+
+
 @dataclass(frozen=True)
 class RenderedFigure:
-    """One drawn view: its bytes, their format, and the file they were saved to (if any)."""
+    """One drawn view: its bytes, their format, the file they were saved to (if any) and the
+    CSS width it is shown at (PNGs carry twice as many pixels)."""
 
     view: str
     data: bytes
     fmt: str = "png"
     path: Path | None = None
+    width: int | None = None
 
-    def html(self) -> str:
-        if self.fmt == "svg":
-            return self.data.decode("utf-8")
-        import base64
-
-        return f"<img alt='{self.view}' src='data:image/png;base64,{base64.b64encode(self.data).decode()}'/>"
-
-
-def render_views(views: list[str], trace: Trace | None, summary: Summary, save_dir: Path | None, prefix: str,
-                 fmt: str = "png", **options) -> list[RenderedFigure]:
-    """Draw ``views`` and, when ``save_dir`` is given, save each as ``{prefix}_{view}.{fmt}`` there."""
-    out = []
-    for view in views:
-        fig = build_view(view, trace, summary, title=f"{prefix}: {view}", **(options if view == "timeline" else {}))
+    @classmethod
+    def of(cls, view: str, fig: Figure, fmt: str = "png", path: Path | None = None) -> "RenderedFigure":
+        """Encode ``fig`` (and save it to ``path`` when given; unwritable paths are left out)."""
         data = figure_bytes(fig, fmt)
-        path = None
-        if save_dir is not None:
-            path = save_dir / f"{file_stem(prefix)}_{view}.{fmt}"
+        if path is not None:
             try:
                 path.write_bytes(data)
             except OSError:
                 path = None
-        out.append(RenderedFigure(view, data, fmt, path))
+        return cls(view, data, fmt, path, display_width(fig))
+
+    def html(self) -> str:
+        style = "max-width:100%;height:auto;display:block"
+        if self.fmt == "svg":
+            text = self.data.decode("utf-8")
+            start = text.find("<svg")
+            return f"<div style='max-width:100%;overflow:hidden'>{text[start:] if start >= 0 else text}</div>"
+        import base64
+
+        width = f" width='{self.width}'" if self.width else ""
+        return (f"<img alt='{self.view}'{width} style='{style}' "
+                f"src='data:image/png;base64,{base64.b64encode(self.data).decode()}'/>")
+
+
+def render_views(views: list[str], trace: Trace | None, summary: Summary, save_dir: Path | None, prefix: str,
+                 fmt: str = "png", rank: int | None = None, **options) -> list[RenderedFigure]:
+    """Draw ``views`` (``rank``: the rank the user asked for, named in the file) and, when ``save_dir`` is given, save each there as
+    ``{prefix}_{view}{suffix}.{fmt}``, the suffix naming the rank and timeline options (so a
+    zoomed or other-rank view never overwrites the default one)."""
+    out = []
+    for view in views:
+        shown = options if view == "timeline" else {}
+        fig = build_view(view, trace, summary, title=f"{prefix}: {view}", **shown)
+        path = None
+        if save_dir is not None:
+            path = save_dir / f"{file_stem(prefix)}_{view}{figure_suffix(rank, shown)}.{fmt}"
+        out.append(RenderedFigure.of(view, fig, fmt, path))
     return out
+
+
+def figure_suffix(rank: int | None, options: dict) -> str:
+    """``_rank1_steps3-4_zoom10-20_lanes-Stream`` for the options that change what a view shows."""
+    parts = [] if rank is None else [f"rank{rank}"]
+    if options.get("steps"):
+        parts.append("steps{}-{}".format(*options["steps"]))
+    if options.get("window"):
+        parts.append("zoom{:g}-{:g}".format(*options["window"]))
+    if options.get("lanes"):
+        parts.append("lanes-" + "+".join(re.sub(r"[^\w.-]", "", x) for x in options["lanes"]))
+    return "".join("_" + p for p in parts)

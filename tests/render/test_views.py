@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
@@ -14,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trac
 import npumagic
 from npumagic.analysis import schema
 from npumagic.render import VIEWS, build_view, plot_kernels, plot_step_breakdown, plot_timeline
-from npumagic.render.colors import kernel_color
+from npumagic.render.colors import MIN_DISTANCE, OTHER, color_distance, kernel_colors
 
 from ..conftest import ASCEND_RANKS, need
 
@@ -117,11 +118,22 @@ def test_top_kernels_keep_their_colour_across_figures(ascend_run):
     fig = Figure()
     out = plot_timeline(fig.add_subplot(), trace, top_kernels=top)
     colors = {b.get_label(): tuple(b.get_facecolor()[0]) for b in out.bars}
-    for name in top:
-        assert colors[name] == pytest.approx(kernel_color(name))
-    kfig = Figure()
-    drawn = plot_kernels(kfig.add_subplot(), summary.kernels, top=3)
-    assert [tuple(p.get_facecolor()) for p in drawn["bars"]][::-1] == [pytest.approx(kernel_color(n)) for n in top]
+    drawn = plot_kernels(Figure().add_subplot(), summary.kernels, top=5, colored=3)
+    bars = [tuple(p.get_facecolor()) for p in drawn["bars"]][::-1]
+    assert bars[:3] == [pytest.approx(colors[name]) for name in top]
+    assert bars[:3] == [pytest.approx(kernel_colors(top)[name]) for name in top]
+    assert all(b == pytest.approx(OTHER) for b in bars[3:])  # grey, as in the timeline
+    again = plot_timeline(Figure().add_subplot(), trace, top_kernels=top)
+    assert {b.get_label(): tuple(b.get_facecolor()[0]) for b in again.bars} == colors
+
+
+def test_no_two_legend_entries_look_alike(ascend_run):
+    trace, summary = ascend_run
+    fig = build_view("timeline", trace, summary)
+    legend = fig.axes[0].get_legend()
+    colors = [h.get_facecolor() for h in legend.legend_handles]
+    assert len(colors) >= 3
+    assert min(color_distance(a, b) for a, b in itertools.combinations(colors, 2)) >= MIN_DISTANCE
 
 
 def test_kernel_bars_show_count_and_mean(cpu_run):
@@ -212,3 +224,78 @@ def test_matrix_heatmap_says_when_nothing_was_recorded():
     fig = Figure()
     out = plot_matrix(fig.add_subplot(), pd.DataFrame())
     assert out["cells"] == 0 and "no communication matrix" in fig.axes[0].texts[0].get_text()
+@pytest.mark.parametrize("view", VIEWS)
+def test_figures_carry_twice_the_pixels_of_their_display_width(cpu_run, view):
+    import struct
+
+    from npumagic.render.views import RenderedFigure
+
+    shown = RenderedFigure.of(view, build_view(view, *cpu_run))
+    width_px = struct.unpack(">I", shown.data[16:20])[0]  # the PNG header's width
+    assert shown.width <= 1200 and width_px == 2 * shown.width
+    assert f"width='{shown.width}'" in shown.html() and "max-width:100%" in shown.html()
+
+
+def test_long_titles_wrap_inside_the_figure():
+    from npumagic.render.charts import _figure, _title
+
+    fig = _figure(2)
+    fig.add_subplot()
+    _title(fig, "fixed is 10.3x faster than baseline (median step 1.83 vs 18.93 ms, 95% CI 9.9–10.9x, rank test "
+                "p=0.029) and everything else that makes this title far longer than the figure is wide")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    box = fig._suptitle.get_window_extent(renderer)
+    assert "\n" in fig._suptitle.get_text() and box.x1 <= fig.bbox.x1
+
+
+def test_idle_labels_never_overlap_or_leave_the_window():
+    ms = 1_000_000
+    starts = np.array([0, 1, 2, 3, 4, 10, 10.6, 11.2, 20]) * ms  # many short gaps, one long
+    events = pd.DataFrame({"name": "k", "kind": "kernel", "ts_ns": starts.astype(np.int64), "dur_ns": ms // 2,
+                           "lane": "GPU 0/Stream 7", "stream": 7, "device": 0, "rank": 0, "type": "k", "core": "cuda"})
+    steps = pd.DataFrame({"rank": [0], "step": [1], "start_ns": [0], "end_ns": [int(20.5 * ms)]})
+    trace = schema.finish(events, steps, meta={"backend": "cuda"})
+    fig = Figure(figsize=(11, 2))
+    out = plot_timeline(fig.add_subplot(), trace, min_gap_ms=0.05, width_px=1100)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in out.gap_labels]
+    assert len(out.gaps) == 8 and 1 <= len(boxes) < len(out.gaps)
+    assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
+    axes = fig.axes[0].get_window_extent(renderer)
+    assert all(axes.x0 <= b.x0 and b.x1 <= axes.x1 for b in boxes)
+
+
+def test_an_empty_memory_view_is_one_line(cpu_run):
+    trace, summary = cpu_run
+    from npumagic.render.charts import memory_figure
+
+    empty = memory_figure(npumagic.summarize(schema.finish(trace.events, trace.steps, meta=trace.meta)))
+    assert empty.get_figheight() < 0.6
+    assert [t.get_text() for t in empty.axes[0].texts] == ["no memory samples in this run (it was profiled without "
+                                                           "profile_memory)"]
+
+
+def test_redrawn_views_are_saved_under_names_that_say_their_options(cpu_run, tmp_path):
+    from npumagic.render.views import render_views
+
+    trace, summary = cpu_run
+    plain = render_views(["timeline"], trace, summary, tmp_path, "r")
+    zoomed = render_views(["timeline"], trace, summary, tmp_path, "r", rank=0, steps=(1, 2), window=(0.0, 1.5))
+    assert plain[0].path.name == "r_timeline.png"
+    assert zoomed[0].path.name == "r_timeline_rank0_steps1-2_zoom0-1.5.png"
+    assert plain[0].path.exists() and zoomed[0].path.exists()
+
+
+def test_kernel_history_uses_one_unit_on_both_axes():
+    from npumagic.render.charts import kernel_history_figure
+
+    history = pd.DataFrame({"run": ["a", "b"], "count": [100, 100], "total_us": [50_000.0, 30_000.0],
+                            "mean_us": [500.0, 300.0]})
+    fig = kernel_history_figure(history, "aten::addmm")
+    left, right = fig.axes
+    assert "(ms)" in left.get_ylabel() and "(ms)" in right.get_ylabel()
+    assert right.lines[0].get_ydata().tolist() == [0.5, 0.3]

@@ -339,15 +339,21 @@ class HistoryStore:
                 db.close()
 
     # -- writing -------------------------------------------------------------------------------
-    def reserve(self, name: str | None = None, **fields: Any) -> str:
-        """Insert a new run as 'running' and return its name (``runN`` when ``name`` is None)."""
+    def reserve(self, name: str | None = None, *, next_free: bool = False, **fields: Any) -> str:
+        """Insert a new run as 'running' and return its name (``runN`` when ``name`` is None).
+        A taken ``name`` raises RunNameTaken, or with ``next_free`` becomes ``name-2``,
+        ``name-3``, ... (chosen in the same transaction, so two kernels never get the same)."""
         now = time.time()
         with self._connect(immediate=True) as db:
             if name is None:
                 taken = [AUTO_NAME.match(r[0]) for r in db.execute("SELECT name FROM runs WHERE name GLOB 'run[0-9]*'")]
                 name = f"run{1 + max((int(m.group(1)) for m in taken if m), default=0)}"
             elif db.execute("SELECT 1 FROM runs WHERE name = ?", (check_name(name),)).fetchone():
-                raise RunNameTaken(f"run name {name!r} is taken; choose another --name or remove it with %npurm {name}")
+                if not next_free:
+                    raise RunNameTaken(f"run name {name!r} is taken; choose another --name or remove it with %npurm {name}")
+                taken = {r[0] for r in db.execute("SELECT name FROM runs WHERE name LIKE ? ESCAPE '\\'",
+                                                  (name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "-%",))}
+                name = next(f"{name}-{i}" for i in range(2, len(taken) + 3) if f"{name}-{i}" not in taken)
             values = {"name": name, "status": "running", "created": now, "pid": os.getpid(), "host": socket.gethostname(),
                       "pid_started": process_started()}
             values.update(_encode(fields))
@@ -389,6 +395,15 @@ class HistoryStore:
         values = _encode(fields)
         with self._connect(immediate=True) as db:
             run_id = self._id(db, name)
+            db.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?", [*values.values(), run_id])
+
+    def rename(self, name: str, new: str, **fields: Any) -> None:
+        """Give run ``name`` the free name ``new`` (and update ``fields``), in one transaction."""
+        values = {"name": new, **_encode(fields)}
+        with self._connect(immediate=True) as db:
+            run_id = self._id(db, name)
+            if db.execute("SELECT 1 FROM runs WHERE name = ?", (new,)).fetchone():
+                raise RunNameTaken(f"run name {new!r} is taken")
             db.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?", [*values.values(), run_id])
 
     def remove(self, name: str) -> Run:

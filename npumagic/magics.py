@@ -21,6 +21,7 @@ from .history import RunNameTaken, UnknownRun
 from .names import RULE as NAME_RULE
 from .names import check_name, file_stem
 from .render import TRACE_VIEWS, VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
+from .render.tables import runs_table, step_table
 from .session import RunOutcome, Session
 
 
@@ -33,7 +34,10 @@ def _schedule_arguments(func):
         argument("--steps", type=int, default=3, help="active steps recorded per cycle (schedule active, default 3)"),
         argument("--repeat", type=int, default=1, help="cycles of wait+warmup+steps (default 1)"),
         argument("--skip-first", type=int, default=0, help="steps skipped before the first cycle (default 0)"),
-        argument("--name", default=None, help="run name (default run1, run2, ...)"),
+        argument("--name", default=None, help="run name (default run1, run2, ...); when taken, the run becomes "
+                                              "NAME-2, NAME-3, ..."),
+        argument("--replace", action="store_true", help="with --name: replace the run of that name once this "
+                                                        "capture succeeded (its old files go then)"),
         argument("--out", default=None, help="directory for this run's profiler output "
                                              "(default OUTPUT_DIR/NAME; %%config NpuMagics.output_dir)"),
         argument("--activities", default=None, help=f"comma list of {', '.join(ACTIVITIES)} (default: what the backend has)"),
@@ -203,12 +207,15 @@ class NpuMagics(Magics):
 
     def _profile(self, args, code: str, repeat_cell: bool, source: str, line: str):
         options = _options(args, repeat_cell)
+        if args.replace and args.name is None:
+            raise UsageError("--replace needs --name NAME: the run to replace")
         if args.name is not None:
             _check_name(args.name)
         body = self._compile(code)
         arguments = dict(options.as_dict(), name=args.name, out=args.out, line=line)
         try:
-            outcome = self.session.profile(body, options, name=args.name, source=source, arguments=arguments, out=args.out)
+            outcome = self.session.profile(body, options, name=args.name, source=source, arguments=arguments, out=args.out,
+                                           replace=args.replace)
         except (RunNameTaken, NestedCaptureError, NpumagicError) as exc:
             raise UsageError(str(exc)) from None
         report = self._report(outcome, quiet=args.quiet, plot=self.plot and not args.no_plot)
@@ -284,7 +291,7 @@ class NpuMagics(Magics):
             summary = self.session.summary(name) if args.rank is None else analysis.summarize(trace, rank=args.rank)
             run = self.session.store.get(name)
             figures = render_views(views, trace, summary, self._figure_dir(run), name, "svg" if args.svg else "png",
-                                   **{k: v for k, v in options.items() if v is not None})
+                                   rank=args.rank, **{k: v for k, v in options.items() if v is not None})
         except (NpumagicError, ValueError) as exc:
             raise UsageError(str(exc)) from None
         return FigureReport(name, figures)
@@ -293,30 +300,31 @@ class NpuMagics(Magics):
     def _step_table(self, name: str | None):
         try:
             name = self.session.resolve(name)
-            return self.session.summary(name).steps
+            return step_table(self.session.summary(name).steps, caption=f"{name}: per-step time")
         except (UnknownRun, NpumagicError) as exc:
             raise UsageError(str(exc)) from None
 
     @line_magic
     def npuruns(self, line: str):
-        """List the run history as a table (returns a DataFrame).
+        """List the run history as a table (its ``.data`` is the DataFrame).
 
         Usage: ``%npuruns``
         """
         if line.strip():
             raise UsageError("%npuruns takes no arguments")
         try:
-            return self.session.store.table()
+            return runs_table(self.session.store.table())
         except NpumagicError as exc:
             raise UsageError(str(exc)) from None
 
     @magic_arguments()
     @argument("path", help="a torch.profiler or torch_npu output directory (or trace file)")
-    @argument("--name", default=None, help="run name (default run1, run2, ...)")
+    @argument("--name", default=None, help="run name (default: the directory's name; NAME-2, ... when taken)")
     @argument("--no-plot", action="store_true", help="draw no figures")
     @line_magic
     def npuload(self, line: str):
-        """Import a profiler output collected elsewhere (e.g. a remote torch_npu job) as a run.
+        """Import a profiler output collected elsewhere (e.g. a remote torch_npu job) as a run,
+        named after its directory unless ``--name`` is given.
 
         Example: ``%npuload /data/job42/rank0_ascend_pt --name cluster_baseline``
         """
@@ -389,12 +397,10 @@ class NpuMagics(Magics):
         figure = None
         if self.plot and not args.no_plot:
             from .render.charts import comparison_figure
-            from .render.views import RenderedFigure, figure_bytes
+            from .render.views import RenderedFigure
 
-            data = figure_bytes(comparison_figure(comparison), self.figure_format)
-            path = self.session.output_dir / f"compare_{file_stem(a)}_vs_{file_stem(b)}.{self.figure_format}"
-            path.write_bytes(data)
-            figure = RenderedFigure("compare", data, self.figure_format, path)
+            figure = RenderedFigure.of("compare", comparison_figure(comparison), self.figure_format,
+                                       self.session.output_dir / f"compare_{file_stem(a)}_vs_{file_stem(b)}.{self.figure_format}")
         return CompareReport(comparison, figure)
 
     @line_magic
@@ -467,10 +473,9 @@ class NpuMagics(Magics):
         figure = None
         if self.plot and not args.no_plot:
             from .render.charts import kernel_history_figure
-            from .render.views import RenderedFigure, figure_bytes
+            from .render.views import RenderedFigure
 
-            figure = RenderedFigure("history", figure_bytes(kernel_history_figure(table, kernel), self.figure_format),
-                                    self.figure_format)
+            figure = RenderedFigure.of("history", kernel_history_figure(table, kernel), self.figure_format)
         return KernelHistory(kernel, table, figure)
 
     @magic_arguments()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from .analysis.metrics import Summary
 from .capture import CaptureOptions, CaptureResult, capture, choose_backend, ensure_idle
 from .capture.backends import BackendChoice, environment_snapshot
 from .errors import NpumagicError
-from .history import DB_NAME, HistoryStore, Run, RunNameTaken
+from .history import DB_NAME, HistoryStore, Run
 from .names import check_name, file_stem
 
 log = logging.getLogger(__name__)
@@ -85,25 +86,40 @@ class Session:
 
     # -- running ------------------------------------------------------------------------------
     def profile(self, body: Callable[[], object], options: CaptureOptions, name: str | None = None,
-                source: str = "", arguments: dict | None = None, out: str | Path | None = None) -> RunOutcome:
+                source: str = "", arguments: dict | None = None, out: str | Path | None = None,
+                replace: bool = False) -> RunOutcome:
         """Capture ``body`` as a new run; the body's exception is in ``outcome.error`` (not raised).
-        A nested capture or a taken name raises before anything is recorded or run."""
+
+        A taken ``name`` (re-running a named cell) makes the run ``name-2`` (then ``-3``, ...)
+        with a note; with ``replace`` the new run takes the name once its capture succeeded,
+        and only then is the old run removed (with its files, when they are in the default
+        place). A nested capture raises before anything is recorded or run."""
         ensure_idle()
         choice = self.backend_choice()
         backend = choice.backend
-        name = self.store.reserve(name, backend=backend.name, device=backend.device_name, source=source,
-                                  arguments=arguments or options.as_dict(), environment=self.environment(),
-                                  versions=backend.versions())
+        reserved = self.store.reserve(name, next_free=True, backend=backend.name, device=backend.device_name,
+                                      source=source, arguments=arguments or options.as_dict(),
+                                      environment=self.environment(), versions=backend.versions())
         try:  # from here on the run is recorded whatever happens: never left 'running'
-            run_dir = Path(out).resolve() if out else self.output_dir / name
+            run_dir = Path(out).resolve() if out else self.output_dir / reserved
             owned = _make_run_dir(run_dir)
-            self.store.update(name, run_dir=str(run_dir), run_dir_owned=owned)
+            self.store.update(reserved, run_dir=str(run_dir), run_dir_owned=owned)
             notes = [str(choice)] + backend.notes(options)
             result = capture(body, options, backend, run_dir, source=source)
             notes += result.messages
-            return self._record(name, result.status, run_dir, result, notes)
+            if reserved != name and name is not None:
+                if replace and result.status == "ok":
+                    run_dir = self._take_over(name, reserved, run_dir, moved=out is None)
+                    result.run_dir = run_dir
+                    notes.append(f"replaced the earlier run {name}")
+                    reserved = name
+                elif replace:
+                    notes.append(f"{name} kept: this run {result.status}; it is recorded as {reserved}")
+                else:
+                    notes.append(f"{name} is taken: this run is {reserved} (--replace to overwrite {name})")
+            return self._record(reserved, result.status, run_dir, result, notes)
         except BaseException as exc:
-            self._close(name, exc)
+            self._close(reserved, exc)
             raise
 
     def _close(self, name: str, exc: BaseException) -> None:
@@ -116,18 +132,39 @@ class Session:
         except BaseException:  # noqa: BLE001 - the original exception is the one to raise
             log.debug("could not record %s as %s", name, status, exc_info=True)
 
+    def _take_over(self, name: str, new: str, run_dir: Path, moved: bool) -> Path:
+        """Remove run ``name`` and give ``new`` its name (and its default directory, whose old
+        files go only when npumagic created them there; files the old run wrote elsewhere with
+        --out are left alone)."""
+        was_baseline = self.baseline == name
+        old = self.store.get(name)
+        default = self.output_dir / file_stem(name)
+        try:  # the old files go only when npumagic created them in their default place
+            self.remove(name, files=old.kind == "profile" and old.run_dir is not None and Path(old.run_dir) == default)
+        except NpumagicError:
+            self.remove(name)  # kept on disk; the new run keeps its own directory
+        if moved and not default.exists() and run_dir.is_dir():
+            run_dir = Path(shutil.move(str(run_dir), str(default)))
+        self.store.rename(new, name, run_dir=str(run_dir))
+        if was_baseline:
+            self.baseline = name
+        return run_dir
+
     def load(self, path: str | Path, name: str | None = None) -> RunOutcome:
-        """Import a profiler output directory collected elsewhere as a run."""
-        if name is not None and self.store.exists(check_name(name)):  # refuse before a possibly long parse
-            raise RunNameTaken(f"run name {name!r} is taken; choose another --name or remove it with %npurm {name}")
+        """Import a profiler output directory collected elsewhere as a run, named ``name`` or
+        after the directory (``level1``; ``level1-2`` when that is taken)."""
+        if name is not None:
+            check_name(name)
         path = Path(path).resolve()
         trace = analysis.load(path, progress=True)  # raises TraceError before anything is stored
-        name = self.store.reserve(name, kind="load", backend=trace.meta.get("backend"),
+        wanted = name or _name_for(path)
+        name = self.store.reserve(wanted, next_free=True, kind="load", backend=trace.meta.get("backend"),
                                   device=trace.meta.get("device_name"), source=f"%npuload {path}",
                                   arguments={"path": str(path)}, environment=trace.meta.get("environment", {}))
         try:
             self.store.update(name, run_dir=str(path))
-            return self._record(name, "ok", path, None, [], trace=trace)
+            notes = [f"{wanted} is taken: this run is {name}"] if name != wanted else []
+            return self._record(name, "ok", path, None, notes, trace=trace)
         except BaseException as exc:
             self._close(name, exc)
             raise
@@ -342,3 +379,13 @@ def _configuration(run: Run) -> str:
     arguments = {k: v for k, v in run.arguments.items() if k not in ("name", "out", "line")}
     return json.dumps([(run.source or "").strip(), arguments, run.environment, run.versions, run.backend, run.device,
                        run.dataloaders], sort_keys=True, default=str)
+
+
+_TRACE_SUFFIX = re.compile(r"(\.pt\.trace)?\.json(\.gz)?$")
+
+
+def _name_for(path: Path) -> str:
+    """A run name from a directory or trace file name: ``level1``, ``rank0_ascend_pt``."""
+    stem = _TRACE_SUFFIX.sub("", path.name) if path.is_file() else path.name
+    name = re.sub(r"[^\w.-]+", "_", stem).strip("._-")[:64]
+    return name if name and (name[0].isalpha() or name[0] == "_") else f"run_{name}" if name else "loaded"

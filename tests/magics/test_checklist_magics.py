@@ -129,7 +129,7 @@ def test_npurm_removes_the_record_and_keeps_files_unless_asked(trainer):
     gone = Path(_profile(trainer, "gone", "train_step()", steps=1).run.run_dir)
     trainer.run_line_magic("npurm", "keep")
     trainer.run_line_magic("npurm", "gone --files")
-    assert trainer.run_line_magic("npuruns", "").empty
+    assert trainer.run_line_magic("npuruns", "").data.empty
     assert kept.exists() and not gone.exists()
 
 

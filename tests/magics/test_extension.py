@@ -71,7 +71,7 @@ def test_config_lists_npumagics_traits(shell, capsys):
 def test_npuruns_returns_the_history_as_a_dataframe(trainer):
     trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 2 --name a\ntrain_step()")
     trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 2 --name b\ntrain_step()")
-    table = trainer.run_line_magic("npuruns", "")
+    table = trainer.run_line_magic("npuruns", "").data
     assert isinstance(table, pd.DataFrame)
     assert table["name"].tolist() == ["a", "b"]
     assert table["status"].tolist() == ["ok", "ok"]
@@ -115,10 +115,19 @@ def test_npushow_matrix_draws_the_communication_matrix_of_a_loaded_job(shell):
     assert report.figures[0].data[:4] == b"\x89PNG" and report.figures[0].path.name == "job_matrix.png"
 
 
+def test_npuload_names_the_run_after_its_directory(shell):
+    path = need(ASCEND / "level0")
+    first = shell.run_line_magic("npuload", f"{path} --no-plot")
+    second = shell.run_line_magic("npuload", f"{path} --no-plot")
+    assert (first.run.name, second.run.name) == ("level0", "level0-2")
+    assert any("level0 is taken: this run is level0-2" in n for n in second.notes)
+    assert shell.run_line_magic("npushow", "level0 --steps").figures[0].view == "steps"
+
+
 def test_npuload_of_a_bad_path_is_a_usage_error(shell, tmp_path):
     with pytest.raises(UsageError, match="no such file"):
         shell.run_line_magic("npuload", str(tmp_path / "missing"))
-    assert shell.run_line_magic("npuruns", "").empty
+    assert shell.run_line_magic("npuruns", "").data.empty
 
 
 def test_npushow_redraws_any_view_of_any_run(trainer):

@@ -140,10 +140,43 @@ def test_bad_arguments_raise_usage_error_before_the_cell_runs(trainer, line, mes
     assert trainer.user_ns["iterations"] == 0
 
 
-def test_a_taken_name_is_refused(trainer):
-    assert trainer.run_cell("%%npuprofile --repeat-cell --steps 1 --name base\ntrain_step()").success
-    with pytest.raises(UsageError, match="run name 'base' is taken"):
-        trainer.run_cell_magic("npuprofile", "--repeat-cell --steps 1 --name base", "train_step()")
+CELL = "%%npuprofile --repeat-cell --wait 0 --steps 2 --name base{}\ntrain_step()"
+
+
+def test_rerunning_a_named_cell_works_and_says_the_new_name(trainer):
+    first, second, third = (trainer.run_cell(CELL.format("")) for _ in range(3))
+    assert first.success and second.success and third.success, second.error_in_exec
+    assert [r.result.run.name for r in (first, second, third)] == ["base", "base-2", "base-3"]
+    assert "base is taken: this run is base-2" in str(second.result)
+    assert trainer.run_line_magic("npuruns", "")["name"].tolist() == ["base", "base-2", "base-3"]
+    assert Path(second.result.run.run_dir).name == "base-2"
+
+
+def test_replace_takes_the_name_once_the_capture_succeeded(trainer):
+    old = Path(trainer.run_cell(CELL.format("")).result.run.run_dir)
+    stale = old / "marker.txt"
+    stale.write_text("old run")
+    result = trainer.run_cell(CELL.format(" --replace"))
+    assert result.success, result.error_in_exec
+    assert result.result.run.name == "base" and Path(result.result.run.run_dir) == old
+    assert not stale.exists() and list(old.glob("*.pt.trace.json"))
+    assert trainer.run_line_magic("npuruns", "")["name"].tolist() == ["base"]
+    assert "recorded as base " in str(result.result)
+    assert trainer.run_line_magic("npubaseline", "") == "base"
+
+
+def test_replace_keeps_the_old_run_when_the_new_one_fails(trainer):
+    old = trainer.run_cell(CELL.format("")).result.run
+    result = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 2 --name base --replace\n1 / 0")
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    runs = trainer.run_line_magic("npuruns", "").data
+    assert runs["name"].tolist() == ["base", "base-2"] and runs["status"].tolist() == ["ok", "failed"]
+    assert Path(old.run_dir).is_dir() and list(Path(old.run_dir).glob("*.pt.trace.json"))
+
+
+def test_replace_needs_a_name(trainer):
+    with pytest.raises(UsageError, match="--replace needs --name"):
+        trainer.run_cell_magic("npuprofile", "--repeat-cell --steps 1 --replace", "train_step()")
 
 
 def test_runs_are_named_run1_run2(trainer):
@@ -168,7 +201,7 @@ def test_memory_shapes_and_stack_reach_the_profiler(trainer):
 def test_the_report_shows_table_verdict_and_timeline(trainer):
     report = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 2\ntrain_step()").result
     text = str(report)
-    assert "wall_ms" in text and "1. Baseline" in text and "5. Record" in text
+    assert "wall (ms)" in text and "1. Baseline" in text and "5. Record" in text
     timeline = report.figure("timeline")
     assert timeline.path is not None and timeline.path.read_bytes()[:4] == b"\x89PNG"
     assert report.figure("steps") is not None

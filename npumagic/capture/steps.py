@@ -8,6 +8,7 @@ import re
 from typing import Any, Callable
 
 from .options import CaptureOptions
+from .quiet import without_profiler_chatter
 
 EXPLICIT_STEP = re.compile(r"\bnpumagic\.step\s*\(|\bfrom\s+npumagic\s+import\s+.*\bstep\b")
 
@@ -46,7 +47,8 @@ class StepClock:
         self.profiler.step_num = self.steps
         self.profiler.current_action = self.profiler.schedule(self.steps)
         self.started = True
-        self.profiler.__enter__()
+        with without_profiler_chatter():
+            self.profiler.__enter__()
         self._tell()
 
     def _tell(self, action: Any = None, ahead: bool = False) -> None:
@@ -90,7 +92,8 @@ class StepClock:
             return
         if self.on_action is not None:  # at the boundary, before step() exports a finished cycle
             self._tell(self.profiler.schedule(self.profiler.step_num + 1), ahead=True)
-        self.profiler.step()
+        with without_profiler_chatter():  # a new cycle's trace starts (and the last one stops) in step()
+            self.profiler.step()
         self._tell()
         if self.steps >= self.options.total_steps:
             self.done = True
@@ -100,7 +103,8 @@ class StepClock:
         if self.started and not self.stopped:
             self.stopped = True
             self._tell("NONE")
-            self.profiler.__exit__(None, None, None)
+            with without_profiler_chatter():
+                self.profiler.__exit__(None, None, None)
 
 
 def step() -> None:

@@ -49,6 +49,18 @@ def detect(path: str | Path) -> tuple[str, list[Path]]:
                            "or torch_npu *_ascend_pt directories with ASCEND_PROFILER_OUTPUT/")
 
 
+def _progress_bar_class():
+    """tqdm's notebook widget where ipywidgets is installed, else the plain text bar (tqdm.auto
+    would warn "IProgress not found" and leave a bar stuck at 0% in Jupyter)."""
+    import importlib.util
+
+    if importlib.util.find_spec("ipywidgets") is not None:
+        from tqdm.auto import tqdm
+    else:
+        from tqdm.std import tqdm
+    return tqdm
+
+
 def load(path: str | Path, progress: bool = False) -> Trace:
     """Read any supported profiler output into a normalized :class:`~npumagic.analysis.schema.Trace`.
 
@@ -65,8 +77,7 @@ def load(path: str | Path, progress: bool = False) -> Trace:
     fmt, paths = detect(path)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
+        tqdm = _progress_bar_class()
         unit = "event" if fmt == "kineto" else "rank"
         bar = tqdm(total=0 if fmt == "kineto" else len(paths), desc=f"reading {Path(path).name}", unit=unit,
                    unit_scale=fmt == "kineto", leave=False, delay=0.5)

@@ -57,3 +57,23 @@ def trainer(shell):
     result = shell.run_cell(TRAIN_SETUP)
     assert result.success
     return shell
+
+
+NOTEBOOKS = ROOT / "notebooks"
+
+
+def run_notebook(name: str, cwd: Path):
+    """Execute ``notebooks/name`` in a real Jupyter kernel (nbclient) in ``cwd``; the executed notebook."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+    return nb
+
+
+@pytest.fixture(scope="session")
+def quickstart(tmp_path_factory):
+    """The quickstart notebook, executed once for the notebook and browser tests: (notebook, cwd)."""
+    cwd = tmp_path_factory.mktemp("quickstart")
+    return run_notebook("quickstart.ipynb", cwd), cwd

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from .conftest import run_notebook as _run
 
 pytestmark = pytest.mark.slow
-
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-
-
-def _run(name: str, cwd: Path) -> nbformat.NotebookNode:
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
-    return nb
 
 
 def _text(cell) -> str:
@@ -28,12 +18,6 @@ def _text(cell) -> str:
         parts.append(data.get("text/plain", ""))
         parts.append(data.get("text/html", ""))
     return "\n".join(parts)
-
-
-@pytest.fixture(scope="module")
-def quickstart(tmp_path_factory):
-    cwd = tmp_path_factory.mktemp("quickstart")
-    return _run("quickstart.ipynb", cwd), cwd
 
 
 def test_quickstart_profiles_and_shows_the_verdict(quickstart):

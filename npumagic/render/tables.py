@@ -200,7 +200,7 @@ def kernel_table(kernels: pd.DataFrame, top: int | None = 15, caption: str = "to
 
 def runs_table(runs: pd.DataFrame) -> Table:
     """The history, one row per run (``%npuruns``, ``npumagic runs``); ``.data`` is the frame."""
-    return Table(runs, [Column("name", "run", "name"), Column("created", "created", fmt=_when),
+    return Table(runs, [Column("name", "run", "name"), Column("created", "created", "text", fmt=_when),
                         Column("status", "status", "text"), Column("backend", "backend", "text"),
                         Column("steps", "steps", "int"), Column("step_median_ms", "median step (ms)", "float"),
                         Column("device_util", "device busy", "pct"), Column("bottleneck", "bottleneck", "text"),

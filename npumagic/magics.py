@@ -179,6 +179,7 @@ class NpuMagics(Magics):
             %%npuprofile --repeat-cell --wait 0 --warmup 1 --steps 5
             train_one_step()
         """
+        __tracebackhide__ = True  # noqa: F841 - IPython leaves frames that set it out of tracebacks
         args = _parse(self.npuprofile, line)
         return self._profile(args, cell, repeat_cell=args.repeat_cell, source=cell, line=line)
 
@@ -197,6 +198,7 @@ class NpuMagics(Magics):
             %npusteps --steps 5 train_step(batch)
             %npusteps --run baseline
         """
+        __tracebackhide__ = True  # noqa: F841
         option_text, statement = _split_statement(line, self.npusteps)
         args = _parse(self.npusteps, option_text)
         if not statement.strip():
@@ -206,6 +208,7 @@ class NpuMagics(Magics):
         return self._profile(args, statement, repeat_cell=True, source=statement, line=line)
 
     def _profile(self, args, code: str, repeat_cell: bool, source: str, line: str):
+        __tracebackhide__ = True  # noqa: F841 - a failing cell's traceback starts at the user's code
         options = _options(args, repeat_cell)
         if args.replace and args.name is None:
             raise UsageError("--replace needs --name NAME: the run to replace")
@@ -237,7 +240,12 @@ class NpuMagics(Magics):
                                  "and call asyncio.run() on it") from None
             raise
         namespace = self.shell.user_ns
-        return lambda: exec(compiled, namespace)  # noqa: S102 - running the user's cell is the point
+
+        def body() -> None:
+            __tracebackhide__ = True  # noqa: F841
+            exec(compiled, namespace)  # noqa: S102 - running the user's cell is the point
+
+        return body
 
     def _figure_dir(self, run) -> Path | None:
         path = self.session.figure_dir(run)

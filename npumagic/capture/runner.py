@@ -108,6 +108,7 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
     ``optimizer.step()``; with it the body runs once per step. Raises NestedCaptureError when
     a capture is already running; never raises the body's exception (see ``.error``).
     """
+    __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of the user's traceback
     ensure_idle()
     run_dir.mkdir(parents=True, exist_ok=True)
     profiler = backend.profiler(options, run_dir)

@@ -115,7 +115,9 @@ def test_advise_all_adds_every_rank_and_low_findings(capsys):
     plain = json.loads(capsys.readouterr().out)["findings"]
     assert main(["advise", job, "--json", "--all"]) == 0
     every = json.loads(capsys.readouterr().out)["findings"]
-    # THEN --all covers rank 1 too and keeps the low-severity findings the plain call leaves out
-    assert not any("(rank 1)" in f["title"] for f in plain)
-    assert any("(rank 1)" in f["title"] for f in every)
+    # THEN --all covers rank 1 too, each finding the ranks share once with the ranks listed, and
+    # keeps the low-severity findings the plain call leaves out
+    assert not any("ranks" in f for f in plain)
+    assert any(f["ranks"] == [0, 1] for f in every)
+    assert len({(f["category"], f["where"]) for f in every}) == len(every)
     assert len(every) > len(plain)

@@ -4,6 +4,8 @@ time at stake, which orders them."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -57,6 +59,16 @@ class Advice:
         return advice_html(self)
 
 
+# -- fixes that fit the backend the run used (no NPU-only fix on a CPU/CUDA run, and no CUDA-only one on an NPU)
+def _backend(s: Summary) -> str:
+    return str(s.meta.get("backend") or "cpu")
+
+
+def _device_module(s: Summary) -> str:
+    """``npu`` or ``cuda``: the torch device module of the run's backend."""
+    return "npu" if _backend(s) == "npu" else "cuda"
+
+
 def _per_step_ms(s: Summary, column: str) -> float:
     return float(s.steps[column].mean()) / 1000 if len(s.steps) else 0.0
 
@@ -100,14 +112,15 @@ def _dataloader(s: Summary) -> Finding | None:
     if share <= T.DATALOADER_SHARE:
         return None
     iterator = s.meta.get("dataloader_iter", "")
+    on_device = _backend(s) != "cpu"  # pinned memory only speeds up copies to a device
     if "SingleProcess" in iterator:
         fix = ("the DataLoader runs in the training process (num_workers=0): use DataLoader(num_workers=4..8, "
-               "pin_memory=True, persistent_workers=True, prefetch_factor=2) and keep decoding/augmentation in the "
-               "Dataset so the workers do it")
+               + ("pin_memory=True, " if on_device else "") + "persistent_workers=True, prefetch_factor=2) and keep "
+               "decoding/augmentation in the Dataset so the workers do it")
     else:
         fix = ("the workers cannot keep up: raise DataLoader(num_workers=...) and prefetch_factor=4, set "
-               "persistent_workers=True and pin_memory=True, and move decoding/augmentation out of collate_fn into "
-               "the workers (or onto the device)")
+               "persistent_workers=True" + (" and pin_memory=True" if on_device else "") + ", and move "
+               "decoding/augmentation out of collate_fn into the workers" + (" (or onto the device)" if on_device else ""))
     ms = _per_step_ms(s, "dataloader_us")
     title = f"the step waits {ms:.2f} ms for the next batch ({share:.0%} of the step)"
     evidence = {"dataloader_ms": ms, "dataloader_share": share}
@@ -214,6 +227,12 @@ SYNC_FIX = ("remove host-device syncs from the step: replace loss.item()/float(t
             "non_blocking=True copies")
 
 
+def _sync_fix(s: Summary) -> str:
+    if _backend(s) == "cpu":
+        return SYNC_FIX
+    return SYNC_FIX.replace("torch.npu.synchronize()/torch.cuda.synchronize()", f"torch.{_device_module(s)}.synchronize()")
+
+
 def _sync(s: Summary) -> Finding | None:
     """Host calls that block until the device catches up, ranked by the host time they block.
 
@@ -245,7 +264,7 @@ def _sync(s: Summary) -> Finding | None:
                    f"({top_ms:.2f} ms per step, {float(top['per_step']):.0f} calls); the device then idles "
                    f"{s.share('idle_us'):.0%} of the step",
                    {"syncs_per_step": per_step, "blocked_ms": blocked, "cost_share": cost, "top": str(top["name"]),
-                    "top_blocked_ms": top_ms}, SYNC_FIX, where)
+                    "top_blocked_ms": top_ms}, _sync_fix(s), where)
 
 
 FREE_VIEW_OPS = frozenset(f"aten::{op}" for op in (
@@ -372,7 +391,7 @@ def _memory(s: Summary) -> list[Finding]:
                                f"of {cap / 2**30:.1f} GiB", {"peak_gib": peak / 2**30, "capacity_share": peak / cap},
                                "lower peak memory: activation checkpointing (torch.utils.checkpoint), a smaller micro-batch "
                                "with gradient accumulation, or bf16 activations", str(m["device"]), "memory_capacity"))
-        if reserved > T.FRAGMENTATION_RATIO * peak and reserved - peak > T.FRAGMENTATION_MIN_BYTES:
+        if _backend(s) != "cpu" and reserved > T.FRAGMENTATION_RATIO * peak and reserved - peak > T.FRAGMENTATION_MIN_BYTES:
             env = "PYTORCH_NPU_ALLOC_CONF" if s.meta.get("backend") == "npu" else "PYTORCH_CUDA_ALLOC_CONF"
             out.append(Finding("memory", 0.05, f"{m['device']}: reserved {reserved / 2**30:.1f} GiB vs {peak / 2**30:.1f} GiB "
                                "allocated at peak: the caching allocator is fragmented",
@@ -392,12 +411,9 @@ def _jitter(s: Summary) -> Finding | None:
     return Finding("jitter", impact, f"step time varies by {st['cv']:.0%} (coefficient of variation); slow steps: {outliers}",
                    {"cv": st["cv"], "median_ms": st["median_us"] / 1000, "outlier_steps": slow["step"].tolist()},
                    "look at the slow steps in the timeline (its step range narrowed to one of them): Python GC "
-                   "(gc.freeze() after warm-up), DataLoader stalls (prefetch_factor), or allocator spikes "
-                   f"({_empty_cache(s.meta.get('backend'))} in the loop)", f"steps {outliers}")
-
-
-def _empty_cache(backend: str | None) -> str:
-    return {"npu": "torch.npu.empty_cache()", "cuda": "torch.cuda.empty_cache()"}.get(backend or "", "gc.collect()")
+                   "(gc.freeze() after warm-up), DataLoader stalls (prefetch_factor)"
+                   + (f", or allocator spikes (torch.{_device_module(s)}.empty_cache() in the loop)"
+                      if _backend(s) != "cpu" else ""), f"steps {outliers}")
 
 
 def _frequency(s: Summary) -> Finding | None:
@@ -452,16 +468,26 @@ def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | N
 
 def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: bool = True,
                environment: dict[str, str] | None = None) -> Advice:
-    """Findings of a run, most important first: of its first rank, or of every rank (each title
-    then says which); without ``low``, low-severity findings are left out (the top one is kept).
-    ``environment`` is the run record's snapshot, for the environment rule. The magics and the
-    CLI both show advice through this."""
-    ranks = sorted(summary.per_rank.items()) if every_rank else [(summary.meta.get("rank", 0), summary)]
-    findings = []
-    for rank, per_rank in ranks:
-        suffix = f" (rank {rank})" if len(ranks) > 1 else ""
-        findings += [replace(f, title=f.title + suffix) for f in advise(per_rank, run, environment)]
-    findings.sort(key=lambda f: f.impact, reverse=True)
+    """Findings of a run, most important first: of its first rank, or of every rank, where the
+    same finding on several ranks is one row (the rank where it weighs most, with ``.ranks``
+    listing them all); without ``low``, low-severity findings are left out (the top one is
+    kept). ``environment`` is the run record's snapshot, for the environment rule. The magics
+    and the CLI both show advice through this."""
+    if not every_rank or len(summary.per_rank) < 2:
+        findings = advise(summary, run, environment).findings
+    else:
+        groups: dict[tuple[str, str], list[tuple[int, Finding]]] = {}
+        for rank, per_rank in sorted(summary.per_rank.items()):
+            for f in advise(per_rank, run, environment):
+                groups.setdefault((f.category, f.rule, _NUMBERS.sub("#", f.title)), []).append((rank, f))
+        findings = []
+        for found in groups.values():
+            top = max(found, key=lambda rf: rf[1].impact)[1]
+            findings.append(dataclasses.replace(top, ranks=tuple(sorted(rank for rank, _ in found))))
+    findings = sorted(findings, key=lambda f: f.impact, reverse=True)
     if not low:
         findings = [f for f in findings if f.severity != "low"] or findings[:1]
     return Advice(findings, run)
+
+
+_NUMBERS = re.compile(r"\d[\d.,]*")  # a finding's title without its numbers says what was found

@@ -65,10 +65,31 @@ def classify(summary: Summary, advice: Advice | None = None) -> tuple[str, dict[
 
 
 NEXT_CHANGE_DEFAULT = {
-    "compute_bound": "make the math cheaper: mixed precision (torch.autocast(device_type, dtype=torch.bfloat16)), "
-                     "channels_last / NPU-native formats, or fused kernels (torch.compile(model))",
     "balanced": "no dominant bottleneck: profile more steps (10 or more) or raise the batch size until one appears",
 }
+# compute-bound: the cheaper math each backend offers (no NPU-only fix on a CPU/CUDA run, and back)
+COMPUTE_BOUND_FIX = {
+    "npu": "make the math cheaper: mixed precision (torch.autocast('npu', dtype=torch.bfloat16)), weights in the "
+           "NPU-native format (torch_npu.npu_format_cast), or fused kernels (torch.compile(model, backend=torchair))",
+    "cuda": "make the math cheaper: mixed precision (torch.autocast('cuda', dtype=torch.bfloat16)), TF32 matmuls "
+            "(torch.backends.cuda.matmul.allow_tf32 = True), channels_last for convolutions, or fused kernels "
+            "(torch.compile(model))",
+    "cpu": "make the math cheaper: bf16 where the CPU supports it (torch.autocast('cpu', dtype=torch.bfloat16)), all "
+           "cores busy (torch.set_num_threads), channels_last for convolutions, or fused kernels (torch.compile(model))",
+}
+
+
+def class_name(category: str, backend: str | None) -> str:
+    """The category as the checklist names it; on the CPU backend the CPU is the "device"."""
+    if category == "compute_bound" and backend == "cpu":
+        return "compute-bound (CPU operators)"
+    return CLASS_NAMES[category]
+
+
+def _default_change(bottleneck: str, backend: str | None) -> str:
+    if bottleneck == "compute_bound":
+        return COMPUTE_BOUND_FIX.get(backend or "cpu", COMPUTE_BOUND_FIX["cpu"])
+    return NEXT_CHANGE_DEFAULT[bottleneck]
 
 
 def checklist(summary: Summary, baseline: Summary | None = None, run_name: str | None = None,
@@ -82,8 +103,10 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     h = summary.headline
     step1 = (f"step {_ms(s['median_us'])} median, p90 {_ms(s['p90_us'])}, jitter {_pct(s['cv'])}; "
              f"device busy {_pct(h['device_util'])}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
-    step2 = f"{CLASS_NAMES[bottleneck]}: {evidence['title']}"
-    step3 = advice.findings[0].fix if bottleneck not in NEXT_CHANGE_DEFAULT else NEXT_CHANGE_DEFAULT[bottleneck]
+    backend = summary.meta.get("backend")
+    step2 = f"{class_name(bottleneck, backend)}: {evidence['title']}"
+    step3 = (advice.findings[0].fix if advice.findings and bottleneck not in NEXT_CHANGE_DEFAULT
+             else _default_change(bottleneck, backend))
     step4 = _verify(summary, baseline, comparison)
     # how to add a note is the interface's business (render says it in the magics' terms)
     step5 = (f"recorded as {run_name}" + (f" in {stored_at}" if stored_at else "")) if run_name else "not recorded"

@@ -22,6 +22,7 @@ class Finding:
     fix: str
     where: str = ""
     rule: str = ""
+    ranks: tuple[int, ...] = ()  # the ranks it was found on, when advice covers several
 
     @property
     def severity(self) -> str:
@@ -29,8 +30,11 @@ class Finding:
         return "high" if self.impact >= T.SEVERITY_HIGH else "medium" if self.impact >= T.SEVERITY_MEDIUM else "low"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "category": self.category, "severity": self.severity, "impact": self.impact,
-                "title": self.title, "evidence": self.evidence, "fix": self.fix, "where": self.where}
+        out = {"rule": self.rule, "category": self.category, "severity": self.severity, "impact": self.impact,
+               "title": self.title, "evidence": self.evidence, "fix": self.fix, "where": self.where}
+        if self.ranks:
+            out["ranks"] = list(self.ranks)
+        return out
 
     def __str__(self) -> str:
         from ..render.text import finding_text

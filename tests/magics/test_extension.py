@@ -163,3 +163,13 @@ def test_npuruns_keeps_step_counts_integers_beside_a_run_without_steps(trainer):
 def test_a_one_step_run_reads_1_step(trainer):
     report = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 1\ntrain_step()").result
     assert "(1 step)" in str(report.verdict)
+
+
+def test_advice_over_every_rank_lists_a_shared_finding_once(shell):
+    shell.run_line_magic("npuload", f"{need(ASCEND / 'level1')} --no-plot")
+    advice = shell.run_line_magic("npuadvise", "level1 --all")
+    keys = [(f.category, f.where) for f in advice]
+    assert len(keys) == len(set(keys))
+    assert advice[0].category == "communication" and advice[0].ranks == (0, 1)
+    assert "ranks 0, 1" in str(advice)
+    assert "<th" in advice._repr_html_() and ">ranks<" in advice._repr_html_()

@@ -297,3 +297,12 @@ def test_repeat_and_skip_first_record_the_scheduled_steps(trainer, options, iter
     assert len(list(run_dir.glob("*.pt.trace.json"))) == traces
     assert result.result.summary.steps["step"].tolist() == recorded
     assert result.result.run.status == "ok"
+
+
+def test_a_failing_cells_traceback_starts_at_the_users_code(trainer, capsys):
+    trainer.run_cell("def diverge(i):\n    if i == 1:\n        raise RuntimeError('loss is nan')\n")
+    result = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 3 --no-plot\ndiverge(iterations)\ntrain_step()")
+    assert isinstance(result.error_in_exec, RuntimeError)
+    shown = capsys.readouterr().out
+    assert "raise RuntimeError('loss is nan')" in shown and "diverge(iterations)" in shown
+    assert "npumagic" not in shown.split("Traceback", 1)[1]  # none of npumagic's frames

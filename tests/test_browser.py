@@ -16,11 +16,13 @@ pytestmark = pytest.mark.slow
 
 WINDOW_WIDTH = 1400
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-# Runs in the page once everything (the embedded images too) has loaded, and writes what it
+# Runs at the end of the page once every embedded image has been decoded, and writes what it
 # measured into the DOM, where --dump-dom hands it back.
 PROBE = """
 <script>
-window.addEventListener("load", () => {
+const npumagicImages = [...document.querySelectorAll("img")];
+Promise.all(npumagicImages.map(i => (i.complete ? Promise.resolve() : new Promise(r => { i.onload = r; i.onerror = r; }))
+                                  .then(() => i.decode ? i.decode().catch(() => null) : null))).then(() => {
   const px = r => Math.round(r * 10) / 10;
   const cellOf = el => el.closest(".jp-Cell") || document.body;
   const tables = [...document.querySelectorAll(".jp-OutputArea-output table")].map(t => {
@@ -62,7 +64,7 @@ def _browser() -> str:
 
 def _chromium(browser: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-               "--force-device-scale-factor=1", "--virtual-time-budget=15000", *args]
+               "--force-device-scale-factor=1", "--virtual-time-budget=60000", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
 
@@ -77,8 +79,11 @@ def page(quickstart, tmp_path_factory):
     body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
     html = out / "quickstart.html"
     html.write_text(body.replace("</body>", PROBE + "</body>"), encoding="utf-8")
-    dom = _chromium(browser, f"--window-size={WINDOW_WIDTH},1000", "--dump-dom", html.as_uri())
-    found = re.search(r'<pre id="npumagic-probe">(.*?)</pre>', dom.stdout, re.S)
+    for _ in range(3):  # a busy machine can leave the first page load unfinished
+        dom = _chromium(browser, f"--window-size={WINDOW_WIDTH},1000", "--dump-dom", html.as_uri())
+        found = re.search(r'<pre id="npumagic-probe"[^>]*>(.*?)</pre>', dom.stdout, re.S)
+        if found:
+            break
     assert found, f"the probe did not run (chromium exit {dom.returncode}): {dom.stderr[-2000:]}"
     measured = json.loads(found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
                           .replace("&amp;", "&"))

@@ -18,7 +18,7 @@ TABLE_CSS = [
     {"selector": "", "props": "border-collapse: collapse; font-size: 12px; max-width: 100%; margin: 4px 0;"},
     {"selector": "caption", "props": "caption-side: top; text-align: left; font-weight: bold; padding: 2px 0;"},
     {"selector": "th", "props": "padding: 2px 8px; white-space: nowrap; border-bottom: 1px solid #999;"},
-    {"selector": "td", "props": "padding: 1px 8px; white-space: nowrap;"},
+    {"selector": "td", "props": "padding: 1px 8px; white-space: nowrap; vertical-align: top;"},
 ]
 
 
@@ -56,6 +56,12 @@ def _number(fmt: str) -> Callable[[object], str]:
     return f
 
 
+def _signed(v, fmt: str) -> str:
+    """``+1.25`` / ``-0.40``, and a plain ``0.00`` for what rounds to zero (never ``-0.00``)."""
+    text = _number(fmt)(v)
+    return text[1:] if text[:1] in "+-" and not any(c in "123456789" for c in text) else text
+
+
 FORMATS: dict[str, Callable[[object], str]] = {
     "int": lambda v: _number("{:,.0f}")(v),
     "ms": lambda v: _number("{:,.2f}")(v / 1000 if isinstance(v, (int, float)) else v),
@@ -63,7 +69,7 @@ FORMATS: dict[str, Callable[[object], str]] = {
     "pct": lambda v: _number("{:.0%}")(v),
     "x": _number("{:.2f}x"),
     "float": _number("{:,.2f}"),
-    "delta_ms": lambda v: _number("{:+,.2f}")(v / 1000 if isinstance(v, (int, float)) else v),
+    "delta_ms": lambda v: _signed(v / 1000 if isinstance(v, (int, float)) else v, "{:+,.2f}"),
     "delta_pct": lambda v: _number("{:+.0%}")(v),
     "text": lambda v: "" if v is None or v is pd.NA or (isinstance(v, float) and v != v) else str(v),
 }
@@ -138,8 +144,11 @@ class Table:
         numeric_width = sum(max([len(h)] + [len(r[i]) for r in full]) + 2 for i, (h, c) in
                             enumerate(zip(headers, cols)) if c.kind not in LEFT)
         names = [i for i, c in enumerate(cols) if c.kind == "name"]
-        budget = max(16, (width - numeric_width - 2 * len(cols)) // max(len(names), 1))
-        rows = [[shorten(t, budget) if i in names else t for i, t in enumerate(r)] for r in full]
+        # the first name column (the kernel) gets twice the room of any later one (its type)
+        room = max(16 * len(names), width - numeric_width - 2 * len(cols))
+        shares = [2 if k == 0 else 1 for k in range(len(names))]
+        budget = {i: max(16, room * share // sum(shares)) for i, share in zip(names, shares)}
+        rows = [[shorten(t, budget[i]) if i in budget else t for i, t in enumerate(r)] for r in full]
         widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
 
         def line(cells: list[str]) -> str:
@@ -250,7 +259,7 @@ def kernel_diff_table(comparison, top: int = 15) -> Table:
     cols += [Column("count_a", f"{a} count", "int"), Column("count_b", f"{b} count", "int"),
              Column("total_a_us", f"{a} (ms)", "ms"), Column("total_b_us", f"{b} (ms)", "ms"),
              Column("delta_us", "Δ total (ms)", "delta_ms"),
-             Column("delta_mean_us", "Δ mean (µs)", fmt=lambda v, row: _number("{:+,.1f}")(v))]
+             Column("delta_mean_us", "Δ mean (µs)", fmt=lambda v, row: _signed(v, "{:+,.1f}"))]
     return Table(k, cols, "kernels by the size of their change in total time", top)
 
 

@@ -137,17 +137,24 @@ class Table:
 
     def to_text(self, width: int | None = None) -> str:
         """The shown table as aligned text, names shortened so lines fit ``width`` characters
-        (default: the terminal's width)."""
+        (default: the terminal's width); a second name column (a kernel's type) is left out
+        when there is no room for it."""
         width = width or shutil.get_terminal_size((120, 24)).columns
         cols = self.shown_columns
         headers, _, full = self._cells(10**6)
-        numeric_width = sum(max([len(h)] + [len(r[i]) for r in full]) + 2 for i, (h, c) in
-                            enumerate(zip(headers, cols)) if c.kind not in LEFT)
+        fixed = sum(max([len(h)] + [len(r[i]) for r in full]) for i, (h, c) in enumerate(zip(headers, cols))
+                    if c.kind not in ("name",))
         names = [i for i, c in enumerate(cols) if c.kind == "name"]
-        # the first name column (the kernel) gets twice the room of any later one (its type)
-        room = max(16 * len(names), width - numeric_width - 2 * len(cols))
+        room = width - fixed - 2 * (len(cols) - 1)
+        if len(names) > 1 and room < 24 * len(names):
+            keep = [i for i in range(len(cols)) if i not in names[1:]]
+            cols, headers = [cols[i] for i in keep], [headers[i] for i in keep]
+            full = [[r[i] for i in keep] for r in full]
+            room += sum(2 for _ in names[1:])
+            names = names[:1]
+        # the first name column (the kernel) gets twice the room of a later one (its type)
         shares = [2 if k == 0 else 1 for k in range(len(names))]
-        budget = {i: max(16, room * share // sum(shares)) for i, share in zip(names, shares)}
+        budget = {i: max(12, room * share // max(sum(shares), 1)) for i, share in zip(names, shares)}
         rows = [[shorten(t, budget[i]) if i in budget else t for i, t in enumerate(r)] for r in full]
         widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
 

@@ -228,8 +228,9 @@ SYNC_FIX = ("remove host-device syncs from the step: replace loss.item()/float(t
 
 
 def _sync_fix(s: Summary) -> str:
-    if _backend(s) == "cpu":
-        return SYNC_FIX
+    if _backend(s) == "cpu":  # the habit to drop before the job moves to a device
+        return ("read tensor values less often: replace loss.item()/float(t)/print(t) in the step with accumulation in "
+                "a tensor read every N steps, and avoid .cpu()/.tolist()/.numpy() in the loop")
     return SYNC_FIX.replace("torch.npu.synchronize()/torch.cuda.synchronize()", f"torch.{_device_module(s)}.synchronize()")
 
 
@@ -254,7 +255,7 @@ def _sync(s: Summary) -> Finding | None:
         return Finding("sync", share if share == share else 0.0,
                        f"{per_step:.0f} {top['name']} calls per step read tensor values on the host; on NPU/CUDA each "
                        "becomes a host-device sync that drains the device queue",
-                       {"syncs_per_step": per_step, "top": str(top["name"]), "sync_share": share}, SYNC_FIX, where)
+                       {"syncs_per_step": per_step, "top": str(top["name"]), "sync_share": share}, _sync_fix(s), where)
     cost = min(s.share("sync_us"), s.share("idle_us"))
     if cost <= T.SYNC_SHARE:
         return None

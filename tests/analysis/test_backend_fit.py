@@ -59,9 +59,10 @@ def test_every_fix_fits_the_backend(genuine, backend):
 def test_a_compute_bound_verdict_fits_the_backend(genuine, backend):
     steps = genuine.steps.assign(computing_us=genuine.steps["wall_us"] * 0.95, busy_us=genuine.steps["wall_us"] * 0.95,
                                  comm_not_overlapped_us=0.0, communication_us=0.0, free_us=0.0, dataloader_us=0.0,
+                                 idle_us=genuine.steps["wall_us"] * 0.05, memcpy_us=0.0,
                                  sync_us=0.0)
     summary = dataclasses.replace(genuine, steps=steps, kernels=genuine.kernels.head(0), syncs=genuine.syncs.head(0),
-                                  comm=genuine.comm.head(0), memory=genuine.memory.head(0), details=None,
+                                  comm=genuine.comm.head(0), memory=genuine.memory.head(0), details=None, events=None,
                                   meta=dict(genuine.meta, backend=backend, device_mode=backend != "cpu"))
     verdict = checklist(summary)
     assert verdict.bottleneck == "compute_bound"

@@ -21,7 +21,7 @@ def _profile(shell, options: str, body: str = "train_step()"):
 
 
 def _runs(shell):
-    return shell.run_line_magic("npuruns", "").set_index("name")
+    return shell.run_line_magic("npuruns", "").data.set_index("name")
 
 
 def _refused(shell, line: str, match: str):

@@ -36,10 +36,10 @@ def train(loader):
 CELLS = [
     ("Load the extension", "%load_ext npumagic\n%config NpuMagics.output_dir = {out!r}"),
     ("Set up a model and a DataLoader whose samples take 2 ms each to load", SETUP),
-    ("Profile the baseline", "%%npuprofile --wait 1 --warmup 1 --steps 4 --name baseline\n"
+    ("Profile the baseline", "%%npuprofile --wait 1 --warmup 1 --steps 4 --name baseline --replace\n"
                              "train(torch.utils.data.DataLoader(SlowDataset(0.002), batch_size=8))"),
     ("Fix the bottleneck the verdict names (the data pipeline), profile again",
-     "%%npuprofile --wait 1 --warmup 1 --steps 4 --name fixed\n"
+     "%%npuprofile --wait 1 --warmup 1 --steps 4 --name fixed --replace\n"
      "train(torch.utils.data.DataLoader(SlowDataset(0.0), batch_size=8))"),
     ("Did it help, beyond noise? What changed?", "%npucompare baseline fixed --no-plot"),
     ("What to try next", "%npuadvise"),

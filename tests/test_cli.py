@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from npumagic.cli import main
 
 from .conftest import ASCEND, need
@@ -121,3 +123,20 @@ def test_advise_all_adds_every_rank_and_low_findings(capsys):
     assert any(f["ranks"] == [0, 1] for f in every)
     assert len({(f["category"], f["where"]) for f in every}) == len(every)
     assert len(every) > len(plain)
+
+
+@pytest.mark.slow
+def test_the_demo_runs_twice_in_one_folder(tmp_path):
+    """The README's first command must always work, also when run again: the second run replaces
+    the demo's runs instead of failing on their taken names."""
+    import sqlite3
+
+    for attempt in (1, 2):
+        done = subprocess.run([sys.executable, "-m", "npumagic.cli", "demo", "--out", str(tmp_path / "demo")],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "fixed is" in done.stdout and "faster than baseline" in done.stdout
+    assert "replaced the earlier run baseline" in done.stdout
+    with sqlite3.connect(tmp_path / "demo" / "history.sqlite") as db:
+        names = sorted(r[0] for r in db.execute("SELECT name FROM runs"))
+    assert names == ["baseline", "fixed"]

@@ -61,7 +61,7 @@ def classify(summary: Summary, advice: Advice | None = None) -> tuple[str, dict[
     if computing >= T.COMPUTE_BOUND_SHARE:
         return "compute_bound", {"computing_share": computing, "title": f"computing {computing:.0%} of the step"}
     return "balanced", {"device_util": summary.device_util,
-                        "title": f"no bottleneck past its threshold (device busy {summary.device_util:.0%})"}
+                        "title": f"no bottleneck past its threshold ({busy_label(summary)} {summary.device_util:.0%})"}
 
 
 NEXT_CHANGE_DEFAULT = {
@@ -77,6 +77,12 @@ COMPUTE_BOUND_FIX = {
     "cpu": "make the math cheaper: bf16 where the CPU supports it (torch.autocast('cpu', dtype=torch.bfloat16)), all "
            "cores busy (torch.set_num_threads), channels_last for convolutions, or fused kernels (torch.compile(model))",
 }
+
+
+def busy_label(summary: Summary) -> str:
+    """What the busy share measures: the device's, or on the CPU backend the CPU's time in torch
+    operators (the CPU is not called a device)."""
+    return "device busy" if summary.meta.get("device_mode") else "busy in torch operators"
 
 
 def class_name(category: str, backend: str | None) -> str:
@@ -102,7 +108,7 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     s = summary.step_stats
     h = summary.headline
     step1 = (f"step {_ms(s['median_us'])} median, p90 {_ms(s['p90_us'])}, jitter {_pct(s['cv'])}; "
-             f"device busy {_pct(h['device_util'])}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
+             f"{busy_label(summary)} {_pct(h['device_util'])}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
     backend = summary.meta.get("backend")
     step2 = f"{class_name(bottleneck, backend)}: {evidence['title']}"
     step3 = (advice.findings[0].fix if advice.findings and bottleneck not in NEXT_CHANGE_DEFAULT

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 
+from ..analysis.checklist import busy_label
 from .tables import advice_table, breakdown_table, kernel_diff_table, step_table
 
 
@@ -26,7 +27,7 @@ def summary_headline(summary) -> str:
     h, m = summary.headline, summary.meta
     return (f"{m.get('backend', '?')} on {m.get('device_name', '?')}, rank {m.get('rank', 0)}: "
             f"{_plural(int(h['steps']), 'step')}, median {_ms(h['step_median_us'])}, p90 {_ms(h['step_p90_us'])}, "
-            f"device busy {_pct(h['device_util'])}, communication {_pct(h['communication_share'])}, "
+            f"{busy_label(summary)} {_pct(h['device_util'])}, communication {_pct(h['communication_share'])}, "
             f"dataloader {_pct(h['dataloader_share'])}")
 
 

@@ -485,6 +485,8 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
         for found in groups.values():
             top = max(found, key=lambda rf: rf[1].impact)[1]
             findings.append(dataclasses.replace(top, ranks=tuple(sorted(rank for rank, _ in found))))
+        # what only the job shows: slow ranks, stage imbalance, slow links
+        findings += [f if f.rule else replace(f, rule="cluster") for f in cluster.findings(summary)]
     findings = sorted(findings, key=lambda f: f.impact, reverse=True)
     if not low:
         findings = [f for f in findings if f.severity != "low"] or findings[:1]

@@ -106,7 +106,7 @@ def _compare(args) -> int:
 
 def _show(args) -> int:
     from . import analysis
-    from .render.views import build_view
+    from .render.views import build_view, view_range
 
     trace = _load(args, args.path)
     summary = analysis.summarize(trace, rank=args.rank)
@@ -114,9 +114,9 @@ def _show(args) -> int:
     options = {}
     if view == "timeline":
         if args.step_range:
-            options["steps"] = _pair(args.step_range, int, "--step-range")
+            options["steps"] = view_range(args.step_range, int, "--step-range")
         if args.zoom:
-            options["window"] = _pair(args.zoom, float, "--zoom")
+            options["window"] = view_range(args.zoom, float, "--zoom")
     fig = build_view(view, trace, summary, title=f"{Path(args.path).name}: {view}", **options)
     out = Path(args.output)
     fig.savefig(out, dpi=args.dpi)
@@ -124,16 +124,7 @@ def _show(args) -> int:
     return 0
 
 
-def _pair(text: str, kind, option: str):
-    try:
-        a, b = (kind(x) for x in text.split(":"))
-    except ValueError:
-        raise NpumagicError(f"{option} takes FIRST:LAST, got {text!r}") from None
-    return a, b
-
-
 def _runs(args) -> int:
-    from .history import HistoryStore
     from .render.tables import runs_table
 
     store = _history(args.out)
@@ -149,16 +140,13 @@ def _runs(args) -> int:
 
 
 def _export(args) -> int:
-    from .history import HistoryStore
-    from .render.export import log_table, render_markdown
+    from .render.export import render_markdown, write_log
 
     store = _history(args.out)
     runs = store.runs() if store is not None else []
-    if args.md:
-        Path(args.md).write_text(render_markdown(runs), encoding="utf-8")
-    if args.csv:
-        log_table(runs).to_csv(args.csv, index=False)
-    if not args.md and not args.csv:
+    if args.md or args.csv:
+        write_log(runs, md=args.md, csv=args.csv)
+    else:
         print(render_markdown(runs))
     return 0
 

@@ -18,7 +18,6 @@ import socket
 import sqlite3
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -30,6 +29,7 @@ from .analysis.persist import FORMAT as SUMMARY_FORMAT
 from .analysis.persist import dump_summary, load_summary
 from .errors import NpumagicError
 from .names import check_name
+from .records import Run, when
 
 DB_NAME = "history.sqlite"
 AUTO_NAME = re.compile(r"^run(\d+)$")
@@ -110,40 +110,16 @@ class UnknownRun(NpumagicError, KeyError):
         return self.args[0]
 
 
-@dataclass(frozen=True)
-class Run:
-    """One run in the history (a capture, or an imported output directory)."""
-
-    id: int
-    name: str
-    kind: str
-    status: str
-    created: float
-    finished: float | None
-    backend: str | None
-    device: str | None
-    source: str | None
-    arguments: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)
-    versions: dict[str, Any] = field(default_factory=dict)
-    run_dir: str | None = None
-    message: str | None = None
-    steps_seen: int | None = None
-    headline: dict[str, Any] = field(default_factory=dict)
-    verdict: dict[str, Any] = field(default_factory=dict)
-    note: str | None = None
-    dataloaders: list[dict[str, Any]] = field(default_factory=list)
-    run_dir_owned: bool = False  # npumagic created run_dir (only then may %npurm --files delete it)
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> "Run":
-        d = {k: row[k] for k in row.keys() if k in _RUN_FIELDS}
-        for key in ("arguments", "environment", "versions", "headline", "verdict", "dataloaders"):
-            d[key] = _decode(d.get(key), [] if key == "dataloaders" else {})
-        d["run_dir_owned"] = bool(d.get("run_dir_owned") or 0)
-        if d["status"] == "running" and not _alive(row["pid"], row["host"], _get(row, "pid_started")):
-            d["status"] = "crashed"  # its kernel died mid-capture
-        return cls(**d)
+def _run(row: sqlite3.Row) -> Run:
+    """A stored row as a :class:`~npumagic.records.Run` (a 'running' row whose process is gone
+    reads as crashed)."""
+    d = {k: row[k] for k in row.keys() if k in _RUN_FIELDS}
+    for key in ("arguments", "environment", "versions", "headline", "verdict", "dataloaders"):
+        d[key] = _decode(d.get(key), [] if key == "dataloaders" else {})
+    d["run_dir_owned"] = bool(d.get("run_dir_owned") or 0)
+    if d["status"] == "running" and not _alive(row["pid"], row["host"], _get(row, "pid_started")):
+        d["status"] = "crashed"  # its kernel died mid-capture
+    return Run(**d)
 
 
 def _get(row: sqlite3.Row, key: str) -> Any:
@@ -189,13 +165,6 @@ def _alive(pid: Any, host: str | None, started: Any = None) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def when(created: Any) -> pd.Timestamp | None:
-    """A stored creation time (epoch seconds) as a Timestamp to the second; None if it is not one."""
-    if isinstance(created, bool) or not isinstance(created, (int, float)) or not abs(created) < 1e11:
-        return None
-    return pd.Timestamp(created, unit="s").floor("s")
 
 
 def _readonly_failure(exc: BaseException) -> bool:
@@ -408,7 +377,7 @@ class HistoryStore:
 
     def remove(self, name: str) -> Run:
         with self._connect(immediate=True) as db:
-            run = Run.from_row(self._row(db, name))
+            run = _run(self._row(db, name))
             db.execute("DELETE FROM runs WHERE id = ?", (run.id,))
         return run
 
@@ -425,11 +394,11 @@ class HistoryStore:
 
     def get(self, name: str) -> Run:
         with self._connect() as db:
-            return Run.from_row(self._row(db, name))
+            return _run(self._row(db, name))
 
     def runs(self) -> list[Run]:
         with self._connect() as db:
-            return [Run.from_row(r) for r in db.execute("SELECT * FROM runs ORDER BY id")]
+            return [_run(r) for r in db.execute("SELECT * FROM runs ORDER BY id")]
 
     def names(self) -> list[str]:
         with self._connect() as db:

@@ -19,9 +19,10 @@ from .capture.options import HOST_SYS
 from .errors import NpumagicError
 from .history import RunNameTaken, UnknownRun
 from .names import RULE as NAME_RULE
-from .names import check_name, file_stem
-from .render import TRACE_VIEWS, VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
+from .names import check_name
+from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
 from .render.tables import runs_table, step_table
+from .render.views import view_range
 from .session import RunOutcome, Session
 
 
@@ -247,19 +248,11 @@ class NpuMagics(Magics):
 
         return body
 
-    def _figure_dir(self, run) -> Path | None:
-        path = self.session.figure_dir(run)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            return None  # figures are still shown, just not saved
-        return path
-
     def _report(self, outcome: RunOutcome, quiet: bool, plot: bool) -> RunReport:
         figures = []
         if plot and outcome.summary is not None and outcome.trace is not None:
             figures = render_views(list(self.views), outcome.trace, outcome.summary,
-                                   self._figure_dir(outcome.run), outcome.run.name, self.figure_format)
+                                   self.session.writable_figure_dir(outcome.run), outcome.run.name, self.figure_format)
         notes = [] if quiet else outcome.notes
         return RunReport(outcome.run, outcome.summary, outcome.verdict, notes, figures)
 
@@ -288,18 +281,12 @@ class NpuMagics(Magics):
         """
         args = _parse(self.npushow, line)
         views = [v for v in VIEWS if getattr(args, v)] or ["timeline", "steps"]
-        options = {"steps": _pair(args.step_range, int, "--step-range"), "window": _pair(args.zoom, float, "--zoom"),
-                   "lanes": [x for x in args.lanes.split(",") if x] if args.lanes else None}
         try:
+            options = {"steps": view_range(args.step_range, int, "--step-range"),
+                       "window": view_range(args.zoom, float, "--zoom"),
+                       "lanes": [x for x in args.lanes.split(",") if x] if args.lanes else None}
             name = self.session.resolve(args.run)
-            needs_trace = args.rank is not None or bool(TRACE_VIEWS.intersection(views))
-            trace = self.session.trace(name) if needs_trace else None  # the rest is in the history
-            from . import analysis
-
-            summary = self.session.summary(name) if args.rank is None else analysis.summarize(trace, rank=args.rank)
-            run = self.session.store.get(name)
-            figures = render_views(views, trace, summary, self._figure_dir(run), name, "svg" if args.svg else "png",
-                                   rank=args.rank, **{k: v for k, v in options.items() if v is not None})
+            figures = self.session.figures(name, views, rank=args.rank, svg=args.svg, **options)
         except (NpumagicError, ValueError) as exc:
             raise UsageError(str(exc)) from None
         return FigureReport(name, figures)
@@ -385,30 +372,13 @@ class NpuMagics(Magics):
         Examples: ``%npucompare`` (baseline vs latest), ``%npucompare baseline run3``, ``%npucompare -2 -1``
         """
         args = _parse(self.npucompare, line)
-        if args.b is not None:
-            a, b = self._run(args.a), self._run(args.b)
-        else:
-            b = self._run(args.a)  # the run to check: the one named, else the latest
-            a = self.session.baseline
-            if a is None or a == b:  # no other reference: the run before it
-                names = self.session.store.names()
-                i = names.index(b)
-                if i == 0:
-                    raise UsageError("%npucompare needs two runs; profile another one first")
-                a = names[i - 1]
-        if a == b:
-            raise UsageError(f"both sides are {a!r}; name two different runs")
         try:
+            a, b = self.session.compare_pair(args.a, args.b)
             comparison = self.session.compare(a, b)
+            plot = self.plot and not args.no_plot
+            figure = self.session.compare_figure(comparison, self.figure_format) if plot else None
         except NpumagicError as exc:
             raise UsageError(str(exc)) from None
-        figure = None
-        if self.plot and not args.no_plot:
-            from .render.charts import comparison_figure
-            from .render.views import RenderedFigure
-
-            figure = RenderedFigure.of("compare", comparison_figure(comparison), self.figure_format,
-                                       self.session.output_dir / f"compare_{file_stem(a)}_vs_{file_stem(b)}.{self.figure_format}")
         return CompareReport(comparison, figure)
 
     @line_magic
@@ -498,18 +468,13 @@ class NpuMagics(Magics):
         args = _parse(self.npuexport, line)
         if not args.md and not args.csv:
             raise UsageError("give --md FILE and/or --csv FILE")
-        from .render.export import log_table, render_markdown
+        from .render.export import write_log
 
         try:
             runs = self.session.store.runs()
-            if args.md:
-                Path(args.md).write_text(render_markdown(runs), encoding="utf-8")
-            if args.csv:
-                log_table(runs).to_csv(args.csv, index=False)
+            write_log(runs, md=args.md, csv=args.csv)
         except NpumagicError as exc:
             raise UsageError(str(exc)) from None
-        except OSError as exc:
-            raise UsageError(f"cannot write {exc.filename or args.md or args.csv}: {exc.strerror or exc}") from None
         print(f"npumagic: exported {len(runs)} runs to {', '.join(p for p in (args.md, args.csv) if p)}")
         return None
 
@@ -533,15 +498,3 @@ def _check_name(name: str) -> None:
         check_name(name)
     except NpumagicError:
         raise UsageError(f"invalid --name {name!r}: use {NAME_RULE}") from None
-
-
-def _pair(text: str | None, kind, option: str):
-    if text is None:
-        return None
-    try:
-        a, b = (kind(x) for x in text.split(":"))
-    except ValueError:
-        raise UsageError(f"{option} takes FIRST:LAST, got {text!r}") from None
-    if b < a:
-        raise UsageError(f"{option} {text!r}: the end comes before the start")
-    return a, b

@@ -9,7 +9,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 
@@ -21,8 +21,12 @@ from .analysis.metrics import Summary
 from .capture import CaptureOptions, CaptureResult, capture, choose_backend, ensure_idle
 from .capture.backends import BackendChoice, environment_snapshot
 from .errors import NpumagicError
-from .history import DB_NAME, HistoryStore, Run
+from .history import DB_NAME, HistoryStore
+from .records import Run
 from .names import check_name, file_stem
+
+if TYPE_CHECKING:
+    from .render.views import RenderedFigure
 
 log = logging.getLogger(__name__)
 
@@ -276,6 +280,45 @@ class Session:
                 "versions": run.versions, "backend": run.backend, "device": run.device, "dataloaders": run.dataloaders}
 
     # -- the checklist's later steps ------------------------------------------------------------
+    def compare_pair(self, a: str | None, b: str | None) -> tuple[str, str]:
+        """The two runs ``%npucompare A B`` means: both named; with one, that run (default the
+        latest) against the baseline, or against the run before it when there is no other."""
+        if b is not None:
+            a, b = self.resolve(a), self.resolve(b)
+        else:
+            b = self.resolve(a)
+            a = self.baseline
+            if a is None or a == b:
+                names = self.store.names()
+                i = names.index(b)
+                if i == 0:
+                    raise NpumagicError("a comparison needs two runs; profile another one first")
+                a = names[i - 1]
+        if a == b:
+            raise NpumagicError(f"both sides are {a!r}; name two different runs")
+        return a, b
+
+    def compare_figure(self, comparison: Comparison, fmt: str = "png") -> "RenderedFigure":
+        """The comparison chart, saved as ``output_dir/compare_A_vs_B.FMT`` (shown even when the
+        output directory cannot be written)."""
+        from .render.charts import comparison_figure
+        from .render.views import RenderedFigure
+
+        path = self.output_dir / f"compare_{file_stem(comparison.a)}_vs_{file_stem(comparison.b)}.{fmt}"
+        return RenderedFigure.of("compare", comparison_figure(comparison), fmt, path)
+
+    def figures(self, name: str, views: list[str], rank: int | None = None, svg: bool = False,
+                **options) -> list["RenderedFigure"]:
+        """Draw ``views`` of run ``name`` (of one ``rank`` when given) and save them beside the run
+        (:meth:`figure_dir`; unsaved, still returned, where that cannot be written)."""
+        from .render.views import TRACE_VIEWS, render_views
+
+        needs_trace = rank is not None or bool(TRACE_VIEWS.intersection(views))
+        trace = self.trace(name) if needs_trace else None  # the rest is in the history
+        summary = self.summary(name) if rank is None else analysis.summarize(trace, rank=rank)
+        return render_views(views, trace, summary, self.writable_figure_dir(self.store.get(name)), name, "svg" if svg else "png", rank=rank,
+                            **{k: v for k, v in options.items() if v is not None})
+
     def compare(self, a: str, b: str, summary_b: Summary | None = None) -> Comparison:
         """B against A, with what changed and the between-run noise of the history."""
         return compare(self.summary(a), summary_b if summary_b is not None else self.summary(b), a, b,
@@ -336,6 +379,16 @@ class Session:
             path = Path(run.run_dir)
             return path if path.is_dir() else path.parent
         return self.output_dir / "figures" / file_stem(run.name)
+
+    def writable_figure_dir(self, run: Run) -> Path | None:
+        """:meth:`figure_dir`, created; None where it cannot be written (figures are then shown,
+        not saved)."""
+        path = self.figure_dir(run)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return None
+        return path
 
     def _delete_files(self, run: Run) -> None:
         refuse = lambda why: NpumagicError(  # noqa: E731

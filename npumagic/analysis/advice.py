@@ -73,13 +73,13 @@ def _per_step_ms(s: Summary, column: str) -> float:
     return float(s.steps[column].mean()) / 1000 if len(s.steps) else 0.0
 
 
-def _communication(s: Summary) -> Finding | None:
+def _communication(s: Summary) -> list[Finding]:
     exposed = s.share("comm_not_overlapped_us")
     total = s.share("communication_us")
     comm_us = float(s.steps["communication_us"].sum())
     overlap = float(s.steps["overlapped_us"].sum()) / comm_us if comm_us else 0.0
     if not (exposed > T.COMM_BOUND_SHARE or (total > T.COMM_MIN_SHARE and overlap < T.LOW_OVERLAP_RATIO)):
-        return None
+        return []
     evidence = {"communication_ms": _per_step_ms(s, "communication_us"),
                 "comm_not_overlapped_ms": _per_step_ms(s, "comm_not_overlapped_us"),
                 "computing_ms": _per_step_ms(s, "computing_us"), "overlap_ratio": overlap, "comm_share": exposed}
@@ -104,13 +104,13 @@ def _communication(s: Summary) -> Finding | None:
         bandwidth = s.comm["bandwidth_gbps"].dropna()
         if len(bandwidth):
             evidence["lowest_bandwidth_gbps"] = float(bandwidth.min())
-    return Finding("communication", exposed, title, evidence, fix, where.strip("; "))
+    return [Finding("communication", exposed, title, evidence, fix, where.strip("; "))]
 
 
-def _dataloader(s: Summary) -> Finding | None:
+def _dataloader(s: Summary) -> list[Finding]:
     share = s.share("dataloader_us")
     if share <= T.DATALOADER_SHARE:
-        return None
+        return []
     iterator = s.meta.get("dataloader_iter", "")
     on_device = _backend(s) != "cpu"  # pinned memory only speeds up copies to a device
     if "SingleProcess" in iterator:
@@ -139,7 +139,7 @@ def _dataloader(s: Summary) -> Finding | None:
                    "or RAM, pack small files into shards), and overlap more reads (prefetch_factor=4, more workers)")
         elif not n and host.get("main_thread_cpu_pct", 0) >= T.HOST_PINNED_PCT:
             title += f"; the training thread decodes every batch itself ({host['main_thread_cpu_pct']:.0f}% of a core)"
-    return Finding("dataloader", share, title, evidence, fix, iterator)
+    return [Finding("dataloader", share, title, evidence, fix, iterator)]
 
 
 def _tiny_per_step(s: Summary) -> float:
@@ -161,25 +161,25 @@ NPU_HOST_BOUND_FIX = ("cut host dispatch time: export TASK_QUEUE_ENABLE=2 before
                       ", and raise the batch size")
 
 
-def _host_bound(s: Summary) -> Finding | None:
+def _host_bound(s: Summary) -> list[Finding]:
     """Device idle (on the CPU: time outside torch operators) that DataLoader waits do not explain."""
     idle = s.share("idle_us")
     unexplained = idle - s.share("dataloader_us")
     if idle <= T.HOST_BOUND_IDLE_SHARE or unexplained < T.HOST_BOUND_MIN_UNEXPLAINED:
-        return None
+        return []
     idle_ms = _per_step_ms(s, "idle_us")
     evidence = {"idle_ms": idle_ms, "idle_share": idle, "unexplained_share": unexplained,
                 "dataloader_ms": _per_step_ms(s, "dataloader_us"), "device_util": s.device_util}
     if not s.meta.get("device_mode"):
         if _tiny_per_step(s) >= T.SMALL_OP_MIN_PER_STEP:
-            return None  # the gaps between thousands of tiny operators are their dispatch: small_ops says so
+            return []  # the gaps between thousands of tiny operators are their dispatch: small_ops says so
         ms = unexplained * s.step_stats["mean_us"] / 1000
-        return Finding("host_bound", unexplained, f"Python outside torch operators takes {ms:.2f} ms per step "
+        return [Finding("host_bound", unexplained, f"Python outside torch operators takes {ms:.2f} ms per step "
                        f"({unexplained:.0%} of the step): the CPU runs no operator then",
                        dict(evidence, python_ms=ms),
                        "move the Python work out of the step or vectorise it into tensor operations (loops over "
                        "elements, per-sample logging and metric math, time.sleep, printing); profile the cell with "
-                       "--stack to see which Python frames take the time", "between operators")
+                       "--stack to see which Python frames take the time", "between operators")]
     evidence.update(preparing_ms=_per_step_ms(s, "preparing_us"), free_share=s.share("free_us"))
     if s.meta.get("backend") == "npu":
         fix = NPU_HOST_BOUND_FIX
@@ -203,7 +203,7 @@ def _host_bound(s: Summary) -> Finding | None:
         fix = ("find what the host waits on between steps (profile with --stack and read the host lanes of the "
                "timeline: file or network reads, logging, checkpoint writes, time.sleep, lock waits) and move it off "
                "the step; " + fix)
-    return Finding("host_bound", unexplained, title, evidence, fix)
+    return [Finding("host_bound", unexplained, title, evidence, fix)]
 
 
 def _host_cpu(s: Summary) -> dict[str, Any]:
@@ -234,14 +234,14 @@ def _sync_fix(s: Summary) -> str:
     return SYNC_FIX.replace("torch.npu.synchronize()/torch.cuda.synchronize()", f"torch.{_device_module(s)}.synchronize()")
 
 
-def _sync(s: Summary) -> Finding | None:
+def _sync(s: Summary) -> list[Finding]:
     """Host calls that block until the device catches up, ranked by the host time they block.
 
     On the CPU nothing blocks, but ``.item()`` every step becomes a host-device sync on NPU or
     CUDA: a low finding, so the habit is caught before the job moves to the accelerator.
     """
     if s.syncs.empty:
-        return None
+        return []
     ranked = s.syncs.sort_values("total_us", ascending=False, kind="stable")
     top = ranked.iloc[0]
     per_step = float(s.syncs["per_step"].max())
@@ -250,22 +250,22 @@ def _sync(s: Summary) -> Finding | None:
     where = str(located["source"].iloc[0]) if len(located) else str(top["name"])
     if not s.meta.get("device_mode"):
         if per_step < 1:
-            return None
+            return []
         share = s.share("sync_us")
-        return Finding("sync", share if share == share else 0.0,
+        return [Finding("sync", share if share == share else 0.0,
                        f"{per_step:.0f} {top['name']} calls per step read tensor values on the host; on NPU/CUDA each "
                        "becomes a host-device sync that drains the device queue",
-                       {"syncs_per_step": per_step, "top": str(top["name"]), "sync_share": share}, _sync_fix(s), where)
+                       {"syncs_per_step": per_step, "top": str(top["name"]), "sync_share": share}, _sync_fix(s), where)]
     cost = min(s.share("sync_us"), s.share("idle_us"))
     if cost <= T.SYNC_SHARE:
-        return None
+        return []
     blocked = _per_step_ms(s, "sync_us")
     top_ms = float(top["total_us"]) / max(len(s.steps), 1) / 1000
-    return Finding("sync", cost, f"host-device syncs block the host {blocked:.2f} ms per step, most in {top['name']} "
+    return [Finding("sync", cost, f"host-device syncs block the host {blocked:.2f} ms per step, most in {top['name']} "
                    f"({top_ms:.2f} ms per step, {float(top['per_step']):.0f} calls); the device then idles "
                    f"{s.share('idle_us'):.0%} of the step",
                    {"syncs_per_step": per_step, "blocked_ms": blocked, "cost_share": cost, "top": str(top["name"]),
-                    "top_blocked_ms": top_ms}, _sync_fix(s), where)
+                    "top_blocked_ms": top_ms}, _sync_fix(s), where)]
 
 
 FREE_VIEW_OPS = frozenset(f"aten::{op}" for op in (
@@ -274,15 +274,15 @@ FREE_VIEW_OPS = frozenset(f"aten::{op}" for op in (
     "narrow", "view_as", "expand_as", "numpy_T", "lift_fresh", "empty", "empty_like", "empty_strided"))
 
 
-def _small_ops(s: Summary) -> Finding | None:
+def _small_ops(s: Summary) -> list[Finding]:
     k = s.kernels
     if k.empty or not len(s.steps):
-        return None
+        return []
     tiny = k[k["mean_us"] < T.TINY_KERNEL_US]
     per_step = float(tiny["count"].sum()) / len(s.steps)
     share = float(tiny["total_us"].sum()) / float(k["total_us"].sum())
     if share < T.SMALL_OP_SHARE or per_step < T.SMALL_OP_MIN_PER_STEP:
-        return None
+        return []
     # Name the user's operators: view and metadata ops (aten::t, as_strided, ...) cost nothing to
     # fuse away and would crowd the list on the CPU, where operators stand in for kernels.
     named = tiny[~tiny["type"].astype(str).isin(FREE_VIEW_OPS)]
@@ -290,9 +290,9 @@ def _small_ops(s: Summary) -> Finding | None:
     types = types[types > 0].sort_values(ascending=False).head(3)
     listed = ", ".join(f"{t} x{int(c / len(s.steps))}" for t, c in types.items())
     fix = _fuse_fix(s.meta.get("backend"))
-    return Finding("small_ops", share * s.share("computing_us") + (per_step * 5e-3) / max(s.step_stats["median_us"], 1),
+    return [Finding("small_ops", share * s.share("computing_us") + (per_step * 5e-3) / max(s.step_stats["median_us"], 1),
                    f"{per_step:.0f} kernels per step average under {T.TINY_KERNEL_US:g} µs and take {share:.0%} of "
-                   f"device time ({listed})", {"tiny_per_step": per_step, "tiny_share": share}, fix, listed)
+                   f"device time ({listed})", {"tiny_per_step": per_step, "tiny_share": share}, fix, listed)]
 
 
 def _fuse_fix(backend: str | None) -> str:
@@ -402,27 +402,27 @@ def _memory(s: Summary) -> list[Finding]:
     return out
 
 
-def _jitter(s: Summary) -> Finding | None:
+def _jitter(s: Summary) -> list[Finding]:
     st = s.step_stats
     if st["n"] < T.JITTER_MIN_STEPS or not st["cv"] == st["cv"] or st["cv"] <= T.JITTER_CV:
-        return None
+        return []
     slow = s.steps[s.steps["wall_us"] > T.JITTER_OUTLIER * st["median_us"]]
     outliers = ", ".join(str(x) for x in slow["step"]) or "none above 1.2x the median"
     impact = max(st["mean_us"] - st["median_us"], 0) / st["mean_us"]
-    return Finding("jitter", impact, f"step time varies by {st['cv']:.0%} (coefficient of variation); slow steps: {outliers}",
+    return [Finding("jitter", impact, f"step time varies by {st['cv']:.0%} (coefficient of variation); slow steps: {outliers}",
                    {"cv": st["cv"], "median_ms": st["median_us"] / 1000, "outlier_steps": slow["step"].tolist()},
                    "look at the slow steps in the timeline (its step range narrowed to one of them): Python GC "
                    "(gc.freeze() after warm-up), DataLoader stalls (prefetch_factor)"
                    + (f", or allocator spikes (torch.{_device_module(s)}.empty_cache() in the loop)"
-                      if _backend(s) != "cpu" else ""), f"steps {outliers}")
+                      if _backend(s) != "cpu" else ""), f"steps {outliers}")]
 
 
-def _frequency(s: Summary) -> Finding | None:
+def _frequency(s: Summary) -> list[Finding]:
     """AI Core throttling, as msprof-analyze's advisor reports it (threshold and wording are its own:
     :data:`~npumagic.analysis.counters.FREQ_DROP_RATIO`)."""
     ops = s.frequency_drops
     if ops.empty or not s.total_wall_us:
-        return None
+        return []
     at_stake = float((ops["total_us"] * ops["drop_ratio"]).sum())
     title = f"{hw.FREQ_DROP_PROBLEM}: " + hw.FREQ_DROP_DESCRIPTION.format(len(ops), hw.FREQ_DROP_RATIO)
     listed = ", ".join(f"{r.name} ({r.drop_ratio:.0%} below, {r.min_mhz:.0f} MHz min)" for r in ops.head(5).itertuples())
@@ -432,10 +432,10 @@ def _frequency(s: Summary) -> Finding | None:
         evidence["aicore_freq_mhz"] = float(s.hardware["aicore_freq_mhz"].mean())
     fix = (hw.FREQ_DROP_SUGGESTION + " (npu-smi info shows the chip's temperature and power; a throttled chip "
            "runs every kernel slower, so fix cooling or the power cap before tuning kernels)")
-    return Finding("npu_compute", at_stake / s.total_wall_us, title, evidence, fix, listed)
+    return [Finding("npu_compute", at_stake / s.total_wall_us, title, evidence, fix, listed)]
 
 
-RULES: list[Callable[[Summary], Finding | list[Finding] | None]] = [
+RULES: list[Callable[[Summary], list[Finding]]] = [
     _communication, _dataloader, _host_bound, _sync, _small_ops, _npu_compute, _memory, _jitter, _frequency]
 
 
@@ -457,9 +457,7 @@ def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | N
         summary = replace(summary, meta={**summary.meta, "run_environment": dict(environment)})
     found: list[Finding] = []
     for rule in RULES:
-        result = rule(summary)
-        for f in [result] if isinstance(result, Finding) else (result or []):
-            found.append(f if f.rule else replace(f, rule=rule.__name__.strip("_")))
+        found += [f if f.rule else replace(f, rule=rule.__name__.strip("_")) for f in rule(summary)]
     # slow ranks, stage imbalance, slow links (a job of 2+ ranks)
     found += [f if f.rule else replace(f, rule="cluster") for f in cluster.findings(summary)]
     found += run_rules(summary)

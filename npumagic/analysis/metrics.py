@@ -209,8 +209,9 @@ def combine(per_rank: dict[int, Summary], rank: int | None = None) -> Summary:
 
 
 def _summarize_rank(trace: Trace, rank: int) -> Summary:
-    ev = trace.events[trace.events["rank"] == rank]
-    steps = trace.steps[trace.steps["rank"] == rank].sort_values("start_ns")
+    mine = trace.for_rank(rank)
+    ev = mine.events
+    steps = mine.steps.sort_values("start_ns")
     on_device = ev["device"].to_numpy() >= 0
     backend = trace.meta.get("backend", "cpu")
     device_mode = bool(on_device.any())
@@ -233,22 +234,22 @@ def _summarize_rank(trace: Trace, rank: int) -> Summary:
     for key in ("notes", "parallel_groups"):
         meta.pop(key, None)
     details = vendor.get("kernel_details")
-    links = trace.links[trace.links["rank"] == rank]
-    counters = trace.counters[trace.counters["rank"] == rank]
+    links = mine.links
+    counters = mine.counters
     device_kernels = in_steps[(in_steps["kind"] == "kernel") & (in_steps["device"] >= 0)]
     return Summary(
         steps=step_table,
         kernels=kernels,
         host_ops=_host_op_table(in_steps, total_wall),
         syncs=_sync_table(in_steps, max(len(steps), 1)),
-        comm=_comm_table(trace.comm[trace.comm["rank"] == rank], in_steps, links),
-        memory=_memory_table(trace.memory[trace.memory["rank"] == rank], trace.meta),
-        memory_timeline=trace.memory[trace.memory["rank"] == rank].reset_index(drop=True),
+        comm=_comm_table(mine.comm, in_steps, links),
+        memory=_memory_table(mine.memory, trace.meta),
+        memory_timeline=mine.memory.reset_index(drop=True),
         ranks=pd.DataFrame(columns=RANK_COLUMNS),
         meta=meta,
         details=details,
         links=links[LINK_COLUMNS].reset_index(drop=True),
-        matrix=trace.matrix[trace.matrix["rank"] == rank].reset_index(drop=True),
+        matrix=mine.matrix.reset_index(drop=True),
         hardware=hw.hardware_table(counters[counters["device"] >= 0], steps, trace.meta.get("hbm_peak_bytes_per_s"),
                                    trace.meta.get("aicore_nominal_mhz")),
         l2=hw.l2_table(counters, device_kernels),

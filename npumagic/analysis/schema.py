@@ -8,7 +8,7 @@ hardware and host metrics), plus ``meta``. The schema is declared once here and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -119,6 +119,12 @@ class Trace:
     @property
     def ranks(self) -> list[int]:
         return sorted(int(r) for r in set(self.steps["rank"]) | set(self.events["rank"].unique()))
+
+    def for_rank(self, rank: int) -> "Trace":
+        """The same trace with every table cut to ``rank``'s rows (indexes kept; meta shared)."""
+        tables = {name: getattr(self, name) for name in ("events", "steps", "memory", "comm", "links", "matrix",
+                                                          "counters")}
+        return replace(self, **{name: t[t["rank"] == rank] for name, t in tables.items()})
 
     def __repr__(self) -> str:
         return (

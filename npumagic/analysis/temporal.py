@@ -13,7 +13,6 @@ traces HTA first rounds every event inward to whole microseconds (start up, end 
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from .intervals import Spans

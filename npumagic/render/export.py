@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import html
 import re
+from pathlib import Path
 
 import pandas as pd
 
-from ..history import Run, when
+from ..errors import NpumagicError
+from ..records import Run, when
 
 LOG_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "step_median_ms", "device_util", "bottleneck",
                "next_change", "findings", "note", "run_dir"]
@@ -88,3 +90,16 @@ def _iso(stamp: pd.Timestamp | None) -> str | None:
 
 def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def write_log(runs: list[Run], md: str | Path | None = None, csv: str | Path | None = None) -> None:
+    """Write the troubleshooting log of ``runs`` as Markdown and/or CSV (the magics and the CLI
+    both export through this); an unwritable file raises NpumagicError naming it."""
+    for path, write in ((md, lambda p: Path(p).write_text(render_markdown(runs), encoding="utf-8")),
+                        (csv, lambda p: log_table(runs).to_csv(p, index=False))):
+        if path is None:
+            continue
+        try:
+            write(path)
+        except OSError as exc:
+            raise NpumagicError(f"cannot write {path}: {exc.strerror or exc}") from None

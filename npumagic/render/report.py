@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..analysis.checklist import Verdict
 from ..analysis.metrics import Summary
-from ..history import Run
+from ..records import Run
 from .tables import Table, history_table, step_table
 from .text import comparison_html, comparison_text, verdict_html, verdict_text
 from .views import RenderedFigure

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from ..analysis.metrics import Summary
 from ..analysis.schema import Trace
+from ..errors import NpumagicError
 from ..names import file_stem
 from .charts import comm_figure, kernels_figure, matrix_figure, memory_figure, steps_figure
 from .timeline import timeline_figure
@@ -114,6 +115,20 @@ def render_views(views: list[str], trace: Trace | None, summary: Summary, save_d
             path = save_dir / f"{file_stem(prefix)}_{view}{figure_suffix(rank, shown)}.{fmt}"
         out.append(RenderedFigure.of(view, fig, fmt, path))
     return out
+
+
+def view_range(text: str | None, kind, option: str):
+    """``FIRST:LAST`` of ``--step-range``/``--zoom`` as a pair of ``kind``; None for None.
+    A malformed or reversed range raises NpumagicError naming the option."""
+    if text is None:
+        return None
+    try:
+        a, b = (kind(x) for x in str(text).split(":"))
+    except ValueError:
+        raise NpumagicError(f"{option} takes FIRST:LAST, got {text!r}") from None
+    if b < a:
+        raise NpumagicError(f"{option} {text!r}: the end comes before the start")
+    return a, b
 
 
 def figure_suffix(rank: int | None, options: dict) -> str:

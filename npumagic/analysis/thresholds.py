@@ -159,3 +159,17 @@ CUDA_UTIL_WINDOWS = 100
 # 40% of a sequence's span, MTE-bound when data movement exceeds 80% of its AI Core time.
 FUSIBLE_HOST_RATIO = 0.4
 FUSIBLE_MTE_RATIO = 0.8
+
+# ---- Impacts of findings whose cost the trace cannot measure (share of the step at stake).
+# Small ops: the impact is their device share; launches add only a tie-breaker (5 ns each per step
+# over the median step), so at equal device time more launches rank higher. Host dispatch cost is
+# the host_bound rule's to measure, not estimated here.
+LAUNCH_TIEBREAK_US = 0.005
+# Low block dim: a kernel on fewer cores than the chip has could run up to cores/block-dim times
+# faster; half its time is taken as recoverable (tiling rarely scales perfectly).
+LOW_BLOCK_DIM_RECOVERABLE = 0.5
+# Memory near capacity costs no time now but blocks a larger batch and risks OOM: ranked as a
+# medium-to-high concern (15%) so it is listed above small findings, below real bottlenecks.
+MEMORY_CAPACITY_IMPACT = 0.15
+# Fragmentation costs allocator calls and risks OOM; it is listed at the high band's floor.
+FRAGMENTATION_IMPACT = 0.05

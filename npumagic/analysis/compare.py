@@ -88,8 +88,10 @@ class Noise:
     def describe(self) -> str:
         if not self.known:
             return (f"run-to-run noise unknown (assumed {MIN_EFFECT:.0%}): profile the baseline twice to measure it")
-        return (f"run-to-run noise {math.expm1(self.sigma):.1%} measured from {self.runs} replicate runs"
-                + (f" of {self.groups} configurations" if self.groups > 1 else ""))
+        of = f"{self.runs} replicate runs" + (f" of {self.groups} configurations" if self.groups > 1 else "")
+        if self.sigma == 0:  # the moment estimate is truncated at zero
+            return f"no run-to-run noise beyond the step-to-step spread, measured from {of}"
+        return f"run-to-run noise {math.expm1(self.sigma):.1%} measured from {of}"
 
 
 def between_run_noise(groups: list[list[np.ndarray]]) -> Noise:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import npumagic
-from npumagic.analysis.metrics import kernel_types
+from npumagic.analysis.operators import kernel_types
 
 from ..conftest import ASCEND, ASCEND_RANKS, need
 

@@ -14,7 +14,7 @@ import pytest
 
 import npumagic
 from npumagic.analysis import cluster
-from npumagic.analysis.metrics import parallel_indices
+from npumagic.analysis.ranks import parallel_indices
 
 from ..conftest import ASCEND, need
 

@@ -10,7 +10,8 @@ import pytest
 
 import npumagic
 from npumagic.analysis.compare import Noise, between_run_noise, changes, components, step_test
-from npumagic.analysis.metrics import KERNEL_COLUMNS, STEP_COLUMNS
+from npumagic.analysis.breakdown import STEP_COLUMNS
+from npumagic.analysis.operators import KERNEL_COLUMNS
 
 from ..conftest import ASCEND, CUDA, need
 

@@ -84,7 +84,7 @@ def _nested(draw_spans):
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(1, 60), min_size=1, max_size=12))
 def test_self_times_of_nested_ops_add_up_to_the_outermost_span(widths):
-    from npumagic.analysis.metrics import self_time_ns
+    from npumagic.analysis.operators import self_time_ns
 
     ops = _nested(widths).sample(frac=1.0, random_state=0)  # any order in, per-row answer out
     own = self_time_ns(ops)

@@ -1,0 +1,151 @@
+"""The per-step time breakdown of one rank.
+
+The device-time model, one definition for every device backend (CUDA, ROCm, torch_npu):
+device work belongs to the step whose host launched it (:func:`~.schema.assign_steps`); the
+step's window runs from its first device activity to the next step's first, so windows tile
+the device timeline (:func:`device_windows`); inside its window, ``computing`` is the union of
+compute kernels, ``communication`` of collectives, ``memcpy`` of copies and memsets, ``busy``
+of all device activity, ``idle = wall - busy``; so ``computing <= busy <= wall`` always.
+``stage``, ``free`` and ``preparing`` keep torch_npu's step_trace_time.csv definitions (the
+span of the step's own compute and collective tasks, the time in it doing neither, and host
+step start to its first task). Host-side measures (``dataloader``, ``sync``) are host time in
+the host step. On the CPU backend the "device" is the CPU and the window is the host step:
+computing is the union of operator time outside DataLoader waits, idle the rest.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .intervals import Spans
+from .syncs import is_host_sync
+
+
+STEP_COLUMNS = ["step", "start_us", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us",
+                "overlapped_us", "free_us", "preparing_us", "dataloader_us", "memcpy_us", "sync_us", "busy_us", "idle_us",
+                "stage_us", "device_util"]
+
+
+def vendor_step_table(table: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame:
+    """The step table of a rank that holds only step_trace_time.csv: torch_npu's own figures."""
+    if table is None or table.empty:
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    v = table.apply(pd.to_numeric, errors="coerce")
+    get = lambda c: v[c].fillna(0.0).to_numpy() if c in v else np.zeros(len(v))  # noqa: E731
+    out = pd.DataFrame({
+        "step": v["Step"].astype("Int64").to_numpy(dtype=np.int64),
+        "start_us": (steps["start_ns"].to_numpy() - steps["start_ns"].min()) / 1000.0 if len(steps) == len(v)
+        else np.zeros(len(v)),
+        "computing_us": get("Computing"), "communication_us": get("Communication"),
+        "comm_not_overlapped_us": get("Communication(Not Overlapped)"), "overlapped_us": get("Overlapped"),
+        "free_us": get("Free"), "preparing_us": get("Preparing"), "stage_us": get("Stage"),
+        "dataloader_us": np.nan, "sync_us": np.nan, "memcpy_us": np.nan,
+    })
+    out["wall_us"] = out["stage_us"] + out["preparing_us"]
+    out["busy_us"] = out["computing_us"] + out["comm_not_overlapped_us"]
+    out["idle_us"] = np.maximum(out["wall_us"] - out["busy_us"], 0.0)
+    out["device_util"] = np.where(out["wall_us"] > 0, out["busy_us"] / out["wall_us"], np.nan)
+    return out[STEP_COLUMNS]
+
+
+def spans_of(frame: pd.DataFrame) -> Spans:
+    start = frame["ts_ns"].to_numpy()
+    return Spans.union_of(start, start + frame["dur_ns"].to_numpy())
+
+
+DEVICE_WORK = ("kernel", "comm", "memcpy")
+
+
+def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.DataFrame:
+    if steps.empty:
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    kind = ev["kind"]
+    dataloader = spans_of(ev[kind == "dataloader"])
+    syncs = spans_of(ev[is_host_sync(ev)])
+    host_start = steps["start_ns"].to_numpy()
+    host_end = steps["end_ns"].to_numpy()
+    if device_mode:
+        work = ev[kind.isin(DEVICE_WORK) & (ev["device"] >= 0)]
+        compute, comm, memcpy = (spans_of(work[work["kind"] == k]) for k in DEVICE_WORK)
+        lo, hi = device_windows(work, steps)
+        tasks = work[(work["kind"] != "memcpy") & (work["step"] >= 0)]
+        ends = tasks["ts_ns"] + tasks["dur_ns"]
+        first = tasks.groupby("step")["ts_ns"].min().reindex(steps["step"]).to_numpy()
+        last = ends.groupby(tasks["step"]).max().reindex(steps["step"]).to_numpy()
+        has_tasks = ~np.isnan(first)
+        first = np.where(has_tasks, first, host_start).astype(np.int64)
+        last = np.where(has_tasks, last, host_start).astype(np.int64)
+        # torch_npu's step_trace_time columns: Stage spans the step's own compute and collective
+        # tasks, Free is the time in it doing neither, Preparing the host step start to the first task
+        stage = last - first
+        free = stage - (compute | comm).covered(first, last)
+        preparing = np.where(has_tasks, first - host_start, 0)
+        busy_spans = compute | comm | memcpy
+    else:
+        lo, hi = host_start, host_end
+        ops = ev[(kind == "host_op") & (ev["device"] < 0)]
+        compute = spans_of(ops) - dataloader
+        comm = memcpy = Spans.empty()
+        busy_spans = compute
+        stage = hi - lo
+        preparing = np.zeros(len(steps), dtype=np.int64)
+        free = stage - compute.covered(lo, hi)
+    computing = compute.covered(lo, hi)
+    communication = comm.covered(lo, hi)
+    overlapped = (compute & comm).covered(lo, hi)
+    busy = busy_spans.covered(lo, hi)
+    us = lambda a: np.asarray(a, dtype=np.float64) / 1000.0  # noqa: E731
+    out = pd.DataFrame({
+        "step": steps["step"].to_numpy(),
+        "start_us": us(lo - lo.min()),
+        "wall_us": us(hi - lo),
+        "computing_us": us(computing),
+        "communication_us": us(communication),
+        "comm_not_overlapped_us": us(communication - overlapped),
+        "overlapped_us": us(overlapped),
+        "free_us": us(np.maximum(free, 0)),
+        "preparing_us": us(preparing),
+        "dataloader_us": us(dataloader.covered(host_start, host_end)),
+        "memcpy_us": us(memcpy.covered(lo, hi)),
+        "sync_us": us(syncs.covered(host_start, host_end)),
+        "busy_us": us(busy),
+        "idle_us": us(hi - lo - busy),
+        "stage_us": us(stage),
+    })
+    out["device_util"] = np.where(out["wall_us"] > 0, out["busy_us"] / out["wall_us"], np.nan)
+    return out[STEP_COLUMNS]
+
+
+def device_windows(work: pd.DataFrame, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's device window ``[lo, hi)`` in ns, aligned with ``steps`` (sorted by start).
+
+    The device window of step k runs from the first device activity launched in step k to the
+    first of the next step that launched any, so windows tile the device timeline. At the ends
+    of the capture there is no neighbouring step: the first window starts at the host step start
+    (the host's preparation of the first step is part of it, as it is of every later window),
+    or, while the device is still busy with work launched before the trace, when that is done,
+    and at the latest at its own first activity; the last window ends at its last device
+    activity (after it the host only stops the profiler). A step that launched no device work
+    keeps its host window.
+
+    Parameters
+    ----------
+    work : device events (kernels, collectives, copies) with ``step``, ``ts_ns``, ``dur_ns``.
+    steps : the rank's steps with ``step``, ``start_ns``, ``end_ns``, sorted by ``start_ns``.
+    """
+    mine = work[work["step"] >= 0]
+    g = mine.groupby("step")
+    first = g["ts_ns"].min().reindex(steps["step"]).to_numpy()
+    last = (mine["ts_ns"] + mine["dur_ns"]).groupby(mine["step"]).max().reindex(steps["step"]).to_numpy()
+    lo, hi = steps["start_ns"].to_numpy().copy(), steps["end_ns"].to_numpy().copy()
+    active = np.flatnonzero(~np.isnan(first))
+    if active.size:
+        starts = np.maximum.accumulate(first[active].astype(np.int64))  # windows tile: never step back
+        backlog = work[(work["step"] < 0) & (work["ts_ns"] < starts[0])]
+        backlog_end = int((backlog["ts_ns"] + backlog["dur_ns"]).max()) if len(backlog) else lo[active[0]]
+        starts[0] = min(starts[0], max(lo[active[0]], backlog_end))
+        lo[active] = starts
+        hi[active] = np.append(starts[1:], np.int64(last[active[-1]]))
+        hi[active] = np.maximum(hi[active], lo[active])
+    return lo, hi

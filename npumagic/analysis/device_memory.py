@@ -1,0 +1,19 @@
+"""Peak device memory of one rank, against the device's capacity where it is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+MEMORY_COLUMNS = ["device", "peak_allocated_bytes", "peak_reserved_bytes", "capacity_bytes"]
+
+
+def memory_table(memory: pd.DataFrame, meta: dict) -> pd.DataFrame:
+    if memory.empty:
+        return pd.DataFrame(columns=MEMORY_COLUMNS)
+    g = memory.groupby(memory["device"].astype(str), sort=True)
+    table = g.agg(peak_allocated_bytes=("allocated_bytes", "max"), peak_reserved_bytes=("reserved_bytes", "max")).reset_index()
+    table["capacity_bytes"] = np.where(table["device"].str.startswith("cpu"), np.nan,
+                                       meta.get("device_memory_bytes") or np.nan)
+    return table[MEMORY_COLUMNS]

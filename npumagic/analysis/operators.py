@@ -1,0 +1,113 @@
+"""Kernel and host-operator tables of one rank: self time of nested host operators, totals
+per kernel (with the vendor's types and shapes where torch_npu recorded them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+KERNEL_COLUMNS = ["name", "type", "core", "count", "total_us", "mean_us", "min_us", "max_us", "share", "shapes"]
+
+
+# the pipe-utilisation columns torch_npu writes to kernel_details.csv at --aic-metrics PipeUtilization
+AIC_RATIO_COLUMNS = ("aic_mac_ratio", "aic_scalar_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpipe_ratio",
+                     "aiv_vec_ratio", "aiv_scalar_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio")
+HOST_OP_COLUMNS = ["name", "count", "total_us", "mean_us", "max_us", "share"]
+
+
+def self_time_ns(ops: pd.DataFrame) -> np.ndarray:
+    """Each operator's own time: its duration minus that of its direct children on its thread.
+
+    Vectorised: nesting depth from counts of starts and ends (ops on a thread nest properly),
+    the parent is the latest earlier op one level up, and children's durations are summed per
+    parent with bincount.
+    """
+    n = len(ops)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    lane = ops["lane"].cat.codes.to_numpy().astype(np.int64)
+    start = ops["ts_ns"].to_numpy()
+    dur = ops["dur_ns"].to_numpy()
+    order = np.lexsort((-dur, start, lane))  # parents before children at equal starts
+    lane, start, dur = lane[order], start[order], dur[order]
+    end = start + dur
+    # depth = ops of this lane still open when this one starts (opened earlier, not yet ended)
+    lane_first = np.searchsorted(lane, lane, side="left")
+    opened_before = np.arange(n) - lane_first
+    end_key = np.lexsort((end, lane))
+    sorted_end_lane, sorted_end = lane[end_key], end[end_key]
+    closed = np.empty(n, dtype=np.int64)
+    for code in np.unique(lane):  # per lane: a few threads
+        sel = sorted_end_lane == code
+        ends_here = sorted_end[sel]
+        mine = lane == code
+        closed[mine] = np.searchsorted(ends_here, start[mine], side="right")
+    depth = opened_before - closed
+    parent = np.full(n, -1, dtype=np.int64)
+    position = np.arange(n)
+    for d in range(1, int(depth.max()) + 1 if n else 1):
+        up = position[depth == d - 1]
+        here = position[depth == d]
+        if here.size == 0 or up.size == 0:
+            continue
+        k = np.searchsorted(up, here, side="right") - 1
+        ok = k >= 0
+        candidate = up[np.maximum(k, 0)]
+        ok &= lane[candidate] == lane[here]
+        parent[here[ok]] = candidate[ok]
+    child = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=n)
+    own = np.maximum(dur - child.astype(np.int64), 0)
+    out = np.empty(n, dtype=np.int64)
+    out[order] = own
+    return out
+
+
+def kernel_table(ev: pd.DataFrame, device_mode: bool, total_wall_us: float, vendor: dict) -> pd.DataFrame:
+    if device_mode:
+        kernels = ev[ev["kind"] == "kernel"]
+    else:  # on the CPU an operator's work is its self time (a leaf's is all of it)
+        ops = ev[(ev["kind"] == "host_op") & (ev["device"] < 0)]
+        kernels = ops.assign(dur_ns=self_time_ns(ops))
+        kernels = kernels[kernels["dur_ns"] > 0]
+    if kernels.empty:
+        return pd.DataFrame(columns=KERNEL_COLUMNS)
+    frame = kernels.assign(dur_us=kernels["dur_ns"] / 1000.0, name=kernels["name"].astype(str),
+                           type=kernels["type"].astype(str), core=kernels["core"].astype(str),
+                           shapes=kernels["shapes"].astype(str))
+    grouped = frame.groupby(["name", "type", "core"], observed=True, sort=False)
+    table = grouped["dur_us"].agg(count="count", total_us="sum", mean_us="mean", min_us="min", max_us="max").reset_index()
+    table["shapes"] = grouped["shapes"].agg(lambda s: s.mode().iat[0] if len(s) else "").to_numpy()
+    table["share"] = table["total_us"] / total_wall_us if total_wall_us > 0 else np.nan
+    table = table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
+    details = vendor.get("kernel_details")
+    extra = [c for c in AIC_RATIO_COLUMNS if details is not None and c in details]
+    if extra:
+        ratios = details[["Name"] + extra].copy()
+        for c in extra:
+            ratios[c] = pd.to_numeric(ratios[c].replace({"N/A": None}), errors="coerce")
+        ratios = ratios.groupby("Name")[extra].mean()
+        table = table.join(ratios, on="name")
+    return table[KERNEL_COLUMNS + extra]
+
+
+def kernel_types(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Kernels aggregated by operator type: type, core, count, total_us, mean_us, min_us, max_us."""
+    if kernels.empty:
+        return pd.DataFrame(columns=["type", "core", "count", "total_us", "mean_us", "min_us", "max_us"])
+    g = kernels.groupby(["type", "core"], sort=False)
+    out = g.agg(count=("count", "sum"), total_us=("total_us", "sum"), min_us=("min_us", "min"), max_us=("max_us", "max"))
+    out["mean_us"] = out["total_us"] / out["count"]
+    out = out.reset_index().sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
+    return out[["type", "core", "count", "total_us", "mean_us", "min_us", "max_us"]]
+
+
+def host_op_table(ev: pd.DataFrame, total_wall_us: float) -> pd.DataFrame:
+    ops = ev[(ev["kind"] == "host_op") & (ev["device"] < 0)]
+    if ops.empty:
+        return pd.DataFrame(columns=HOST_OP_COLUMNS)
+    frame = pd.DataFrame({"name": ops["name"].astype(str), "dur_us": ops["dur_ns"] / 1000.0})
+    table = frame.groupby("name", sort=False)["dur_us"].agg(count="count", total_us="sum", mean_us="mean",
+                                                             max_us="max").reset_index()
+    table["share"] = table["total_us"] / total_wall_us if total_wall_us > 0 else np.nan
+    return table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)[HOST_OP_COLUMNS]

@@ -1,0 +1,65 @@
+"""Host calls that block on the device (item, .cpu(), synchronize, ...), counted per step and
+traced back to the user's source line where the trace has Python frames."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+
+SYNC_COLUMNS = ["name", "count", "total_us", "per_step", "source"]
+
+
+SYNC_HOST_OPS = frozenset({"aten::_local_scalar_dense", "aten::item"})
+
+
+def is_host_sync(ev: pd.DataFrame) -> pd.Series:
+    """Host calls that block until the device catches up (runtime syncs, ``.item()``)."""
+    on_host = ev["device"] < 0
+    return on_host & ((ev["kind"] == "sync") | ((ev["kind"] == "host_op") & ev["name"].astype(str).isin(SYNC_HOST_OPS)))
+
+
+_LIBRARY_FRAME = re.compile(r"^<built-in|site-packages|/lib/python|^(?:torch|IPython|ipykernel|traitlets|tornado|asyncio|"
+                            r"typing|contextlib|threading|multiprocessing|importlib|npumagic|nn\.Module|runpy)\b|"
+                            r"/npumagic/|<frozen")
+
+
+MAX_SYNCS_LOCATED = 5000
+
+
+def _user_source(ev: pd.DataFrame, syncs: pd.DataFrame) -> np.ndarray:
+    """For each sync, the innermost enclosing user-code Python frame recorded on its thread
+    (torch.profiler's with_stack python_function events); "" where none was recorded."""
+    source = syncs["source"].astype(str).to_numpy().copy()
+    frames = ev[ev["kind"] == "python"]
+    if frames.empty:
+        return source
+    names = frames["name"].astype(str)
+    frames = frames[~names.str.contains(_LIBRARY_FRAME)]
+    for lane, group in frames.groupby("lane", observed=True):
+        mine = np.flatnonzero((syncs["lane"] == lane).to_numpy() & (source == ""))[:MAX_SYNCS_LOCATED]
+        start = group["ts_ns"].to_numpy()
+        end = start + group["dur_ns"].to_numpy()
+        label = group["name"].astype(str).to_numpy()
+        for i in mine:
+            t0 = syncs["ts_ns"].iat[i]
+            inside = np.flatnonzero((start <= t0) & (end >= t0 + syncs["dur_ns"].iat[i]))
+            if inside.size:
+                source[i] = label[inside[np.argmax(start[inside])]]
+    return source
+
+
+def sync_table(ev: pd.DataFrame, n_steps: int) -> pd.DataFrame:
+    syncs = ev[is_host_sync(ev)]
+    if syncs.empty:
+        return pd.DataFrame(columns=SYNC_COLUMNS)
+    frame = pd.DataFrame({"name": syncs["name"].astype(str), "dur_us": syncs["dur_ns"] / 1000.0,
+                          "source": _user_source(ev, syncs)})
+    g = frame.groupby("name", sort=False)
+    table = g["dur_us"].agg(count="count", total_us="sum").reset_index()
+    table["per_step"] = table["count"] / n_steps
+    table["source"] = g["source"].agg(lambda s: s[s != ""].mode().iat[0] if (s != "").any() else "").to_numpy()
+    # by the host time they block: many cheap calls matter less than a few that wait long
+    return table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)[SYNC_COLUMNS]

@@ -25,9 +25,11 @@ def _load(args, path) -> Any:
 
 
 def _summary(args, path, rank=None):
-    from . import analysis
+    from . import parallel
 
-    return analysis.summarize(_load(args, path), rank=rank)
+    # many ranks are read and summarised as parallel tasks (Dask); one rank in this process
+    return parallel.analyze(path, rank=rank, scheduler=getattr(args, "scheduler", None),
+                            progress=not getattr(args, "json", False) and sys.stderr.isatty())
 
 
 def _records(frame, limit: int | None = None) -> list[dict]:
@@ -166,6 +168,14 @@ def _demo(args) -> int:
     return run_demo(args.out)
 
 
+def _scheduler_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="where the ranks of a many-rank job are read and summarised in parallel: a dask.distributed "
+                        "scheduler (tcp://HOST:8786, its workers must see the same paths), 'local' (a local Dask "
+                        "cluster) or 'serial' (this process); default: a local cluster from "
+                        "8 ranks on, this process below")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="npumagic", description="Profile analysis for PyTorch on Ascend NPU, CUDA and "
@@ -182,17 +192,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=int, default=None, help="rank to describe (default the lowest)")
     p.add_argument("--top", type=int, default=10, help="kernels to list (default 10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _scheduler_argument(p)
     p = add("advise", _advise, "ranked findings with evidence and fixes")
     p.add_argument("path")
     p.add_argument("--rank", type=int, default=None)
     p.add_argument("--all", action="store_true", help="every rank of a multi-rank job, and low-severity findings")
     p.add_argument("--json", action="store_true")
+    _scheduler_argument(p)
     p = add("compare", _compare, "compare two outputs: step time with a 95%% CI, breakdown and kernel deltas")
     p.add_argument("path_a", help="the reference")
     p.add_argument("path_b", help="the run to check")
     p.add_argument("--rank-a", type=int, default=None)
     p.add_argument("--rank-b", type=int, default=None)
     p.add_argument("--json", action="store_true")
+    _scheduler_argument(p)
     p = add("show", _show, "draw one view of an output to an image file")
     p.add_argument("path")
     for view in VIEWS:

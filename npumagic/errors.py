@@ -14,3 +14,7 @@ class TraceError(NpumagicError, ValueError):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+    def __reduce__(self):
+        # rebuilt from its own arguments, so it survives pickling (a Dask worker raising it)
+        return type(self), (self.path, self.problem)

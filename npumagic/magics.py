@@ -12,7 +12,7 @@ from pathlib import Path
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from traitlets import Bool, Enum, List, Unicode
+from traitlets import Bool, Enum, List, TraitError, Unicode, validate
 
 from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError
 from .capture.options import HOST_SYS
@@ -20,6 +20,7 @@ from .errors import NpumagicError
 from .history import RunNameTaken, UnknownRun
 from .names import RULE as NAME_RULE
 from .names import check_name
+from .parallel import check_scheduler
 from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
 from .render.tables import runs_table, step_table
 from .render.views import view_range
@@ -142,6 +143,17 @@ class NpuMagics(Magics):
     views = List(Enum(list(VIEWS)), default_value=["timeline", "steps"],
                  help=f"Figures drawn after each run, from: {', '.join(VIEWS)}.").tag(config=True)
     figure_format = Enum(["png", "svg"], default_value="png", help="Format of the figures shown and saved.").tag(config=True)
+    scheduler = Unicode("", help="Where %npuload reads and summarises the ranks of a many-rank job in parallel: a "
+                                 "dask.distributed scheduler address (tcp://HOST:8786; its workers must see the same "
+                                 "paths), 'local' (a local Dask cluster), 'serial' (this kernel), or '' (a local "
+                                 "cluster from 8 ranks on).").tag(config=True)
+
+    @validate("scheduler")
+    def _check_scheduler(self, proposal):
+        try:
+            return check_scheduler(proposal["value"])
+        except NpumagicError as exc:
+            raise TraitError(str(exc)) from None
 
     def __init__(self, shell=None, **kwargs) -> None:
         super().__init__(shell=shell, **kwargs)
@@ -155,6 +167,7 @@ class NpuMagics(Magics):
                 self._session = Session(wanted, backend=self.backend or None)
             except NpumagicError as exc:  # a history that is not a database, an output_dir that is a file, ...
                 raise UsageError(str(exc)) from None
+        self._session.scheduler = self.scheduler
         return self._session
 
     # -- capture ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 
-from . import analysis
+from . import analysis, parallel
 from .analysis.advice import Advice, advise_run
 from .analysis.checklist import Verdict, checklist
 from .analysis.compare import Comparison, Noise, between_run_noise, compare
@@ -60,6 +60,7 @@ class Session:
         self._summaries: dict[str, Summary] = {}
         self._trace: tuple[str, analysis.Trace] | None = None  # the latest one only: traces can be large
         self.baseline: str | None = None
+        self.scheduler = ""  # where many-rank imports run (see npumagic.parallel)
 
     # -- backend ------------------------------------------------------------------------------
     def backend_choice(self) -> BackendChoice:
@@ -160,30 +161,37 @@ class Session:
         if name is not None:
             check_name(name)
         path = Path(path).resolve()
-        trace = analysis.load(path, progress=True)  # raises TraceError before anything is stored
+        # raises TraceError before anything is stored; many ranks (Dask): only their summaries come back
+        if parallel.uses_dask(path, self.scheduler):
+            trace, summary = None, parallel.analyze(path, scheduler=self.scheduler, progress=True)
+            meta = summary.meta
+        else:
+            trace, summary = analysis.load(path, progress=True), None
+            meta = trace.meta
         wanted = name or _name_for(path)
-        name = self.store.reserve(wanted, next_free=True, kind="load", backend=trace.meta.get("backend"),
-                                  device=trace.meta.get("device_name"), source=f"%npuload {path}",
-                                  arguments={"path": str(path)}, environment=trace.meta.get("environment", {}))
+        name = self.store.reserve(wanted, next_free=True, kind="load", backend=meta.get("backend"),
+                                  device=meta.get("device_name"), source=f"%npuload {path}",
+                                  arguments={"path": str(path)}, environment=meta.get("environment", {}))
         try:
             self.store.update(name, run_dir=str(path))
             notes = [f"{wanted} is taken: this run is {name}"] if name != wanted else []
-            return self._record(name, "ok", path, None, notes, trace=trace)
+            return self._record(name, "ok", path, None, notes, trace=trace, summary=summary)
         except BaseException as exc:
             self._close(name, exc)
             raise
 
     def _record(self, name: str, status: str, run_dir: Path, result: CaptureResult | None, notes: list[str],
-                trace: "analysis.Trace | None" = None) -> RunOutcome:
-        summary = verdict = None
+                trace: "analysis.Trace | None" = None, summary: Summary | None = None) -> RunOutcome:
+        verdict = None
         message = "; ".join(notes[1:]) if result else None
         if result is not None and result.dataloaders:  # before the verdict: Verify's "what changed" reads them
             self.store.update(name, dataloaders=result.dataloaders)
         try:
-            if trace is None and result is not None and result.trace_files:
+            if trace is None and summary is None and result is not None and result.trace_files:
                 trace = analysis.load(run_dir)
             if trace is not None:
                 summary = analysis.summarize(trace)
+            if summary is not None:
                 self._summaries[name] = summary
                 verdict = checklist(summary, run_name=name, stored_at=str(self.store.path),
                                     comparison=self._against_baseline(name, summary))

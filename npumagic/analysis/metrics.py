@@ -6,7 +6,7 @@ kernels and host operators, :mod:`.syncs`, :mod:`.collectives`, :mod:`.device_me
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -170,15 +170,18 @@ def summarize(trace: Trace, rank: int | None = None) -> Summary:
     ranks = trace.ranks or [0]
     if rank is not None and rank not in ranks:
         raise ValueError(f"rank {rank} not in trace; ranks: {ranks}")
-    per_rank = {r: _summarize_rank(trace, r) for r in ranks}
-    return combine(per_rank, rank)
+    return combine({r: summarize_rank(trace, r) for r in ranks}, rank)
 
 
 def combine(per_rank: dict[int, Summary], rank: int | None = None) -> Summary:
     """The Summary of a job from its ranks' own Summaries: ``rank``'s tables (default: the lowest
     rank), the rank comparison in ``.ranks`` and every rank's links and matrix. Only per-rank
-    summaries are needed, so ranks can be summarised apart (e.g. on Dask workers)."""
+    summaries are needed, so ranks can be summarised apart (on Dask workers: :mod:`npumagic.parallel`),
+    and every cluster view must be computed here, from them alone."""
     ranks = sorted(per_rank)
+    if rank is not None and rank not in per_rank:
+        raise ValueError(f"rank {rank} not in trace; ranks: {ranks}")
+    per_rank = {r: per_rank[r] for r in ranks}
     table = rank_table(per_rank)
     chosen = per_rank[rank if rank is not None else ranks[0]]
     links = pd.concat([per_rank[r].links for r in ranks], ignore_index=True)
@@ -187,7 +190,8 @@ def combine(per_rank: dict[int, Summary], rank: int | None = None) -> Summary:
     return dataclasses.replace(chosen, ranks=table, per_rank=per_rank, links=links, matrix=matrix, temporal=temporal)
 
 
-def _summarize_rank(trace: Trace, rank: int) -> Summary:
+def summarize_rank(trace: Trace, rank: int) -> Summary:
+    """The Summary of one rank of ``trace`` alone (its ``.ranks`` is empty; see :func:`combine`)."""
     mine = trace.for_rank(rank)
     ev = mine.events
     steps = mine.steps.sort_values("start_ns")
@@ -223,7 +227,8 @@ def _summarize_rank(trace: Trace, rank: int) -> Summary:
         syncs=sync_table(in_steps, max(len(steps), 1)),
         comm=comm_table(mine.comm, in_steps, links),
         memory=memory_table(mine.memory, trace.meta),
-        memory_timeline=mine.memory.reset_index(drop=True),
+        # categories of this rank only: a rank's summary must not depend on the other ranks
+        memory_timeline=_own_categories(mine.memory.reset_index(drop=True)),
         ranks=pd.DataFrame(columns=RANK_COLUMNS),
         meta=meta,
         details=details,
@@ -239,4 +244,26 @@ def _summarize_rank(trace: Trace, rank: int) -> Summary:
         vendor={k: v for k, v in vendor.items() if k in RULE_TABLES},
     )
 
+
+RANK_META = ("rank", "device_mode", "backend", "dataloader_iter", "sources", "note", "parallel")
+JOB_ONLY_META = ("vendor", "notes", "parallel_groups")
+
+
+def _own_categories(frame: pd.DataFrame) -> pd.DataFrame:
+    cats = [c for c in frame.columns if isinstance(frame[c].dtype, pd.CategoricalDtype)]
+    return frame.assign(**{c: frame[c].cat.remove_unused_categories() for c in cats}) if cats else frame
+
+
+def rebase(summary: Summary, job_meta: dict[str, Any], rank: int | None = None) -> Summary:
+    """``summary`` (of one rank, read on its own) as part of the job that ``job_meta`` describes:
+    the job's meta (path, files, world size, device) with the rank's own entries, and what
+    depends on the job's meta (memory capacity); with ``rank``, renumbered."""
+    meta = {k: v for k, v in job_meta.items() if k not in JOB_ONLY_META}
+    meta.update({k: summary.meta[k] for k in RANK_META if k in summary.meta})
+    meta["backend"] = job_meta.get("backend", meta.get("backend", "cpu"))
+    tables = {"memory_timeline": summary.memory_timeline, "links": summary.links, "matrix": summary.matrix}
+    if rank is not None:
+        meta["rank"] = rank
+        tables = {k: t.assign(rank=rank) if "rank" in t and len(t) else t for k, t in tables.items()}
+    return replace(summary, memory=memory_table(tables["memory_timeline"], job_meta), meta=meta, **tables)
 

@@ -19,7 +19,7 @@ from . import ascend, kineto
 from .host import FILE_NAME as HOST_FILE
 from .host import read_host
 
-__all__ = ["load", "detect"]
+__all__ = ["load", "detect", "rank_groups", "read", "merge_meta", "host_file", "with_host_samples"]
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -82,21 +82,54 @@ def load(path: str | Path, progress: bool = False) -> Trace:
         bar = tqdm(total=0 if fmt == "kineto" else len(paths), desc=f"reading {Path(path).name}", unit=unit,
                    unit_scale=fmt == "kineto", leave=False, delay=0.5)
     try:
-        reader = kineto.read if fmt == "kineto" else ascend.read
-        trace = reader(paths, progress=bar)
+        trace = read(fmt, paths, progress=bar)
     finally:
         if bar is not None:
             bar.close()
-    return _with_host_samples(trace, Path(path))
+    return with_host_samples(trace, Path(path))
 
 
-def _with_host_samples(trace: Trace, path: Path) -> Trace:
-    """Add the host samples npumagic's capture wrote into a run directory, if any."""
-    host = path / HOST_FILE
-    if not path.is_dir() or not host.is_file():
+def read(fmt: str, paths: list[Path], progress=None) -> Trace:
+    """Read ``paths`` of format ``fmt`` (as :func:`detect` returns them) with that reader."""
+    reader = kineto.read if fmt == "kineto" else ascend.read
+    return reader(paths, progress=progress)
+
+
+def host_file(path: str | Path) -> Path | None:
+    """npumagic's host samples in the run directory ``path`` (written by its capture), if any."""
+    host = Path(path) / HOST_FILE
+    return host if Path(path).is_dir() and host.is_file() else None
+
+
+def with_host_samples(trace: Trace, path: str | Path) -> Trace:
+    """Add the host samples npumagic's capture wrote into a run directory, if any (to the
+    trace's lowest rank: the capture sampled its own process)."""
+    host = host_file(path)
+    if host is None:
         return trace
     rank = trace.ranks[0] if trace.ranks else 0
     samples = read_host(host, rank)
     samples["ts_ns"] -= int(trace.meta.get("base_time_ns") or 0)  # sampled in epoch ns, as torch_npu stamps
     counters = pd.concat([trace.counters, samples], ignore_index=True)
     return dataclasses.replace(trace, counters=sort_counters(schema.coerce(counters, schema.COUNTER_COLUMNS)))
+
+
+def rank_groups(fmt: str, paths: list[Path]) -> list[list[Path]]:
+    """``paths`` split into groups that each hold one rank and can be read on their own.
+
+    A torch_npu rank directory is one rank. Kineto files are kept together (one group): a
+    folder of them may be repeat cycles of one rank, which must be read as one.
+    """
+    if fmt == "ascend":
+        return [[p] for p in paths]
+    return [list(paths)]
+
+
+def merge_meta(fmt: str, paths: list[Path], metas: list[dict], unreadable: dict | None = None) -> dict:
+    """The meta of a job read group by group: what reading all ``paths`` at once gives, from each
+    group's own meta (in the order of :func:`rank_groups`)."""
+    if fmt == "ascend":
+        return ascend.merge_meta(paths, metas, unreadable)
+    if len(metas) != 1:
+        raise ValueError("Kineto files are read as one group")
+    return dict(metas[0])

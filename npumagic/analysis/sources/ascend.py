@@ -82,27 +82,46 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     for p in parts:
         if p["note"]:
             warnings.warn(f"rank {p['rank']}: {p['note']}", stacklevel=3)
-    devices = [p["device_name"] for p in parts if p.get("device_name")]
-    meta = {
-        "backend": "npu",
-        "format": "ascend",
-        "path": str(paths[0].parent if len(paths) > 1 else paths[0]),
-        "files": [str(p) for p in paths],
-        "device_name": devices[0] if devices else "Ascend NPU",
-        "world_size": len(parts),
-        "settings": parts[0]["settings"],
-        "environment": parts[0]["environment"],
-        "vendor": {p["rank"]: p["vendor"] for p in parts},
-        "sources": {p["rank"]: p["sources"] for p in parts},
-        "notes": {p["rank"]: p["note"] for p in parts if p["note"]},
-        "parallel_groups": {p["rank"]: p["parallel_groups"] for p in parts if p["parallel_groups"]},
-        "unreadable": unreadable,
-        "bad_rows": notes.as_meta(),
-    }
+    meta = merge_meta(paths, [_rank_meta(p) for p in parts], unreadable, notes.as_meta())
     notes.warn()
     cat = lambda key: pd.concat([p[key] for p in parts], ignore_index=True)  # noqa: E731
     return schema.finish(cat("events"), cat("steps"), cat("memory"), cat("comm"), meta, cat("links"), cat("matrix"),
                          counters=cat("counters"))
+
+
+DEVICE_NAME = "Ascend NPU"  # when no rank says which
+
+
+def _rank_meta(part: dict[str, Any]) -> dict[str, Any]:
+    r = part["rank"]
+    return {"device_name": part.get("device_name") or DEVICE_NAME, "settings": part["settings"],
+            "environment": part["environment"], "vendor": {r: part["vendor"]}, "sources": {r: part["sources"]},
+            "notes": {r: part["note"]} if part["note"] else {},
+            "parallel_groups": {r: part["parallel_groups"]} if part["parallel_groups"] else {}}
+
+
+def merge_meta(paths: list[Path], metas: list[dict[str, Any]], unreadable: dict[str, str] | None = None,
+               bad_rows: dict | None = None) -> dict[str, Any]:
+    """The meta of the job made of the rank directories ``paths`` from each rank's own meta (in
+    directory order, as :func:`read` gives it for one rank): what :func:`read` gives for all."""
+    devices = [m["device_name"] for m in metas if m.get("device_name", DEVICE_NAME) != DEVICE_NAME]
+    merged = lambda key: {k: v for m in metas for k, v in (m.get(key) or {}).items()}  # noqa: E731
+    return {
+        "backend": "npu",
+        "format": "ascend",
+        "path": str(paths[0].parent if len(paths) > 1 else paths[0]),
+        "files": [str(p) for p in paths],
+        "device_name": devices[0] if devices else DEVICE_NAME,
+        "world_size": len(metas),
+        "settings": metas[0]["settings"],
+        "environment": metas[0]["environment"],
+        "vendor": merged("vendor"),
+        "sources": merged("sources"),
+        "notes": merged("notes"),
+        "parallel_groups": merged("parallel_groups"),
+        "unreadable": {**merged("unreadable"), **(unreadable or {})},
+        "bad_rows": merged("bad_rows") if bad_rows is None else bad_rows,
+    }
 
 
 RANK_TABLES = ("events", "steps", "memory", "comm", "links", "matrix", "counters")

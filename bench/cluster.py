@@ -1,0 +1,145 @@
+"""Many-rank jobs: npumagic analyze against ``msprof-analyze cluster -m all`` on the same folder.
+
+Builds an N-rank torch_npu job by copying the shared level1 ranks (rank i is a copy of rank
+i % 2, its rank id rewritten where the files carry it: the directory name, profiler_info_N.json
+and its rank_id, the source rank of trace_view.json's HCCL links and communication_matrix.json's
+link keys; the other files are hard links), then times, each as a fresh process as a user runs
+it from a shell: ``npumagic analyze DIR`` and, when it is installed (``pip install
+msprof-analyze``), ``msprof-analyze cluster -d DIR -m all``. Peak RSS is that of the whole
+process tree (npumagic's Dask workers and msprof-analyze's pool included), sampled every 50 ms.
+
+    python bench/cluster.py --ranks 256 [--scheduler tcp://HOST:8786] [--keep DIR]
+
+The last line is ``ratio: X.Xx`` (msprof-analyze's wall time over npumagic's).
+Target: 256 ranks at least 5x faster than msprof-analyze; 256 ranks cost at most 9x 32 ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+LEVEL1 = ROOT.parent / "shared" / "data" / "ascend" / "level1"
+OUTPUT = "ASCEND_PROFILER_OUTPUT"
+
+
+def build(job: Path, ranks: int) -> None:
+    """``ranks`` rank directories under ``job``, copied from the shared level1 ranks."""
+    sources = sorted(p for p in LEVEL1.iterdir() if p.is_dir() and (p / OUTPUT).is_dir())
+    for rank in range(ranks):
+        source = sources[rank % len(sources)]
+        old = int(re.search(r"rank(\d+)", source.name).group(1))
+        target = job / f"rank{rank}_ascend_pt"
+        for path in source.rglob("*"):
+            rel = path.relative_to(source)
+            out = target / rel
+            if path.is_dir():
+                out.mkdir(parents=True, exist_ok=True)
+                continue
+            out.parent.mkdir(parents=True, exist_ok=True)
+            if rel.name.startswith("profiler_info"):
+                info = json.loads(path.read_text())
+                info["rank_id"] = rank
+                (out.parent / f"profiler_info_{rank}.json").write_text(json.dumps(info, indent=4))
+            elif rel.name == "trace_view.json":
+                out.write_text(path.read_text().replace(f'"src rank": {old},', f'"src rank": {rank},'))
+            elif rel.name == "communication_matrix.json":
+                matrix = json.loads(path.read_text())
+                for step in matrix.values():
+                    for group in step.values():
+                        for op, links in group.items():
+                            group[op] = {_relink(k, old, rank): v for k, v in links.items()}
+                out.write_text(json.dumps(matrix))
+            else:
+                os.link(path, out)
+
+
+def _relink(key: str, old: int, new: int) -> str:
+    src, _, dst = key.partition("-")
+    return f"{new}-{dst}" if src == str(old) else key
+
+
+def timed(command: list[str], cwd: Path) -> tuple[float, float] | str:
+    """Wall seconds and the peak RSS (MiB) of the process and all its descendants together."""
+    log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty tool must never block on it
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    peak = 0
+    root = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        try:
+            tree = [root, *root.children(recursive=True)]
+            peak = max(peak, sum(_rss(p) for p in tree))
+        except psutil.NoSuchProcess:
+            pass
+        time.sleep(0.05)
+    seconds = time.perf_counter() - t0
+    log.seek(0)
+    out = log.read()
+    log.close()
+    if proc.returncode != 0:
+        last = (out.strip() or f"exit {proc.returncode}").splitlines()[-1]
+        return "failed: " + last[:100]
+    return seconds, peak / 2**20
+
+
+def _rss(process: psutil.Process) -> int:
+    try:
+        return process.memory_info().rss
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=32)
+    parser.add_argument("--scheduler", default="", help="npumagic analyze --scheduler (default: a local cluster)")
+    parser.add_argument("--keep", type=Path, default=None, help="build the job here and keep it")
+    parser.add_argument("--skip-msprof", action="store_true")
+    args = parser.parse_args()
+    if not LEVEL1.is_dir():
+        sys.exit(f"{LEVEL1} not found (the shared data sits beside the project)")
+    with tempfile.TemporaryDirectory(prefix="npumagic-cluster-") as tmp:
+        job = args.keep or Path(tmp) / "job"
+        if not job.is_dir():
+            t0 = time.perf_counter()
+            build(job, args.ranks)
+            print(f"job: {args.ranks} ranks copied from {LEVEL1} in {time.perf_counter() - t0:.1f} s", flush=True)
+        ours_cmd = [sys.executable, "-m", "npumagic.cli", "analyze", str(job)]
+        if args.scheduler:
+            ours_cmd += ["--scheduler", args.scheduler]
+        rows = [("npumagic analyze", timed(ours_cmd, Path(tmp)))]
+        tool = shutil.which("msprof-analyze")
+        if args.skip_msprof or not tool:
+            rows.append(("msprof-analyze cluster -m all", "skipped" if tool else "not installed"))
+        else:
+            shutil.rmtree(job / "cluster_analysis_output", ignore_errors=True)
+            rows.append(("msprof-analyze cluster -m all", timed([tool, "cluster", "-d", str(job), "-m", "all"], Path(tmp))))
+            shutil.rmtree(job / "cluster_analysis_output", ignore_errors=True)
+        print(f"\n{args.ranks} ranks, {os.cpu_count()} cores\n{'tool':<32}{'wall s':>9}{'peak RSS MiB':>14}")
+        for label, result in rows:
+            if isinstance(result, tuple):
+                print(f"{label:<32}{result[0]:>9.2f}{result[1]:>14.0f}")
+            else:
+                print(f"{label:<32}  {result}")
+        ours, peer = rows[0][1], rows[1][1]
+        if isinstance(ours, tuple) and isinstance(peer, tuple):
+            print(f"ratio: {peer[0] / ours[0]:.1f}x")
+        else:
+            print("ratio: -")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Many ranks in parallel: reading a rank and summarising it are independent tasks, run on Dask.
+
+By default the tasks run on a local Dask cluster of processes sized to the machine, started for
+the job and closed after it; a ``tcp://HOST:8786`` scheduler address sends them to an existing
+dask.distributed cluster instead, whose workers must see the same paths (run it next to the
+data). Each task is the reader's own function on one rank followed by
+:func:`~npumagic.analysis.metrics.summarize_rank`, so only per-rank summaries (small tables)
+travel back; the cluster views are computed from them by
+:func:`~npumagic.analysis.metrics.combine`, exactly as the serial path computes them. A job of
+one rank never starts Dask.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+from pathlib import Path
+
+from .analysis import sources
+from .analysis.metrics import Summary, combine, rebase, summarize, summarize_rank
+from .errors import NpumagicError, TraceError
+
+log = logging.getLogger(__name__)
+
+LOCAL = "local"
+RANK_KEYED = ("vendor", "sources", "notes", "parallel_groups")  # meta entries keyed by rank id
+# Below this many ranks a local cluster costs more to start (a few seconds: each worker process
+# imports pandas and npumagic) than reading the ranks one after another saves.
+MIN_RANKS_LOCAL = 8
+CONNECT_TIMEOUT_S = 10
+_ADDRESS = re.compile(r"(?:[a-z]+://)?[\w.\-\[\]:]+:\d+")
+
+
+def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = None,
+            progress: bool = False) -> Summary:
+    """The Summary of any supported profiler output, its ranks read and summarised in parallel.
+
+    Parameters
+    ----------
+    path : a trace file, a run directory, or a folder of rank directories.
+    rank : the rank the Summary describes (default the lowest); every rank is in ``.per_rank``.
+    scheduler : ``None`` or ``""`` (a local cluster when the job has at least
+        :data:`MIN_RANKS_LOCAL` ranks, else in this process), ``"local"`` (always a local
+        cluster when there is more than one rank), ``"serial"`` (in this process), or the
+        address of a dask.distributed scheduler (``tcp://HOST:8786``).
+    progress : a tqdm bar over ranks.
+
+    Returns
+    -------
+    Summary : equal to ``summarize(load(path), rank)``.
+
+    Raises
+    ------
+    TraceError : a rank could not be read (raised from the task that read it).
+    NpumagicError : the scheduler cannot be reached.
+    """
+    scheduler = check_scheduler(scheduler)
+    fmt, paths = sources.detect(path)
+    groups = sources.rank_groups(fmt, paths)
+    if not _on_dask(len(groups), scheduler):
+        return summarize(sources.load(path, progress=progress), rank)
+    results = _run_on_dask(fmt, groups, scheduler, progress)
+    read, metas, unreadable = [], [], {}
+    for group, (per_rank, meta, caught, error) in zip(groups, results):
+        for message in caught:
+            warnings.warn(message, stacklevel=2)
+        if error is not None:  # as the reader does: a rank that cannot be read is left out
+            unreadable[str(group[0])] = str(error)
+            warnings.warn(f"{error} (this rank is left out; the others are analysed)", stacklevel=2)
+            continue
+        read += list(per_rank.items())
+        metas.append(meta)
+    if not read:
+        raise TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
+    renumber = len({r for r, _ in read}) != len(read)  # unlabelled ranks: directory order, as the reader does
+    if renumber:
+        metas = [{k: ({i: v for v in m[k].values()} if k in RANK_KEYED else m[k]) for k in m}
+                 for i, m in enumerate(metas)]
+    job = sources.merge_meta(fmt, [g[0] for g in groups if str(g[0]) not in unreadable] if fmt == "ascend" else paths,
+                             metas, unreadable)
+    job["files"] = [str(p) for p in paths]  # every rank asked for, as the reader records them
+    job["path"] = str(paths[0].parent if len(paths) > 1 else paths[0])
+    per_rank = {i if renumber else r: rebase(s, job, rank=i if renumber else None) for i, (r, s) in enumerate(read)}
+    return combine(per_rank, rank)
+
+
+def summarize_group(fmt: str, paths: list[Path]) -> tuple[dict[int, Summary], dict, list[str], TraceError | None]:
+    """One task: read one rank's files with the reader and summarise it.
+
+    Returns the summary of each rank read (one), the meta of what was read without the vendor
+    tables (the summaries already hold what they need of them), the warnings raised, and the
+    TraceError when a torch_npu rank cannot be read (the job goes on without it).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            trace = sources.read(fmt, paths)
+        except TraceError as exc:
+            if fmt != "ascend":
+                raise
+            return {}, {}, [str(w.message) for w in caught], exc
+        per_rank = {r: summarize_rank(trace, r) for r in (trace.ranks or [0])}
+    meta = {k: v for k, v in trace.meta.items() if k != "vendor"}
+    return per_rank, meta, [str(w.message) for w in caught], None
+
+
+def uses_dask(path: str | Path, scheduler: str | None = None) -> bool:
+    """Whether :func:`analyze` would read ``path`` on Dask (else in this process, as a Trace)."""
+    fmt, paths = sources.detect(path)
+    return _on_dask(len(sources.rank_groups(fmt, paths)), check_scheduler(scheduler))
+
+
+def _on_dask(n_groups: int, scheduler: str) -> bool:
+    if n_groups <= 1 or scheduler == "serial":
+        return False
+    return bool(scheduler) or n_groups >= MIN_RANKS_LOCAL
+
+
+def check_scheduler(scheduler: str | None) -> str:
+    """``scheduler`` cleaned: "", "local", "serial" or a scheduler address; NpumagicError otherwise."""
+    scheduler = (scheduler or "").strip()
+    if scheduler in ("", LOCAL, "serial") or _ADDRESS.fullmatch(scheduler):
+        return scheduler
+    raise NpumagicError(f"scheduler {scheduler!r} is not a Dask scheduler address (tcp://HOST:PORT), "
+                        "'local' or 'serial'")
+
+
+def _run_on_dask(fmt: str, groups: list[list[Path]], scheduler: str, progress: bool) -> list:
+    from distributed import Client, as_completed
+
+    cluster = None
+    try:
+        if scheduler in ("", LOCAL):
+            cluster = _local_cluster(len(groups))
+            client = Client(cluster)
+        else:
+            client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError) as exc:
+        if cluster is not None:
+            cluster.close()
+        raise NpumagicError(f"cannot reach the Dask scheduler {scheduler or 'local'} ({exc})") from None
+    bar = None
+    try:
+        groups = [[p.resolve() for p in g] for g in groups]
+        futures = client.map(summarize_group, [fmt] * len(groups), groups, pure=False)
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(futures), desc=f"summarising ranks on {client.scheduler.address}", unit="rank",
+                       leave=False, delay=0.5)
+            for _ in as_completed(futures):
+                bar.update(1)
+        return client.gather(futures)
+    finally:
+        if bar is not None:
+            bar.close()
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _local_cluster(n_tasks: int):
+    from distributed import LocalCluster
+
+    workers = max(1, min(n_tasks, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+    log.debug("starting a local Dask cluster of %d worker processes", workers)
+    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                        silence_logs=logging.ERROR)

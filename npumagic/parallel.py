@@ -30,6 +30,7 @@ RANK_KEYED = ("vendor", "sources", "notes", "parallel_groups")  # meta entries k
 # imports pandas and npumagic) than reading the ranks one after another saves.
 MIN_RANKS_LOCAL = 8
 CONNECT_TIMEOUT_S = 10
+LOCAL_TIMEOUTS = {"distributed.comm.timeouts.connect": "180s", "distributed.comm.timeouts.tcp": "180s"}
 _ADDRESS = re.compile(r"(?:[a-z]+://)?[\w.\-\[\]:]+:\d+")
 
 
@@ -162,9 +163,13 @@ def _run_on_dask(fmt: str, groups: list[list[Path]], scheduler: str, progress: b
 
 
 def _local_cluster(n_tasks: int):
+    import dask
     from distributed import LocalCluster
 
     workers = max(1, min(n_tasks, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
     log.debug("starting a local Dask cluster of %d worker processes", workers)
-    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                        silence_logs=logging.ERROR)
+    # a worker process imports pandas and npumagic before it connects: on a busy machine that
+    # can pass Dask's 30 s default
+    with dask.config.set(LOCAL_TIMEOUTS):
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                            silence_logs=logging.ERROR)

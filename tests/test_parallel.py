@@ -58,8 +58,11 @@ def job4(tmp_path_factory):
 @pytest.fixture(scope="module")
 def scheduler():
     """An existing dask.distributed cluster of two worker processes: its scheduler's address."""
+    import dask
+
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
+    with dask.config.set(parallel.LOCAL_TIMEOUTS):
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     yield cluster.scheduler_address
     cluster.close()
 

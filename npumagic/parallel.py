@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -170,6 +171,11 @@ def _local_cluster(n_tasks: int):
     log.debug("starting a local Dask cluster of %d worker processes", workers)
     # a worker process imports pandas and npumagic before it connects: on a busy machine that
     # can pass Dask's 30 s default
+    main = sys.modules.get("__main__")
+    if main is not None and not hasattr(main, "__spec__"):
+        # IPython's %reset leaves a __main__ without __spec__, which process spawning reads;
+        # an interactive __main__ has __spec__ = None
+        main.__spec__ = None
     with dask.config.set(LOCAL_TIMEOUTS):
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                             silence_logs=logging.ERROR)

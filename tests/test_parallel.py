@@ -172,3 +172,10 @@ def test_a_bad_configured_scheduler_is_refused(shell):
     with pytest.raises(TraitError, match="not a Dask scheduler address"):
         magics.scheduler = "nowhere"
     assert magics.scheduler == before
+
+
+def test_a_local_cluster_starts_after_ipython_reset(shell, job4):
+    # %reset leaves a __main__ without __spec__, which starting worker processes reads
+    shell.run_line_magic("reset", "-f")
+    on_dask = parallel.analyze(job4, scheduler="local")
+    assert sorted(on_dask.per_rank) == [0, 1, 2, 3]

@@ -80,10 +80,7 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
     if renumber:
         metas = [{k: ({i: v for v in m[k].values()} if k in RANK_KEYED else m[k]) for k in m}
                  for i, m in enumerate(metas)]
-    job = sources.merge_meta(fmt, [g[0] for g in groups if str(g[0]) not in unreadable] if fmt == "ascend" else paths,
-                             metas, unreadable)
-    job["files"] = [str(p) for p in paths]  # every rank asked for, as the reader records them
-    job["path"] = str(paths[0].parent if len(paths) > 1 else paths[0])
+    job = sources.merge_meta(fmt, paths, metas, unreadable)
     per_rank = {i if renumber else r: rebase(s, job, rank=i if renumber else None) for i, (r, s) in enumerate(read)}
     return combine(per_rank, rank)
 

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 LOCAL = "local"
 RANK_KEYED = ("vendor", "sources", "notes", "parallel_groups")  # meta entries keyed by rank id
+RANK_LISTS = ("steps_inferred",)  # meta entries listing rank ids
 # Below this many ranks a local cluster costs more to start (a few seconds: each worker process
 # imports pandas and npumagic) than reading the ranks one after another saves.
 MIN_RANKS_LOCAL = 8
@@ -78,15 +79,29 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
         raise TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
     renumber = len({r for r, _ in read}) != len(read)  # unlabelled ranks: directory order, as the reader does
     if renumber:
-        metas = [{k: ({i: v for v in m[k].values()} if k in RANK_KEYED else m[k]) for k in m}
+        metas = [{k: ({i: v for v in m[k].values()} if k in RANK_KEYED else [i for _ in m[k]] if k in RANK_LISTS
+                      else m[k]) for k in m}
                  for i, m in enumerate(metas)]
     job = sources.merge_meta(fmt, paths, metas, unreadable)
+    host = sources.host_file(path)
+    if host is not None:
+        # npumagic's host samples belong to the job's lowest rank, as the serial reader adds them:
+        # that rank is read again here with them (the others never see them)
+        lowest = 0 if renumber else min(r for r, _ in read)
+        i = next(i for i, (r, _) in enumerate(read) if (i if renumber else r) == lowest)
+        group = [g for g in groups if str(g[0]) not in unreadable][i]
+        again, _, _, error = summarize_group(fmt, group, host=str(path))
+        if error is not None:
+            raise error
+        read[i] = next(iter(again.items()))
     per_rank = {i if renumber else r: rebase(s, job, rank=i if renumber else None) for i, (r, s) in enumerate(read)}
     return combine(per_rank, rank)
 
 
-def summarize_group(fmt: str, paths: list[Path]) -> tuple[dict[int, Summary], dict, list[str], TraceError | None]:
-    """One task: read one rank's files with the reader and summarise it.
+def summarize_group(fmt: str, paths: list[Path], host: str | None = None
+                    ) -> tuple[dict[int, Summary], dict, list[str], TraceError | None]:
+    """One task: read one rank's files with the reader and summarise it (with npumagic's host
+    samples from the run directory ``host``, where given).
 
     Returns the summary of each rank read (one), the meta of what was read without the vendor
     tables (the summaries already hold what they need of them), the warnings raised, and the
@@ -96,6 +111,8 @@ def summarize_group(fmt: str, paths: list[Path]) -> tuple[dict[int, Summary], di
         warnings.simplefilter("always")
         try:
             trace = sources.read(fmt, paths)
+            if host is not None:
+                trace = sources.with_host_samples(trace, host)
         except TraceError as exc:
             if fmt != "ascend":
                 raise
@@ -145,8 +162,7 @@ def _run_on_dask(fmt: str, groups: list[list[Path]], scheduler: str, progress: b
         groups = [[p.resolve() for p in g] for g in groups]
         futures = client.map(summarize_group, [fmt] * len(groups), groups, pure=False)
         if progress:
-            from tqdm.auto import tqdm
-
+            tqdm = sources._progress_bar_class()
             bar = tqdm(total=len(futures), desc=f"summarising ranks on {client.scheduler.address}", unit="rank",
                        leave=False, delay=0.5)
             for _ in as_completed(futures):

@@ -3,11 +3,13 @@ processes and on an existing scheduler, from the CLI and from %npuload."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -17,9 +19,6 @@ from npumagic.cli import main
 from npumagic.errors import NpumagicError, TraceError
 
 from .conftest import ASCEND, need
-
-TABLES = ("steps", "kernels", "host_ops", "syncs", "comm", "memory", "memory_timeline")
-
 
 def copy_job(target: Path, ranks: int, relabel: bool = True) -> Path:
     """A ``ranks``-rank job copied from the shared level1 ranks (rank i from rank i % 2); with
@@ -38,16 +37,28 @@ def copy_job(target: Path, ranks: int, relabel: bool = True) -> Path:
     return target
 
 
+def _assert_same(a, b, where: str) -> None:
+    if isinstance(a, pd.DataFrame) or isinstance(b, pd.DataFrame):
+        assert isinstance(a, pd.DataFrame) and isinstance(b, pd.DataFrame), where
+        pd.testing.assert_frame_equal(a, b, obj=where)
+    elif isinstance(a, dict) and isinstance(b, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            _assert_same(a[key], b[key], f"{where}[{key!r}]")
+    else:
+        assert a == b, where
+
+
 def assert_same_summary(a: npumagic.Summary, b: npumagic.Summary) -> None:
+    """Every field of the job's Summary and of each rank's, tables, meta and vendor tables alike
+    (steps, kernels, ..., host, temporal, events, vendor, hardware, l2, frequency_drops)."""
     assert sorted(a.per_rank) == sorted(b.per_rank)
-    pd.testing.assert_frame_equal(a.ranks, b.ranks)
-    assert a.meta == b.meta
+    for name in (f.name for f in dataclasses.fields(npumagic.Summary) if f.name != "per_rank"):
+        _assert_same(getattr(a, name), getattr(b, name), f"job {name}")
     for rank in a.per_rank:
         x, y = a.per_rank[rank], b.per_rank[rank]
-        for table in TABLES:
-            pd.testing.assert_frame_equal(getattr(x, table), getattr(y, table), obj=f"rank {rank} {table}")
-        pd.testing.assert_frame_equal(x.details, y.details)
-        assert x.meta == y.meta
+        for name in (f.name for f in dataclasses.fields(npumagic.Summary) if f.name != "per_rank"):
+            _assert_same(getattr(x, name), getattr(y, name), f"rank {rank} {name}")
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +190,18 @@ def test_a_local_cluster_starts_after_ipython_reset(shell, job4):
     shell.run_line_magic("reset", "-f")
     on_dask = parallel.analyze(job4, scheduler="local")
     assert sorted(on_dask.per_rank) == [0, 1, 2, 3]
+
+
+def test_host_samples_go_to_the_lowest_rank_as_serially(tmp_path, scheduler):
+    # GIVEN a job folder holding npumagic's host samples (a capture's run directory) and ranks
+    # whose ids repeat WHEN it runs on Dask THEN the lowest rank carries them, as serially
+    job = copy_job(tmp_path / "job", 3, relabel=False)
+    steps = npumagic.load(job / "rank0_ascend_pt").steps
+    ts = np.arange(int(steps["start_ns"].min()), int(steps["end_ns"].max()), 1_000_000, dtype=np.int64)
+    pd.concat([pd.DataFrame({"ts_ns": ts, "name": "Process/CPU", "value": 50.0}),
+               pd.DataFrame({"ts_ns": ts, "name": "Process/RSS", "value": 2.0**30})]).to_csv(
+        job / "npumagic_host.csv", index=False)
+    serial = npumagic.summarize(npumagic.load(job))
+    assert len(serial.per_rank[0].host) and serial.per_rank[0].host["process_cpu_pct"].notna().any()
+    assert serial.per_rank[1].host.empty
+    assert_same_summary(serial, parallel.analyze(job, scheduler=scheduler))

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from . import counters as hw
+from . import schema
 from .schema import Trace
 from .breakdown import step_table, vendor_step_table
 from .collectives import LINK_COLUMNS, comm_table
@@ -228,7 +229,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         comm=comm_table(mine.comm, in_steps, links),
         memory=memory_table(mine.memory, trace.meta),
         # categories of this rank only: a rank's summary must not depend on the other ranks
-        memory_timeline=_own_categories(mine.memory.reset_index(drop=True)),
+        memory_timeline=_own_categories(mine.memory, schema.MEMORY_COLUMNS),
         ranks=pd.DataFrame(columns=RANK_COLUMNS),
         meta=meta,
         details=details,
@@ -240,17 +241,23 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         frequency_drops=hw.frequency_drops(counters, device_kernels, trace.meta.get("aicore_nominal_mhz")),
         host=hw.host_table(counters, steps),
         temporal=rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", [])),
-        events=ev[ev["kind"] != "python"],
+        events=_own_categories(ev[ev["kind"] != "python"], schema.EVENT_COLUMNS),
         vendor={k: v for k, v in vendor.items() if k in RULE_TABLES},
     )
 
 
 RANK_META = ("rank", "device_mode", "backend", "dataloader_iter", "sources", "note", "parallel")
 JOB_ONLY_META = ("vendor", "notes", "parallel_groups")
+RANK_TABLES = ("memory_timeline", "links", "matrix", "temporal", "events")  # tables with a rank column
 
 
-def _own_categories(frame: pd.DataFrame) -> pd.DataFrame:
-    cats = [c for c in frame.columns if isinstance(frame[c].dtype, pd.CategoricalDtype)]
+def _own_categories(frame: pd.DataFrame, schema_columns: dict[str, Any]) -> pd.DataFrame:
+    """One rank's rows of a table, numbered from 0, whose data categoricals (names, lanes,
+    devices, ...; not a fixed set such as ``kind``) hold this rank's values only: a rank's
+    summary must not depend on the other ranks read with it."""
+    frame = frame.reset_index(drop=True)
+    cats = [c for c, spec in schema_columns.items()
+            if spec == "category" and c in frame and isinstance(frame[c].dtype, pd.CategoricalDtype)]
     return frame.assign(**{c: frame[c].cat.remove_unused_categories() for c in cats}) if cats else frame
 
 
@@ -261,9 +268,16 @@ def rebase(summary: Summary, job_meta: dict[str, Any], rank: int | None = None) 
     meta = {k: v for k, v in job_meta.items() if k not in JOB_ONLY_META}
     meta.update({k: summary.meta[k] for k in RANK_META if k in summary.meta})
     meta["backend"] = job_meta.get("backend", meta.get("backend", "cpu"))
-    tables = {"memory_timeline": summary.memory_timeline, "links": summary.links, "matrix": summary.matrix}
-    if rank is not None:
+    tables = {k: getattr(summary, k) for k in RANK_TABLES}
+    if rank is not None:  # as the reader renumbers unlabelled ranks (its vendor tables stay as read)
         meta["rank"] = rank
+<<<<<<< HEAD
         tables = {k: t.assign(rank=rank) if "rank" in t and len(t) else t for k, t in tables.items()}
     return replace(summary, memory=memory_table(tables["memory_timeline"], job_meta), meta=meta, **tables)
+=======
+        meta["parallel"] = parallel_indices(job_meta.get("parallel_groups", {}).get(rank, {}), rank)
+        tables = {k: t.assign(rank=np.int64(rank)) if t is not None and "rank" in t and len(t) else t
+                  for k, t in tables.items()}
+    return replace(summary, memory=_memory_table(tables["memory_timeline"], job_meta), meta=meta, **tables)
+>>>>>>> 26809c6 (Dask path carries main's Summary fields: per-rank events/memory numbered from 0 with their own categories, renumbered ranks relabel events/temporal and recompute dp/pp/tp, steps_inferred merged into the job meta, npumagic's host samples read with the lowest rank; progress bar as the reader's. Equality test compares every Summary field; host-sample test)
 

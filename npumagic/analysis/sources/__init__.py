@@ -129,7 +129,12 @@ def merge_meta(fmt: str, paths: list[Path], metas: list[dict], unreadable: dict 
     """The meta of a job read group by group: what reading all ``paths`` at once gives, from each
     group's own meta (in the order of :func:`rank_groups`)."""
     if fmt == "ascend":
-        return ascend.merge_meta(paths, metas, unreadable)
-    if len(metas) != 1:
+        job = ascend.merge_meta(paths, metas, unreadable)
+    elif len(metas) != 1:
         raise ValueError("Kineto files are read as one group")
-    return dict(metas[0])
+    else:
+        job = dict(metas[0])
+    inferred = sorted({int(r) for m in metas for r in m.get("steps_inferred", [])})
+    if inferred:  # as schema.finish marks the ranks without ProfilerStep marks
+        job["steps_inferred"] = inferred
+    return job

@@ -79,7 +79,7 @@ def load(path: str | Path, progress: bool = False) -> Trace:
     if progress:
         tqdm = _progress_bar_class()
         unit = "event" if fmt == "kineto" else "rank"
-        bar = tqdm(total=0 if fmt == "kineto" else len(paths), desc=f"reading {Path(path).name}", unit=unit,
+        bar = tqdm(total=None if fmt == "kineto" else len(paths), desc=f"reading {Path(path).name}", unit=unit,
                    unit_scale=fmt == "kineto", leave=False, delay=0.5)
     try:
         trace = read(fmt, paths, progress=bar)

@@ -1,15 +1,13 @@
 """Typed, field-selective decoding of Chrome-trace JSON (Kineto and torch_npu trace_view.json).
 
-msgspec decodes straight into small Structs holding only the fields the analyses use. Large
-Kineto files are decoded in two passes to bound memory: first the event array into zero-copy
-``msgspec.Raw`` slices, then chunk by chunk into Structs that are turned into numpy columns and
-dropped (see :mod:`.kineto`). Structs use ``gc=False``: they never form reference cycles, and
+msgspec decodes straight into small Structs holding only the fields the analyses use, one block
+of the file at a time (:mod:`._stream`); the Kineto reader turns each chunk into numpy columns
+and drops it (:mod:`.kineto`). Structs use ``gc=False``: they never form reference cycles, and
 a million GC-tracked objects would make every collection walk them all.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Union
 
 import msgspec
@@ -75,35 +73,7 @@ class RawTrace(msgspec.Struct, gc=False):
     baseTimeNanoseconds: Any = None  # Kineto's ts are us from this epoch time
 
 
-_raw_object = msgspec.json.Decoder(RawTrace)
-_raw_array = msgspec.json.Decoder(list[msgspec.Raw])
-_kineto_chunk = msgspec.json.Decoder(list[KinetoEvent])
-_ascend_events = msgspec.json.Decoder(list[AscendEvent])
 _counter_events = msgspec.json.Decoder(list[CounterEvent])
-
-
-_FIRST = re.compile(rb"\S")
-_BOM = b"\xef\xbb\xbf"
-
-
-def decode_raw(raw: bytes) -> RawTrace:
-    """First pass: the trace's header fields, and its events as undecoded slices.
-
-    A leading UTF-8 byte order mark is skipped through a memoryview (no copy of the text)."""
-    start = len(_BOM) if raw[:3] == _BOM else 0
-    data = memoryview(raw)[start:] if start else raw
-    first = _FIRST.search(raw, start)
-    if first is not None and first.group() == b"[":
-        return RawTrace(traceEvents=_raw_array.decode(data))
-    return _raw_object.decode(data)
-
-
-def decode_kineto_chunk(parts: list[msgspec.Raw]) -> list[KinetoEvent]:
-    return _kineto_chunk.decode(b"[" + b",".join(parts) + b"]")
-
-
-def decode_ascend_events(parts: list[msgspec.Raw]) -> list[AscendEvent]:
-    return _ascend_events.decode(b"[" + b",".join(parts) + b"]")
 
 
 def decode_counter_events(parts: list[msgspec.Raw]) -> list[CounterEvent]:

@@ -25,9 +25,10 @@ from .. import schema
 from ._columns import categorical, decimal_us_to_ns_checked, small_int, step_ids, to_int, to_ns, to_ns_checked
 from . import ascend_db
 from ._counters import chrome_counters
-from ._kineto_decode import decode_ascend_events, decode_counter_events
+from ._kineto_decode import AscendEvent
+from ._stream import EventStream
 from ._notes import ReadNotes, reading
-from .kineto import DATALOADER_PREFIX, STEP_NAME, decode_file
+from .kineto import DATALOADER_PREFIX, STEP_NAME
 
 log = logging.getLogger(__name__)
 
@@ -199,9 +200,9 @@ def _read_text_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, An
         log.debug("%s lacks %s", out, ", ".join(missing))
     with reading(trace_path):
         try:
-            raw = decode_file(trace_path).traceEvents
-            raw_events = decode_ascend_events(raw)
-            samples = decode_counter_events([r for r, e in zip(raw, raw_events) if e.ph == "C"])
+            stream = EventStream(trace_path, AscendEvent)
+            raw_events = [e for chunk in stream for e in chunk]
+            samples = stream.counters
         except msgspec.DecodeError as exc:
             raise TraceError(trace_path, f"an event does not match the trace_view.json format ({exc})") from None
         events = _trace_events(raw_events, trace_path, notes)

@@ -1,8 +1,9 @@
 """Reader for torch.profiler (Kineto) Chrome traces: ``*.pt.trace.json[.gz]`` files, as written
 by ``tensorboard_trace_handler`` or ``export_chrome_trace``, on CPU and CUDA.
 
-Events are decoded in chunks straight into numpy columns (names and shapes as integer codes
-into per-file tables), so a million-event trace never exists as a million Python dicts.
+The file is read as a stream and its events decoded block by block straight into numpy columns
+(names and shapes as integer codes into per-file tables): a ten-million-event trace never exists
+as text in memory, nor as ten million Python objects.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from ...errors import TraceError
 from .. import schema
 from ._columns import small_int, step_ids, to_int, to_ns, to_ns_checked
 from ._counters import chrome_counters
-from ._inflate import read_trace
-from ._kineto_decode import RawTrace, decode_counter_events, decode_kineto_chunk, decode_raw
+from ._kineto_decode import KinetoEvent, RawTrace
 from ._notes import ReadNotes, reading
+from ._stream import EventStream
 
 log = logging.getLogger(__name__)
 
@@ -50,28 +51,6 @@ _CATS = list(_HOST_CATS) + list(_DEVICE_CATS)
 _CAT_INDEX = {c: i for i, c in enumerate(_CATS)}
 _CAT_INDEX.update({old: _CAT_INDEX[new] for old, new in LEGACY_CATS.items()})
 _FIRST_DEVICE_CAT = len(_HOST_CATS)
-CHUNK_EVENTS = 65536
-
-
-def read_bytes(path: Path) -> bytes:
-    """The file's (inflated, size-limited) bytes; see :mod:`._inflate`."""
-    return read_trace(path)
-
-
-def decode_file(path: Path) -> RawTrace:
-    """Read and first-pass decode a Chrome trace file, with errors that name the file."""
-    raw = read_bytes(path)
-    if not raw or raw.isspace():  # isspace(): no second copy of a large text, as strip() would make
-        raise TraceError(path, "the file is empty; expected a Chrome trace JSON (torch.profiler output)")
-    try:
-        return decode_raw(raw)
-    except msgspec.ValidationError as exc:
-        raise TraceError(path, f"JSON without the Chrome trace layout ({exc}); expected an object with a "
-                               "'traceEvents' array of event objects, or such an array") from None
-    except msgspec.DecodeError as exc:
-        raise TraceError(path, f"not a valid Chrome trace JSON ({exc}); the file may be truncated") from None
-    except RecursionError:
-        raise TraceError(path, "JSON nested too deeply to be a Chrome trace") from None
 
 
 def read(paths: list[Path], progress=None) -> schema.Trace:
@@ -80,22 +59,21 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     notes = ReadNotes()
     for path in paths:
         with reading(path):
-            header = decode_file(path)
-            rank = small_int((header.distributedInfo or {}).get("rank"), path, "distributedInfo.rank")
-            if progress is not None:
-                progress.total += len(header.traceEvents)
-                progress.refresh()
-            cols = _Columns(rank, notes, path)
+            cols = _Columns(0, notes, path)
             try:
-                ev, mem = cols.build(header.traceEvents, progress)
+                header = cols.stream(path, progress)
+                # the rank is in the fields around the event array: known once the stream is read
+                cols.rank = rank = small_int((header.distributedInfo or {}).get("rank"), path, "distributedInfo.rank")
                 counters.append(cols.counters())
             except msgspec.DecodeError as exc:
                 raise TraceError(path, f"an event does not match the Chrome trace format ({exc})") from None
+            ev, mem = cols._frame(), cols._memory_frame()
             if not len(ev):
                 found = ", ".join(f"{c or '(none)'} x{n}" for c, n in cols.unread.most_common(12)) or "no complete ('X') events"
                 raise TraceError(path, f"no profiler events found (categories in the file: {found}); expected "
                                        "torch.profiler events with categories cpu_op/cuda_runtime/kernel/gpu_memcpy "
                                        "(or the PyTorch 1.8 schema's Operator/Runtime/Kernel/Memcpy)")
+            del cols
             st = _steps(ev, rank, notes, path)
             metas.append(_meta(header, rank, path))
         frames.append(ev)
@@ -174,21 +152,22 @@ class _Columns:
         self.parts: list[dict[str, np.ndarray]] = []
         self.memory: list[Any] = []
         self.unread: Counter[str] = Counter()  # categories of complete events not read, for the error message
-        self.counter_parts: list[msgspec.Raw] = []
+        self.counter_events: list = []  # the stream's counter samples (ph "C"), all their args
 
-    def build(self, raws: list, progress=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-        for start in range(0, len(raws), CHUNK_EVENTS):
-            chunk = raws[start:start + CHUNK_EVENTS]
-            events = decode_kineto_chunk(chunk)
-            self._add(events)
-            self.counter_parts += [raw for raw, e in zip(chunk, events) if e.ph == "C"]
+    def stream(self, path: Path, progress=None) -> RawTrace:
+        """Add the events of the file at ``path``, read as a stream (memory holds the columns
+        and one block of its text: :mod:`._stream`); return its other top-level fields."""
+        events = EventStream(path, KinetoEvent)
+        for chunk in events:
+            self._add(chunk)
             if progress is not None:
                 progress.update(len(chunk))
-        return self._frame(), self._memory_frame()
+        self.counter_events = events.counters
+        return events.header
 
     def counters(self) -> pd.DataFrame:
         """Kineto's counter events (``ph: "C"``), where the trace has any."""
-        return chrome_counters(decode_counter_events(self.counter_parts), self.process_names, self.rank, -1)
+        return chrome_counters(self.counter_events, self.process_names, self.rank, -1)
 
     def _add(self, events: list) -> None:
         spans = []

@@ -271,13 +271,8 @@ def rebase(summary: Summary, job_meta: dict[str, Any], rank: int | None = None) 
     tables = {k: getattr(summary, k) for k in RANK_TABLES}
     if rank is not None:  # as the reader renumbers unlabelled ranks (its vendor tables stay as read)
         meta["rank"] = rank
-<<<<<<< HEAD
-        tables = {k: t.assign(rank=rank) if "rank" in t and len(t) else t for k, t in tables.items()}
-    return replace(summary, memory=memory_table(tables["memory_timeline"], job_meta), meta=meta, **tables)
-=======
         meta["parallel"] = parallel_indices(job_meta.get("parallel_groups", {}).get(rank, {}), rank)
         tables = {k: t.assign(rank=np.int64(rank)) if t is not None and "rank" in t and len(t) else t
                   for k, t in tables.items()}
-    return replace(summary, memory=_memory_table(tables["memory_timeline"], job_meta), meta=meta, **tables)
->>>>>>> 26809c6 (Dask path carries main's Summary fields: per-rank events/memory numbered from 0 with their own categories, renumbered ranks relabel events/temporal and recompute dp/pp/tp, steps_inferred merged into the job meta, npumagic's host samples read with the lowest rank; progress bar as the reader's. Equality test compares every Summary field; host-sample test)
+    return replace(summary, memory=memory_table(tables["memory_timeline"], job_meta), meta=meta, **tables)
 

@@ -53,7 +53,7 @@ EXPLAINS = 0.5
 NOT_COMPONENTS = frozenset({"start_us", "wall_us", "busy_us", "idle_us", "stage_us", "communication_us",
                             "overlapped_us"})
 LABELS = {"dataloader_us": "DataLoader wait", "computing_us": "computing",
-          "comm_not_overlapped_us": "communication (not overlapped)", "free_us": "free (device idle)",
+          "comm_not_overlapped_us": "communication (not overlapped)", "free_us": "free (neither computing nor communicating)",
           "sync_us": "sync", "memcpy_us": "memcpy", "preparing_us": "preparing"}
 # When several components carry the change, name the most specific: free time is what is left of
 # the step, so it moves with the DataLoader wait or a sync; it is named only when nothing else is.

@@ -15,7 +15,7 @@ from .colors import BREAKDOWN_COLORS, KIND_COLORS, OTHER, kernel_color, kernel_c
 from .titles import wrap_title
 
 BREAKDOWN = [("computing_us", "computing"), ("comm_not_overlapped_us", "communication (not overlapped)"),
-             ("idle_us", "device idle")]
+             ("idle_us", "idle")]
 
 
 def plot_step_breakdown(ax, steps: pd.DataFrame) -> dict:

@@ -125,6 +125,19 @@ def test_advise_all_adds_every_rank_and_low_findings(capsys):
     assert len(every) > len(plain)
 
 
+def test_plain_advice_says_how_many_low_findings_it_leaves_out(capsys):
+    rank0 = str(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    assert main(["advise", rank0, "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main(["advise", rank0, "--json", "--all"]) == 0
+    every = json.loads(capsys.readouterr().out)
+    low = [f for f in every["findings"] if f["severity"] == "low"]
+    # msprof-analyze's byte-alignment, dynamic-shape, affinity and environment findings are low here
+    assert plain["low_findings_not_shown"] == len(low) >= 4 and every["low_findings_not_shown"] == 0
+    assert main(["advise", rank0]) == 0
+    assert f"{len(low)} low-severity findings not shown (all of them: --all)" in capsys.readouterr().out
+
+
 def test_advise_all_keeps_what_only_the_job_shows(capsys):
     # level0's rank 0 waits 16.9 ms more per step in communication than rank 1: a finding of the
     # job, not of either rank, which advice over every rank must still list

@@ -30,6 +30,7 @@ class Advice:
 
     findings: list[Finding] = field(default_factory=list)
     run: str = ""
+    hidden_low: int = 0  # low-severity findings left out (shown with every rank / --all)
 
     def __iter__(self):
         return iter(self.findings)
@@ -487,9 +488,11 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
         # what only the job shows: slow ranks, stage imbalance, slow links
         findings += [f if f.rule else replace(f, rule="cluster") for f in cluster.findings(summary)]
     findings = sorted(findings, key=lambda f: f.impact, reverse=True)
+    hidden = 0
     if not low:
-        findings = [f for f in findings if f.severity != "low"] or findings[:1]
-    return Advice(findings, run)
+        shown = [f for f in findings if f.severity != "low"] or findings[:1]
+        hidden, findings = len(findings) - len(shown), shown
+    return Advice(findings, run, hidden)
 
 
 _NUMBERS = re.compile(r"\d[\d.,]*")  # a finding's title without its numbers says what was found

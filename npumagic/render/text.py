@@ -79,18 +79,26 @@ def finding_text(finding) -> str:
     return "\n".join(lines)
 
 
+def hidden_note(advice) -> str:
+    """The line saying how many low-severity findings were left out, or ""."""
+    n = getattr(advice, "hidden_low", 0)
+    return f"{_plural(n, 'low-severity finding')} not shown (all of them: --all)" if n else ""
+
+
 def advice_text(advice) -> str:
     head = f"npumagic advice{' for ' + advice.run if advice.run else ''}: "
+    note = f"\n{hidden_note(advice)}" if hidden_note(advice) else ""
     if not advice.findings:
-        return head + "no bottleneck past its threshold"
+        return head + "no bottleneck past its threshold" + note
     return head + f"{_plural(len(advice.findings), 'finding')}\n" + "\n".join(
-        f"{i}. {finding_text(f)}" for i, f in enumerate(advice.findings, 1))
+        f"{i}. {finding_text(f)}" for i, f in enumerate(advice.findings, 1)) + note
 
 
 def advice_html(advice) -> str:
+    note = f"<p style='color:#777;margin:0'>{html.escape(hidden_note(advice))}</p>" if hidden_note(advice) else ""
     if not advice.findings:
-        return f"<p>{html.escape(advice_text(advice))}</p>"
-    return advice_table(advice)._repr_html_()
+        return f"<p>{html.escape(advice_text(advice).splitlines()[0])}</p>" + note
+    return advice_table(advice)._repr_html_() + note
 
 
 # -- Comparison -----------------------------------------------------------------------------------

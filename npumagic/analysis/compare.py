@@ -294,6 +294,9 @@ class Comparison:
 def _breakdown(a: Summary, b: Summary) -> pd.DataFrame:
     """Every component's median per step in A and B (ms), and device utilisation."""
     rows = []
+    # on the CPU backend there is no device: the share is the CPU's time in torch operators
+    util = "device utilisation" if a.meta.get("device_mode") or b.meta.get("device_mode") else \
+        "utilisation by torch operators"
     cols = components(a.steps) + [c for c in components(b.steps) if c not in a.steps]
     for column in cols + ["device_util"]:
         ca = a.steps[column].to_numpy(float) if column in a.steps else np.zeros(0)
@@ -306,7 +309,7 @@ def _breakdown(a: Summary, b: Summary) -> pd.DataFrame:
         moved = "unchanged" if not abs(delta) >= 0.02 * max(abs(va), 1e-12) else (
             "better" if np.sign(delta) == better else "worse")
         every = _separated(ca, cb) != 0 and min(ca.size, cb.size) >= 2
-        rows.append({"metric": "device utilisation" if column == "device_util" else f"{label(column)} (ms/step)",
+        rows.append({"metric": util if column == "device_util" else f"{label(column)} (ms/step)",
                      "column": column, "a": va / scale, "b": vb / scale, "delta": delta / scale,
                      "change": (delta / va) if va else float("nan"), "direction": moved, "every_step": bool(every)})
     return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)

@@ -54,7 +54,7 @@ def _clean(value):
 
 def _analyze(args) -> int:
     from .analysis.checklist import checklist
-    from .render.tables import kernel_table
+    from .render.tables import kernel_table, rank_table
 
     summary = _summary(args, args.path, args.rank)
     verdict = checklist(summary)
@@ -69,7 +69,7 @@ def _analyze(args) -> int:
     print(kernel_table(summary.kernels, args.top).to_text())
     if len(summary.ranks) > 1:
         print()
-        print(summary.ranks.to_string(index=False))
+        print(rank_table(summary.ranks).to_text())
     print()
     print(verdict)
     return 0

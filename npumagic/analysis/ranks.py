@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from . import thresholds as T
+
 if TYPE_CHECKING:
     from .metrics import Summary
 
@@ -51,7 +53,11 @@ def rank_table(per_rank: dict[int, Summary]) -> pd.DataFrame:
         rows.append({"rank": rank, "steps": len(s.steps), "step_median_us": s.step_stats["median_us"], **means,
                      "device_util": s.device_util})
     table = pd.DataFrame(rows)
-    table["slowest"] = table["step_median_us"] == table["step_median_us"].max()
+    # the slowest rank is named only when the ranks' steps differ by more than msprof-analyze's 5%
+    # of the mean step; ranks that agree have no slowest one
+    median = table["step_median_us"]
+    spread = (median.max() - median.min()) / median.mean() if len(table) > 1 and median.mean() > 0 else 0.0
+    table["slowest"] = (median == median.max()) & (spread > T.SLOW_RANK_RATIO)
     for kind in (*PARALLEL_KINDS, "stage"):
         table[kind] = [int(s.meta.get("parallel", {}).get(kind, -1)) for s in per_rank.values()]
     return table[RANK_COLUMNS]

@@ -214,6 +214,18 @@ def kernel_table(kernels: pd.DataFrame, top: int | None = 15, caption: str = "to
     return Table(kernels, cols, caption, top)
 
 
+def rank_table(ranks: pd.DataFrame, caption: str = "ranks") -> Table:
+    """One row per rank of a job (ms per step, device busy, the slowest rank where the ranks differ
+    by more than 5% of the mean step, and dp/pp/tp where the job recorded them)."""
+    cols = [Column("rank", "rank", "int"), Column("steps", "steps", "int"),
+            Column("step_median_us", "median step (ms)", "ms"), Column("computing_us", "compute (ms)", "ms"),
+            Column("comm_not_overlapped_us", "comm (ms)", "ms"), Column("free_us", "free (ms)", "ms"),
+            Column("dataloader_us", "data (ms)", "ms"), Column("device_util", "busy", "pct"),
+            Column("slowest", "slowest", "text", fmt=lambda v, row: "slowest" if v is True or v == 1 else "")]
+    cols += [Column(k, k, "int") for k in ("dp", "pp", "tp") if k in ranks and (ranks[k] >= 0).any()]
+    return Table(ranks, cols, caption)
+
+
 def runs_table(runs: pd.DataFrame) -> Table:
     """The history, one row per run (``%npuruns``, ``npumagic runs``); ``.data`` is the frame."""
     return Table(runs, [Column("name", "run", "name"), Column("created", "created", "text", fmt=_when),

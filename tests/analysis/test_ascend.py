@@ -96,15 +96,18 @@ def test_rank0_level1_is_communication_bound_with_the_vendor_figures():
     assert "66%" in verdict.steps[1][1]  # 101.96 ms not overlapped of the 154.48 ms device step (host step 155.99 ms)
 
 
-def test_a_folder_of_ranks_gives_per_rank_summaries_and_the_slowest_rank():
+def test_a_folder_of_ranks_gives_per_rank_summaries_and_the_slowest_rank_only_past_5_percent():
     summary = npumagic.analyze(need(ASCEND / "level1"))
     ranks = summary.ranks.set_index("rank")
     assert list(ranks.index) == [0, 1]
     assert ranks.loc[0, "computing_us"] == pytest.approx(8873.756, rel=TOLERANCE)
     assert ranks.loc[1, "computing_us"] == pytest.approx(8878.295, rel=TOLERANCE)
-    assert ranks["slowest"].sum() == 1
-    assert ranks.loc[0, "slowest"]  # rank0's host step is 155.99 ms vs 153.89 ms
+    # rank0's step is 154.48 ms vs 152.35 ms: within msprof-analyze's 5%, so no rank is the slowest
+    assert not ranks["slowest"].any()
     assert set(summary.per_rank) == {0, 1}
+    # level0: 135.61 vs 119.52 ms (13% of the mean step): rank 0 is
+    level0 = npumagic.analyze(need(ASCEND / "level0")).ranks.set_index("rank")
+    assert level0["slowest"].tolist() == [True, False]
 
 
 def test_collectives_come_from_communication_json():

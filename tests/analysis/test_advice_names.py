@@ -5,7 +5,6 @@ config attributes, dynamo backend names and torchair's compiler modes."""
 from __future__ import annotations
 
 import ast
-import os
 import re
 import zipfile
 from pathlib import Path
@@ -14,9 +13,8 @@ import pytest
 
 import npumagic
 
-from ..conftest import ASCEND_RANKS, need
+from ..conftest import ASCEND_RANKS, need, torch_npu_wheel
 
-WHEEL_CACHE = Path(os.environ.get("NPUMAGIC_WHEEL_CACHE", Path.home() / ".cache" / "npumagic-tests"))
 ADVICE_SOURCES = [Path(npumagic.__file__).parent / "analysis" / "advice.py",
                   *sorted((Path(npumagic.__file__).parent / "analysis" / "rules").glob("*.py"))]
 NAME = re.compile(r"\b(?:torch_npu|torch\.npu|torchair)(?:\.[A-Za-z_]\w*)+")
@@ -26,12 +24,8 @@ MODE = re.compile(r"config\.mode = [\"']([\w-]+)[\"']")
 
 @pytest.fixture(scope="module")
 def torch_npu_source(tmp_path_factory) -> Path:
-    wheels = sorted(WHEEL_CACHE.glob("torch_npu-2.14.0-*.whl"))
-    if not wheels:
-        pytest.skip(f"the torch-npu 2.14.0 wheel is not in {WHEEL_CACHE} (.ci/run downloads it with "
-                    "`pip download --no-deps torch-npu==2.14.0`)")
     root = tmp_path_factory.mktemp("torch_npu_2_14_0")
-    with zipfile.ZipFile(wheels[0]) as wheel:
+    with zipfile.ZipFile(torch_npu_wheel()) as wheel:
         wheel.extractall(root, [n for n in wheel.namelist() if n.startswith("torch_npu/") and n.endswith(".py")])
     return root / "torch_npu"
 

@@ -8,12 +8,10 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
-
 from npumagic.capture import CaptureOptions, choose_backend
 
-WHEEL_CACHE = Path(os.environ.get("NPUMAGIC_WHEEL_CACHE", Path.home() / ".cache" / "npumagic-tests"))
-NPU_WHEEL = "torch_npu-2.14.0-*.whl"
+from ..conftest import torch_npu_wheel
+
 
 
 def test_without_torch_npu_or_cuda_the_cpu_backend_is_chosen_and_says_why():
@@ -31,16 +29,8 @@ def test_npu_options_are_noted_on_the_cpu_backend():
 
 
 def _unpacked_torch_npu(tmp_path: Path) -> Path:
-    wheels = sorted(WHEEL_CACHE.glob(NPU_WHEEL))
-    if not wheels:
-        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(WHEEL_CACHE),
-                        "torch-npu==2.14.0"], capture_output=True, timeout=600)
-        wheels = sorted(WHEEL_CACHE.glob(NPU_WHEEL))
-    if not wheels:
-        pytest.skip("the torch-npu 2.14.0 wheel could not be fetched from the package index")
     target = tmp_path / "site"
-    with zipfile.ZipFile(wheels[0]) as wheel:
+    with zipfile.ZipFile(torch_npu_wheel()) as wheel:
         wheel.extractall(target)
     return target
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import itertools
-import subprocess
 import sys
 import types
 import zipfile
@@ -18,7 +17,7 @@ import pytest
 from npumagic.capture.npu_args import EXPORT, HOST_SYS, Enum, materialize, npu_profile_spec
 from npumagic.capture.options import AIC_METRICS, CaptureOptions
 
-from .test_backends import NPU_WHEEL, WHEEL_CACHE
+from ..conftest import torch_npu_wheel
 
 LEVELS = (0, 1, 2)
 METRICS = (None, "AiCoreNone", "PipeUtilization", "L2Cache", "MemoryAccess")
@@ -97,16 +96,8 @@ def test_the_worker_name_is_the_host_alone_as_torch_npu_appends_the_pid(tmp_path
 # -- against the real wheel ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def wheel_src(tmp_path_factory) -> Path:
-    wheels = sorted(WHEEL_CACHE.glob(NPU_WHEEL))
-    if not wheels:
-        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(WHEEL_CACHE),
-                        "torch-npu==2.14.0"], capture_output=True, timeout=600)
-        wheels = sorted(WHEEL_CACHE.glob(NPU_WHEEL))
-    if not wheels:
-        pytest.skip("the torch-npu 2.14.0 wheel could not be fetched from the package index")
     target = tmp_path_factory.mktemp("torch_npu_src")
-    with zipfile.ZipFile(wheels[0]) as wheel:
+    with zipfile.ZipFile(torch_npu_wheel()) as wheel:
         for name in wheel.namelist():
             if name.endswith(".py") and (name.startswith("torch_npu/profiler/") or name in (
                     "torch_npu/__init__.py", "torch_npu/version.py", "torch_npu/utils/collect_env.py",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 
 import numpy as np
 import pandas as pd
@@ -179,12 +178,9 @@ def test_a_million_events_draw_in_aggregate():
                            "type": "k", "core": "cuda"})
     trace = schema.finish(events, pd.DataFrame({"rank": [0], "step": [1], "start_ns": [0], "end_ns": [10**9]}))
     fig = Figure()
-    t0 = time.perf_counter()
     out = plot_timeline(fig.add_subplot(), trace, top_kernels=["k1", "k2"])
-    elapsed = time.perf_counter() - t0
     rectangles = sum(len(b.get_paths()) for b in out.bars)
-    assert rectangles < 3 * 1600 * 3  # bounded by pixels x colour groups, not by events
-    assert elapsed < 60  # generous: the real figure is in bench/render.py
+    assert rectangles < 3 * 1600 * 3  # bounded by pixels x colour groups, not by events (time: bench/render.py)
 
 
 def test_ascend_timeline_has_hbm_and_frequency_lanes_under_memory(ascend_run):

@@ -16,13 +16,13 @@ pytestmark = pytest.mark.slow
 
 WINDOW_WIDTH = 1400
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-# Runs at the end of the page once every embedded image has been decoded, and writes what it
-# measured into the DOM, where --dump-dom hands it back.
+# Runs at the page's load event (every embedded image is loaded by then, so its natural size is
+# known) and writes what it measured into the DOM, where --dump-dom hands it back. Waiting on
+# img.decode() instead raced Chromium's virtual time: on a busy machine the budget ran out
+# before decoding finished, and the page was dumped without the probe.
 PROBE = """
 <script>
-const npumagicImages = [...document.querySelectorAll("img")];
-Promise.all(npumagicImages.map(i => (i.complete ? Promise.resolve() : new Promise(r => { i.onload = r; i.onerror = r; }))
-                                  .then(() => i.decode ? i.decode().catch(() => null) : null))).then(() => {
+window.addEventListener("load", () => {
   const px = r => Math.round(r * 10) / 10;
   const cellOf = el => el.closest(".jp-Cell") || document.body;
   const tables = [...document.querySelectorAll(".jp-OutputArea-output table")].map(t => {

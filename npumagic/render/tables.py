@@ -231,7 +231,7 @@ def runs_table(runs: pd.DataFrame) -> Table:
     return Table(runs, [Column("name", "run", "name"), Column("created", "created", "text", fmt=_when),
                         Column("status", "status", "text"), Column("backend", "backend", "text"),
                         Column("steps", "steps", "int"), Column("step_median_ms", "median step (ms)", "float"),
-                        Column("device_util", "device busy", "pct"), Column("bottleneck", "bottleneck", "text"),
+                        Column("device_util", "busy", "pct"), Column("bottleneck", "bottleneck", "text"),
                         Column("note", "note", "name")], f"{len(runs)} run{'s' if len(runs) != 1 else ''}")
 
 

@@ -60,12 +60,13 @@ def _merge_subpixel(start: np.ndarray, end: np.ndarray, pixel_ns: float) -> Span
     return Spans(starts, np.maximum(ends, starts + int(pixel_ns)))  # at least a pixel wide
 
 
-def _window(trace: Trace, rank: int, steps: tuple[int, int] | None, window: tuple[float, float] | None):
-    all_steps = trace.steps[trace.steps["rank"] == rank]
+def _window(mine: Trace, steps: tuple[int, int] | None, window: tuple[float, float] | None):
+    """(origin, lo, hi, shown steps) of the view of one rank's trace ``mine``."""
+    all_steps = mine.steps
     shown = all_steps if steps is None else all_steps[all_steps["step"].between(*steps)]
     if steps is not None and shown.empty:
         raise ValueError(f"no steps in {steps[0]}..{steps[1]}; the run has steps {all_steps['step'].tolist()}")
-    ev = trace.events[trace.events["rank"] == rank]
+    ev = mine.events
     origin = int(all_steps["start_ns"].min()) if len(all_steps) else int(ev["ts_ns"].min()) if len(ev) else 0
     lo = int(shown["start_ns"].min()) if len(shown) else origin
     hi = int(shown["end_ns"].max()) if len(shown) else int((ev["ts_ns"] + ev["dur_ns"]).max()) if len(ev) else origin + 1
@@ -94,8 +95,9 @@ def plot_timeline(ax, trace: Trace, rank: int | None = None, *, top_kernels: lis
     counter_axes : {counters group: Axes} for counter lanes (see :data:`COUNTER_LANES`).
     """
     rank = trace.ranks[0] if rank is None and trace.ranks else (rank or 0)
-    origin, lo, hi, shown_steps = _window(trace, rank, steps, window)
-    ev = trace.events[(trace.events["rank"] == rank) & trace.events["kind"].isin(HOST_KINDS + DEVICE_KINDS)]
+    mine = trace.for_rank(rank)
+    origin, lo, hi, shown_steps = _window(mine, steps, window)
+    ev = mine.events[mine.events["kind"].isin(HOST_KINDS + DEVICE_KINDS)]
     ev = ev[(ev["kind"] != "annotation") | ~ev["name"].astype(str).str.startswith("ProfilerStep#")]
     ev = ev[(ev["ts_ns"] + ev["dur_ns"] >= lo) & (ev["ts_ns"] <= hi)]
     order = _lane_order(ev) if len(ev) else []
@@ -130,9 +132,9 @@ def plot_timeline(ax, trace: Trace, rank: int | None = None, *, top_kernels: lis
     ax.set_xlabel("time (ms from the first step)")
     _legend(ax, out, top_kernels)
     if memory_ax is not None:
-        _memory_lane(memory_ax, trace, rank, lo, hi, ms)
+        _memory_lane(memory_ax, mine, lo, hi, ms)
     for group, axis in (counter_axes or {}).items():
-        _counter_lane(axis, trace, rank, group, lo, hi, ms)
+        _counter_lane(axis, mine, group, lo, hi, ms)
         out.counter_lanes.append(group)
     return out
 
@@ -195,8 +197,8 @@ def _legend(ax, out: TimelineArtists, top_kernels) -> None:
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
 
 
-def _memory_lane(ax, trace: Trace, rank: int, lo: int, hi: int, ms) -> None:
-    mem = trace.memory[(trace.memory["rank"] == rank)]
+def _memory_lane(ax, mine: Trace, lo: int, hi: int, ms) -> None:
+    mem = mine.memory
     mem = mem[(mem["ts_ns"] >= lo) & (mem["ts_ns"] <= hi)]
     for device, m in mem.groupby(mem["device"].astype(str)):
         ax.step(ms(m["ts_ns"]), m["allocated_bytes"] / 2**20, where="post", label=f"{device} allocated", lw=1)
@@ -209,9 +211,9 @@ def _memory_lane(ax, trace: Trace, rank: int, lo: int, hi: int, ms) -> None:
         ax.text(0.5, 0.5, "no memory samples in this window", transform=ax.transAxes, ha="center", va="center", fontsize=8)
 
 
-def counter_groups(trace: Trace, rank: int) -> list[str]:
-    """The counter lanes this rank has samples for, in :data:`COUNTER_LANES` order."""
-    present = set(trace.counters.loc[trace.counters["rank"] == rank, "group"].astype(str))
+def counter_groups(mine: Trace) -> list[str]:
+    """The counter lanes one rank's trace ``mine`` has samples for, in :data:`COUNTER_LANES` order."""
+    present = set(mine.counters["group"].astype(str))
     return [group for group, _ in COUNTER_LANES if group in present]
 
 
@@ -245,9 +247,9 @@ def _lines(group: str, counters: pd.DataFrame) -> list[tuple[str, pd.DataFrame, 
     return [(name, part, {}) for name, part in counters.groupby(names, sort=True)]
 
 
-def _counter_lane(ax, trace: Trace, rank: int, group: str, lo: int, hi: int, ms) -> None:
-    c = trace.counters
-    c = c[(c["rank"] == rank) & (c["group"].astype(str) == group)]
+def _counter_lane(ax, mine: Trace, group: str, lo: int, hi: int, ms) -> None:
+    c = mine.counters
+    c = c[c["group"].astype(str) == group]
     # keep one sample either side of the view so the lines reach its edges
     for label, samples, style in _lines(group, c):
         samples = samples.sort_values("ts_ns")
@@ -276,16 +278,17 @@ def timeline_figure(trace: Trace, rank: int | None = None, *, top_kernels: list[
     lane (default: when the trace has memory samples); ``counters`` names the counter lanes
     to draw (counters groups, default every one of :data:`COUNTER_LANES` with samples)."""
     rank = trace.ranks[0] if rank is None and trace.ranks else (rank or 0)
-    n_lanes = trace.events.loc[trace.events["rank"] == rank, "lane"].nunique()
-    with_memory = bool(memory if memory is not None else (trace.memory["rank"] == rank).any())
-    groups = counter_groups(trace, rank) if counters is None else [g for g in counter_groups(trace, rank) if g in counters]
+    mine = trace.for_rank(rank)
+    n_lanes = mine.events["lane"].nunique()
+    with_memory = bool(memory if memory is not None else len(mine.memory))
+    groups = [g for g in counter_groups(mine) if counters is None or g in counters]
     height = 1.3 + 0.32 * max(min(n_lanes, 30), 3) + (1.3 if with_memory else 0) + 1.1 * len(groups)
     fig = Figure(figsize=(FIGURE_WIDTH_IN, height), layout="constrained")
     ratios = [max(n_lanes, 2)] + ([2.2] if with_memory else []) + [1.8] * len(groups)
     axes = list(np.atleast_1d(fig.subplots(len(ratios), 1, sharex=True, height_ratios=ratios)))
     ax = axes.pop(0)
     mem_ax = axes.pop(0) if with_memory else None
-    plot_timeline(ax, trace, rank, top_kernels=top_kernels, memory_ax=mem_ax, counter_axes=dict(zip(groups, axes)),
+    plot_timeline(ax, mine, rank, top_kernels=top_kernels, memory_ax=mem_ax, counter_axes=dict(zip(groups, axes)),
                   **options)
     if mem_ax is not None or groups:
         ax.set_xlabel("")

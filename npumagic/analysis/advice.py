@@ -223,16 +223,13 @@ def _host_cpu(s: Summary) -> dict[str, Any]:
     return out
 
 
-SYNC_FIX = ("remove host-device syncs from the step: replace loss.item()/float(t)/print(t) with on-device accumulation "
-            "read every N steps, avoid torch.npu.synchronize()/torch.cuda.synchronize() and .cpu() in the loop, and use "
-            "non_blocking=True copies")
-
-
 def _sync_fix(s: Summary) -> str:
     if _backend(s) == "cpu":  # the habit to drop before the job moves to a device
         return ("read tensor values less often: replace loss.item()/float(t)/print(t) in the step with accumulation in "
                 "a tensor read every N steps, and avoid .cpu()/.tolist()/.numpy() in the loop")
-    return SYNC_FIX.replace("torch.npu.synchronize()/torch.cuda.synchronize()", f"torch.{_device_module(s)}.synchronize()")
+    return ("remove host-device syncs from the step: replace loss.item()/float(t)/print(t) with on-device accumulation "
+            f"read every N steps, avoid torch.{_device_module(s)}.synchronize() and .cpu() in the loop, and use "
+            "non_blocking=True copies")
 
 
 def _sync(s: Summary) -> list[Finding]:

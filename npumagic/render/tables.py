@@ -221,7 +221,7 @@ def rank_table(ranks: pd.DataFrame, caption: str = "ranks") -> Table:
             Column("step_median_us", "median step (ms)", "ms"), Column("computing_us", "compute (ms)", "ms"),
             Column("comm_not_overlapped_us", "comm (ms)", "ms"), Column("free_us", "free (ms)", "ms"),
             Column("dataloader_us", "data (ms)", "ms"), Column("device_util", "busy", "pct"),
-            Column("slowest", "slowest", "text", fmt=lambda v, row: "slowest" if v is True or v == 1 else "")]
+            Column("slowest", "slowest", "text", fmt=lambda v, row: "slowest" if bool(v) else "")]
     cols += [Column(k, k, "int") for k in ("dp", "pp", "tp") if k in ranks and (ranks[k] >= 0).any()]
     return Table(ranks, cols, caption)
 

@@ -78,8 +78,11 @@ def scheduler():
     cluster.close()
 
 
-def test_local_cluster_equals_serial(job4):
-    # GIVEN four ranks WHEN they run on a local Dask cluster THEN the Summary is the serial one
+def test_local_cluster_equals_serial_even_after_ipython_reset(shell, job4):
+    # GIVEN four ranks and a shell after %reset (which leaves a __main__ without __spec__, read
+    # when worker processes start) WHEN the ranks run on a local Dask cluster THEN the Summary is
+    # the serial one
+    shell.run_line_magic("reset", "-f")
     serial = npumagic.summarize(npumagic.load(job4), rank=2)
     on_dask = parallel.analyze(job4, rank=2, scheduler="local")
     assert sorted(on_dask.per_rank) == [0, 1, 2, 3]
@@ -183,13 +186,6 @@ def test_a_bad_configured_scheduler_is_refused(shell):
     with pytest.raises(TraitError, match="not a Dask scheduler address"):
         magics.scheduler = "nowhere"
     assert magics.scheduler == before
-
-
-def test_a_local_cluster_starts_after_ipython_reset(shell, job4):
-    # %reset leaves a __main__ without __spec__, which starting worker processes reads
-    shell.run_line_magic("reset", "-f")
-    on_dask = parallel.analyze(job4, scheduler="local")
-    assert sorted(on_dask.per_rank) == [0, 1, 2, 3]
 
 
 def test_host_samples_go_to_the_lowest_rank_as_serially(tmp_path, scheduler):

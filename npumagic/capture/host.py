@@ -144,12 +144,12 @@ class HostSampler:
 
     Parameters
     ----------
-    interval : seconds between samples.
+    interval : seconds between samples (default :data:`INTERVAL_S`).
     thread_id : ``threading.get_ident()`` of the thread running the cell (default: the caller's).
     """
 
-    def __init__(self, interval: float = INTERVAL_S, thread_id: int | None = None) -> None:
-        self.interval = interval
+    def __init__(self, interval: float | None = None, thread_id: int | None = None) -> None:
+        self.interval = interval or INTERVAL_S
         self.source = _Proc() if _Proc.available() else _Psutil()
         self.clock = _thread_clock(thread_id if thread_id is not None else threading.get_ident())
         self.rows: list[tuple] = []

@@ -207,7 +207,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     else:
         breakdown = step_table(ev, steps, device_mode)
     total_wall = float(breakdown["wall_us"].sum())
-    in_steps = ev[ev["step"] >= 0]
+    in_steps = schema.where(ev, ev["step"].to_numpy() >= 0)
     kernels = kernel_table(in_steps, device_mode, total_wall, trace.meta.get("vendor", {}).get(rank, {}))
     meta = {k: v for k, v in trace.meta.items() if k != "vendor"}
     loaders = in_steps.loc[in_steps["kind"] == "dataloader", "name"].astype(str)
@@ -241,7 +241,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         frequency_drops=hw.frequency_drops(counters, device_kernels, trace.meta.get("aicore_nominal_mhz")),
         host=hw.host_table(counters, steps),
         temporal=rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", [])),
-        events=_own_categories(ev[ev["kind"] != "python"], schema.EVENT_COLUMNS),
+        events=_own_categories(schema.where(ev, (ev["kind"] != "python").to_numpy()), schema.EVENT_COLUMNS),
         vendor={k: v for k, v in vendor.items() if k in RULE_TABLES},
     )
 

@@ -124,13 +124,19 @@ class Trace:
         """The same trace with every table cut to ``rank``'s rows (indexes kept; meta shared)."""
         tables = {name: getattr(self, name) for name in ("events", "steps", "memory", "comm", "links", "matrix",
                                                           "counters")}
-        return replace(self, **{name: t[t["rank"] == rank] for name, t in tables.items()})
+        return replace(self, **{name: where(t, t["rank"].to_numpy() == rank) for name, t in tables.items()})
 
     def __repr__(self) -> str:
         return (
             f"<Trace {self.meta.get('backend', '?')} ranks={self.ranks} events={len(self.events)} "
             f"steps={len(self.steps)} from {self.meta.get('path', '?')}>"
         )
+
+
+def where(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """``frame[mask]``, or ``frame`` itself where the mask keeps every row (no copy of a large
+    table that one rank or one filter leaves whole)."""
+    return frame if mask.all() else frame[mask]
 
 
 def empty(columns: dict[str, Any]) -> pd.DataFrame:
@@ -149,10 +155,12 @@ def coerce(frame: pd.DataFrame, columns: dict[str, Any]) -> pd.DataFrame:
             col = pd.Series(np.full(n, -1, dtype=np.int64), index=frame.index)
         elif dtype == "float64":
             col = pd.Series(np.full(n, np.nan), index=frame.index)
+        elif dtype == "category":
+            col = pd.Series(pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[""]), index=frame.index)
         else:
             col = pd.Series([""] * n, index=frame.index, dtype=object)
         out[name] = col.astype(dtype) if str(col.dtype) != str(dtype) else col
-    return pd.DataFrame(out).reset_index(drop=True)
+    return pd.DataFrame(out, copy=False).reset_index(drop=True)
 
 
 LAUNCH_KINDS = ("runtime", "sync")  # host calls that carry a launch's correlation id to its device work
@@ -173,9 +181,12 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     ts_all = events["ts_ns"].to_numpy()
     device_all = events["device"].to_numpy()
     rank_all = events["rank"].to_numpy()
+    corr_all = events["correlation"].to_numpy()
+    launch_all = events["kind"].isin(LAUNCH_KINDS).to_numpy()
     for rank, rank_steps in steps.groupby("rank"):
         rank_steps = rank_steps.sort_values("start_ns")
         mask = rank_all == rank
+        mask = slice(None) if mask.all() else mask  # one rank: views, not copies of every column
         ts = ts_all[mask]
         starts = rank_steps["start_ns"].to_numpy()
         idx = np.searchsorted(starts, ts, side="right") - 1
@@ -184,19 +195,19 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
         on_host = device_all[mask] < 0
         past_end = ts >= rank_steps["end_ns"].to_numpy()[-1]
         step[on_host & past_end] = -1
-        step[~on_host] = _launch_steps(events[mask], on_host, step)
+        step[~on_host] = _launch_steps(ts, corr_all[mask], launch_all[mask], on_host, step)
         result[mask] = step
     return result
 
 
-def _launch_steps(events: pd.DataFrame, on_host: np.ndarray, step: np.ndarray) -> np.ndarray:
+def _launch_steps(ts: np.ndarray, corr: np.ndarray, launch_kind: np.ndarray, on_host: np.ndarray,
+                  step: np.ndarray) -> np.ndarray:
     """Steps of the device events of one rank by their launch (see :func:`assign_steps`)."""
-    corr = events["correlation"].to_numpy()
-    launch = on_host & (corr >= 0) & events["kind"].isin(LAUNCH_KINDS).to_numpy()
+    launch = on_host & (corr >= 0) & launch_kind
     device_step = step[~on_host]
     if not launch.any():
         return device_step
-    order = np.argsort(events["ts_ns"].to_numpy()[launch], kind="stable")
+    order = np.argsort(ts[launch], kind="stable")
     first = pd.Series(step[launch][order], index=corr[launch][order])
     first = first[~first.index.duplicated(keep="first")]  # the earliest call with that id launched it
     where = first.index.get_indexer(corr[~on_host])
@@ -226,7 +237,7 @@ def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | Non
     steps = steps.sort_values(["rank", "start_ns"]).reset_index(drop=True)
     if len(steps) and len(events):
         events["step"] = assign_steps(events, steps)
-    events = events.sort_values(["rank", "ts_ns"], kind="stable").reset_index(drop=True)
+    events = sorted_rows(events, ["rank", "ts_ns"])
     memory = coerce(memory if memory is not None else empty(MEMORY_COLUMNS), MEMORY_COLUMNS)
     comm = coerce(comm if comm is not None else empty(COMM_COLUMNS), COMM_COLUMNS)
     links = coerce(links if links is not None else empty(LINK_COLUMNS), LINK_COLUMNS)
@@ -234,6 +245,16 @@ def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | Non
     return Trace(events, steps, memory.sort_values(["rank", "ts_ns"]).reset_index(drop=True), comm, meta,
                  links, matrix,
                  sort_counters(coerce(counters if counters is not None else empty(COUNTER_COLUMNS), COUNTER_COLUMNS)))
+
+
+def sorted_rows(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``frame``'s rows stably ordered by ``keys``, with a fresh index. The columns are taken one
+    at a time and each is removed from ``frame`` once taken, so a frame nothing else holds is
+    never there twice (a ten-million-event trace: one column's copy at a time, not the frame's)."""
+    order = np.lexsort([frame[k].to_numpy() for k in reversed(keys)])
+    if len(order) < 2 or (order[1:] > order[:-1]).all():
+        return frame.reset_index(drop=True)
+    return pd.DataFrame({name: frame.pop(name).values.take(order) for name in list(frame.columns)}, copy=False)
 
 
 def sort_counters(counters: pd.DataFrame) -> pd.DataFrame:

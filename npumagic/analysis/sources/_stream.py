@@ -24,7 +24,7 @@ from ...errors import TraceError
 from ._inflate import open_trace
 from ._kineto_decode import CounterEvent, RawTrace, decode_counter_events
 
-BLOCK = 16 * 2**20
+BLOCK = 4 * 2**20  # a block's decoded events cost ~10x its text: keep it small
 MAX_EVENT_BYTES = 256 * 2**20  # no profiler event is this long: past it the text is not a trace
 TRIES = 8  # candidate cuts per block before reading more
 _ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')

@@ -23,6 +23,7 @@ from .. import schema
 from ._columns import small_int, step_ids, to_int, to_ns, to_ns_checked
 from ._counters import chrome_counters
 from ._kineto_decode import KinetoEvent, RawTrace
+from ._memory import release_free_memory
 from ._notes import ReadNotes, reading
 from ._stream import EventStream
 
@@ -74,6 +75,7 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
                                        "torch.profiler events with categories cpu_op/cuda_runtime/kernel/gpu_memcpy "
                                        "(or the PyTorch 1.8 schema's Operator/Runtime/Kernel/Memcpy)")
             del cols
+            release_free_memory()
             st = _steps(ev, rank, notes, path)
             metas.append(_meta(header, rank, path))
         frames.append(ev)
@@ -97,8 +99,13 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         "base_time_ns": metas[0]["base_time_ns"],
     }
     notes.warn()
-    return schema.finish(events, pd.concat(steps, ignore_index=True), pd.concat(memories, ignore_index=True), None, meta,
-                         counters=pd.concat(counters, ignore_index=True))
+    frames.clear()
+    release_free_memory()
+    # handed over with no reference left here: finish frees each column as it sorts it
+    handed = [events]
+    del events
+    return schema.finish(handed.pop(), pd.concat(steps, ignore_index=True), pd.concat(memories, ignore_index=True),
+                         None, meta, counters=pd.concat(counters, ignore_index=True))
 
 
 _GPU_VENDOR = {"cuda": "NVIDIA", "rocm": "AMD"}
@@ -212,15 +219,21 @@ class _Columns:
     def _frame(self) -> pd.DataFrame:
         if not self.parts:
             return schema.empty(schema.EVENT_COLUMNS)
-        col = {k: np.concatenate([p[k] for p in self.parts]) for k in self.parts[0]}
+        col = {}
+        for key in list(self.parts[0]):  # one column at a time, each part's copy freed as it is joined
+            col[key] = np.concatenate([p.pop(key) for p in self.parts])
         self.parts = []
+        release_free_memory()  # the parts' pages, before the frame's columns are built
         n = col["cat"].size
         on_device = col["cat"] >= _FIRST_DEVICE_CAT
         names = pd.Categorical.from_codes(col["name"], categories=self.names.categories())
         kind = self._kinds(col["cat"], names, on_device)
         stream = np.where(on_device & (col["stream"] < 0), col["tid"], col["stream"])
         device = np.where(on_device, np.where(col["device"] < 0, col["pid"], col["device"]), -1)
-        types = [kernel_type(c) for c in names.categories]
+        # operator types per distinct name, spread by the name codes (categories sorted, as
+        # pd.Categorical would sort them, without hashing one string per event)
+        types, type_codes = np.unique(np.asarray([kernel_type(c) for c in names.categories], dtype=object),
+                                      return_inverse=True)
         return pd.DataFrame({
             "name": names,
             "kind": pd.Categorical.from_codes(kind, categories=schema.KINDS),
@@ -231,10 +244,10 @@ class _Columns:
             "device": device,
             "rank": np.full(n, self.rank, dtype=np.int64),
             "correlation": col["correlation"],
-            "type": pd.Categorical(np.asarray(types, dtype=object)[col["name"]]) if n else [],
+            "type": pd.Categorical.from_codes(type_codes[col["name"]], categories=types) if n else [],
             "shapes": pd.Categorical.from_codes(col["shapes"], categories=self.shapes.categories()),
             "core": pd.Categorical.from_codes(on_device.astype(np.int8), categories=["cpu", "cuda"]),
-        })
+        }, copy=False)  # the columns are fresh arrays: no consolidating copy of them
 
     @staticmethod
     def _kinds(cat: np.ndarray, names: pd.Categorical, on_device: np.ndarray) -> np.ndarray:

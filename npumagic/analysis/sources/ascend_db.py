@@ -39,8 +39,6 @@ _API_PREFIX = {5000: "Runtime@", 5500: "Hccl@", 10000: "Node@", 15000: "Model@",
 # PYTORCH_API.type: 50001 op, 50002 queue (enqueue/dequeue), 50003 python function, 50004 mstx
 _TORCH_KIND = {50001: "host_op", 50002: "runtime", 50003: "python", 50004: "annotation"}
 MEMCPY_TASKS = frozenset({"MEMCPY_ASYNC", "PCIE_DMA_SQE", "SDMA_SQE"})
-PMU_RATIOS = ("aic_mac_ratio", "aic_scalar_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpipe_ratio",
-              "aiv_vec_ratio", "aiv_scalar_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio")
 LOCAL_LINKS = frozenset({"ON_CHIP", "N/A", "INVALID_TYPE", "RESERVED"})
 
 
@@ -121,7 +119,7 @@ def read_rank(db_path: Path, rank: int) -> dict[str, Any]:
             row = conn.execute("SELECT rankId FROM RANK_DEVICE_MAP").fetchone()
             if row is not None and row[0] is not None and 0 <= int(row[0]) < 2**31:
                 device_rank = int(row[0])
-        kernels, details = _compute_tasks(db)
+        kernels, metrics = _compute_tasks(db)
         comm_events = _comm_ops(db)
         events = pd.concat([_torch_api(db), _cann_api(db), kernels, _memcpy_tasks(db), comm_events],
                            ignore_index=True)
@@ -129,7 +127,7 @@ def read_rank(db_path: Path, rank: int) -> dict[str, Any]:
         steps = _steps(db, events, device_rank)
         links, matrix = _links(db, steps, device_rank)
         comm = _comm_table(db, comm_events, steps, device_rank, links)
-        vendor = {"kernel_details": details} if len(details) else {}
+        vendor = {"kernel_details": _details(metrics)} if len(metrics) else {}
         vendor.update(_analysis_tables(db_path.parent))
         device = db.query("SELECT name FROM NPU_INFO") if db.has("NPU_INFO") else pd.DataFrame()
         return {
@@ -141,6 +139,7 @@ def read_rank(db_path: Path, rank: int) -> dict[str, Any]:
             "links": links,
             "matrix": matrix,
             "counters": db_counters(conn, device_rank),
+            "kernel_metrics": metrics.assign(rank=device_rank),
             "vendor": vendor,
             "environment": db.meta_value("ENV_VARIABLES") or {},
             "parallel_groups": db.meta_value("parallel_group_info") or {},
@@ -205,9 +204,10 @@ def _device(frame: pd.DataFrame, name: pd.Series, kind: str, core, type_) -> pd.
 
 
 def _compute_tasks(db: _Db) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Compute kernels (TASK rows named in COMPUTE_TASK_INFO) and a kernel_details-like table."""
+    """Compute kernels (TASK rows named in COMPUTE_TASK_INFO) as events and as kernel metrics
+    (:data:`~npumagic.analysis.schema.KERNEL_METRIC_COLUMNS`, with the AI Core ratios of TASK_PMU_INFO)."""
     if not db.has("COMPUTE_TASK_INFO"):
-        return pd.DataFrame(), pd.DataFrame()
+        return pd.DataFrame(), schema.empty(schema.KERNEL_METRIC_COLUMNS)
     raw = db.query("SELECT t.startNs, t.endNs, t.deviceId, t.connectionId, t.streamId, t.taskId, t.globalTaskId, "
                    "c.name, c.taskType, c.opType, c.blockDim, c.mixBlockDim, c.inputShapes, c.inputDataTypes, "
                    "c.inputFormats "
@@ -218,25 +218,34 @@ def _compute_tasks(db: _Db) -> tuple[pd.DataFrame, pd.DataFrame]:
     op_type = op_type.where(op_type.ne("") & op_type.ne("N/A"), name.str.replace(r"_?\d+$", "", regex=True))
     shapes = db.strings(raw["inputShapes"])
     kernels = _device(raw.assign(shapes=shapes.to_numpy()), name, "kernel", core.to_numpy(), op_type.to_numpy())
-    details = pd.DataFrame({
-        "Name": name.to_numpy(), "Type": op_type.to_numpy(), "Accelerator Core": core.to_numpy(),
-        "Stream ID": raw["streamId"].astype(str).to_numpy(), "Task ID": raw["taskId"].astype(str).to_numpy(),
-        "Block Dim": raw["blockDim"].astype(str).to_numpy(), "Mix Block Dim": raw["mixBlockDim"].astype(str).to_numpy(),
-        "Input Shapes": shapes.to_numpy(), "Input Data Types": db.strings(raw["inputDataTypes"]).to_numpy(),
-        "Input Formats": db.strings(raw["inputFormats"]).to_numpy(),
-        "ts_ns": kernels["ts_ns"].to_numpy(), "dur_ns": kernels["dur_ns"].to_numpy(),
+    # as the text reader: "" where N/A, shapes without torch_npu's quotes
+    text = lambda column: db.strings(raw[column]).str.strip('"').replace("N/A", "").to_numpy()  # noqa: E731
+    metrics = pd.DataFrame({
+        "ts_ns": kernels["ts_ns"].to_numpy(), "dur_ns": kernels["dur_ns"].to_numpy(), "name": name.to_numpy(),
+        "type": op_type.to_numpy(), "core": core.to_numpy(), "stream": kernels["stream"].to_numpy(),
+        "task_id": pd.to_numeric(raw["taskId"], errors="coerce").fillna(-1).astype(np.int64).to_numpy(),
+        "block_dim": pd.to_numeric(raw["blockDim"], errors="coerce").to_numpy(dtype=float),
+        "mix_block_dim": pd.to_numeric(raw["mixBlockDim"], errors="coerce").to_numpy(dtype=float),
+        "input_shapes": text("inputShapes"), "input_dtypes": text("inputDataTypes"), "input_formats": text("inputFormats"),
     })
     if db.has("TASK_PMU_INFO"):
         pmu = db.query("SELECT globalTaskId, name, value FROM TASK_PMU_INFO")
         pmu["metric"] = db.strings(pmu["name"])
-        pmu = pmu[pmu["metric"].isin(PMU_RATIOS)]
+        pmu = pmu[pmu["metric"].isin(schema.AI_CORE_RATIOS)]
         if len(pmu):
             wide = pmu.drop_duplicates(["globalTaskId", "metric"]).pivot(index="globalTaskId", columns="metric",
                                                                           values="value")
             wide = wide.reindex(raw["globalTaskId"].to_numpy())
             for column in wide.columns:
-                details[column] = wide[column].to_numpy()
-    return kernels, details
+                metrics[column] = pd.to_numeric(wide[column], errors="coerce").to_numpy(dtype=float)
+    return kernels, metrics
+
+
+def _details(metrics: pd.DataFrame) -> pd.DataFrame:
+    """kernel_details.csv's names for what the rules still read from ``vendor["kernel_details"]``."""
+    names = {"name": "Name", "type": "Type", "core": "Accelerator Core", "block_dim": "Block Dim",
+             "mix_block_dim": "Mix Block Dim", "input_shapes": "Input Shapes", "input_dtypes": "Input Data Types"}
+    return metrics.rename(columns=names)
 
 
 def _memcpy_tasks(db: _Db) -> pd.DataFrame:

@@ -127,8 +127,7 @@ def read_rank(db_path: Path, rank: int) -> dict[str, Any]:
         steps = _steps(db, events, device_rank)
         links, matrix = _links(db, steps, device_rank)
         comm = _comm_table(db, comm_events, steps, device_rank, links)
-        vendor = {"kernel_details": _details(metrics)} if len(metrics) else {}
-        vendor.update(_analysis_tables(db_path.parent))
+        vendor = _analysis_tables(db_path.parent)
         device = db.query("SELECT name FROM NPU_INFO") if db.has("NPU_INFO") else pd.DataFrame()
         return {
             "rank": device_rank,
@@ -239,13 +238,6 @@ def _compute_tasks(db: _Db) -> tuple[pd.DataFrame, pd.DataFrame]:
             for column in wide.columns:
                 metrics[column] = pd.to_numeric(wide[column], errors="coerce").to_numpy(dtype=float)
     return kernels, metrics
-
-
-def _details(metrics: pd.DataFrame) -> pd.DataFrame:
-    """kernel_details.csv's names for what the rules still read from ``vendor["kernel_details"]``."""
-    names = {"name": "Name", "type": "Type", "core": "Accelerator Core", "block_dim": "Block Dim",
-             "mix_block_dim": "Mix Block Dim", "input_shapes": "Input Shapes", "input_dtypes": "Input Data Types"}
-    return metrics.rename(columns=names)
 
 
 def _memcpy_tasks(db: _Db) -> pd.DataFrame:

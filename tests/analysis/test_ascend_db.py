@@ -109,6 +109,11 @@ def _profiler_db(rank: int, sql: str) -> pd.DataFrame:
                       "WHERE s.value = 'aic_mac_ratio'"),
     ("aiv_mte2_ratio", "SELECT p.value AS v FROM TASK_PMU_INFO AS p JOIN STRING_IDS AS s ON s.id = p.name "
                        "WHERE s.value = 'aiv_mte2_ratio'"),
+    # PMU times are ns in the db, us in the schema (as kernel_details.csv writes them)
+    ("aicore_time_us", "SELECT p.value / 1000.0 AS v FROM TASK_PMU_INFO AS p JOIN STRING_IDS AS s ON s.id = p.name "
+                       "WHERE s.value = 'aic_total_time'"),
+    ("aiv_mte3_time_us", "SELECT p.value / 1000.0 AS v FROM TASK_PMU_INFO AS p JOIN STRING_IDS AS s "
+                         "ON s.id = p.name WHERE s.value = 'aiv_mte3_time'"),
 ])
 def test_kernel_metrics_carry_the_values_of_the_profiler_db(job, rank, ours, sql):
     # GIVEN the column queried on its own from the rank's profiler db
@@ -118,6 +123,17 @@ def test_kernel_metrics_carry_the_values_of_the_profiler_db(job, rank, ours, sql
     assert len(metrics) == len(_profiler_db(rank, "SELECT globalTaskId FROM COMPUTE_TASK_INFO"))
     assert metrics[ours].notna().sum() == len(theirs) > 0
     assert metrics[ours].sum() == pytest.approx(theirs.sum(), rel=1e-9)
+
+
+def test_kernel_metrics_carry_output_shapes_so_the_ai_core_groups_are_analysed(job):
+    # GIVEN COMPUTE_TASK_INFO's output shapes (STRING_IDS values, quoted as in kernel_details.csv)
+    raw = _profiler_db(0, "SELECT s.value AS v FROM COMPUTE_TASK_INFO AS c JOIN STRING_IDS AS s "
+                          "ON s.id = c.outputShapes")["v"]
+    metrics = job.per_rank[0].kernel_metrics
+    # THEN they are in the table without quotes, and the AI Core operator groups get analysed
+    assert sorted(metrics["output_shapes"].astype(str)) == sorted(raw.str.strip('"').replace("N/A", ""))
+    assert metrics["output_shapes"].astype(str).ne("").sum() > 100
+    assert [f for f in npumagic.advise(job.per_rank[0]) if f.rule == "aicore_performance"]
 
 
 def test_collective_wait_time_from_analysis_db(job):

@@ -2,8 +2,8 @@
 alignment of SDMA transfers, small packets, and SDMA bandwidth contention with matmuls.
 
 Inputs: the HCCL plane tasks of trace_view.json (``vendor["hccl_tasks"]``, kept by the Ascend
-reader), the per-call link rows of communication.json (``Summary.links``) and the collectives'
-own spans on the HCCL lane (events of kind ``comm``)."""
+reader), the per-call link rows of communication.json (``Summary.links``), the collectives'
+own spans on the HCCL lane (events of kind ``comm``) and the matmuls of ``Summary.kernel_metrics``."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from . import counters as hw
 from . import thresholds as T
 from .finding import Finding
 from .metrics import Summary
+from .rules import kernel_metrics
 from .rules.npu_ops import INTERNAL_FORMAT_OFF
 from .schema import Trace
 
@@ -306,23 +307,23 @@ def _fuse_fix(backend: str | None) -> str:
             "chains of view/permute/elementwise ops with one op")
 
 
-def _weighted(details: pd.DataFrame, column: str, mask) -> float:
-    d = details[mask]
-    values = pd.to_numeric(d[column], errors="coerce")
+def _weighted(kernels: pd.DataFrame, column: str, mask) -> float:
+    d = kernels[mask]
+    values = d[column]
     weights = d["dur_ns"].astype(float)
     ok = values.notna() & (weights > 0)
     return float(np.average(values[ok], weights=weights[ok])) if ok.any() else float("nan")
 
 
 def _npu_compute(s: Summary) -> list[Finding]:
-    d = s.details
-    if d is None or d.empty:
+    d = kernel_metrics(s)
+    if d.empty:
         return []
     out = []
     wall = s.total_wall_us * 1000  # ns
     compute = float(d["dur_ns"].sum())
-    core = d["Accelerator Core"]
-    if "aic_mac_ratio" in d and (core == "AI_CORE").any():
+    core = d["core"]
+    if (core == "AI_CORE").any():
         util = _weighted(d, "aic_mac_ratio", core == "AI_CORE")
         cube_ns = float(d.loc[core == "AI_CORE", "dur_ns"].sum())
         if util == util and util < T.AICORE_UTIL:
@@ -333,7 +334,7 @@ def _npu_compute(s: Summary) -> list[Finding]:
                                f"{T.CUBE_INNER_AXIS} (msprof-analyze's cube affinity check), use bf16/fp16 "
                                "(torch.autocast('npu', dtype=torch.bfloat16)), and batch small matmuls",
                                "AI_CORE kernels", "aicore_utilization"))
-    trans = d[d["Type"] == "TransData"]
+    trans = d[d["type"] == "TransData"]
     if len(trans) and float(trans["dur_ns"].sum()) / compute > T.TRANSDATA_SHARE:
         t_ns = float(trans["dur_ns"].sum())
         out.append(Finding("npu_compute", t_ns / wall, f"{len(trans)} TransData format conversions take "
@@ -342,36 +343,29 @@ def _npu_compute(s: Summary) -> list[Finding]:
                            f"turn private formats off at the start of the script: {INTERNAL_FORMAT_OFF} (operators "
                            "then keep ND tensors and stop converting; msprof-analyze's advice), and avoid "
                            "permute/.contiguous() on NPU tensors in the loop", "TransData", "transdata"))
-    if "Block Dim" in d:
-        block = pd.to_numeric(d["Block Dim"], errors="coerce")
-        by_kernel = d.assign(block=block).groupby("Name").agg(ns=("dur_ns", "sum"), block=("block", "max"))
-        low = by_kernel[(by_kernel["ns"] / compute >= T.KERNEL_SHARE) & (by_kernel["block"] < T.LOW_BLOCK_DIM)
-                        & (by_kernel["block"] > 0)]
-        if len(low):
-            listed = ", ".join(f"{n} (block dim {int(b)})" for n, b in low["block"].items())
-            out.append(Finding("npu_compute", float(low["ns"].sum()) / wall * T.LOW_BLOCK_DIM_RECOVERABLE, f"{len(low)} long kernels run on fewer "
-                               f"than {T.LOW_BLOCK_DIM} AI Cores: {listed}", {"low_block_kernels": len(low)},
-                               "give these ops more parallel work: a larger batch or sequence per call, so the tiling "
-                               "can split it over all AI Cores", listed, "low_block_dim"))
+    by_kernel = d.groupby("name").agg(ns=("dur_ns", "sum"), block=("block_dim", "max"))
+    low = by_kernel[(by_kernel["ns"] / compute >= T.KERNEL_SHARE) & (by_kernel["block"] < T.LOW_BLOCK_DIM)
+                    & (by_kernel["block"] > 0)]
+    if len(low):
+        listed = ", ".join(f"{n} (block dim {int(b)})" for n, b in low["block"].items())
+        out.append(Finding("npu_compute", float(low["ns"].sum()) / wall * T.LOW_BLOCK_DIM_RECOVERABLE, f"{len(low)} long kernels run on fewer "
+                           f"than {T.LOW_BLOCK_DIM} AI Cores: {listed}", {"low_block_kernels": len(low)},
+                           "give these ops more parallel work: a larger batch or sequence per call, so the tiling "
+                           "can split it over all AI Cores", listed, "low_block_dim"))
     out += _memory_bound_kernels(d, wall)
     return out
 
 
 def _memory_bound_kernels(d: pd.DataFrame, wall_ns: float) -> list[Finding]:
-    masks = []
-    if {"aic_mte2_ratio", "aic_mac_ratio"} <= set(d):
-        masks.append((d["Accelerator Core"] == "AI_CORE") & (pd.to_numeric(d["aic_mte2_ratio"], errors="coerce") > T.MEMORY_BOUND_MTE2_RATIO)
-                     & (pd.to_numeric(d["aic_mac_ratio"], errors="coerce") < T.MEMORY_BOUND_COMPUTE_RATIO))
-    if {"aiv_mte2_ratio", "aiv_vec_ratio"} <= set(d):
-        masks.append((d["Accelerator Core"] == "AI_VECTOR_CORE") & (pd.to_numeric(d["aiv_mte2_ratio"], errors="coerce") > T.MEMORY_BOUND_MTE2_RATIO)
-                     & (pd.to_numeric(d["aiv_vec_ratio"], errors="coerce") < T.MEMORY_BOUND_COMPUTE_RATIO))
-    if not masks:
-        return []
-    bound = d[np.logical_or.reduce(masks)]
+    cube = ((d["core"] == "AI_CORE") & (d["aic_mte2_ratio"] > T.MEMORY_BOUND_MTE2_RATIO)
+            & (d["aic_mac_ratio"] < T.MEMORY_BOUND_COMPUTE_RATIO))
+    vector = ((d["core"] == "AI_VECTOR_CORE") & (d["aiv_mte2_ratio"] > T.MEMORY_BOUND_MTE2_RATIO)
+              & (d["aiv_vec_ratio"] < T.MEMORY_BOUND_COMPUTE_RATIO))
+    bound = d[cube | vector]
     if bound.empty:
         return []
     ns = float(bound["dur_ns"].sum())
-    types = bound.groupby("Type")["dur_ns"].sum().sort_values(ascending=False).head(4)
+    types = bound.groupby("type")["dur_ns"].sum().sort_values(ascending=False).head(4)
     listed = ", ".join(f"{t} ({v / 1e3:.0f} µs)" for t, v in types.items())
     return [Finding("memory", ns / wall_ns, f"{len(bound)} kernels are memory-bound (MTE2 load pipe above "
                     f"{T.MEMORY_BOUND_MTE2_RATIO:.0%}, compute pipe below {T.MEMORY_BOUND_COMPUTE_RATIO:.0%}): {listed}",

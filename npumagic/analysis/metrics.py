@@ -57,6 +57,9 @@ class Summary:
         (:func:`~npumagic.analysis.counters.frequency_drops`).
     host : per-step host CPU (process, cell thread, DataLoader workers, cores) from npumagic's
         psutil samples (:func:`~npumagic.analysis.counters.host_table`); empty without them.
+    kernel_metrics : the rank's device compute tasks with their operator attributes and AI Core
+        PMU metrics (:data:`~npumagic.analysis.schema.KERNEL_METRIC_COLUMNS`), for the advice
+        rules; empty where the profiler recorded none (CPU, CUDA).
     """
 
     steps: pd.DataFrame
@@ -69,7 +72,8 @@ class Summary:
     ranks: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     per_rank: dict[int, "Summary"] = field(default_factory=dict, repr=False, compare=False)
-    details: pd.DataFrame | None = field(default=None, repr=False, compare=False)  # torch_npu kernel_details
+    kernel_metrics: pd.DataFrame = field(default_factory=lambda: schema.empty(schema.KERNEL_METRIC_COLUMNS),
+                                         repr=False, compare=False)
     links: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LINK_COLUMNS), repr=False, compare=False)
     matrix: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False, compare=False)
     hardware: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=hw.HARDWARE_COLUMNS), repr=False,
@@ -208,7 +212,8 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         breakdown = step_table(ev, steps, device_mode)
     total_wall = float(breakdown["wall_us"].sum())
     in_steps = schema.where(ev, ev["step"].to_numpy() >= 0)
-    kernels = kernel_table(in_steps, device_mode, total_wall, trace.meta.get("vendor", {}).get(rank, {}))
+    kernel_metrics = _own_categories(mine.kernel_metrics, schema.KERNEL_METRIC_COLUMNS)
+    kernels = kernel_table(in_steps, device_mode, total_wall, kernel_metrics)
     meta = {k: v for k, v in trace.meta.items() if k != "vendor"}
     loaders = in_steps.loc[in_steps["kind"] == "dataloader", "name"].astype(str)
     meta.update(rank=rank, device_mode=device_mode, backend=backend,
@@ -217,7 +222,6 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
                 parallel=parallel_indices(trace.meta.get("parallel_groups", {}).get(rank, {}), rank))
     for key in ("notes", "parallel_groups"):
         meta.pop(key, None)
-    details = vendor.get("kernel_details")
     links = mine.links
     counters = mine.counters
     device_kernels = in_steps[(in_steps["kind"] == "kernel") & (in_steps["device"] >= 0)]
@@ -232,7 +236,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         memory_timeline=_own_categories(mine.memory, schema.MEMORY_COLUMNS),
         ranks=pd.DataFrame(columns=RANK_COLUMNS),
         meta=meta,
-        details=details,
+        kernel_metrics=kernel_metrics,
         links=links[LINK_COLUMNS].reset_index(drop=True),
         matrix=mine.matrix.reset_index(drop=True),
         hardware=hw.hardware_table(counters[counters["device"] >= 0], steps, trace.meta.get("hbm_peak_bytes_per_s"),
@@ -248,7 +252,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
 
 RANK_META = ("rank", "device_mode", "backend", "dataloader_iter", "sources", "note", "parallel")
 JOB_ONLY_META = ("vendor", "notes", "parallel_groups")
-RANK_TABLES = ("memory_timeline", "links", "matrix", "temporal", "events")  # tables with a rank column
+RANK_TABLES = ("memory_timeline", "links", "matrix", "temporal", "events", "kernel_metrics")  # with a rank column
 
 
 def _own_categories(frame: pd.DataFrame, schema_columns: dict[str, Any]) -> pd.DataFrame:

@@ -6,13 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .schema import AI_CORE_RATIOS
 
 KERNEL_COLUMNS = ["name", "type", "core", "count", "total_us", "mean_us", "min_us", "max_us", "share", "shapes"]
 
-
-# the pipe-utilisation columns torch_npu writes to kernel_details.csv at --aic-metrics PipeUtilization
-AIC_RATIO_COLUMNS = ("aic_mac_ratio", "aic_scalar_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpipe_ratio",
-                     "aiv_vec_ratio", "aiv_scalar_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio")
 HOST_OP_COLUMNS = ["name", "count", "total_us", "mean_us", "max_us", "share"]
 
 
@@ -63,7 +60,11 @@ def self_time_ns(ops: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def kernel_table(ev: pd.DataFrame, device_mode: bool, total_wall_us: float, vendor: dict) -> pd.DataFrame:
+def kernel_table(ev: pd.DataFrame, device_mode: bool, total_wall_us: float,
+                 kernel_metrics: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Kernels (on the CPU: operators by self time) by name, type and core, with each kernel's mean
+    AI Core ratios (:data:`~npumagic.analysis.schema.AI_CORE_RATIOS`) where ``kernel_metrics``
+    (:data:`~npumagic.analysis.schema.KERNEL_METRIC_COLUMNS`) recorded them."""
     if device_mode:
         kernels = ev[ev["kind"] == "kernel"]
     else:  # on the CPU an operator's work is its self time (a leaf's is all of it)
@@ -80,14 +81,10 @@ def kernel_table(ev: pd.DataFrame, device_mode: bool, total_wall_us: float, vend
     table["shapes"] = grouped["shapes"].agg(lambda s: s.mode().iat[0] if len(s) else "").to_numpy()
     table["share"] = table["total_us"] / total_wall_us if total_wall_us > 0 else np.nan
     table = table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
-    details = vendor.get("kernel_details")
-    extra = [c for c in AIC_RATIO_COLUMNS if details is not None and c in details]
+    m = kernel_metrics
+    extra = [c for c in AI_CORE_RATIOS if m is not None and m[c].notna().any()]
     if extra:
-        ratios = details[["Name"] + extra].copy()
-        for c in extra:
-            ratios[c] = pd.to_numeric(ratios[c].replace({"N/A": None}), errors="coerce")
-        ratios = ratios.groupby("Name")[extra].mean()
-        table = table.join(ratios, on="name")
+        table = table.join(m[extra].groupby(m["name"].astype(str)).mean(), on="name")
     return table[KERNEL_COLUMNS + extra]
 
 

@@ -1,9 +1,10 @@
 """The normalized data model every reader produces and every analysis consumes.
 
 One events table (columnar, integer nanoseconds, categoricals for repeated strings), one
-steps table, one memory table, one communication table and one counters table (sampled
-hardware and host metrics), plus ``meta``. The schema is declared once here and checked by
-:func:`finish` when a reader is done.
+steps table, one memory table, one communication table, one counters table (sampled
+hardware and host metrics) and one kernel metrics table (each device compute task's operator
+attributes and AI Core PMU metrics), plus ``meta``. The schema is declared once here and
+checked by :func:`finish` when a reader is done.
 """
 
 from __future__ import annotations
@@ -89,6 +90,39 @@ COUNTER_COLUMNS = {
     "value": "float64",
 }
 
+# torch_npu's AI Core pipe utilisation ratios (0..1, --aic-metrics PipeUtilization), named as it names them
+AI_CORE_RATIOS = ("aic_mac_ratio", "aic_scalar_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpipe_ratio",
+                  "aiv_vec_ratio", "aiv_scalar_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio")
+# One row per device compute task (kernel_details.csv row, or COMPUTE_TASK_INFO row of the db
+# export; collectives excluded) with its operator attributes and AI Core PMU metrics. Text is ""
+# and numbers NaN where the profiler did not record them (level 0, "N/A").
+KERNEL_METRIC_COLUMNS: dict[str, Any] = {
+    "rank": "int64",
+    "ts_ns": "int64",
+    "dur_ns": "int64",
+    "name": "category",
+    "type": "category",  # operator type as the profiler wrote it ("" at level 0)
+    "core": "category",  # accelerator core type (AI_CORE, AI_VECTOR_CORE, AI_CPU, MIX_AIC, ...)
+    "stream": "int64",  # device stream, -1 when absent
+    "task_id": "int64",  # device task id, -1 when absent (level 0)
+    "block_dim": "float64",  # cores (blocks) the task was split over
+    "mix_block_dim": "float64",  # blocks of the other core type of a mixed (MIX_AIC/MIX_AIV) task
+    "op_state": "category",  # "dynamic" or "static" shape
+    "input_shapes": "category",  # "32,3,224,224;64" (one shape per input, ';'-separated)
+    "output_shapes": "category",
+    "input_dtypes": "category",  # "FLOAT;INT64"
+    "output_dtypes": "category",
+    "input_formats": "category",  # "NCHW;FRACTAL_Z"
+    "output_formats": "category",
+    **{name: "float64" for name in AI_CORE_RATIOS},
+    # PMU pipe times (us) of the MTE (memory transfer) pipes, and the task's whole AI Core time
+    "aicore_time_us": "float64",
+    "aic_mte2_time_us": "float64",
+    "aic_fixpipe_time_us": "float64",
+    "aiv_mte2_time_us": "float64",
+    "aiv_mte3_time_us": "float64",
+}
+
 
 @dataclass(frozen=True)
 class Trace:
@@ -105,6 +139,9 @@ class Trace:
     matrix : DataFrame with :data:`MATRIX_COLUMNS`, one row per collective and rank pair.
     counters : DataFrame with :data:`COUNTER_COLUMNS`: sampled hardware counters (HBM, LLC,
         AI Core frequency, ...) and host metrics, one row per sample and metric.
+    kernel_metrics : DataFrame with :data:`KERNEL_METRIC_COLUMNS`, one row per device compute
+        task with its operator attributes (shapes, data types, block dim) and AI Core PMU
+        metrics, where the profiler recorded them (torch_npu); empty elsewhere.
     """
 
     events: pd.DataFrame
@@ -115,6 +152,7 @@ class Trace:
     links: pd.DataFrame = field(default_factory=lambda: empty(LINK_COLUMNS))
     matrix: pd.DataFrame = field(default_factory=lambda: empty(MATRIX_COLUMNS))
     counters: pd.DataFrame = field(default_factory=lambda: empty(COUNTER_COLUMNS))
+    kernel_metrics: pd.DataFrame = field(default_factory=lambda: empty(KERNEL_METRIC_COLUMNS))
 
     @property
     def ranks(self) -> list[int]:
@@ -123,7 +161,7 @@ class Trace:
     def for_rank(self, rank: int) -> "Trace":
         """The same trace with every table cut to ``rank``'s rows (indexes kept; meta shared)."""
         tables = {name: getattr(self, name) for name in ("events", "steps", "memory", "comm", "links", "matrix",
-                                                          "counters")}
+                                                          "counters", "kernel_metrics")}
         return replace(self, **{name: where(t, t["rank"].to_numpy() == rank) for name, t in tables.items()})
 
     def __repr__(self) -> str:
@@ -221,7 +259,7 @@ def _launch_steps(ts: np.ndarray, corr: np.ndarray, launch_kind: np.ndarray, on_
 def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | None = None,
            comm: pd.DataFrame | None = None, meta: dict[str, Any] | None = None,
            links: pd.DataFrame | None = None, matrix: pd.DataFrame | None = None,
-           counters: pd.DataFrame | None = None) -> Trace:
+           counters: pd.DataFrame | None = None, kernel_metrics: pd.DataFrame | None = None) -> Trace:
     """Coerce every table to its schema, attribute events to steps, and build the Trace."""
     meta = dict(meta or {})
     steps = coerce(steps, STEP_COLUMNS)
@@ -244,7 +282,9 @@ def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | Non
     matrix = coerce(matrix if matrix is not None else empty(MATRIX_COLUMNS), MATRIX_COLUMNS)
     return Trace(events, steps, memory.sort_values(["rank", "ts_ns"]).reset_index(drop=True), comm, meta,
                  links, matrix,
-                 sort_counters(coerce(counters if counters is not None else empty(COUNTER_COLUMNS), COUNTER_COLUMNS)))
+                 sort_counters(coerce(counters if counters is not None else empty(COUNTER_COLUMNS), COUNTER_COLUMNS)),
+                 coerce(kernel_metrics if kernel_metrics is not None else empty(KERNEL_METRIC_COLUMNS),
+                        KERNEL_METRIC_COLUMNS))
 
 
 def sorted_rows(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

@@ -58,6 +58,44 @@ def test_top5_kernel_types_agree_with_op_statistic(sample):
         assert mine["count"] == row["Count"]
 
 
+@pytest.mark.parametrize("ours, theirs", [
+    ("block_dim", "Block Dim"), ("mix_block_dim", "Mix Block Dim"), ("task_id", "Task ID"),
+    ("aic_mac_ratio", "aic_mac_ratio"), ("aiv_vec_ratio", "aiv_vec_ratio"), ("aic_mte2_ratio", "aic_mte2_ratio"),
+    ("aiv_mte3_time_us", "aiv_mte3_time(us)"), ("aicore_time_us", "aicore_time(us)"),
+])
+def test_kernel_metrics_carry_the_values_of_kernel_details(sample, ours, theirs):
+    # GIVEN kernel_details.csv read on its own by pandas ("N/A" is NaN), its compute rows only
+    rank_dir, summary = sample
+    raw = _vendor(rank_dir, "kernel_details.csv")
+    raw = raw[(raw["Type"] != "HCCL") & (raw["Accelerator Core"] != "HCCL")]
+    metrics = summary.kernel_metrics
+    # THEN the normalized table has the same rows and the same figures (absent: NaN, or -1 for ids)
+    assert len(metrics) == len(raw)
+    assert metrics["dur_ns"].sum() / 1e3 == pytest.approx(raw["Duration(us)"].sum(), rel=1e-9)
+    if theirs not in raw:
+        assert (metrics[ours] == -1).all() if ours == "task_id" else metrics[ours].isna().all()
+        return
+    assert metrics[ours].notna().sum() == raw[theirs].notna().sum()
+    assert metrics[ours].sum() == pytest.approx(raw[theirs].sum(), rel=1e-9)
+
+
+def test_kernel_metrics_carry_names_cores_shapes_and_dtypes_as_text(sample):
+    # GIVEN kernel_details.csv read on its own by pandas, its compute rows only
+    rank_dir, summary = sample
+    raw = _vendor(rank_dir, "kernel_details.csv")
+    raw = raw[(raw["Type"] != "HCCL") & (raw["Accelerator Core"] != "HCCL")]
+    metrics = summary.kernel_metrics
+
+    def text(column):  # "N/A" and absent columns are "", shapes lose torch_npu's quotes
+        return raw[column].fillna("").astype(str).str.strip('"').tolist() if column in raw else [""] * len(raw)
+
+    # THEN row by row, in the file's order
+    assert metrics["name"].astype(str).tolist() == raw["Name"].tolist()
+    assert metrics["core"].astype(str).tolist() == text("Accelerator Core")
+    assert metrics["input_shapes"].astype(str).tolist() == text("Input Shapes")
+    assert metrics["output_dtypes"].astype(str).tolist() == text("Output Data Types")
+
+
 def test_level0_kernel_types_from_names_match_what_level1_names_them():
     # GIVEN level 0 (Type is N/A) and level 1 (Type filled by the vendor) of the same job
     level0 = npumagic.analyze(need(ASCEND / "level0" / "rank0_ascend_pt")).kernels

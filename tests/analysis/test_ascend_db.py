@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sqlite3
+from contextlib import closing
 
 import pandas as pd
 import pytest
@@ -92,6 +93,47 @@ def test_kernels_carry_core_types_and_ai_core_metrics(job):
     assert {"AI_CORE", "AI_VECTOR_CORE"} <= set(kernels["core"])
     assert kernels["count"].sum() == 187  # COMPUTE_TASK_INFO rows of rank 0
     assert kernels["aic_mac_ratio"].notna().any()
+
+
+def _profiler_db(rank: int, sql: str) -> pd.DataFrame:
+    path = need(DB / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / f"ascend_pytorch_profiler_{rank}.db")
+    with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as conn:
+        return pd.read_sql_query(sql, conn)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("ours, sql", [
+    ("block_dim", "SELECT blockDim AS v FROM COMPUTE_TASK_INFO"),
+    ("mix_block_dim", "SELECT mixBlockDim AS v FROM COMPUTE_TASK_INFO"),
+    ("aic_mac_ratio", "SELECT p.value AS v FROM TASK_PMU_INFO AS p JOIN STRING_IDS AS s ON s.id = p.name "
+                      "WHERE s.value = 'aic_mac_ratio'"),
+    ("aiv_mte2_ratio", "SELECT p.value AS v FROM TASK_PMU_INFO AS p JOIN STRING_IDS AS s ON s.id = p.name "
+                       "WHERE s.value = 'aiv_mte2_ratio'"),
+    # PMU times are ns in the db, us in the schema (as kernel_details.csv writes them)
+    ("aicore_time_us", "SELECT p.value / 1000.0 AS v FROM TASK_PMU_INFO AS p JOIN STRING_IDS AS s ON s.id = p.name "
+                       "WHERE s.value = 'aic_total_time'"),
+    ("aiv_mte3_time_us", "SELECT p.value / 1000.0 AS v FROM TASK_PMU_INFO AS p JOIN STRING_IDS AS s "
+                         "ON s.id = p.name WHERE s.value = 'aiv_mte3_time'"),
+])
+def test_kernel_metrics_carry_the_values_of_the_profiler_db(job, rank, ours, sql):
+    # GIVEN the column queried on its own from the rank's profiler db
+    theirs = _profiler_db(rank, sql)["v"]
+    metrics = job.per_rank[rank].kernel_metrics
+    # THEN the normalized table has one value per compute task, with the same total
+    assert len(metrics) == len(_profiler_db(rank, "SELECT globalTaskId FROM COMPUTE_TASK_INFO"))
+    assert metrics[ours].notna().sum() == len(theirs) > 0
+    assert metrics[ours].sum() == pytest.approx(theirs.sum(), rel=1e-9)
+
+
+def test_kernel_metrics_carry_output_shapes_so_the_ai_core_groups_are_analysed(job):
+    # GIVEN COMPUTE_TASK_INFO's output shapes (STRING_IDS values, quoted as in kernel_details.csv)
+    raw = _profiler_db(0, "SELECT s.value AS v FROM COMPUTE_TASK_INFO AS c JOIN STRING_IDS AS s "
+                          "ON s.id = c.outputShapes")["v"]
+    metrics = job.per_rank[0].kernel_metrics
+    # THEN they are in the table without quotes, and the AI Core operator groups get analysed
+    assert sorted(metrics["output_shapes"].astype(str)) == sorted(raw.str.strip('"').replace("N/A", ""))
+    assert metrics["output_shapes"].astype(str).ne("").sum() > 100
+    assert [f for f in npumagic.advise(job.per_rank[0]) if f.rule == "aicore_performance"]
 
 
 def test_collective_wait_time_from_analysis_db(job):

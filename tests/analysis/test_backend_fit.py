@@ -38,8 +38,8 @@ def _every_rule_fires(summary, backend: str):
                            "capacity_bytes": [np.nan]})
     meta = dict(summary.meta, backend=backend, device_mode=backend != "cpu",
                 dataloader_iter="_SingleProcessDataLoaderIter")
-    return dataclasses.replace(summary, steps=steps, kernels=kernels, memory=memory, meta=meta,
-                               details=summary.details if backend == "npu" else None)
+    metrics = summary.kernel_metrics if backend == "npu" else summary.kernel_metrics.head(0)
+    return dataclasses.replace(summary, steps=steps, kernels=kernels, memory=memory, meta=meta, kernel_metrics=metrics)
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda", "npu"])
@@ -62,7 +62,8 @@ def test_a_compute_bound_verdict_fits_the_backend(genuine, backend):
                                  idle_us=genuine.steps["wall_us"] * 0.05, memcpy_us=0.0,
                                  sync_us=0.0)
     summary = dataclasses.replace(genuine, steps=steps, kernels=genuine.kernels.head(0), syncs=genuine.syncs.head(0),
-                                  comm=genuine.comm.head(0), memory=genuine.memory.head(0), details=None, events=None,
+                                  comm=genuine.comm.head(0), memory=genuine.memory.head(0),
+                                  kernel_metrics=genuine.kernel_metrics.head(0), events=None,
                                   meta=dict(genuine.meta, backend=backend, device_mode=backend != "cpu"))
     verdict = checklist(summary)
     assert verdict.bottleneck == "compute_bound"

@@ -57,12 +57,12 @@ def test_low_block_dim_names_the_long_kernel_that_runs_on_few_cores(level1):
     # GIVEN the genuine rank, where every long kernel uses at least 16 blocks, and the same with
     # its Addmm matmul (5.8% of compute, 21 blocks) launched on 2 blocks
     assert not [f for f in npumagic.advise(level1) if "fewer than" in f.title]
-    details = level1.details.copy()
-    matmul = details["Name"] == "aclnnAddmm_MatMulCommon_MatMulV2"
-    details.loc[matmul, "Block Dim"] = "2"
-    share = details.loc[matmul, "dur_ns"].sum() / details["dur_ns"].sum()
+    metrics = level1.kernel_metrics.copy()
+    matmul = metrics["name"] == "aclnnAddmm_MatMulCommon_MatMulV2"
+    metrics.loc[matmul, "block_dim"] = 2
+    share = metrics.loc[matmul, "dur_ns"].sum() / metrics["dur_ns"].sum()
     assert share >= T.KERNEL_SHARE
-    changed = dataclasses.replace(level1, details=details)
+    changed = dataclasses.replace(level1, kernel_metrics=metrics)
     # THEN the finding names it with its block dim
     [finding] = [f for f in npumagic.advise(changed) if "fewer than" in f.title]
     assert "aclnnAddmm_MatMulCommon_MatMulV2 (block dim 2)" in finding.title

@@ -11,8 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
+import pandas as pd
+
 from ..finding import Finding
 from ..metrics import Summary
+from ..schema import KERNEL_METRIC_COLUMNS
 
 RuleFn = Callable[[Summary], "list[Finding]"]
 
@@ -57,3 +60,10 @@ def step_wall_us(s: Summary) -> float:
 def share_of_steps(s: Summary, us: float) -> float:
     wall = step_wall_us(s)
     return float(us) / wall if wall > 0 else 0.0
+
+
+def kernel_metrics(s: Summary) -> pd.DataFrame:
+    """The rank's kernel metrics (:data:`~npumagic.analysis.schema.KERNEL_METRIC_COLUMNS`) with
+    text as plain strings, so rules group by names, types and shapes without categorical pitfalls."""
+    m = s.kernel_metrics
+    return m.astype({c: str for c, dtype in KERNEL_METRIC_COLUMNS.items() if dtype == "category"})

@@ -2,8 +2,8 @@
 alignment of SDMA transfers, small packets, and SDMA bandwidth contention with matmuls.
 
 Inputs: the HCCL plane tasks of trace_view.json (``vendor["hccl_tasks"]``, kept by the Ascend
-reader), the per-call link rows of communication.json (``Summary.links``) and the collectives'
-own spans on the HCCL lane (events of kind ``comm``)."""
+reader), the per-call link rows of communication.json (``Summary.links``), the collectives'
+own spans on the HCCL lane (events of kind ``comm``) and the matmuls of ``Summary.kernel_metrics``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 
 from .. import thresholds as T
 from ..finding import Finding
-from . import rule, share_of_steps
+from . import kernel_metrics, rule, share_of_steps
 
 TRANSFER_TASKS = ("Memcpy", "Reduce_Inline")
 
@@ -92,13 +92,13 @@ def small_packets(s) -> list[Finding]:
 @rule("bandwidth_contention", ("npu",))
 def bandwidth_contention(s) -> list[Finding]:
     """SDMA collectives below 0.8 x 18 GB/s while a matmul runs at the same time."""
-    links, d, ev = s.links, s.details, s.events
-    if links is None or links.empty or d is None or d.empty or ev is None:
+    links, d, ev = s.links, kernel_metrics(s), s.events
+    if links is None or links.empty or d.empty or ev is None:
         return []
     calls = ev[ev["kind"] == "comm"].assign(op=lambda e: e["name"].astype(str)).drop_duplicates("op")
     sdma = _per_call(s, "SDMA").assign(op=lambda x: x["op"].astype(str)).merge(
         calls[["op", "ts_ns", "dur_ns"]], on="op").sort_values("ts_ns")
-    mm = d[d["Type"].astype(str).str.lower().str.contains("matmul")]
+    mm = d[d["type"].str.lower().str.contains("matmul")]
     if sdma.empty or mm.empty:
         return []
     start = mm["ts_ns"].to_numpy()

@@ -12,7 +12,7 @@ import pandas as pd
 
 from .. import thresholds as T
 from ..finding import Finding
-from . import rule, share_of_steps
+from . import kernel_metrics, rule, share_of_steps
 from .npu_env import environment
 
 # torch_npu affinity APIs for aten operator sequences (msprof-analyze's timeline_fusion_ops.yaml,
@@ -121,21 +121,20 @@ def fusible_operators(s) -> list[Finding]:
     are host-bound (the device works under 40% of their span) or MTE-bound (memory moves over 80%
     of their AI Core time) and take over 1% of the profiled span: candidates for one fused op.
     As msprof-analyze's FusibleOperatorChecker (its loop starts at length 3)."""
-    d = s.details
-    cols = ("aic_mte2_time(us)", "aiv_mte2_time(us)", "aic_fixpipe_time(us)", "aiv_mte3_time(us)")
-    if d is None or len(d) < 3 or not all(c in d for c in cols):
+    d = kernel_metrics(s)
+    cols = ["aic_mte2_time_us", "aiv_mte2_time_us", "aic_fixpipe_time_us", "aiv_mte3_time_us"]
+    if len(d) < 3 or not d[cols].notna().to_numpy().any():  # no PMU times recorded
         return []
     d = d.sort_values("ts_ns").reset_index(drop=True)
-    num = {c: pd.to_numeric(d[c].replace({"N/A": None}), errors="coerce").fillna(0).to_numpy() for c in cols}
+    num = {c: d[c].fillna(0).to_numpy() for c in cols}
     mte = np.maximum(num[cols[0]], num[cols[1]]) + np.maximum(num[cols[2]], num[cols[3]])
     # msprof-analyze divides by aicore_time alone (0 on vector cores: no MTE flag there)
-    aicore = (pd.to_numeric(d["aicore_time(us)"].replace({"N/A": None}), errors="coerce").fillna(0).to_numpy()
-              if "aicore_time(us)" in d else np.zeros(len(d)))
+    aicore = d["aicore_time_us"].fillna(0).to_numpy()
     start = d["ts_ns"].to_numpy() / 1e3
     dur = d["dur_ns"].to_numpy() / 1e3
-    barrier = (d["Accelerator Core"].isin(["AI_CPU", "HCCL", "COMMUNICATION"])
-               | d["Name"].astype(str).str.lower().str.match(r"^(hcom|lccl|lcoc)")).to_numpy()
-    key = pd.factorize(d["Name"].astype(str) + "|" + _shapes(d, "Input Shapes") + "|" + _shapes(d, "Output Shapes"))[0]
+    barrier = (d["core"].isin(["AI_CPU", "HCCL", "COMMUNICATION"])
+               | d["name"].str.lower().str.match(r"^(hcom|lccl|lcoc)")).to_numpy()
+    key = pd.factorize(d["name"] + "|" + d["input_shapes"] + "|" + d["output_shapes"])[0]
     span = start[-1] + dur[-1] - start[0]
     n = len(d)
     cum = lambda a: np.concatenate([[0.0], np.cumsum(a)])  # noqa: E731
@@ -171,7 +170,7 @@ def fusible_operators(s) -> list[Finding]:
         if any(k["seq"][:len(r["seq"])] == r["seq"] or r["seq"][:len(k["seq"])] == k["seq"] for k in kept):
             continue
         kept.append(r)
-    names = d["Name"].astype(str).to_numpy()
+    names = d["name"].to_numpy()
     out_rows = [{"ops": [str(names[r["first"] + k]) for k in range(r["length"])], "start_index": int(r["first"]),
                  "count": int(r["count"]), "total_us": float(r["total"]), "device_us": float(r["busy"]),
                  "host_bound": bool(r["host"]), "mte_bound": bool(r["mte"])} for r in kept[:10]]
@@ -183,10 +182,6 @@ def fusible_operators(s) -> list[Finding]:
                     "fuse each sequence into one operator (torch.compile(model, backend=\"npu\") with torchair, or a "
                     "fused torch_npu op where one exists); host-bound sequences first: record with_stack=True to find "
                     "the code that issues them", listed)]
-
-
-def _shapes(d: pd.DataFrame, column: str) -> pd.Series:
-    return d[column].astype(str).str.strip('"') if column in d else pd.Series("", index=d.index)
 
 
 @rule("syncbn", ("npu",))

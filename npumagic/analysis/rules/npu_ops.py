@@ -1,4 +1,5 @@
-"""Ascend operator rules over kernel_details.csv (msprof-analyze's computation advisor): dynamic
+"""Ascend operator rules over the kernel metrics (kernel_details.csv's compute tasks, normalized as
+:data:`~npumagic.analysis.schema.KERNEL_METRIC_COLUMNS`; msprof-analyze's computation advisor): dynamic
 shapes, AI_CPU operators, operators bound by no pipe, block dims that leave cores idle, AI Core
 performance per op group (cube / vector) with msprof's "optimisation space", and online
 operator compilation (aclopCompileAndExecute)."""
@@ -10,7 +11,7 @@ import pandas as pd
 
 from .. import thresholds as T
 from ..finding import Finding
-from . import rule, share_of_steps
+from . import kernel_metrics, rule, share_of_steps
 
 JIT_OFF = "torch_npu.npu.set_compile_mode(jit_compile=False)"
 INTERNAL_FORMAT_OFF = "torch_npu.npu.config.allow_internal_format = False"
@@ -29,24 +30,15 @@ AICPU_GUIDES = {"index": "replace tensor indexing (x[idx]) with torch.index_sele
                 "argmin": "update the CANN toolkit to 7.0.RC1 or later (argmin runs on AI Core there)"}
 
 
-def _ratios(d: pd.DataFrame, columns) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.to_numeric(d[c].replace({"N/A": None}), errors="coerce") for c in columns if c in d},
-                        index=d.index)
-
-
 def _all_dynamic(d: pd.DataFrame) -> bool:
-    return "OP State" in d and len(d) > 0 and bool((d["OP State"].astype(str).str.lower() == "dynamic").all())
-
-
-def _shapes(d: pd.DataFrame, column: str) -> pd.Series:
-    return d[column].astype(str).str.strip('"') if column in d else pd.Series("", index=d.index)
+    return len(d) > 0 and bool((d["op_state"].str.lower() == "dynamic").all())
 
 
 @rule("dynamic_shape", ("npu",))
 def dynamic_shape(s) -> list[Finding]:
     """Every operator ran with a dynamic shape (kernel_details "OP State"): compiled online."""
-    d = s.details
-    if d is None or "OP State" not in d or not _all_dynamic(d):
+    d = kernel_metrics(s)
+    if not _all_dynamic(d):
         return []
     return [Finding("host_bound", 0.0, f"all {len(d)} operators ran as dynamic-shape operators (OP State "
                     "\"dynamic\"): each new shape is compiled online", {"operators": len(d), "op_state": "dynamic"},
@@ -57,18 +49,14 @@ def dynamic_shape(s) -> list[Finding]:
 @rule("aicpu", ("npu",))
 def aicpu(s) -> list[Finding]:
     """AI_CPU operators, reported when one task exceeds 20 us, with the vendor's dtype advice."""
-    d = s.details
-    if d is None or d.empty:
-        return []
-    ops = d[d["Accelerator Core"] == "AI_CPU"]
+    d = kernel_metrics(s)
+    ops = d[d["core"] == "AI_CPU"]
     if ops.empty or float(ops["dur_ns"].max()) / 1e3 < T.AICPU_MIN_US:
         return []
-    in_types = ops["Input Data Types"].astype(str) if "Input Data Types" in ops else pd.Series("", index=ops.index)
-    out_types = ops["Output Data Types"].astype(str) if "Output Data Types" in ops else pd.Series("", index=ops.index)
     advice, per_type = [], []
-    for op_type, group in ops.groupby("Type", sort=False):
-        types = {t.lower().replace("double", "float64") for col in (in_types[group.index], out_types[group.index])
-                 for v in col for t in v.split(";") if t and t != "N/A"}
+    for op_type, group in ops.groupby("type", sort=False):
+        types = {t.lower().replace("double", "float64") for col in (group["input_dtypes"], group["output_dtypes"])
+                 for v in col for t in v.split(";") if t}
         item = {"type": op_type, "count": len(group), "total_us": float(group["dur_ns"].sum()) / 1e3,
                 "data_types": sorted(types)}
         odd = sorted(types - AICPU_DTYPES) if op_type.lower() not in AICPU_DTYPE_EXEMPT else []
@@ -94,21 +82,21 @@ def operator_no_bound(s) -> list[Finding]:
     """Operators over 20 us with no pipe (mac, vec, scalar, mte1-3) above 0.8: tiling leaves every
     unit underused. Skipped, as msprof-analyze does, when all operators are dynamic-shape (the
     kernels change once compiled statically)."""
-    d = s.details
-    if d is None or d.empty or _all_dynamic(d):
+    d = kernel_metrics(s)
+    if d.empty or _all_dynamic(d):
         return []
-    ratios = _ratios(d, PIPE_RATIOS)
-    if ratios.empty or not (ratios.fillna(0) > 0).any().any():
+    ratios = d[list(PIPE_RATIOS)]
+    if not (ratios.fillna(0) > 0).any().any():
         return []
     best = ratios.max(axis=1)
     mask = (d["dur_ns"] / 1e3 > T.NO_BOUND_MIN_US) & (best > 0) & (best <= T.NO_BOUND_PIPE_RATIO)
     ops = d[mask]
     if ops.empty:
         return []
-    by = ops.assign(best=best[mask]).groupby(["Name", "Type"], sort=False).agg(
+    by = ops.assign(best=best[mask]).groupby(["name", "type"], sort=False).agg(
         count=("dur_ns", "size"), total_ns=("dur_ns", "sum"), best_pipe=("best", "max")).reset_index()
     by = by.sort_values("total_ns", ascending=False)
-    listed = ", ".join(f"{r.Name} x{r.count} (best pipe {r.best_pipe:.0%})" for r in by.head(5).itertuples())
+    listed = ", ".join(f"{r.name} x{r.count} (best pipe {r.best_pipe:.0%})" for r in by.head(5).itertuples())
     total_us = float(ops["dur_ns"].sum()) / 1e3
     return [Finding("npu_compute", share_of_steps(s, total_us), f"{len(ops)} operator tasks over "
                     f"{T.NO_BOUND_MIN_US:g} us use no pipe above {T.NO_BOUND_PIPE_RATIO:.0%}: {listed}",
@@ -124,29 +112,29 @@ def block_dim(s) -> list[Finding]:
     """Operators whose block dim is not a multiple of the AI Core (or vector core) count, so the
     last wave leaves cores idle. Needs the core count (PROF_*/device_*/info.json); skipped on
     all-dynamic-shape runs, as msprof-analyze does."""
-    d = s.details
+    d = kernel_metrics(s)
     info = s.vendor.get("device_info") or {}
     cores = int(info.get("ai_core_num") or 0)
-    if d is None or d.empty or not cores or "Block Dim" not in d or _all_dynamic(d):
+    if d.empty or not cores or _all_dynamic(d):
         return []
     vec = int(info.get("aiv_num") or 0)
-    core = d["Accelerator Core"].astype(str)
-    block = pd.to_numeric(d["Block Dim"], errors="coerce").fillna(0).astype(np.int64)
+    core = d["core"]
+    block = d["block_dim"].fillna(0).astype(np.int64)
     per = np.where((core == "AI_CORE") | (vec == 0), cores, vec)
     mask = core.isin(["AI_CORE", "AI_VECTOR_CORE", "MIX_AIC"]) & (block > 0) & (block % per != 0)
-    if "Mix Block Dim" in d and vec:
-        mix = pd.to_numeric(d["Mix Block Dim"], errors="coerce").fillna(0).astype(np.int64)
+    if vec:
+        mix = d["mix_block_dim"].fillna(0).astype(np.int64)
         mask &= ~((core == "MIX_AIC") & (mix % vec == 0))
     ops = d[mask]
     if ops.empty:
         return []
-    by = ops.assign(block=block[mask], cores=per[mask.to_numpy()]).groupby(["Name", "block", "cores"], sort=False).agg(
+    by = ops.assign(block=block[mask], cores=per[mask.to_numpy()]).groupby(["name", "block", "cores"], sort=False).agg(
         count=("dur_ns", "size"), total_ns=("dur_ns", "sum")).reset_index().sort_values("total_ns", ascending=False)
     # the idle share of the last wave: (cores - block % cores) / (cores * waves)
     waves = np.ceil(by["block"] / by["cores"])
     idle = (by["cores"] - by["block"] % by["cores"]) / (by["cores"] * waves)
     at_stake_us = float((by["total_ns"] * idle).sum()) / 1e3
-    listed = ", ".join(f"{r.Name} (block dim {r.block} on {r.cores} cores)" for r in by.head(5).itertuples())
+    listed = ", ".join(f"{r.name} (block dim {r.block} on {r.cores} cores)" for r in by.head(5).itertuples())
     return [Finding("npu_compute", share_of_steps(s, at_stake_us), f"{len(by)} operators have a block dim that is not "
                     f"a multiple of the core count ({cores} AI Cores{f', {vec} vector cores' if vec else ''}): {listed}",
                     {"ai_core_num": cores, "aiv_num": vec, "ops": by.head(20).assign(total_us=by["total_ns"] / 1e3)
@@ -211,32 +199,27 @@ def aicore_performance(s) -> list[Finding]:
     """msprof-analyze's AI Core performance analysis: cube (matmul), FlashAttention and vector
     operator groups by name and shape, each either bound by a pipe or with an "optimisation space" (how far its
     pipes are below the bound thresholds); cube shapes whose inner axis is not a multiple of 256."""
-    d = s.details
-    if d is None or d.empty or "Input Shapes" not in d or "Output Shapes" not in d:
-        return []
-    d = d.assign(_in=_shapes(d, "Input Shapes"), _out=_shapes(d, "Output Shapes"))
-    d = d[(d["_in"] != "") & (d["_out"] != "") & (d["_in"] != "N/A")]
+    every = kernel_metrics(s)
+    d = every[(every["input_shapes"] != "") & (every["output_shapes"] != "")]
     # msprof-analyze's total runs over every kernel_details row, collectives (HCCL) included
     ev = s.events
     comm_ns = float(ev.loc[ev["kind"] == "comm", "dur_ns"].sum()) if ev is not None and len(ev) else 0.0
-    total_ns = float(s.details["dur_ns"].sum()) + comm_ns
+    total_ns = float(every["dur_ns"].sum()) + comm_ns
     if d.empty or not total_ns:
         return []
-    ratios = _ratios(d, PIPE_RATIOS + ("aic_fixpipe_ratio",))
-    d = d.join(ratios.add_suffix("_num"))
-    core, types = d["Accelerator Core"].astype(str), d["Type"].astype(str)
+    core, types = d["core"], d["type"]
     # cube: AI_CORE matmuls whose name+shape moves at least 100 MB
     cube = d[(core == "AI_CORE") & types.str.lower().str.contains("matmul")]
     opt_rows, bound_rows, unaligned = [], [], []
     if len(cube):
-        for (name, si, so), g in cube.groupby(["Name", "_in", "_out"], sort=False):
+        for (name, si, so), g in cube.groupby(["name", "input_shapes", "output_shapes"], sort=False):
             if sum(_mb(si, so) for _ in range(len(g))) < T.CUBE_MIN_MB:
                 continue
             ns = float(g["dur_ns"].sum())
             if not _cube_aligned(si):
                 unaligned.append({"op": name, "shape": si, "duration_us": ns / 1e3})
                 continue
-            mac, mte2 = g["aic_mac_ratio_num"].mean(), g["aic_mte2_ratio_num"].mean()
+            mac, mte2 = g["aic_mac_ratio"].mean(), g["aic_mte2_ratio"].mean()
             if mac >= T.CUBE_MAC_BOUND or mte2 >= T.CUBE_MTE2_BOUND:
                 bound = "mac_and_mte2" if (mac >= T.CUBE_MAC_BOUND and mte2 >= T.CUBE_MTE2_BOUND) else (
                     "mac" if mac >= T.CUBE_MAC_BOUND else "mte2")
@@ -246,7 +229,7 @@ def aicore_performance(s) -> list[Finding]:
                 opt_rows.append({"group": "cube", "op": name, "shape": si, "optimization": space, "duration_us": ns / 1e3})
     # FlashAttention: shapes aligned to 128, else bound or optimisation space per direction
     fa = d[types.isin(["FlashAttentionScore", "FlashAttentionScoreGrad"])]
-    for (name, si, so, kind), g in fa.groupby(["Name", "_in", "_out", "Type"], sort=False):
+    for (name, si, so, kind), g in fa.groupby(["name", "input_shapes", "output_shapes", "type"], sort=False):
         ns = float(g["dur_ns"].sum())
         head, seq = _fa_dims(si, so, varlen="varlen" in str(name).lower())
         bad = [label for label, v in (("head dim", head), ("sequence length", seq))
@@ -255,9 +238,9 @@ def aicore_performance(s) -> list[Finding]:
             unaligned.append({"op": name, "shape": si, "duration_us": ns / 1e3,
                               "why": f"{' and '.join(bad)} not a multiple of {T.FA_INNER_AXIS}"})
             continue
-        mte2 = g["aic_mte2_ratio_num"].mean()
-        other, limit, label = ((g["aic_fixpipe_ratio_num"].mean(), T.FA_FIXPIPE_BOUND, "fixpipe") if kind.endswith("Grad")
-                               else (g["aiv_vec_ratio_num"].mean(), T.FA_VEC_BOUND, "vec"))
+        mte2 = g["aic_mte2_ratio"].mean()
+        other, limit, label = ((g["aic_fixpipe_ratio"].mean(), T.FA_FIXPIPE_BOUND, "fixpipe") if kind.endswith("Grad")
+                               else (g["aiv_vec_ratio"].mean(), T.FA_VEC_BOUND, "vec"))
         if mte2 != mte2 or other != other:
             continue
         if mte2 >= T.FA_MTE2_BOUND or other >= limit:
@@ -269,10 +252,11 @@ def aicore_performance(s) -> list[Finding]:
     # vector: op types on vector cores taking at least 1% of device time
     vec = d[core.isin(["AI_VECTOR_CORE", "MIX_AIV"])]
     if len(vec):
-        share = vec.groupby("Type")["dur_ns"].sum() / total_ns
+        share = vec.groupby("type")["dur_ns"].sum() / total_ns
         kept = share[share >= T.VECTOR_TYPE_SHARE].index
-        for (name, si, so), g in vec[vec["Type"].isin(kept)].groupby(["Name", "_in", "_out"], sort=False):
-            v, m2, m3 = (g[f"{c}_num"].mean() for c in ("aiv_vec_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio"))
+        for (name, si, so), g in vec[vec["type"].isin(kept)].groupby(["name", "input_shapes", "output_shapes"],
+                                                                     sort=False):
+            v, m2, m3 = (g[c].mean() for c in ("aiv_vec_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio"))
             if any(x != x for x in (v, m2, m3)):
                 continue
             ns = float(g["dur_ns"].sum())
@@ -286,7 +270,7 @@ def aicore_performance(s) -> list[Finding]:
                 bound = "vec"
             else:
                 bound = ""
-            dtype = str(g["Input Data Types"].iat[0]) if "Input Data Types" in g else ""
+            dtype = g["input_dtypes"].iat[0]
             if bound:
                 bound_rows.append({"group": "vector", "op": name, "shape": si, "dtype": dtype, "bound": bound,
                                    "duration_us": ns / 1e3})

@@ -87,7 +87,7 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     notes.warn()
     cat = lambda key: pd.concat([p[key] for p in parts], ignore_index=True)  # noqa: E731
     return schema.finish(cat("events"), cat("steps"), cat("memory"), cat("comm"), meta, cat("links"), cat("matrix"),
-                         counters=cat("counters"))
+                         counters=cat("counters"), kernel_metrics=cat("kernel_metrics"))
 
 
 DEVICE_NAME = "Ascend NPU"  # when no rank says which
@@ -125,7 +125,7 @@ def merge_meta(paths: list[Path], metas: list[dict[str, Any]], unreadable: dict[
     }
 
 
-RANK_TABLES = ("events", "steps", "memory", "comm", "links", "matrix", "counters")
+RANK_TABLES = ("events", "steps", "memory", "comm", "links", "matrix", "counters", "kernel_metrics")
 TEXT_TABLES = ("trace_view.json", "kernel_details.csv", "step_trace_time.csv")
 
 
@@ -209,10 +209,10 @@ def _read_text_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, An
         hccl_tasks = _hccl_tasks(raw_events)
     kernel_path = out / "kernel_details.csv"
     note = ""
-    kernels = details = None
+    kernels = metrics = details = None
     if kernel_path.is_file():
         with reading(kernel_path):
-            kernels, details = _kernel_details(kernel_path, events, notes)
+            kernels, metrics, details = _kernel_details(kernel_path, events, notes)
         if kernels.empty:  # plausible: an export with no device kernels
             notes.remark(kernel_path, "no kernel rows; using the Ascend Hardware tasks of trace_view.json")
             kernels = None
@@ -230,7 +230,7 @@ def _read_text_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, An
     if details is not None:
         vendor["kernel_details"] = details
     counters = pd.concat([chrome_counters(samples, _process_names(raw_events), rank, 0),
-                          _l2_cache(out / "l2_cache.csv", details, rank)], ignore_index=True)
+                          _l2_cache(out / "l2_cache.csv", metrics, rank)], ignore_index=True)
     if len(hccl_tasks):
         vendor["hccl_tasks"] = hccl_tasks
     device = _device_info(rank_dir)
@@ -242,6 +242,8 @@ def _read_text_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, An
         "steps": steps,
         "memory": _memory(out / "memory_record.csv", rank, notes),
         "counters": counters,
+        "kernel_metrics": (metrics if metrics is not None else schema.empty(schema.KERNEL_METRIC_COLUMNS)).assign(
+            rank=rank),
         "vendor": vendor,
         "note": note,
         "sources": {"breakdown": "kernel_details.csv + trace_view.json (HCCL lanes, ProfilerStep#)",
@@ -256,7 +258,7 @@ def _read_csv_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, Any
     raw = _read_csv(out / "kernel_details.csv", KERNEL_COLUMNS)
     empty = pd.DataFrame({"ts_ns": pd.Series(dtype=np.int64), "kind": pd.Series(dtype=object),
                           "stream": pd.Series(dtype=np.int64), "correlation": pd.Series(dtype=np.int64)})
-    kernels, details = _kernel_details(out / "kernel_details.csv", empty, notes)  # counts the bad rows
+    kernels, metrics, details = _kernel_details(out / "kernel_details.csv", empty, notes)  # counts the bad rows
     ts, ts_ok = decimal_us_to_ns_checked(raw["Start Time(us)"])
     dur, dur_ok = decimal_us_to_ns_checked(raw["Duration(us)"])
     good = ts_ok & dur_ok & (dur >= 0) & (raw["Name"] != "Name").to_numpy()
@@ -286,7 +288,8 @@ def _read_csv_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, Any
     missing = "trace_view.json"
     return {
         "rank": rank, "events": events, "steps": steps, "memory": _memory(out / "memory_record.csv", rank, notes),
-        "counters": _l2_cache(out / "l2_cache.csv", details, rank),
+        "counters": _l2_cache(out / "l2_cache.csv", metrics, rank),
+        "kernel_metrics": metrics.assign(rank=rank),
         "vendor": vendor,
         "note": (f"no {missing}: breakdown from kernel_details.csv and the HCCL op times; step wall time is the "
                  "device window (+ Preparing from step_trace_time.csv); no host lanes, DataLoader, sync or "
@@ -326,7 +329,7 @@ def _read_step_trace_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
                           "end_ns": start + wall_ns})
     return {
         "rank": rank, "events": schema.empty(schema.EVENT_COLUMNS), "steps": steps,
-        "counters": schema.empty(schema.COUNTER_COLUMNS),
+        "counters": schema.empty(schema.COUNTER_COLUMNS), "kernel_metrics": schema.empty(schema.KERNEL_METRIC_COLUMNS),
         "memory": _memory(out / "memory_record.csv", rank, ReadNotes()), "vendor": vendor,
         "note": ("only step_trace_time.csv: the breakdown is torch_npu's own (not recomputed); no timeline, "
                  "kernel, host-op or sync views"),
@@ -406,22 +409,24 @@ def _process_names(raw) -> dict[Any, str]:
     return {e.pid: str(e.args.name) for e in raw if e.ph == "M" and e.name == "process_name" and e.args is not None}
 
 
-def _l2_cache(path: Path, details: pd.DataFrame | None, rank: int) -> pd.DataFrame:
+def _l2_cache(path: Path, metrics: pd.DataFrame | None, rank: int) -> pd.DataFrame:
     """l2_cache.csv (per-task L2 hit and victim rates, ``--l2-cache``) as counters at each task's
-    start, matched to kernel_details.csv by (stream, task id), or else by the n-th task of the
+    start, matched to the kernel metrics by (stream, task id), or else by the n-th task of the
     same name (level 0 writes no task ids)."""
-    if not path.is_file() or details is None or details.empty:
+    if not path.is_file() or metrics is None or metrics.empty:
         return schema.empty(schema.COUNTER_COLUMNS)
     l2 = _read_csv(path, ("Op Name", "Hit Rate", "Victim Rate"))
-    kernels = details.sort_values("ts_ns", kind="stable")
-    if {"Stream Id", "Task Id"} <= set(l2) and {"Stream ID", "Task ID"} <= set(kernels):
-        key_l2, key_k = ["Stream Id", "Task Id"], ["Stream ID", "Task ID"]
+    kernels = metrics.sort_values("ts_ns", kind="stable")
+    if {"Stream Id", "Task Id"} <= set(l2) and (kernels["task_id"] >= 0).any():
+        key = ["stream", "task_id"]
+        l2 = l2.assign(stream=to_int(l2["Stream Id"]), task_id=to_int(l2["Task Id"]))
     else:
-        key_l2, key_k = ["Op Name", "nth"], ["Name", "nth"]
-        l2 = l2.assign(nth=l2.groupby("Op Name").cumcount())
-        kernels = kernels.assign(nth=kernels.groupby("Name").cumcount())
-    start = kernels.drop_duplicates(key_k).set_index(key_k)["ts_ns"]
-    ts = start.reindex(pd.MultiIndex.from_frame(l2[key_l2].set_axis(key_k, axis=1)))
+        key = ["name", "nth"]
+        l2 = l2.assign(name=l2["Op Name"], nth=l2.groupby("Op Name").cumcount())
+        kernels = kernels.assign(name=kernels["name"].astype(str))
+        kernels = kernels.assign(nth=kernels.groupby("name").cumcount())
+    start = kernels.drop_duplicates(key).set_index(key)["ts_ns"]
+    ts = start.reindex(pd.MultiIndex.from_frame(l2[key]))
     l2 = l2.assign(ts_ns=ts.to_numpy())[ts.notna().to_numpy()]
     frames = []
     for column, name in (("Hit Rate", "L2 Cache/Hit Rate"), ("Victim Rate", "L2 Cache/Victim Rate")):
@@ -562,7 +567,37 @@ def _type_from_name(names: pd.Series) -> pd.Series:
     return kind.where(kind != "", names)
 
 
-def _kernel_details(path: Path, events: pd.DataFrame, notes: ReadNotes) -> tuple[pd.DataFrame, pd.DataFrame]:
+# kernel_details.csv column -> its name in schema.KERNEL_METRIC_COLUMNS (the only place these
+# columns are read by torch_npu's names)
+KERNEL_METRICS = {
+    "Name": "name", "Type": "type", "Accelerator Core": "core", "Task ID": "task_id", "Block Dim": "block_dim",
+    "Mix Block Dim": "mix_block_dim", "OP State": "op_state", "Input Shapes": "input_shapes",
+    "Output Shapes": "output_shapes", "Input Data Types": "input_dtypes", "Output Data Types": "output_dtypes",
+    "Input Formats": "input_formats", "Output Formats": "output_formats", "aicore_time(us)": "aicore_time_us",
+    "aic_mte2_time(us)": "aic_mte2_time_us", "aic_fixpipe_time(us)": "aic_fixpipe_time_us",
+    "aiv_mte2_time(us)": "aiv_mte2_time_us", "aiv_mte3_time(us)": "aiv_mte3_time_us",
+    **{ratio: ratio for ratio in schema.AI_CORE_RATIOS},
+}
+
+
+def _kernel_metrics(raw: pd.DataFrame, ts: np.ndarray, dur: np.ndarray, stream: np.ndarray) -> pd.DataFrame:
+    """kernel_details.csv rows in :data:`~npumagic.analysis.schema.KERNEL_METRIC_COLUMNS` (rank
+    left to the caller): "N/A", blanks and the columns the file lacks become "" (text) or NaN / -1
+    (numbers); shapes lose torch_npu's quotes."""
+    out = {"ts_ns": ts, "dur_ns": dur, "stream": stream}
+    for theirs, ours in KERNEL_METRICS.items():
+        if theirs in raw:
+            text = raw[theirs].str.strip('"').replace("N/A", "")
+            dtype = schema.KERNEL_METRIC_COLUMNS[ours]
+            out[ours] = (pd.to_numeric(text, errors="coerce").to_numpy() if dtype == "float64"
+                         else to_int(text) if dtype == "int64" else text.to_numpy())
+    return schema.coerce(pd.DataFrame(out), schema.KERNEL_METRIC_COLUMNS)
+
+
+def _kernel_details(path: Path, events: pd.DataFrame,
+                    notes: ReadNotes) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """kernel_details.csv's compute tasks (collectives are read from the HCCL lanes): as kernel
+    events, as kernel metrics, and as read (kept in ``meta["vendor"]`` for reference)."""
     raw = _read_csv(path, KERNEL_COLUMNS, notes)
     ts, ts_ok = decimal_us_to_ns_checked(raw["Start Time(us)"])
     dur, dur_ok = decimal_us_to_ns_checked(raw["Duration(us)"])
@@ -593,8 +628,7 @@ def _kernel_details(path: Path, events: pd.DataFrame, notes: ReadNotes) -> tuple
         "core": raw["Accelerator Core"].replace({"N/A": ""}).to_numpy(),
         "type": kernel_type,
     })
-    details = raw.assign(ts_ns=ts, dur_ns=dur)
-    return kernels, details
+    return kernels, _kernel_metrics(raw, ts, dur, stream), raw.assign(ts_ns=ts, dur_ns=dur)
 
 
 def _steps(events: pd.DataFrame, rank: int, notes: ReadNotes, path: Path) -> pd.DataFrame:

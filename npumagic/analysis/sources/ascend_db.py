@@ -39,9 +39,16 @@ _API_PREFIX = {5000: "Runtime@", 5500: "Hccl@", 10000: "Node@", 15000: "Model@",
 # PYTORCH_API.type: 50001 op, 50002 queue (enqueue/dequeue), 50003 python function, 50004 mstx
 _TORCH_KIND = {50001: "host_op", 50002: "runtime", 50003: "python", 50004: "annotation"}
 MEMCPY_TASKS = frozenset({"MEMCPY_ASYNC", "PCIE_DMA_SQE", "SDMA_SQE"})
-PMU_RATIOS = ("aic_mac_ratio", "aic_scalar_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpipe_ratio",
-              "aiv_vec_ratio", "aiv_scalar_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio")
 LOCAL_LINKS = frozenset({"ON_CHIP", "N/A", "INVALID_TYPE", "RESERVED"})
+# COMPUTE_TASK_INFO's text columns (STRING_IDS ids) -> their schema.KERNEL_METRIC_COLUMNS names
+TASK_TEXT = {"inputShapes": "input_shapes", "inputDataTypes": "input_dtypes", "inputFormats": "input_formats",
+             "outputShapes": "output_shapes", "outputDataTypes": "output_dtypes", "outputFormats": "output_formats"}
+# TASK_PMU_INFO metrics -> (their KERNEL_METRIC_COLUMNS names, scale): its times are in ns (aic_mte2_time /
+# aic_total_time is aic_mte2_ratio), the text export's in us
+PMU_METRICS = {**{ratio: (ratio, 1.0) for ratio in schema.AI_CORE_RATIOS},
+               "aic_total_time": ("aicore_time_us", 1e-3), "aic_mte2_time": ("aic_mte2_time_us", 1e-3),
+               "aic_fixpipe_time": ("aic_fixpipe_time_us", 1e-3), "aiv_mte2_time": ("aiv_mte2_time_us", 1e-3),
+               "aiv_mte3_time": ("aiv_mte3_time_us", 1e-3)}
 
 
 def find_db(out: Path) -> Path | None:
@@ -71,6 +78,9 @@ class _Db:
 
     def has(self, *tables: str) -> bool:
         return all(t in self.tables for t in tables)
+
+    def columns(self, table: str) -> set[str]:
+        return {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")} if self.has(table) else set()
 
     def query(self, sql: str) -> pd.DataFrame:
         try:
@@ -121,7 +131,7 @@ def read_rank(db_path: Path, rank: int) -> dict[str, Any]:
             row = conn.execute("SELECT rankId FROM RANK_DEVICE_MAP").fetchone()
             if row is not None and row[0] is not None and 0 <= int(row[0]) < 2**31:
                 device_rank = int(row[0])
-        kernels, details = _compute_tasks(db)
+        kernels, metrics = _compute_tasks(db)
         comm_events = _comm_ops(db)
         events = pd.concat([_torch_api(db), _cann_api(db), kernels, _memcpy_tasks(db), comm_events],
                            ignore_index=True)
@@ -129,8 +139,7 @@ def read_rank(db_path: Path, rank: int) -> dict[str, Any]:
         steps = _steps(db, events, device_rank)
         links, matrix = _links(db, steps, device_rank)
         comm = _comm_table(db, comm_events, steps, device_rank, links)
-        vendor = {"kernel_details": details} if len(details) else {}
-        vendor.update(_analysis_tables(db_path.parent))
+        vendor = _analysis_tables(db_path.parent)
         device = db.query("SELECT name FROM NPU_INFO") if db.has("NPU_INFO") else pd.DataFrame()
         return {
             "rank": device_rank,
@@ -141,6 +150,7 @@ def read_rank(db_path: Path, rank: int) -> dict[str, Any]:
             "links": links,
             "matrix": matrix,
             "counters": db_counters(conn, device_rank),
+            "kernel_metrics": metrics.assign(rank=device_rank),
             "vendor": vendor,
             "environment": db.meta_value("ENV_VARIABLES") or {},
             "parallel_groups": db.meta_value("parallel_group_info") or {},
@@ -205,38 +215,42 @@ def _device(frame: pd.DataFrame, name: pd.Series, kind: str, core, type_) -> pd.
 
 
 def _compute_tasks(db: _Db) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Compute kernels (TASK rows named in COMPUTE_TASK_INFO) and a kernel_details-like table."""
+    """Compute kernels (TASK rows named in COMPUTE_TASK_INFO) as events and as kernel metrics
+    (:data:`~npumagic.analysis.schema.KERNEL_METRIC_COLUMNS`, with the PMU metrics of TASK_PMU_INFO)."""
     if not db.has("COMPUTE_TASK_INFO"):
-        return pd.DataFrame(), pd.DataFrame()
+        return pd.DataFrame(), schema.empty(schema.KERNEL_METRIC_COLUMNS)
+    texts = [c for c in TASK_TEXT if c in db.columns("COMPUTE_TASK_INFO")]
     raw = db.query("SELECT t.startNs, t.endNs, t.deviceId, t.connectionId, t.streamId, t.taskId, t.globalTaskId, "
-                   "c.name, c.taskType, c.opType, c.blockDim, c.mixBlockDim, c.inputShapes, c.inputDataTypes, "
-                   "c.inputFormats "
-                   "FROM COMPUTE_TASK_INFO AS c JOIN TASK AS t ON c.globalTaskId = t.globalTaskId")
+                   "c.name, c.taskType, c.opType, c.blockDim, c.mixBlockDim"
+                   + "".join(f", c.{c}" for c in texts)
+                   + " FROM COMPUTE_TASK_INFO AS c JOIN TASK AS t ON c.globalTaskId = t.globalTaskId")
     name = db.strings(raw["name"])
     core = db.strings(raw["taskType"])
     op_type = db.strings(raw["opType"])
     op_type = op_type.where(op_type.ne("") & op_type.ne("N/A"), name.str.replace(r"_?\d+$", "", regex=True))
-    shapes = db.strings(raw["inputShapes"])
-    kernels = _device(raw.assign(shapes=shapes.to_numpy()), name, "kernel", core.to_numpy(), op_type.to_numpy())
-    details = pd.DataFrame({
-        "Name": name.to_numpy(), "Type": op_type.to_numpy(), "Accelerator Core": core.to_numpy(),
-        "Stream ID": raw["streamId"].astype(str).to_numpy(), "Task ID": raw["taskId"].astype(str).to_numpy(),
-        "Block Dim": raw["blockDim"].astype(str).to_numpy(), "Mix Block Dim": raw["mixBlockDim"].astype(str).to_numpy(),
-        "Input Shapes": shapes.to_numpy(), "Input Data Types": db.strings(raw["inputDataTypes"]).to_numpy(),
-        "Input Formats": db.strings(raw["inputFormats"]).to_numpy(),
-        "ts_ns": kernels["ts_ns"].to_numpy(), "dur_ns": kernels["dur_ns"].to_numpy(),
+    shapes = db.strings(raw["inputShapes"]) if "inputShapes" in raw else ""
+    kernels = _device(raw.assign(shapes=shapes), name, "kernel", core.to_numpy(), op_type.to_numpy())
+    metrics = pd.DataFrame({
+        "ts_ns": kernels["ts_ns"].to_numpy(), "dur_ns": kernels["dur_ns"].to_numpy(), "name": name.to_numpy(),
+        "type": op_type.to_numpy(), "core": core.to_numpy(), "stream": kernels["stream"].to_numpy(),
+        "task_id": pd.to_numeric(raw["taskId"], errors="coerce").fillna(-1).astype(np.int64).to_numpy(),
+        "block_dim": pd.to_numeric(raw["blockDim"], errors="coerce").to_numpy(dtype=float),
+        "mix_block_dim": pd.to_numeric(raw["mixBlockDim"], errors="coerce").to_numpy(dtype=float),
+        # as the text reader: "" where N/A, shapes without torch_npu's quotes
+        **{TASK_TEXT[c]: db.strings(raw[c]).str.strip('"').replace("N/A", "").to_numpy() for c in texts},
     })
     if db.has("TASK_PMU_INFO"):
         pmu = db.query("SELECT globalTaskId, name, value FROM TASK_PMU_INFO")
         pmu["metric"] = db.strings(pmu["name"])
-        pmu = pmu[pmu["metric"].isin(PMU_RATIOS)]
+        pmu = pmu[pmu["metric"].isin(PMU_METRICS)]
         if len(pmu):
             wide = pmu.drop_duplicates(["globalTaskId", "metric"]).pivot(index="globalTaskId", columns="metric",
                                                                           values="value")
             wide = wide.reindex(raw["globalTaskId"].to_numpy())
-            for column in wide.columns:
-                details[column] = wide[column].to_numpy()
-    return kernels, details
+            for metric in wide.columns:
+                ours, scale = PMU_METRICS[metric]
+                metrics[ours] = pd.to_numeric(wide[metric], errors="coerce").to_numpy(dtype=float) * scale
+    return kernels, metrics
 
 
 def _memcpy_tasks(db: _Db) -> pd.DataFrame:

@@ -184,11 +184,16 @@ def _local_cluster(n_tasks: int):
     log.debug("starting a local Dask cluster of %d worker processes", workers)
     # a worker process imports pandas and npumagic before it connects: on a busy machine that
     # can pass Dask's 30 s default
-    main = sys.modules.get("__main__")
-    if main is not None and not hasattr(main, "__spec__"):
-        # IPython's %reset leaves a __main__ without __spec__, which process spawning reads;
-        # an interactive __main__ has __spec__ = None
-        main.__spec__ = None
+    spawnable_main()
     with dask.config.set(LOCAL_TIMEOUTS):
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                             silence_logs=logging.ERROR)
+
+
+def spawnable_main() -> None:
+    """Let worker processes be spawned from this one: IPython's %reset (and pytest-xdist's
+    workers) leave a ``__main__`` without ``__spec__``, which spawning reads; an interactive
+    ``__main__`` has ``__spec__ = None``."""
+    main = sys.modules.get("__main__")
+    if main is not None and not hasattr(main, "__spec__"):
+        main.__spec__ = None

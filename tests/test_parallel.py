@@ -72,6 +72,7 @@ def scheduler():
     import dask
 
     distributed = pytest.importorskip("distributed")
+    parallel.spawnable_main()
     with dask.config.set(parallel.LOCAL_TIMEOUTS):
         cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     yield cluster.scheduler_address

@@ -246,7 +246,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         host=hw.host_table(counters, steps),
         temporal=rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", [])),
         events=_own_categories(schema.where(ev, (ev["kind"] != "python").to_numpy()), schema.EVENT_COLUMNS),
-        vendor={k: v for k, v in vendor.items() if k in RULE_TABLES},
+        vendor={k: vendor[k] for k in RULE_TABLES if k in vendor},
     )
 
 

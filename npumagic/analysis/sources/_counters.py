@@ -9,6 +9,7 @@ bytes exactly.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Iterable
 
@@ -25,6 +26,7 @@ ID_ARGS = ("acc_id",)  # args naming an instance of the series, not a value
 _UNIT_IN_KEY = re.compile(r"^(?P<label>.*?)\s*\((?P<unit>[^()]+)\)\s*$")
 
 
+@functools.lru_cache(maxsize=4096)  # a trace repeats a few dozen (counter, arg) pairs thousands of times
 def _series(name: str, key: str, many: bool) -> tuple[str, str, float]:
     """(series name, canonical unit, factor) for the numeric arg ``key`` of counter ``name``."""
     m = _UNIT_IN_KEY.match(key)
@@ -46,14 +48,16 @@ def chrome_counters(events: Iterable[Any], process_names: dict[Any, str], rank: 
     rows: list[tuple[str, str, str, Any, float]] = []
     for e in events:
         args = e.args or {}
-        numeric = {k: v for k, v in args.items() if k not in ID_ARGS and isinstance(v, (int, float))
-                   and not isinstance(v, bool)}
+        numeric = [(k, v) for k, v in args.items() if k not in ID_ARGS and type(v) in (int, float)]
+        if not numeric:
+            continue
         ids = " ".join(f"{args[k]}" for k in ID_ARGS if k in args)
         group = process_names.get(e.pid, "Counters")
         base = f"{'Acc ' if 'acc_id' in args else ''}{ids}/{e.name}" if ids else e.name
-        for key, value in numeric.items():
-            series, unit, factor = _series(base, key, len(numeric) > 1)
-            rows.append((group, series, unit, e.ts, float(value) * factor))
+        many = len(numeric) > 1
+        for key, value in numeric:
+            series, unit, factor = _series(base, key, many)
+            rows.append((group, series, unit, e.ts, value * factor))
     if not rows:
         return schema.empty(schema.COUNTER_COLUMNS)
     group, name, unit, ts, value = zip(*rows)

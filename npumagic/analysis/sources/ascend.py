@@ -4,7 +4,8 @@ Device compute kernels come from ``kernel_details.csv`` (or, without it, from th
 Hardware`` compute tasks in ``trace_view.json``); collectives from the ``HCCL`` group lanes;
 host ops, DataLoader spans, ProfilerStep windows and CANN runtime calls from ``trace_view.json``.
 The vendor's own derived tables (step_trace_time.csv, op_statistic.csv, ...) are kept in
-``meta["vendor"]`` for cross-checks, never used to compute npumagic's own metrics.
+``meta["vendor"]`` for cross-checks (read when first looked up), never used to compute
+npumagic's own metrics.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import json
 import logging
 import re
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import msgspec
 import numpy as np
@@ -41,6 +43,32 @@ OPTIONAL_FILES = ("kernel_details.csv", "step_trace_time.csv", "op_statistic.csv
                   "api_statistic.csv", "communication_matrix.json")
 VENDOR_CSVS = ("step_trace_time.csv", "op_statistic.csv", "operator_details.csv", "operator_memory.csv",
                "npu_module_mem.csv", "api_statistic.csv")
+
+
+class VendorTables(Mapping):
+    """One rank's tables as torch_npu wrote them (name -> frame): those given, and the vendor CSVs
+    present in ``out``, each read on first lookup. Nothing of npumagic's own reads them, so a job
+    of many ranks does not pay for parsing every rank's operator_details.csv."""
+
+    def __init__(self, out: Path, tables: dict[str, Any] | None = None) -> None:
+        self._paths = {n.removesuffix(".csv"): out / n for n in VENDOR_CSVS if (out / n).is_file()}
+        self._tables = dict(tables or {})
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._tables:
+            if name not in self._paths:
+                raise KeyError(name)
+            self._tables[name] = _read_csv(self._paths[name])
+        return self._tables[name]
+
+    def __setitem__(self, name: str, table: Any) -> None:
+        self._tables[name] = table
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**dict.fromkeys(self._paths), **dict.fromkeys(self._tables)})
+
+    def __len__(self) -> int:
+        return len(set(self._paths) | set(self._tables))
 
 
 def rank_dirs(path: Path) -> list[Path]:
@@ -226,7 +254,7 @@ def _read_text_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, An
     if steps.empty:
         warnings.warn(f"{trace_path}: no ProfilerStep# events; the whole capture is treated as one step "
                       "(call prof.step() in the training loop)", stacklevel=4)
-    vendor = {name.removesuffix(".csv"): _read_csv(out / name) for name in VENDOR_CSVS if (out / name).is_file()}
+    vendor = VendorTables(out)
     if details is not None:
         vendor["kernel_details"] = details
     counters = pd.concat([chrome_counters(samples, _process_names(raw_events), rank, 0),
@@ -273,7 +301,7 @@ def _read_csv_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, Any
     events = pd.concat([kernels, comm], ignore_index=True)
     events["rank"] = rank
     step_id = to_int(raw["Step Id"]) if "Step Id" in raw else np.full(len(raw), -1, dtype=np.int64)
-    vendor = {name.removesuffix(".csv"): _read_csv(out / name) for name in VENDOR_CSVS if (out / name).is_file()}
+    vendor = VendorTables(out)
     vendor["kernel_details"] = details
     preparing = _vendor_column(vendor.get("step_trace_time"), "Preparing")
     frame = pd.DataFrame({"step": step_id, "start": ts, "end": ts + dur})
@@ -318,7 +346,7 @@ def _read_step_trace_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
     """Only step_trace_time.csv: torch_npu's own breakdown, kept as it is and marked as such."""
     out = rank_dir / OUTPUT
     table = _read_csv(out / "step_trace_time.csv", ("Step", "Computing", "Free"))
-    vendor = {name.removesuffix(".csv"): _read_csv(out / name) for name in VENDOR_CSVS if (out / name).is_file()}
+    vendor = VendorTables(out, {"step_trace_time": table})
     step = pd.to_numeric(table["Step"], errors="coerce")
     table = table[step.notna()]
     stage = pd.to_numeric(table.get("Stage", 0), errors="coerce").fillna(0.0)

@@ -58,7 +58,7 @@ def _schedule_arguments(func):
                                                 "feeds MindStudio Insight and msprof-analyze)"),
         argument("--keep-raw", action="store_true", help="torch_npu: keep CANN's raw per-device data, e.g. the HBM/LLC "
                                                          "summaries (data_simplification=False)"),
-        argument("--no-host", action="store_true", help="do not sample the host's CPU and memory (psutil, every 10 ms "
+        argument("--no-host", action="store_true", help="do not sample the host's CPU and memory (every 50 ms "
                                                          "while the profiler records)"),
         argument("--quiet", action="store_true", help="no backend line or notes"),
         argument("--no-plot", action="store_true", help="draw no figures"),

@@ -96,6 +96,13 @@ def _encode(summary: Summary) -> dict[str, Any]:
 def _decode(d: dict[str, Any]) -> Summary:
     known = {f.name for f in dataclasses.fields(Summary)}
     fields = {k: _revive(v) for k, v in d.items() if k in known and k != "per_rank"}
+    details = _revive(d.get("details"))
+    if "kernel_metrics" not in d and isinstance(details, pd.DataFrame) and {"ts_ns", "dur_ns"} <= set(details):
+        # stored before the kernel metrics were normalized: the raw kernel_details columns
+        from .sources.ascend import kernel_metrics_from_details
+
+        rank = int((fields.get("meta") or {}).get("rank", 0))
+        fields["kernel_metrics"] = kernel_metrics_from_details(details, rank)
     summary = Summary(**fields)
     for rank, s in (d.get("per_rank") or {}).items():
         summary.per_rank[int(rank)] = summary if s is None else _decode(s)

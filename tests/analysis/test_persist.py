@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import zlib
 
 import pandas as pd
 import pytest
 
 import npumagic
-from npumagic.analysis.persist import dump_summary, load_summary
+from npumagic.analysis.persist import _plain, dump_summary, load_summary
 
 from ..conftest import ASCEND, CUDA, need
 
@@ -47,3 +49,24 @@ def test_a_summary_round_trips_exactly(path):
 def test_bytes_that_are_not_a_summary_are_refused():
     with pytest.raises(ValueError, match="not a stored summary"):
         load_summary(b"not zlib")
+
+
+def test_a_summary_stored_before_kernel_metrics_gets_them_from_its_raw_details():
+    # GIVEN a level2 rank stored as the history stored it before the AI Core metrics were
+    # normalized: kernel_details.csv's own columns (plus ts_ns, dur_ns) as "details"
+    trace = npumagic.load(need(ASCEND / "level2" / "rank1_ascend_pt"))
+    summary = npumagic.summarize(trace)
+    doc = json.loads(zlib.decompress(dump_summary(summary)))
+    del doc["summary"]["kernel_metrics"]
+    doc["summary"]["details"] = _plain(trace.meta["vendor"][1]["kernel_details"])
+    # WHEN it is read back THEN its kernel metrics, and the findings of a reloaded run that they
+    # feed, are today's
+    old = load_summary(zlib.compress(json.dumps(doc).encode()))
+    pd.testing.assert_frame_equal(old.kernel_metrics, summary.kernel_metrics, check_exact=True)
+    today = load_summary(dump_summary(summary))
+    titles = [f.title for f in npumagic.advise(old).findings]
+    assert titles == [f.title for f in npumagic.advise(today).findings]
+    # the AI Core groups do not depend on the events a reloaded run lacks
+    aicore = [t for t in titles if t.startswith("AI Core operator groups")]
+    assert aicore and aicore == [f.title for f in npumagic.advise(summary).findings
+                                 if f.title.startswith("AI Core operator groups")]

@@ -201,9 +201,9 @@ def aicore_performance(s) -> list[Finding]:
     pipes are below the bound thresholds); cube shapes whose inner axis is not a multiple of 256."""
     every = kernel_metrics(s)
     d = every[(every["input_shapes"] != "") & (every["output_shapes"] != "")]
-    # msprof-analyze's total runs over every kernel_details row, collectives (HCCL) included
-    ev = s.events
-    comm_ns = float(ev.loc[ev["kind"] == "comm", "dur_ns"].sum()) if ev is not None and len(ev) else 0.0
+    # msprof-analyze's total runs over every kernel_details row, collectives (HCCL) included; their
+    # time from the step table, which a run reloaded from the history keeps (not its events)
+    comm_ns = float(s.steps["communication_us"].sum()) * 1e3 if "communication_us" in s.steps else 0.0
     total_ns = float(every["dur_ns"].sum()) + comm_ns
     if d.empty or not total_ns:
         return []

@@ -622,6 +622,16 @@ def _kernel_metrics(raw: pd.DataFrame, ts: np.ndarray, dur: np.ndarray, stream: 
     return schema.coerce(pd.DataFrame(out), schema.KERNEL_METRIC_COLUMNS)
 
 
+def kernel_metrics_from_details(raw: pd.DataFrame, rank: int) -> pd.DataFrame:
+    """The kernel metrics of a summary stored before they were normalized, when the history kept
+    kernel_details.csv's own columns (plus ts_ns and dur_ns) as ``details``."""
+    text = raw.astype({c: str for c in raw.columns if c in KERNEL_METRICS and raw[c].dtype != object})
+    stream = to_int(raw["Stream ID"]) if "Stream ID" in raw else np.full(len(raw), -1, np.int64)
+    metrics = _kernel_metrics(text, raw["ts_ns"].to_numpy(np.int64), raw["dur_ns"].to_numpy(np.int64), stream)
+    metrics["rank"] = rank
+    return metrics
+
+
 def _kernel_details(path: Path, events: pd.DataFrame,
                     notes: ReadNotes) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """kernel_details.csv's compute tasks (collectives are read from the HCCL lanes): as kernel

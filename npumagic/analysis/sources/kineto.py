@@ -100,7 +100,6 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     }
     notes.warn()
     frames.clear()
-    release_free_memory()
     # handed over with no reference left here: finish frees each column as it sorts it
     handed = [events]
     del events

@@ -211,7 +211,9 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     else:
         breakdown = step_table(ev, steps, device_mode)
     total_wall = float(breakdown["wall_us"].sum())
-    in_steps = schema.where(ev, ev["step"].to_numpy() >= 0)
+    # the events in steps of the kinds the tables below read (runtime calls and copies, a third of
+    # a CUDA trace, are read by the step breakdown from ev alone: not copied here)
+    in_steps = schema.where(ev, (ev["step"].to_numpy() >= 0) & ev["kind"].isin(STEP_TABLE_KINDS).to_numpy())
     kernel_metrics = _own_categories(mine.kernel_metrics, schema.KERNEL_METRIC_COLUMNS)
     kernels = kernel_table(in_steps, device_mode, total_wall, kernel_metrics)
     meta = {k: v for k, v in trace.meta.items() if k != "vendor"}
@@ -248,6 +250,9 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         events=_own_categories(schema.where(ev, (ev["kind"] != "python").to_numpy()), schema.EVENT_COLUMNS),
         vendor={k: vendor[k] for k in RULE_TABLES if k in vendor},
     )
+
+
+STEP_TABLE_KINDS = ("host_op", "kernel", "comm", "sync", "dataloader", "python")  # what the step tables read
 
 
 RANK_META = ("rank", "device_mode", "backend", "dataloader_iter", "sources", "note", "parallel")

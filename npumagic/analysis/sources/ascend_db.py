@@ -30,6 +30,7 @@ import pandas as pd
 
 from ...errors import TraceError
 from .. import schema
+from ._columns import to_int
 from ._db_counters import db_counters
 from .kineto import DATALOADER_PREFIX, STEP_NAME
 
@@ -233,7 +234,7 @@ def _compute_tasks(db: _Db) -> tuple[pd.DataFrame, pd.DataFrame]:
     metrics = pd.DataFrame({
         "ts_ns": kernels["ts_ns"].to_numpy(), "dur_ns": kernels["dur_ns"].to_numpy(), "name": name.to_numpy(),
         "type": op_type.to_numpy(), "core": core.to_numpy(), "stream": kernels["stream"].to_numpy(),
-        "task_id": pd.to_numeric(raw["taskId"], errors="coerce").fillna(-1).astype(np.int64).to_numpy(),
+        "task_id": to_int(raw["taskId"]),
         "block_dim": pd.to_numeric(raw["blockDim"], errors="coerce").to_numpy(dtype=float),
         "mix_block_dim": pd.to_numeric(raw["mixBlockDim"], errors="coerce").to_numpy(dtype=float),
         # as the text reader: "" where N/A, shapes without torch_npu's quotes

@@ -9,10 +9,14 @@ when it is installed (``pip install msprof-analyze``), ``msprof-analyze cluster 
 Peak RSS is that of the whole process tree (npumagic's Dask workers and msprof-analyze's pool
 included), sampled every 50 ms.
 
+From 8 ranks on ``npumagic analyze`` reads a torch_npu job as an outline: each rank's
+step_trace_time.csv and communication files (what msprof-analyze reads), and the lowest rank in
+full; ``--every-rank`` times reading and summarising every rank in full instead.
+
 msprof-analyze's time is mostly start-up (it spawns a process per analysis, each importing its
 package: ~13 s of CPU here whatever the rank count); its work proper is ~1 s at 256 ranks.
 
-    python bench/cluster.py --ranks 256 [--repeat 3] [--scheduler tcp://HOST:8786] [--keep DIR]
+    python bench/cluster.py --ranks 256 [--repeat 3] [--every-rank] [--scheduler tcp://HOST:8786] [--keep DIR]
 
 The last line is ``ratio: X.Xx`` (msprof-analyze's median wall time over npumagic's).
 Target: 256 ranks at least 5x faster than msprof-analyze; 256 ranks cost at most 9x 32 ranks.
@@ -115,6 +119,40 @@ def repeated(command, cwd: Path, times: int) -> tuple[float, float] | str:
     return statistics.median(r[0] for r in runs), max(r[1] for r in runs)
 
 
+def agreement(job: Path, every_rank: bool) -> str:
+    """How npumagic's rank table and link bandwidths agree with msprof-analyze's output in
+    ``job``: cluster_step_trace_time.csv per rank, and each rank's "Total Op Info" bandwidth per
+    link type in cluster_communication.json."""
+    import pandas as pd
+
+    sys.path.insert(0, str(ROOT))
+    from npumagic import parallel
+    from npumagic.analysis.cluster import link_bandwidth
+
+    out = job / "cluster_analysis_output"
+    summary = parallel.analyze(job, every_rank=every_rank, scheduler="serial" if every_rank else None)
+    ours = summary.ranks.set_index("rank")
+    ref = pd.read_csv(out / "cluster_step_trace_time.csv")
+    ref = ref[ref["Type"] == "rank"].groupby("Index")[["Computing", "Communication(Not Overlapped)", "Free"]].mean()
+    worst = max(float((ours[a] - ref[b]).abs().max()) for a, b in (
+        ("computing_us", "Computing"), ("comm_not_overlapped_us", "Communication(Not Overlapped)"), ("free_us", "Free")))
+    bandwidth = link_bandwidth(summary.links).set_index(["rank", "link_type"])["bandwidth_gbps"]
+    rel, links = 0.0, 0
+    for group in json.loads((out / "cluster_communication.json").read_text()).values():
+        for ops in group.values():
+            for op, per_rank in ops.items():
+                if not op.startswith("Total Op Info"):
+                    continue
+                for rank, info in per_rank.items():
+                    for link, v in info.get("Communication Bandwidth Info", {}).items():
+                        if v.get("Transit Size(MB)", 0) > 0:
+                            mine = bandwidth.get((int(rank), link), float("nan"))
+                            rel = max(rel, abs(mine - v["Bandwidth(GB/s)"]) / v["Bandwidth(GB/s)"])
+                            links += 1
+    return (f"agreement with msprof-analyze: rank table (computing, communication not overlapped, free) within "
+            f"{worst:.3f} us on {len(ref)} ranks; link bandwidth within {rel:.1e} (relative) on {links} rank links")
+
+
 def _rss(process: psutil.Process) -> int:
     try:
         return process.memory_info().rss
@@ -125,7 +163,8 @@ def _rss(process: psutil.Process) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=32)
-    parser.add_argument("--scheduler", default="", help="npumagic analyze --scheduler (default: a local cluster)")
+    parser.add_argument("--scheduler", default="", help="npumagic analyze --scheduler (implies --every-rank)")
+    parser.add_argument("--every-rank", action="store_true", help="npumagic analyze --every-rank")
     parser.add_argument("--keep", type=Path, default=None, help="build the job here and keep it")
     parser.add_argument("--skip-msprof", action="store_true")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each tool: the median wall time is reported "
@@ -142,6 +181,8 @@ def main() -> None:
         ours_cmd = [sys.executable, "-m", "npumagic.cli", "analyze", str(job)]
         if args.scheduler:
             ours_cmd += ["--scheduler", args.scheduler]
+        if args.every_rank:
+            ours_cmd += ["--every-rank"]
         rows = [("npumagic analyze", repeated(ours_cmd, Path(tmp), args.repeat))]
         tool = shutil.which("msprof-analyze")
         if args.skip_msprof or not tool:
@@ -152,6 +193,8 @@ def main() -> None:
                 return timed([tool, "cluster", "-d", str(job), "-m", "all"], Path(tmp))
 
             rows.append(("msprof-analyze cluster -m all", repeated(msprof, Path(tmp), args.repeat)))
+            if isinstance(rows[-1][1], tuple):
+                print(agreement(job, every_rank=args.every_rank or bool(args.scheduler)), flush=True)
             shutil.rmtree(job / "cluster_analysis_output", ignore_errors=True)
         print(f"\n{args.ranks} ranks, {os.cpu_count()} cores\n{'tool':<32}{'median wall s':>14}{'peak RSS MiB':>14}")
         for label, result in rows:

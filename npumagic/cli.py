@@ -27,9 +27,11 @@ def _load(args, path) -> Any:
 def _summary(args, path, rank=None):
     from . import parallel
 
-    # many ranks are read and summarised as parallel tasks (Dask); one rank in this process
+    # many ranks: an outline of each rank with one rank in full, or every rank as a parallel task
+    # (Dask); one rank in this process
     return parallel.analyze(path, rank=rank, scheduler=getattr(args, "scheduler", None),
-                            progress=not getattr(args, "json", False) and sys.stderr.isatty())
+                            progress=not getattr(args, "json", False) and sys.stderr.isatty(),
+                            every_rank=getattr(args, "every_rank", False) or getattr(args, "all", False))
 
 
 def _records(frame, limit: int | None = None) -> list[dict]:
@@ -54,7 +56,7 @@ def _clean(value):
 
 def _analyze(args) -> int:
     from .analysis.checklist import checklist
-    from .render.tables import kernel_table, rank_table
+    from .render.tables import kernel_table, rank_caption, rank_table
 
     summary = _summary(args, args.path, args.rank)
     verdict = checklist(summary)
@@ -69,7 +71,7 @@ def _analyze(args) -> int:
     print(kernel_table(summary.kernels, args.top).to_text())
     if len(summary.ranks) > 1:
         print()
-        print(rank_table(summary.ranks).to_text())
+        print(rank_table(summary.ranks, rank_caption(summary)).to_text())
     print()
     print(verdict)
     return 0
@@ -174,7 +176,11 @@ def _scheduler_argument(p: argparse.ArgumentParser) -> None:
                    help="where the ranks of a many-rank job are read and summarised in parallel: a dask.distributed "
                         "scheduler (tcp://HOST:8786, its workers must see the same paths), 'local' (a local Dask "
                         "cluster) or 'serial' (this process); default: a local cluster from "
-                        "8 ranks on, this process below")
+                        "8 ranks on, this process below; naming one implies --every-rank")
+    p.add_argument("--every-rank", action="store_true",
+                   help="read and summarise every rank of a torch_npu job in full; by default, from 8 ranks on, each "
+                        "rank's step_trace_time.csv and communication files are read (as msprof-analyze's cluster "
+                        "analysis reads them) and only the described rank in full")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -146,7 +146,8 @@ class NpuMagics(Magics):
     scheduler = Unicode("", help="Where %npuload reads and summarises the ranks of a many-rank job in parallel: a "
                                  "dask.distributed scheduler address (tcp://HOST:8786; its workers must see the same "
                                  "paths), 'local' (a local Dask cluster), 'serial' (this kernel), or '' (a local "
-                                 "cluster from 8 ranks on).").tag(config=True)
+                                 "cluster from 8 ranks on). Naming one reads every rank in full, as "
+                                 "%npuload --every-rank does.").tag(config=True)
 
     @validate("scheduler")
     def _check_scheduler(self, proposal):
@@ -329,6 +330,9 @@ class NpuMagics(Magics):
     @argument("path", help="a torch.profiler or torch_npu output directory (or trace file)")
     @argument("--name", default=None, help="run name (default: the directory's name; NAME-2, ... when taken)")
     @argument("--no-plot", action="store_true", help="draw no figures")
+    @argument("--every-rank", action="store_true",
+              help="read every rank of a torch_npu job in full (by default, from 8 ranks on, each rank's "
+                   "step_trace_time.csv and communication files, and the lowest rank in full)")
     @line_magic
     def npuload(self, line: str):
         """Import a profiler output collected elsewhere (e.g. a remote torch_npu job) as a run,
@@ -340,7 +344,7 @@ class NpuMagics(Magics):
         if args.name is not None:
             _check_name(args.name)
         try:
-            outcome = self.session.load(args.path, name=args.name)
+            outcome = self.session.load(args.path, name=args.name, every_rank=args.every_rank)
         except (NpumagicError, RunNameTaken) as exc:
             raise UsageError(str(exc)) from None
         return self._report(outcome, quiet=False, plot=self.plot and not args.no_plot)

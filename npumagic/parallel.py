@@ -8,6 +8,11 @@ data). Each task is the reader's own function on one rank followed by
 travel back; the cluster views are computed from them by
 :func:`~npumagic.analysis.metrics.combine`, exactly as the serial path computes them. A job of
 one rank never starts Dask.
+
+From :data:`OUTLINE_MIN_RANKS` ranks on, a torch_npu job is by default read as an outline
+instead (:mod:`~npumagic.analysis.sources.ascend_outline`): every rank's small files as
+msprof-analyze's cluster analysis reads them, for the rank table, links and matrix, and only the
+focused rank in full. ``every_rank`` (or naming a scheduler) reads and summarises every rank.
 """
 
 from __future__ import annotations
@@ -19,8 +24,13 @@ import sys
 import warnings
 from pathlib import Path
 
+from dataclasses import replace
+
 from .analysis import sources
+from .analysis.collectives import LINK_COLUMNS
 from .analysis.metrics import Summary, combine, rebase, summarize, summarize_rank
+from .analysis.ranks import parallel_indices, rank_table_of_steps
+from .analysis.sources import ascend_outline
 from .errors import NpumagicError, TraceError
 
 log = logging.getLogger(__name__)
@@ -31,13 +41,16 @@ RANK_LISTS = ("steps_inferred",)  # meta entries listing rank ids
 # Below this many ranks a local cluster costs more to start (a few seconds: each worker process
 # imports pandas and npumagic) than reading the ranks one after another saves.
 MIN_RANKS_LOCAL = 8
+# From this many ranks a job is read as an outline by default: reading every rank in full costs
+# about half a second a rank (a 256-rank job: minutes), the outline a few milliseconds.
+OUTLINE_MIN_RANKS = 8
 CONNECT_TIMEOUT_S = 10
 LOCAL_TIMEOUTS = {"distributed.comm.timeouts.connect": "180s", "distributed.comm.timeouts.tcp": "180s"}
 _ADDRESS = re.compile(r"(?:[a-z]+://)?[\w.\-\[\]:]+:\d+")
 
 
 def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = None,
-            progress: bool = False) -> Summary:
+            progress: bool = False, every_rank: bool = False) -> Summary:
     """The Summary of any supported profiler output, its ranks read and summarised in parallel.
 
     Parameters
@@ -49,10 +62,14 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
         cluster when there is more than one rank), ``"serial"`` (in this process), or the
         address of a dask.distributed scheduler (``tcp://HOST:8786``).
     progress : a tqdm bar over ranks.
+    every_rank : read and summarise every rank in full even where the job would be read as an
+        outline (see :func:`reads_outline`); naming a scheduler implies it.
 
     Returns
     -------
-    Summary : equal to ``summarize(load(path), rank)``.
+    Summary : equal to ``summarize(load(path), rank)``; for an outline, the focused rank's
+        Summary with the job's rank table (torch_npu's own step breakdown, see
+        ``meta["rank_table"]``), links and matrix, and only that rank in ``.per_rank``.
 
     Raises
     ------
@@ -61,6 +78,8 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
     """
     scheduler = check_scheduler(scheduler)
     fmt, paths = sources.detect(path)
+    if _outline_fits(fmt, paths, scheduler, every_rank):
+        return _outline(path, paths, rank, progress)
     groups = sources.rank_groups(fmt, paths)
     if not _on_dask(len(groups), scheduler):
         return summarize(sources.load(path, progress=progress), rank)
@@ -79,9 +98,7 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
         raise TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
     renumber = len({r for r, _ in read}) != len(read)  # unlabelled ranks: directory order, as the reader does
     if renumber:
-        metas = [{k: ({i: v for v in m[k].values()} if k in RANK_KEYED else [i for _ in m[k]] if k in RANK_LISTS
-                      else m[k]) for k in m}
-                 for i, m in enumerate(metas)]
+        metas = [_renumbered(m, i) for i, m in enumerate(metas)]
     job = sources.merge_meta(fmt, paths, metas, unreadable)
     host = sources.host_file(path)
     if host is not None:
@@ -96,6 +113,12 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
         read[i] = next(iter(again.items()))
     per_rank = {i if renumber else r: rebase(s, job, rank=i if renumber else None) for i, (r, s) in enumerate(read)}
     return combine(per_rank, rank)
+
+
+def _renumbered(meta: dict, rank: int) -> dict:
+    """A rank's meta with its entries keyed by (or listing) its rank id given the id ``rank``."""
+    return {k: ({rank: v for v in meta[k].values()} if k in RANK_KEYED else [rank for _ in meta[k]]
+                if k in RANK_LISTS else meta[k]) for k in meta}
 
 
 def summarize_group(fmt: str, paths: list[Path], host: str | None = None
@@ -122,10 +145,52 @@ def summarize_group(fmt: str, paths: list[Path], host: str | None = None
     return per_rank, meta, [str(w.message) for w in caught], None
 
 
-def uses_dask(path: str | Path, scheduler: str | None = None) -> bool:
-    """Whether :func:`analyze` would read ``path`` on Dask (else in this process, as a Trace)."""
+def reads_apart(path: str | Path, scheduler: str | None = None, every_rank: bool = False) -> bool:
+    """Whether :func:`analyze` reads ``path`` rank by rank (on Dask, or as an outline) and gives
+    only a Summary; else it reads one Trace in this process."""
     fmt, paths = sources.detect(path)
-    return _on_dask(len(sources.rank_groups(fmt, paths)), check_scheduler(scheduler))
+    scheduler = check_scheduler(scheduler)
+    return (_outline_fits(fmt, paths, scheduler, every_rank)
+            or _on_dask(len(sources.rank_groups(fmt, paths)), scheduler))
+
+
+def _outline_fits(fmt: str, paths: list[Path], scheduler: str, every_rank: bool) -> bool:
+    return (fmt == "ascend" and not every_rank and not scheduler and len(paths) >= OUTLINE_MIN_RANKS
+            and ascend_outline.readable(paths))
+
+
+def _outline(path: str | Path, paths: list[Path], rank: int | None, progress: bool) -> Summary:
+    """The job read as an outline (every rank's small files) with ``rank`` (default the lowest)
+    read and summarised in full."""
+    bar = None
+    if progress:
+        bar = sources._progress_bar_class()(total=len(paths), desc=f"reading {Path(path).name}", unit="rank",
+                                            leave=False, delay=0.5)
+    try:
+        outline = ascend_outline.read(paths, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    for error in outline.unreadable.values():
+        warnings.warn(f"{error} (this rank is left out; the others are analysed)", stacklevel=3)
+    focus = min(outline.ranks) if rank is None else rank
+    if focus not in outline.dirs:
+        raise ValueError(f"rank {rank} not in trace; ranks: {outline.ranks}")
+    host = str(path) if focus == min(outline.ranks) and sources.host_file(path) is not None else None
+    per_rank, meta, caught, error = summarize_group("ascend", [outline.dirs[focus]], host=host)
+    for message in caught:
+        warnings.warn(message, stacklevel=3)
+    if error is not None:
+        raise error
+    (read_as, full), = per_rank.items()
+    metas = {**outline.metas, focus: meta if read_as == focus else _renumbered(meta, focus)}
+    job = sources.merge_meta("ascend", paths, list(metas.values()), outline.unreadable)
+    full = rebase(full, job, rank=focus if read_as != focus else None)
+    parallel = {r: parallel_indices(job["parallel_groups"].get(r, {}), r) for r in outline.ranks}
+    meta = dict(full.meta, rank_table=(f"torch_npu's own step breakdown (step_trace_time.csv) of each of the "
+                                       f"{len(outline.ranks)} ranks; rank {focus} alone read in full"))
+    return replace(full, ranks=rank_table_of_steps(outline.steps, outline.ranks, parallel),
+                   links=outline.links[LINK_COLUMNS], matrix=outline.matrix, per_rank={focus: full}, meta=meta)
 
 
 def _on_dask(n_groups: int, scheduler: str) -> bool:

@@ -155,15 +155,17 @@ class Session:
             self.baseline = name
         return run_dir
 
-    def load(self, path: str | Path, name: str | None = None) -> RunOutcome:
+    def load(self, path: str | Path, name: str | None = None, every_rank: bool = False) -> RunOutcome:
         """Import a profiler output directory collected elsewhere as a run, named ``name`` or
-        after the directory (``level1``; ``level1-2`` when that is taken)."""
+        after the directory (``level1``; ``level1-2`` when that is taken); ``every_rank``: read
+        every rank of a many-rank job in full (see :func:`npumagic.parallel.analyze`)."""
         if name is not None:
             check_name(name)
         path = Path(path).resolve()
-        # raises TraceError before anything is stored; many ranks (Dask): only their summaries come back
-        if parallel.uses_dask(path, self.scheduler):
-            trace, summary = None, parallel.analyze(path, scheduler=self.scheduler, progress=True)
+        # raises TraceError before anything is stored; many ranks (an outline, or Dask): only a Summary
+        if parallel.reads_apart(path, self.scheduler, every_rank):
+            trace, summary = None, parallel.analyze(path, scheduler=self.scheduler, progress=True,
+                                                    every_rank=every_rank)
             meta = summary.meta
         else:
             trace, summary = analysis.load(path, progress=True), None

@@ -133,14 +133,14 @@ def test_one_rank_never_starts_dask(monkeypatch):
     monkeypatch.setattr(distributed, "Client", refuse)
     monkeypatch.setattr(distributed, "LocalCluster", refuse)
     rank = need(ASCEND / "level1" / "rank0_ascend_pt")
-    assert not parallel.uses_dask(rank, "local")
+    assert not parallel.reads_apart(rank, "local")
     assert parallel.analyze(rank, scheduler="local").meta["rank"] == 0
 
 
 def test_small_jobs_stay_serial_unless_asked(job4):
-    assert not parallel.uses_dask(job4)
-    assert parallel.uses_dask(job4, "local")
-    assert not parallel.uses_dask(job4, "serial")
+    assert not parallel.reads_apart(job4)
+    assert parallel.reads_apart(job4, "local")
+    assert not parallel.reads_apart(job4, "serial")
 
 
 @pytest.mark.parametrize("bad", ["somewhere", "tcp://no-port", "local cluster"])

@@ -32,6 +32,7 @@ class Advice:
     findings: list[Finding] = field(default_factory=list)
     run: str = ""
     hidden_low: int = 0  # low-severity findings left out (shown with every rank / --all)
+    ranks_left: str = ""  # which ranks' own findings are not in it, and why ("" when none)
 
     def __iter__(self):
         return iter(self.findings)
@@ -465,8 +466,12 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
     listing them all); without ``low``, low-severity findings are left out (the top one is
     kept). ``environment`` is the run record's snapshot, for the environment rule. The magics
     and the CLI both show advice through this."""
+    left = ""
     if not every_rank or len(summary.per_rank) < 2:
         findings = advise(summary, run, environment).findings
+        if every_rank and len(summary.ranks) > len(summary.per_rank):  # a job read as an outline
+            left = (f"only rank {summary.meta.get('rank', 0)} of the {len(summary.ranks)} ranks was read in full; the "
+                    "others' own findings need every rank read")
     else:
         groups: dict[tuple[str, str], list[tuple[int, Finding]]] = {}
         for rank, per_rank in sorted(summary.per_rank.items()):
@@ -483,7 +488,7 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
     if not low:
         shown = [f for f in findings if f.severity != "low"] or findings[:1]
         hidden, findings = len(findings) - len(shown), shown
-    return Advice(findings, run, hidden)
+    return Advice(findings, run, hidden, left)
 
 
 _NUMBERS = re.compile(r"\d[\d.,]*")  # a finding's title without its numbers says what was found

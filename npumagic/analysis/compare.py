@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import special
 
 from .metrics import Summary
 
@@ -144,6 +143,8 @@ def step_test(a: np.ndarray, b: np.ndarray, noise: Noise | None = None, alpha: f
     var = sum(v for v, _ in terms)
     if var <= 0:  # no spread at all: any difference is exact
         return StepTest(math.exp(d), (math.exp(d), math.exp(d)), 0.0 if d else 1.0, float("inf"))
+    from scipy import special  # a third of a second to import: only when a comparison is made
+
     df = var ** 2 / sum(v ** 2 / k for v, k in terms if v > 0)
     se = math.sqrt(var)
     p = float(2 * special.stdtr(df, -abs(d) / se))

@@ -45,19 +45,37 @@ def parallel_indices(groups: dict[str, Any], rank: int) -> dict[str, int]:
     return found
 
 
+AVERAGED = ["computing_us", "communication_us", "comm_not_overlapped_us", "free_us", "dataloader_us"]
+
+
 def rank_table(per_rank: dict[int, Summary]) -> pd.DataFrame:
-    rows = []
-    averaged = ["computing_us", "communication_us", "comm_not_overlapped_us", "free_us", "dataloader_us"]
-    for rank, s in per_rank.items():
-        means = {c: float(s.steps[c].mean()) if len(s.steps) else np.nan for c in averaged}
-        rows.append({"rank": rank, "steps": len(s.steps), "step_median_us": s.step_stats["median_us"], **means,
-                     "device_util": s.device_util})
-    table = pd.DataFrame(rows)
+    """One row per rank (:data:`RANK_COLUMNS`) from each rank's Summary: its step table and the
+    dp/pp/tp indices its meta names."""
+    steps = pd.concat([s.steps[["wall_us", "busy_us", *AVERAGED]].assign(rank=r) for r, s in per_rank.items()],
+                      ignore_index=True)
+    parallel = {r: s.meta.get("parallel", {}) for r, s in per_rank.items()}
+    return rank_table_of_steps(steps, list(per_rank), parallel)
+
+
+def rank_table_of_steps(steps: pd.DataFrame, ranks: list[int], parallel: dict[int, dict[str, int]]) -> pd.DataFrame:
+    """One row per rank of ``ranks`` (:data:`RANK_COLUMNS`) from the step tables of all of them
+    at once (:data:`~.breakdown.STEP_COLUMNS` and ``rank``): steps, the median step wall time,
+    the mean per step of each part, the device busy share of the wall time, the slowest rank;
+    dp/pp/tp/stage from ``parallel`` (rank -> :func:`parallel_indices`), -1 where not known."""
+    numbers = steps[["wall_us", "busy_us", *AVERAGED]].astype(float).assign(rank=steps["rank"].to_numpy())
+    by_rank = numbers.groupby("rank")
+    table = by_rank[AVERAGED].mean().reindex(ranks)
+    table.insert(0, "steps", by_rank.size().reindex(ranks, fill_value=0).astype(np.int64))
+    table.insert(1, "step_median_us", by_rank["wall_us"].median().reindex(ranks))
+    wall, busy = by_rank["wall_us"].sum().reindex(ranks), by_rank["busy_us"].sum().reindex(ranks)
+    table["device_util"] = np.where(wall > 0, busy / wall.where(wall > 0), np.nan)
+    table = table.rename_axis("rank").reset_index()
+    table["rank"] = table["rank"].astype(np.int64)
     # the slowest rank is named only when the ranks' steps differ by more than msprof-analyze's 5%
     # of the mean step; ranks that agree have no slowest one
     median = table["step_median_us"]
     spread = (median.max() - median.min()) / median.mean() if len(table) > 1 and median.mean() > 0 else 0.0
     table["slowest"] = (median == median.max()) & (spread > T.SLOW_RANK_RATIO)
     for kind in (*PARALLEL_KINDS, "stage"):
-        table[kind] = [int(s.meta.get("parallel", {}).get(kind, -1)) for s in per_rank.values()]
+        table[kind] = np.array([int(parallel.get(r, {}).get(kind, -1)) for r in ranks], dtype=np.int64)
     return table[RANK_COLUMNS]

@@ -226,6 +226,13 @@ def rank_table(ranks: pd.DataFrame, caption: str = "ranks") -> Table:
     return Table(ranks, cols, caption)
 
 
+def rank_caption(summary) -> str:
+    """The rank table's caption, naming where its figures come from when that is not npumagic's
+    own step model of every rank (a job read as an outline)."""
+    source = summary.meta.get("rank_table")
+    return f"ranks: {source}" if source else "ranks"
+
+
 def runs_table(runs: pd.DataFrame) -> Table:
     """The history, one row per run (``%npuruns``, ``npumagic runs``); ``.data`` is the frame."""
     return Table(runs, [Column("name", "run", "name"), Column("created", "created", "text", fmt=_when),

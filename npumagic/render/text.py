@@ -80,9 +80,13 @@ def finding_text(finding) -> str:
 
 
 def hidden_note(advice) -> str:
-    """The line saying how many low-severity findings were left out, or ""."""
+    """The lines saying how many low-severity findings were left out and which ranks' findings
+    are not in the advice, or ""."""
     n = getattr(advice, "hidden_low", 0)
-    return f"{_plural(n, 'low-severity finding')} not shown (all of them: --all)" if n else ""
+    lines = [f"{_plural(n, 'low-severity finding')} not shown (all of them: --all)"] if n else []
+    if getattr(advice, "ranks_left", ""):
+        lines.append(f"{advice.ranks_left} (--every-rank)")
+    return "\n".join(lines)
 
 
 def advice_text(advice) -> str:
@@ -95,7 +99,7 @@ def advice_text(advice) -> str:
 
 
 def advice_html(advice) -> str:
-    note = f"<p style='color:#777;margin:0'>{html.escape(hidden_note(advice))}</p>" if hidden_note(advice) else ""
+    note = "".join(f"<p style='color:#777;margin:0'>{html.escape(line)}</p>" for line in hidden_note(advice).splitlines())
     if not advice.findings:
         return f"<p>{html.escape(advice_text(advice).splitlines()[0])}</p>" + note
     return advice_table(advice)._repr_html_() + note

@@ -175,7 +175,7 @@ def test_ranks_carry_dp_pp_tp_and_pipeline_stages_are_compared(tmp_path):
 
 
 def test_a_matrix_file_without_totals_uses_the_median_op_of_each_pair(tmp_path):
-    from npumagic.analysis.sources.ascend import _matrix
+    from npumagic.analysis.sources.ascend import matrix_rows
 
     raw = json.loads((need(ASCEND / "level1" / "rank0_ascend_pt") / "ASCEND_PROFILER_OUTPUT" /
                       "communication_matrix.json").read_text())
@@ -184,6 +184,6 @@ def test_a_matrix_file_without_totals_uses_the_median_op_of_each_pair(tmp_path):
     del ops["allreduce-total@17522688603477080586"]  # older torch_npu writes no totals
     path = tmp_path / "communication_matrix.json"
     path.write_text(json.dumps(raw))
-    table = cluster.communication_matrix(_matrix(path, 0))
+    table = cluster.communication_matrix(pd.DataFrame(matrix_rows(path, 0)))
     assert table.loc[0, 1] == pytest.approx(middle["0-1"]["Bandwidth(GB/s)"], rel=1e-3)
     assert table.loc[0, 7] == pytest.approx(middle["0-7"]["Bandwidth(GB/s)"], rel=1e-3)

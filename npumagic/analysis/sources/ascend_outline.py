@@ -1,0 +1,130 @@
+"""The outline of a many-rank torch_npu job, read as msprof-analyze's cluster analysis reads it.
+
+Per rank only the small files: its id and settings (profiler_info_N.json, profiler_metadata.json),
+torch_npu's own step breakdown (step_trace_time.csv) and its collectives' links
+(communication.json, communication_matrix.json); never trace_view.json or kernel_details.csv.
+Every rank's rows are gathered first and each table built once for the whole job, so a rank
+costs a few small file reads. The rank table it gives is torch_npu's breakdown, not npumagic's
+own step model (which needs the rank's whole trace).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ...errors import TraceError
+from .. import schema
+from ..breakdown import vendor_step_table
+from . import ascend, ascend_db
+from ._notes import reading
+
+STEP_TRACE = "step_trace_time.csv"
+STEP_TRACE_REQUIRED = ("Step", "Computing", "Free")
+
+
+@dataclass
+class Outline:
+    """What the outline of a job holds; ``steps`` has torch_npu's breakdown per (rank, step) as
+    :data:`~npumagic.analysis.breakdown.STEP_COLUMNS` plus ``rank``."""
+
+    ranks: list[int]
+    dirs: dict[int, Path]
+    steps: pd.DataFrame
+    links: pd.DataFrame
+    matrix: pd.DataFrame
+    metas: dict[int, dict[str, Any]]  # per rank in directory order, as the full reader's rank meta
+    unreadable: dict[str, str] = field(default_factory=dict)
+
+
+def readable(paths: list[Path]) -> bool:
+    """Whether every rank directory of ``paths`` is a text export with step_trace_time.csv (the
+    outline reads nothing else; a db export or a rank without it needs the full reader)."""
+    for rank_dir in paths:
+        out = rank_dir / ascend.OUTPUT
+        if not (out / STEP_TRACE).is_file():
+            return False
+        if ascend_db.find_db(out) is not None and ascend._export_type(ascend._profiler_info(rank_dir)[1]) == "db":
+            return False
+    return True
+
+
+def read(paths: list[Path], progress=None) -> Outline:
+    """The outline of the rank directories ``paths``; a rank that cannot be read is left out with
+    its error in ``unreadable`` (TraceError when none can be read). Ranks whose ids repeat are
+    numbered in directory order, as the full reader numbers them."""
+    read_ranks: list[dict[str, Any]] = []
+    unreadable: dict[str, str] = {}
+    for rank_dir in paths:
+        try:
+            read_ranks.append(_read_rank(rank_dir))
+        except TraceError as exc:
+            unreadable[str(rank_dir)] = str(exc)
+        if progress is not None:
+            progress.update(1)
+    if not read_ranks:
+        raise TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
+    ids = [r["rank"] for r in read_ranks]
+    if len(set(ids)) != len(ids):  # unlabelled ranks
+        ids = list(range(len(read_ranks)))
+    rows = lambda key: [dict(row, rank=i) for i, r in zip(ids, read_ranks) for row in r[key]]  # noqa: E731
+    metas = [{"device_name": ascend.DEVICE_NAME, "settings": r["settings"], "environment": r["environment"],
+              "sources": {i: {"breakdown": f"{STEP_TRACE} (vendor)", "links": "communication.json (each link's own "
+                              "transit time)"}},
+              "parallel_groups": {i: r["groups"]} if r["groups"] else {}} for i, r in zip(ids, read_ranks)]
+    metas = dict(zip(ids, metas))
+    return Outline(ranks=sorted(ids), dirs={i: r["dir"] for i, r in zip(ids, read_ranks)},
+                   steps=_step_table(rows("steps")), links=_frame(rows("links"), schema.LINK_COLUMNS),
+                   matrix=_frame(rows("matrix"), schema.MATRIX_COLUMNS), metas=metas, unreadable=unreadable)
+
+
+def _read_rank(rank_dir: Path) -> dict[str, Any]:
+    out = rank_dir / ascend.OUTPUT
+    info_path, info = ascend._profiler_info(rank_dir)
+    metadata_path = rank_dir / "profiler_metadata.json"
+    metadata = ascend._json(metadata_path)
+    with reading(out / STEP_TRACE):
+        steps = _step_trace(out / STEP_TRACE)
+    with reading(out / "communication.json"):
+        links = ascend.communication_rows(out / "communication.json", 0, calls=False)[1]
+        matrix = ascend.matrix_rows(out / "communication_matrix.json", 0)
+    return {"rank": ascend._rank_id(info_path, info.get("rank_id"), rank_dir), "dir": rank_dir, "steps": steps,
+            "links": links, "matrix": matrix,
+            "settings": ascend._object(info.get("config", {}), info_path, "config"),
+            "environment": ascend._object(metadata.get("ENV_VARIABLES", {}), metadata_path, "ENV_VARIABLES"),
+            "groups": ascend._object(metadata.get("parallel_group_info", {}), metadata_path, "parallel_group_info")}
+
+
+def _step_trace(path: Path) -> list[dict[str, str]]:
+    """step_trace_time.csv's rows (text, stripped), as the full reader's CSV reading gives them."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(path, f"not a readable CSV ({exc})") from None
+    lines = list(csv.reader(io.StringIO(text), skipinitialspace=True))
+    if not lines:
+        raise TraceError(path, "not a readable CSV (no header)")
+    header = [c.strip() for c in lines[0]]
+    lacking = [c for c in STEP_TRACE_REQUIRED if c not in header]
+    if lacking:
+        raise TraceError(path, f"missing columns {lacking}; expected at least {list(STEP_TRACE_REQUIRED)}")
+    rows = [dict(zip(header, (v.strip() for v in line))) for line in lines[1:] if line]
+    for row in rows:  # torch_npu leaves Step empty when the capture had no steps: it is one step
+        row["Step"] = row.get("Step") or "-1"
+    return [row for row in rows if row["Step"].lstrip("-").isdigit()]
+
+
+def _step_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    columns = dict.fromkeys(["rank", *STEP_TRACE_REQUIRED, *(k for r in rows for k in r)])
+    raw = pd.DataFrame(rows, columns=list(columns))
+    table = vendor_step_table(raw.drop(columns="rank"), pd.DataFrame(columns=["start_ns"]))
+    return table.assign(rank=raw["rank"].to_numpy(dtype="int64"))
+
+
+def _frame(rows: list[dict[str, Any]], columns: dict[str, str]) -> pd.DataFrame:
+    return schema.coerce(pd.DataFrame(rows), columns) if rows else schema.empty(columns)

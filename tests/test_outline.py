@@ -1,0 +1,162 @@
+"""A torch_npu job of many ranks read as an outline: every rank's step_trace_time.csv and
+communication files (as msprof-analyze's cluster analysis reads them), one rank in full. Checked
+against torch_npu's own tables and against the job read in full."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pandas as pd
+import pytest
+
+import npumagic
+from npumagic import parallel
+from npumagic.analysis import cluster
+from npumagic.analysis.persist import dump_summary, load_summary
+from npumagic.analysis.sources import ascend_outline, detect
+from npumagic.cli import main
+
+from .test_parallel import _assert_same, copy_job
+
+OUTPUT = "ASCEND_PROFILER_OUTPUT"
+# what the outline replaces (the job's views) or leaves out (the other ranks' own tables)
+JOB_FIELDS = ("ranks", "per_rank", "links", "matrix", "temporal", "meta")
+
+
+@pytest.fixture(scope="module")
+def job8(tmp_path_factory):
+    job = copy_job(tmp_path_factory.mktemp("outline") / "job8", 8)
+    # rank 4 as torch_npu writes three steps: its rank row must be their mean and median
+    path = job / "rank4_ascend_pt" / OUTPUT / "step_trace_time.csv"
+    path.chmod(0o644)
+    one = pd.read_csv(path)
+    three = pd.concat([one, one.assign(Step=51, Computing=one["Computing"] * 3, Stage=one["Stage"] * 2),
+                       one.assign(Step=52, Free=0.0)], ignore_index=True)
+    three.to_csv(path, index=False)
+    # rank 6 as torch_npu writes a capture without steps: Step left empty, one row for the whole
+    path = job / "rank6_ascend_pt" / OUTPUT / "step_trace_time.csv"
+    path.chmod(0o644)
+    pd.read_csv(path).assign(Step="").to_csv(path, index=False)
+    return job
+
+
+@pytest.fixture(scope="module")
+def outline8(job8):
+    return parallel.analyze(job8)
+
+
+@pytest.fixture(scope="module")
+def full8(job8):
+    return parallel.analyze(job8, scheduler="serial")  # every rank read and summarised, in this process
+
+
+def _vendor_steps(rank_dir) -> pd.DataFrame:
+    return pd.read_csv(rank_dir / OUTPUT / "step_trace_time.csv")
+
+
+def test_eight_ranks_are_read_as_an_outline_with_the_lowest_rank_in_full(job8, outline8, full8):
+    assert parallel.reads_apart(job8) and not parallel.reads_apart(job8, "serial")
+    assert sorted(outline8.per_rank) == [0] and sorted(full8.per_rank) == list(range(8))
+    assert "step_trace_time.csv" in outline8.meta["rank_table"] and "8 ranks" in outline8.meta["rank_table"]
+    assert "rank_table" not in full8.meta
+    # the rank read in full is exactly what reading every rank gives for it
+    for field in dataclasses.fields(npumagic.Summary):
+        if field.name not in JOB_FIELDS:
+            _assert_same(getattr(outline8, field.name), getattr(full8, field.name), field.name)
+    assert {k: v for k, v in outline8.meta.items() if k != "rank_table"} == full8.meta
+    _assert_same(outline8.per_rank[0].steps, full8.per_rank[0].steps, "rank 0 steps")
+
+
+def test_the_rank_table_is_torch_npus_step_breakdown_of_each_rank(job8, outline8, full8):
+    table = outline8.ranks.set_index("rank")
+    assert list(table.index) == list(range(8))
+    for rank in range(8):
+        vendor = _vendor_steps(job8 / f"rank{rank}_ascend_pt")
+        row = table.loc[rank]
+        assert row["steps"] == len(vendor)
+        assert row["computing_us"] == pytest.approx(vendor["Computing"].mean())
+        assert row["comm_not_overlapped_us"] == pytest.approx(vendor["Communication(Not Overlapped)"].mean())
+        assert row["communication_us"] == pytest.approx(vendor["Communication"].mean())
+        assert row["free_us"] == pytest.approx(vendor["Free"].mean())
+        assert row["step_median_us"] == pytest.approx((vendor["Stage"] + vendor["Preparing"]).median())
+        assert pd.isna(row["dataloader_us"])  # torch_npu's table has no DataLoader time
+    # the parallel indices come from the same metadata either way
+    pd.testing.assert_frame_equal(outline8.ranks[["rank", "dp", "pp", "tp", "stage"]],
+                                  full8.ranks[["rank", "dp", "pp", "tp", "stage"]])
+    # ranks 0 and 2 are copies of one rank: 154.48 vs 152.35 ms is within msprof-analyze's 5%
+    assert not outline8.ranks["slowest"].any()
+
+
+def test_links_matrix_and_link_findings_equal_the_full_read(outline8, full8):
+    pd.testing.assert_frame_equal(outline8.links, full8.links.reset_index(drop=True), check_categorical=False)
+    pd.testing.assert_frame_equal(outline8.comm_matrix, full8.comm_matrix)
+    assert len(outline8.links) and outline8.links["rank"].nunique() == 8
+    slow = lambda s: [(f.title, f.evidence) for f in cluster.slow_links(s)]  # noqa: E731
+    assert slow(outline8) == slow(full8)
+
+
+def test_another_rank_is_the_one_read_in_full_on_request(job8, full8):
+    five = parallel.analyze(job8, rank=5)
+    assert sorted(five.per_rank) == [5] and five.meta["rank"] == 5
+    _assert_same(five.steps, full8.per_rank[5].steps, "rank 5 steps")
+    _assert_same(five.kernels, full8.per_rank[5].kernels, "rank 5 kernels")
+    with pytest.raises(ValueError, match=r"rank 99 not in trace"):
+        parallel.analyze(job8, rank=99)
+
+
+def test_unlabelled_ranks_are_numbered_in_directory_order_as_the_reader_does(tmp_path):
+    job = copy_job(tmp_path / "job", 8, relabel=False)
+    outline = parallel.analyze(job, rank=3)
+    full = npumagic.load(job)
+    assert list(outline.ranks["rank"]) == full.ranks == list(range(8))
+    assert sorted(outline.per_rank) == [3] and outline.meta["rank"] == 3
+    pd.testing.assert_frame_equal(outline.links[["rank", "transit_mb"]],
+                                  full.links[["rank", "transit_mb"]].reset_index(drop=True))
+
+
+def test_a_broken_rank_is_left_out_with_its_error_as_the_full_reader_does(tmp_path):
+    job = copy_job(tmp_path / "job", 8)
+    broken = job / "rank3_ascend_pt" / OUTPUT / "communication.json"
+    broken.chmod(0o644)
+    broken.write_text(json.dumps({"step50": {"collective": {"allreduce@1": {
+        "Communication Bandwidth Info": {"HCCS": {"Transit Size(MB)": "lots", "Transit Time(ms)": 1.0}}}}}}))
+    with pytest.warns(UserWarning, match=re.escape(str(broken))):
+        outline = parallel.analyze(job)
+    assert list(outline.ranks["rank"]) == [0, 1, 2, 4, 5, 6, 7]
+    assert "'lots'; expected a finite number" in outline.meta["unreadable"][str(job / "rank3_ascend_pt")]
+    with pytest.warns(UserWarning, match=re.escape(str(broken))):
+        assert npumagic.load(job).meta["unreadable"].keys() == outline.meta["unreadable"].keys()
+
+
+def test_jobs_the_outline_cannot_read_are_read_in_full(tmp_path, job8):
+    _, paths = detect(job8)
+    assert ascend_outline.readable(paths)
+    job = copy_job(tmp_path / "job", 8)
+    step_trace = job / "rank6_ascend_pt" / OUTPUT / "step_trace_time.csv"
+    step_trace.chmod(0o644)
+    step_trace.unlink()
+    _, paths = detect(job)
+    assert not ascend_outline.readable(paths)
+    assert not parallel._outline_fits("ascend", paths, "", False)
+
+
+def test_the_cli_names_where_the_rank_table_comes_from(job8, capsys):
+    assert main(["analyze", str(job8)]) == 0
+    out = capsys.readouterr().out
+    assert "ranks: torch_npu's own step breakdown (step_trace_time.csv) of each of the 8 ranks; rank 0 alone" in out
+    assert main(["analyze", str(job8), "--scheduler", "serial", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [r["rank"] for r in payload["ranks"]] == list(range(8)) and "rank_table" not in payload["meta"]
+
+
+def test_an_outline_run_survives_the_history_and_its_advice_says_what_it_left_out(shell, job8):
+    report = shell.run_line_magic("npuload", f"{job8} --name job8 --no-plot")
+    assert sorted(report.summary.per_rank) == [0]
+    again = load_summary(dump_summary(report.summary))
+    pd.testing.assert_frame_equal(again.ranks, report.summary.ranks)
+    assert again.meta["rank_table"] == report.summary.meta["rank_table"]
+    advice = shell.run_line_magic("npuadvise", "job8 --all")
+    assert "only rank 0 of the 8 ranks was read in full" in str(advice)
+    assert "only rank" not in str(shell.run_line_magic("npuadvise", "job8"))

@@ -66,7 +66,7 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.D
     host_start = steps["start_ns"].to_numpy()
     host_end = steps["end_ns"].to_numpy()
     if device_mode:
-        work = ev[kind.isin(DEVICE_WORK) & (ev["device"] >= 0)]
+        work = ev.loc[(kind.isin(DEVICE_WORK) & (ev["device"] >= 0)).to_numpy(), ["kind", "ts_ns", "dur_ns", "step"]]
         compute, comm, memcpy = (spans_of(work[work["kind"] == k]) for k in DEVICE_WORK)
         lo, hi = device_windows(work, steps)
         tasks = work[(work["kind"] != "memcpy") & (work["step"] >= 0)]
@@ -84,7 +84,7 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.D
         busy_spans = compute | comm | memcpy
     else:
         lo, hi = host_start, host_end
-        ops = ev[(kind == "host_op") & (ev["device"] < 0)]
+        ops = ev.loc[((kind == "host_op") & (ev["device"] < 0)).to_numpy(), ["ts_ns", "dur_ns"]]
         compute = spans_of(ops) - dataloader
         comm = memcpy = Spans.empty()
         busy_spans = compute

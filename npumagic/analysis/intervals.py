@@ -47,14 +47,16 @@ class Spans:
 
     def _combine(self, other: "Spans", keep) -> "Spans":
         # Sweep over both sets' edges; each set is disjoint, so depth per set is 0 or 1.
+        # (int8 edge marks and depths, so a large set costs its edges' positions and order only)
+        n, m = len(self), len(other)
         pos = np.concatenate([self.starts, self.ends, other.starts, other.ends])
-        a = np.concatenate([np.ones(len(self)), -np.ones(len(self)), np.zeros(2 * len(other))]).astype(np.int8)
-        b = np.concatenate([np.zeros(2 * len(self)), np.ones(len(other)), -np.ones(len(other))]).astype(np.int8)
         if pos.size == 0:
             return Spans.empty()
+        a, b = np.zeros(pos.size, np.int8), np.zeros(pos.size, np.int8)
+        a[:n], a[n:2 * n], b[2 * n:2 * n + m], b[2 * n + m:] = 1, -1, 1, -1
         order = np.argsort(pos, kind="stable")
-        pos, in_a, in_b = pos[order], np.cumsum(a[order]), np.cumsum(b[order])
-        inside = keep(in_a > 0, in_b > 0)[:-1]
+        pos = pos[order]
+        inside = keep(np.cumsum(a[order], dtype=np.int8) > 0, np.cumsum(b[order], dtype=np.int8) > 0)[:-1]
         seg_start, seg_end = pos[:-1][inside], pos[1:][inside]
         return Spans.union_of(seg_start, seg_end)
 

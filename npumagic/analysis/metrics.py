@@ -20,7 +20,7 @@ from .collectives import LINK_COLUMNS, comm_table
 from .device_memory import memory_table
 from .operators import host_op_table, kernel_table
 from .ranks import RANK_COLUMNS, parallel_indices, rank_table
-from .syncs import sync_table
+from .syncs import is_host_sync, sync_table
 from .temporal import TEMPORAL_COLUMNS, rank_temporal
 
 RULE_TABLES = ("hccl_tasks", "device_info")  # vendor tables the advice rules read
@@ -211,13 +211,24 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     else:
         breakdown = step_table(ev, steps, device_mode)
     total_wall = float(breakdown["wall_us"].sum())
-    # the events in steps of the kinds the tables below read (runtime calls and copies, a third of
-    # a CUDA trace, are read by the step breakdown from ev alone: not copied here)
-    in_steps = schema.where(ev, (ev["step"].to_numpy() >= 0) & ev["kind"].isin(STEP_TABLE_KINDS).to_numpy())
+    # what reads every event first, so that its temporaries and the copy below are never live at once
+    temporal = rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", []))
+    events = _own_categories(schema.where(ev, (ev["kind"] != "python").to_numpy()), schema.EVENT_COLUMNS)
+    # each table below copies only the in-step events of the kind it reads (and, where it reads
+    # few, only those columns): on a large trace one copy of every in-step event was the peak
+    in_step = ev["step"].to_numpy() >= 0
+    kind = ev["kind"]
+
+    def in_steps(mask: np.ndarray, columns: list[str] | None = None) -> pd.DataFrame:
+        return schema.where(ev if columns is None else ev[columns], in_step & mask)
+
     kernel_metrics = _own_categories(mine.kernel_metrics, schema.KERNEL_METRIC_COLUMNS)
-    kernels = kernel_table(in_steps, device_mode, total_wall, kernel_metrics)
+    kernel_rows = in_steps((kind == "kernel").to_numpy())
+    device_kernels = schema.where(kernel_rows, (kernel_rows["device"] >= 0).to_numpy())
+    kernels = kernel_table(kernel_rows if device_mode else in_steps((kind == "host_op").to_numpy()), device_mode,
+                           total_wall, kernel_metrics)
     meta = {k: v for k, v in trace.meta.items() if k != "vendor"}
-    loaders = in_steps.loc[in_steps["kind"] == "dataloader", "name"].astype(str)
+    loaders = in_steps((kind == "dataloader").to_numpy(), ["name"])["name"].astype(str)
     meta.update(rank=rank, device_mode=device_mode, backend=backend,
                 dataloader_iter=loaders.mode().iat[0] if len(loaders) else "",
                 sources=sources, note=trace.meta.get("notes", {}).get(rank, ""),
@@ -226,13 +237,13 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         meta.pop(key, None)
     links = mine.links
     counters = mine.counters
-    device_kernels = in_steps[(in_steps["kind"] == "kernel") & (in_steps["device"] >= 0)]
     return Summary(
         steps=breakdown,
         kernels=kernels,
-        host_ops=host_op_table(in_steps, total_wall),
-        syncs=sync_table(in_steps, max(len(steps), 1)),
-        comm=comm_table(mine.comm, in_steps, links),
+        host_ops=host_op_table(in_steps((kind == "host_op").to_numpy(), ["name", "kind", "device", "dur_ns"]),
+                               total_wall),
+        syncs=sync_table(in_steps((is_host_sync(ev) | (kind == "python")).to_numpy()), max(len(steps), 1)),
+        comm=comm_table(mine.comm, in_steps((kind == "comm").to_numpy()), links),
         memory=memory_table(mine.memory, trace.meta),
         # categories of this rank only: a rank's summary must not depend on the other ranks
         memory_timeline=_own_categories(mine.memory, schema.MEMORY_COLUMNS),
@@ -246,13 +257,10 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         l2=hw.l2_table(counters, device_kernels),
         frequency_drops=hw.frequency_drops(counters, device_kernels, trace.meta.get("aicore_nominal_mhz")),
         host=hw.host_table(counters, steps),
-        temporal=rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", [])),
-        events=_own_categories(schema.where(ev, (ev["kind"] != "python").to_numpy()), schema.EVENT_COLUMNS),
+        temporal=temporal,
+        events=events,
         vendor={k: vendor[k] for k in RULE_TABLES if k in vendor},
     )
-
-
-STEP_TABLE_KINDS = ("host_op", "kernel", "comm", "sync", "dataloader", "python")  # what the step tables read
 
 
 RANK_META = ("rank", "device_mode", "backend", "dataloader_iter", "sources", "note", "parallel")
@@ -266,8 +274,29 @@ def _own_categories(frame: pd.DataFrame, schema_columns: dict[str, Any]) -> pd.D
     summary must not depend on the other ranks read with it."""
     frame = frame.reset_index(drop=True)
     cats = [c for c, spec in schema_columns.items()
-            if spec == "category" and c in frame and isinstance(frame[c].dtype, pd.CategoricalDtype)]
-    return frame.assign(**{c: frame[c].cat.remove_unused_categories() for c in cats}) if cats else frame
+            if spec == "category" and c in frame and isinstance(frame[c].dtype, pd.CategoricalDtype)
+            and _has_unused(frame[c].array)]
+    return frame.assign(**{c: _used_categories(frame[c].array) for c in cats}) if cats else frame
+
+
+def _has_unused(values: pd.Categorical) -> bool:
+    """Whether some category has no row (counted, not by finding the unique codes: on a
+    one-rank trace every category is used and the column is left as it is)."""
+    return bool((_category_counts(values) == 0).any())
+
+
+def _category_counts(values: pd.Categorical) -> np.ndarray:
+    codes = values.codes
+    return np.bincount(codes[codes >= 0], minlength=len(values.categories))
+
+
+def _used_categories(values: pd.Categorical) -> pd.Categorical:
+    """``values`` without the categories no row uses, in their order: pandas'
+    ``remove_unused_categories`` by counting and one lookup instead of sorting the codes."""
+    used = _category_counts(values) > 0
+    remap = np.append(np.cumsum(used) - 1, -1).astype(np.int32)  # code -1 (missing) takes the last: -1
+    codes = remap[values.codes]
+    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(values.categories[used], values.ordered))
 
 
 def rebase(summary: Summary, job_meta: dict[str, Any], rank: int | None = None) -> Summary:

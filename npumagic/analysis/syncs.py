@@ -18,7 +18,7 @@ SYNC_HOST_OPS = frozenset({"aten::_local_scalar_dense", "aten::item"})
 def is_host_sync(ev: pd.DataFrame) -> pd.Series:
     """Host calls that block until the device catches up (runtime syncs, ``.item()``)."""
     on_host = ev["device"] < 0
-    return on_host & ((ev["kind"] == "sync") | ((ev["kind"] == "host_op") & ev["name"].astype(str).isin(SYNC_HOST_OPS)))
+    return on_host & ((ev["kind"] == "sync") | ((ev["kind"] == "host_op") & ev["name"].isin(SYNC_HOST_OPS)))
 
 
 _LIBRARY_FRAME = re.compile(r"^<built-in|site-packages|/lib/python|^(?:torch|IPython|ipykernel|traitlets|tornado|asyncio|"

@@ -48,10 +48,13 @@ def rank_temporal(ev: pd.DataFrame, steps: pd.DataFrame, rank: int, steps_inferr
 
 
 def _rank_breakdown(ev: pd.DataFrame, steps: pd.DataFrame) -> dict | None:
-    device = ev[(ev["device"].to_numpy() >= 0) & ev["kind"].isin(_DEVICE_KINDS).to_numpy()]
+    # the four columns read, not copies of every column of the device work and the launches
+    on_device = ev["device"].to_numpy() >= 0
+    device = ev.loc[on_device & ev["kind"].isin(_DEVICE_KINDS).to_numpy(), ["kind", "ts_ns", "dur_ns", "correlation"]]
     if len(steps) >= 2:
-        host = ev[(ev["device"] < 0) & ev["kind"].isin(LAUNCH_KINDS) & (ev["correlation"] >= 0)]
-        launched = host.loc[host["ts_ns"] < steps["start_ns"].max(), "correlation"]
+        correlation = ev["correlation"].to_numpy()
+        host = ~on_device & ev["kind"].isin(LAUNCH_KINDS).to_numpy() & (correlation >= 0)
+        launched = correlation[host & (ev["ts_ns"].to_numpy() < steps["start_ns"].max())]
         device = device[device["correlation"].isin(launched)]
     if device.empty:
         return None

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .memory_release import release_free_memory
+
 KINDS = ("host_op", "kernel", "comm", "memcpy", "sync", "runtime", "annotation", "dataloader", "python")
 
 EVENT_COLUMNS: dict[str, Any] = {
@@ -275,6 +277,7 @@ def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | Non
     steps = steps.sort_values(["rank", "start_ns"]).reset_index(drop=True)
     if len(steps) and len(events):
         events["step"] = assign_steps(events, steps)
+    release_free_memory()  # the readers' and assign_steps' freed temporaries, before the sort's copies
     events = sorted_rows(events, ["rank", "ts_ns"])
     memory = coerce(memory if memory is not None else empty(MEMORY_COLUMNS), MEMORY_COLUMNS)
     comm = coerce(comm if comm is not None else empty(COMM_COLUMNS), COMM_COLUMNS)

@@ -137,3 +137,19 @@ def test_an_unknown_schema_lists_the_categories_it_found(tmp_path):
     with pytest.raises(npumagic.TraceError, match=r"other\.pt\.trace\.json: no profiler events found "
                                                   r"\(categories in the file: gpu_op x3, host_call x1\)"):
         npumagic.load(path)
+
+
+def test_ids_past_32_bits_are_kept_whole(tmp_path):
+    # the reader keeps a chunk's ids as int32 where they fit: ids that do not must survive as read
+    big = 2**40 + 7
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10, "dur": 5, "pid": 1, "tid": big},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 12, "dur": 1, "pid": 1,
+               "tid": big, "args": {"correlation": big + 1}},
+              {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 20, "dur": 3, "pid": 0, "tid": 7,
+               "args": {"device": 0, "stream": 2**33, "correlation": big + 1}}]
+    path = tmp_path / "big_ids.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    ev = npumagic.load(path).events.set_index("name")
+    assert ev.loc["cudaLaunchKernel", "correlation"] == ev.loc["gemm", "correlation"] == big + 1
+    assert ev.loc["gemm", "stream"] == 2**33 and ev["stream"].dtype == "int64"
+    assert str(ev.loc["aten::mm", "lane"]).endswith(f"/Thread {big}")

@@ -23,7 +23,7 @@ from .. import schema
 from ._columns import small_int, step_ids, to_int, to_ns, to_ns_checked
 from ._counters import chrome_counters
 from ._kineto_decode import KinetoEvent, RawTrace
-from ._memory import release_free_memory
+from ..memory_release import release_free_memory
 from ._notes import ReadNotes, reading
 from ._stream import EventStream
 
@@ -81,6 +81,7 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         frames.append(ev)
         steps.append(st)
         memories.append(mem)
+        del ev  # the frames list holds it: no other name may, for finish to free each column as it sorts
     events = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     devices = sorted({d for m in metas for d in m["devices"]})
     on_device = events["kind"].isin(["kernel", "comm", "memcpy"]).any()
@@ -205,12 +206,12 @@ class _Columns:
             "name": self.names.encode([e.name for e in spans]),
             "ts": ts,
             "dur": dur,
-            "pid": to_int([e.pid for e in spans], 0),
-            "tid": to_int([e.tid for e in spans], 0),
-            "stream": to_int([a.stream if a is not none else none for a in args]),
-            "device": to_int([a.device if a is not none else none for a in args]),
-            "correlation": to_int([(a.correlation if a.correlation is not none else a.external_id)
-                                   if a is not none else none for a in args]),
+            "pid": _narrow(to_int([e.pid for e in spans], 0)),
+            "tid": _narrow(to_int([e.tid for e in spans], 0)),
+            "stream": _narrow(to_int([a.stream if a is not none else none for a in args])),
+            "device": _narrow(to_int([a.device if a is not none else none for a in args])),
+            "correlation": _narrow(to_int([(a.correlation if a.correlation is not none else a.external_id)
+                                           if a is not none else none for a in args])),
             "shapes": self.shapes.encode([str(a.input_dims) if a is not none and a.input_dims else ""
                                           for a in args]),
         })
@@ -225,10 +226,18 @@ class _Columns:
         release_free_memory()  # the parts' pages, before the frame's columns are built
         n = col["cat"].size
         on_device = col["cat"] >= _FIRST_DEVICE_CAT
-        names = pd.Categorical.from_codes(col["name"], categories=self.names.categories())
-        kind = self._kinds(col["cat"], names, on_device)
-        stream = np.where(on_device & (col["stream"] < 0), col["tid"], col["stream"])
-        device = np.where(on_device, np.where(col["device"] < 0, col["pid"], col["device"]), -1)
+        names = pd.Categorical.from_codes(col.pop("name"), categories=self.names.categories())
+        kind = self._kinds(col.pop("cat"), names, on_device)
+        # a device event's stream and device are its own args, else its thread and process ids;
+        # set in place (these joined columns are ours) and each freed once read: at the peak of
+        # a read the parts' columns and the frame's are alive together
+        pid, tid, stream, device = (col.pop(k).astype(np.int64, copy=False) for k in ("pid", "tid", "stream", "device"))
+        np.copyto(stream, tid, where=on_device & (stream < 0))
+        np.copyto(device, pid, where=device < 0)
+        device[~on_device] = -1
+        lane = _lanes(on_device, pid, tid, device, stream, self.process_names)
+        del pid, tid
+        stream[~on_device] = -1
         # operator types per distinct name, spread by the name codes (categories sorted, as
         # pd.Categorical would sort them, without hashing one string per event)
         types, type_codes = np.unique(np.asarray([kernel_type(c) for c in names.categories], dtype=object),
@@ -236,15 +245,15 @@ class _Columns:
         return pd.DataFrame({
             "name": names,
             "kind": pd.Categorical.from_codes(kind, categories=schema.KINDS),
-            "ts_ns": col["ts"],
-            "dur_ns": col["dur"],
-            "lane": _lanes(on_device, col["pid"], col["tid"], device, stream, self.process_names),
-            "stream": np.where(on_device, stream, -1),
+            "ts_ns": col.pop("ts"),
+            "dur_ns": col.pop("dur"),
+            "lane": lane,
+            "stream": stream,
             "device": device,
             "rank": np.full(n, self.rank, dtype=np.int64),
-            "correlation": col["correlation"],
-            "type": pd.Categorical.from_codes(type_codes[col["name"]], categories=types) if n else [],
-            "shapes": pd.Categorical.from_codes(col["shapes"], categories=self.shapes.categories()),
+            "correlation": col.pop("correlation").astype(np.int64, copy=False),
+            "type": pd.Categorical.from_codes(type_codes.astype(np.int32)[names.codes], categories=types) if n else [],
+            "shapes": pd.Categorical.from_codes(col.pop("shapes"), categories=self.shapes.categories()),
             "core": pd.Categorical.from_codes(on_device.astype(np.int8), categories=["cpu", "cuda"]),
         }, copy=False)  # the columns are fresh arrays: no consolidating copy of them
 
@@ -294,6 +303,14 @@ def kernel_type(name: str) -> str:
     return text or name
 
 
+def _narrow(ids: np.ndarray) -> np.ndarray:
+    """A chunk's ids as int32 where they all fit (most traces): the chunks' columns are all alive
+    together until joined, and joining int32 with int64 chunks gives int64."""
+    if ids.size and (ids.min() < -2**31 or ids.max() >= 2**31):
+        return ids
+    return ids.astype(np.int32)
+
+
 def _lanes(on_device, pid, tid, device, stream, process_names) -> pd.Categorical:
     """One lane name per event, built once per distinct (process, thread) or (device, stream)."""
     if on_device.size == 0:
@@ -301,13 +318,20 @@ def _lanes(on_device, pid, tid, device, stream, process_names) -> pd.Categorical
     code_a, values_a = pd.factorize(np.where(on_device, device, pid))
     code_b, values_b = pd.factorize(np.where(on_device, stream, tid))
     # one int64 key per event: factorizing it is far cheaper than a MultiIndex of three columns
-    codes, keys = pd.factorize((on_device.astype(np.int64) << 62) | (code_a.astype(np.int64) << 31) | code_b)
+    # (built in place: a large trace's peak memory is here)
+    key = code_a.astype(np.int64, copy=False)
+    key <<= 31
+    key |= code_b
+    del code_b
+    key[on_device] |= np.int64(1) << 62
+    codes, keys = pd.factorize(key)
+    del key
     unique = [(k >> 62, values_a[(k >> 31) & (2**31 - 1)], values_b[k & (2**31 - 1)]) for k in keys.tolist()]
     labels = [f"GPU {a}/Stream {b}" if is_dev else f"{process_names.get(int(a), 'Host')}/Thread {b}"
               for is_dev, a, b in unique]
     # equal labels (two pids with one name) must share one category
     cats, remap = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
-    return pd.Categorical.from_codes(remap[codes], categories=list(cats))
+    return pd.Categorical.from_codes(remap.astype(np.int32)[codes], categories=list(cats))
 
 
 def _steps(frame: pd.DataFrame, rank: int, notes: ReadNotes | None = None, path: Path | None = None) -> pd.DataFrame:

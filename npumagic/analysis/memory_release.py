@@ -15,11 +15,13 @@ import functools
 
 @functools.cache
 def _trim():
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim
-    except (OSError, AttributeError):
-        return None
+    # find_library runs ldconfig in a subprocess: only where glibc's usual name is not found
+    for name in (lambda: "libc.so.6", lambda: ctypes.util.find_library("c")):
+        try:
+            return ctypes.CDLL(name()).malloc_trim
+        except (OSError, AttributeError, TypeError):
+            continue
+    return None
 
 
 def release_free_memory() -> None:

@@ -158,7 +158,7 @@ class Trace:
 
     @property
     def ranks(self) -> list[int]:
-        return sorted(int(r) for r in set(self.steps["rank"]) | set(self.events["rank"].unique()))
+        return sorted(int(r) for r in set(self.steps["rank"]) | _distinct(self.events["rank"].to_numpy()))
 
     def for_rank(self, rank: int) -> "Trace":
         """The same trace with every table cut to ``rank``'s rows (indexes kept; meta shared)."""
@@ -258,6 +258,15 @@ def _launch_steps(ts: np.ndarray, corr: np.ndarray, launch_kind: np.ndarray, on_
     return np.where(found, first.to_numpy()[np.maximum(where, 0)], np.where(before, -1, device_step))
 
 
+def _distinct(ids: np.ndarray) -> set[int]:
+    """The distinct values of an id column (one rank in most traces: found without a hash table
+    the size of the column)."""
+    if ids.size == 0:
+        return set()
+    low, high = int(ids.min()), int(ids.max())
+    return {low} if low == high else set(np.unique(ids).tolist())
+
+
 def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | None = None,
            comm: pd.DataFrame | None = None, meta: dict[str, Any] | None = None,
            links: pd.DataFrame | None = None, matrix: pd.DataFrame | None = None,
@@ -266,7 +275,7 @@ def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | Non
     meta = dict(meta or {})
     steps = coerce(steps, STEP_COLUMNS)
     events = coerce(events, EVENT_COLUMNS)
-    unstepped = sorted(set(events["rank"].unique()) - set(steps["rank"].unique()))
+    unstepped = sorted(_distinct(events["rank"].to_numpy()) - set(steps["rank"].unique()))
     if unstepped:
         # No ProfilerStep# marks (no schedule, or prof.step() never called): one step per rank.
         ends = events["ts_ns"] + events["dur_ns"]

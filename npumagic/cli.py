@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -238,7 +239,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; return the exit status (2 on bad input)."""
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a reader that has gone is met inside this try
+        return status
+    except BrokenPipeError:  # `npumagic analyze JOB | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 1
     except (NpumagicError, ValueError, OSError) as exc:
         print(f"npumagic: error: {exc}", file=sys.stderr)
         return 2

@@ -162,3 +162,15 @@ def test_the_demo_runs_twice_in_one_folder(tmp_path):
     with sqlite3.connect(tmp_path / "demo" / "history.sqlite") as db:
         names = sorted(r[0] for r in db.execute("SELECT name FROM runs"))
     assert names == ["baseline", "fixed"]
+
+
+def test_a_reader_that_stops_early_gets_no_error_message(tmp_path):
+    # `npumagic analyze JOB | head -1`: the reader is gone by the time npumagic writes
+    job = str(need(ASCEND / "level1"))
+    proc = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "analyze", job], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert proc.returncode == 1, err
+    assert "Broken pipe" not in err and "Traceback" not in err and "Exception ignored" not in err

@@ -98,6 +98,7 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
         raise TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
     renumber = len({r for r, _ in read}) != len(read)  # unlabelled ranks: directory order, as the reader does
     if renumber:
+        sources.ascend.warn_renumbered(paths, [r for r, _ in read])
         metas = [_renumbered(m, i) for i, m in enumerate(metas)]
     job = sources.merge_meta(fmt, paths, metas, unreadable)
     host = sources.host_file(path)
@@ -150,13 +151,18 @@ def reads_apart(path: str | Path, scheduler: str | None = None, every_rank: bool
     only a Summary; else it reads one Trace in this process."""
     fmt, paths = sources.detect(path)
     scheduler = check_scheduler(scheduler)
-    return (_outline_fits(fmt, paths, scheduler, every_rank)
+    return (_outline_fits(fmt, paths, scheduler, every_rank, say_why=False)
             or _on_dask(len(sources.rank_groups(fmt, paths)), scheduler))
 
 
-def _outline_fits(fmt: str, paths: list[Path], scheduler: str, every_rank: bool) -> bool:
-    return (fmt == "ascend" and not every_rank and not scheduler and len(paths) >= OUTLINE_MIN_RANKS
-            and ascend_outline.readable(paths))
+def _outline_fits(fmt: str, paths: list[Path], scheduler: str, every_rank: bool, say_why: bool = True) -> bool:
+    if fmt != "ascend" or every_rank or scheduler or len(paths) < OUTLINE_MIN_RANKS:
+        return False
+    unfit = ascend_outline.unfit(paths)
+    if say_why and unfit and len(unfit) < len(paths):  # a job the outline would read but for a few ranks: say why it is slow
+        warnings.warn(f"{len(unfit)} of the {len(paths)} ranks ({unfit[0].name}{', ...' if len(unfit) > 1 else ''}) "
+                      "have no step_trace_time.csv or are db exports: every rank is read in full", stacklevel=4)
+    return not unfit
 
 
 def _outline(path: str | Path, paths: list[Path], rank: int | None, progress: bool) -> Summary:
@@ -173,15 +179,20 @@ def _outline(path: str | Path, paths: list[Path], rank: int | None, progress: bo
             bar.close()
     for error in outline.unreadable.values():
         warnings.warn(f"{error} (this rank is left out; the others are analysed)", stacklevel=3)
-    focus = min(outline.ranks) if rank is None else rank
-    if focus not in outline.dirs:
+    if rank is not None and rank not in outline.dirs:
         raise ValueError(f"rank {rank} not in trace; ranks: {outline.ranks}")
-    host = str(path) if focus == min(outline.ranks) and sources.host_file(path) is not None else None
-    per_rank, meta, caught, error = summarize_group("ascend", [outline.dirs[focus]], host=host)
-    for message in caught:
-        warnings.warn(message, stacklevel=3)
-    if error is not None:
-        raise error
+    # the rank asked for, else the lowest that can be read in full
+    for focus in [rank] if rank is not None else outline.ranks:
+        host = str(path) if focus == min(outline.ranks) and sources.host_file(path) is not None else None
+        per_rank, meta, caught, error = summarize_group("ascend", [outline.dirs[focus]], host=host)
+        for message in caught:
+            warnings.warn(message, stacklevel=3)
+        if error is None:
+            break
+        if rank is not None or focus == outline.ranks[-1]:
+            raise error
+        warnings.warn(f"{error} (rank {focus} cannot be read in full: the next rank is described; its step_trace_time.csv "
+                      "and communication files are in the rank table)", stacklevel=3)
     (read_as, full), = per_rank.items()
     metas = {**outline.metas, focus: meta if read_as == focus else _renumbered(meta, focus)}
     job = sources.merge_meta("ascend", paths, list(metas.values()), outline.unreadable)

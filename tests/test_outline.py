@@ -130,7 +130,7 @@ def test_a_broken_rank_is_left_out_with_its_error_as_the_full_reader_does(tmp_pa
         assert npumagic.load(job).meta["unreadable"].keys() == outline.meta["unreadable"].keys()
 
 
-def test_jobs_the_outline_cannot_read_are_read_in_full(tmp_path, job8):
+def test_jobs_the_outline_cannot_read_are_read_in_full_and_it_says_why(tmp_path, job8):
     _, paths = detect(job8)
     assert ascend_outline.readable(paths)
     job = copy_job(tmp_path / "job", 8)
@@ -139,7 +139,55 @@ def test_jobs_the_outline_cannot_read_are_read_in_full(tmp_path, job8):
     step_trace.unlink()
     _, paths = detect(job)
     assert not ascend_outline.readable(paths)
-    assert not parallel._outline_fits("ascend", paths, "", False)
+    with pytest.warns(UserWarning, match=r"1 of the 8 ranks \(rank6_ascend_pt\) have no step_trace_time.csv .*"
+                                         r"every rank is read in full"):
+        assert not parallel._outline_fits("ascend", paths, "", False)
+
+
+@pytest.mark.parametrize("line, why", [
+    ("51,abc,1,1,1,1,1,0,1,1", "line 3: Computing is 'abc'; expected a finite number"),
+    ("51,nan,1,1,1,1,1,0,1,1", "line 3: Computing is 'nan'"),
+    ("51,1,1,1,1,inf,1,0,1,1", "line 3: Free is 'inf'"),
+    ("51,1,1,1", "line 3 has 4 fields; the header has 10"),
+    ("step3,1,1,1,1,1,1,0,1,1", "line 3: Step is 'step3'; expected an integer"),
+    ("99999999999999999999,1,1,1,1,1,1,0,1,1", "line 3: Step is '99999999999999999999'"),
+])
+def test_a_step_trace_row_that_is_not_numbers_leaves_its_rank_out_naming_the_line(tmp_path, line, why):
+    job = copy_job(tmp_path / "job", 8)
+    path = job / "rank3_ascend_pt" / OUTPUT / "step_trace_time.csv"
+    path.chmod(0o644)
+    path.write_text(path.read_text().rstrip("\n") + "\n" + line + "\n")
+    with pytest.warns(UserWarning, match=re.escape(f"{path}: {why}")):
+        outline = parallel.analyze(job)
+    assert list(outline.ranks["rank"]) == [0, 1, 2, 4, 5, 6, 7]
+
+
+def test_repeated_rank_ids_are_numbered_in_natural_directory_order_and_said(tmp_path):
+    job = copy_job(tmp_path / "job", 12)
+    for n in range(12):  # each rank's computing time says which directory it came from
+        path = job / f"rank{n}_ascend_pt" / OUTPUT / "step_trace_time.csv"
+        path.chmod(0o644)
+        pd.read_csv(path).assign(Computing=1000.0 * n).to_csv(path, index=False)
+    info = next((job / "rank7_ascend_pt").glob("profiler_info*.json"))
+    info.write_text(json.dumps(dict(json.loads(info.read_text()), rank_id=3)))
+    with pytest.warns(UserWarning, match=r"rank ids \[3\] appear in more than one rank's profiler_info"):
+        outline = parallel.analyze(job)
+    assert list(outline.ranks["computing_us"]) == [1000.0 * n for n in range(12)]  # rank10 after rank9
+    with pytest.warns(UserWarning, match=r"rank ids \[3\] appear in more than one"):
+        assert npumagic.load(job).ranks == list(range(12))
+
+
+def test_a_lowest_rank_that_cannot_be_read_in_full_gives_way_to_the_next(tmp_path):
+    job = copy_job(tmp_path / "job", 8)
+    broken = job / "rank0_ascend_pt" / OUTPUT / "trace_view.json"
+    broken.chmod(0o644)
+    broken.write_text('[{"ph": "X", "name": ')
+    with pytest.warns(UserWarning, match="rank 0 cannot be read in full: the next rank is described"):
+        outline = parallel.analyze(job)
+    assert outline.meta["rank"] == 1 and sorted(outline.per_rank) == [1]
+    assert list(outline.ranks["rank"]) == list(range(8))  # its small files still are in the rank table
+    with pytest.raises(npumagic.TraceError, match="trace_view.json"):
+        parallel.analyze(job, rank=0)
 
 
 def test_the_cli_names_where_the_rank_table_comes_from(job8, capsys):

@@ -10,6 +10,8 @@ npumagic's own metrics.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import logging
 import math
@@ -73,13 +75,26 @@ class VendorTables(Mapping):
 
 
 def rank_dirs(path: Path) -> list[Path]:
-    """The torch_npu rank directories at or directly below ``path`` (empty when none)."""
+    """The torch_npu rank directories at or directly below ``path`` (empty when none), in natural
+    order (rank2 before rank10: the order unlabelled ranks are numbered in)."""
     if (path / OUTPUT).is_dir():
         return [path]
-    found = [p for p in sorted(path.iterdir()) if p.is_dir() and (p / OUTPUT).is_dir()]
+    found = [p for p in sorted(path.iterdir(), key=_natural) if p.is_dir() and (p / OUTPUT).is_dir()]
     if not found:
-        found = [p.parent for p in sorted(path.glob(f"*/*/{OUTPUT}")) if p.is_dir()]
+        found = [p.parent for p in sorted(path.glob(f"*/*/{OUTPUT}"), key=lambda p: _natural(p.parent)) if p.is_dir()]
     return found
+
+
+def _natural(path: Path) -> list:
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(path))]
+
+
+def warn_renumbered(paths: list[Path], ids: list[int]) -> None:
+    """Say that ranks whose profiler_info ids repeat are numbered in directory order instead."""
+    repeated = sorted({r for r in ids if ids.count(r) > 1})
+    warnings.warn(f"{paths[0].parent}: rank ids {repeated} appear in more than one rank's profiler_info: every rank is "
+                  f"numbered by its directory's place instead (0 to {len(ids) - 1}, in natural name order)",
+                  stacklevel=4)
 
 
 def read(paths: list[Path], progress=None) -> schema.Trace:
@@ -105,6 +120,7 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         raise TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
     ranks = [p["rank"] for p in parts]
     if len(set(ranks)) != len(ranks):  # unlabelled ranks: number them in directory order
+        warn_renumbered(paths, ranks)
         for i, p in enumerate(parts):
             p["rank"] = i
             for key in RANK_TABLES:
@@ -343,18 +359,55 @@ STEP_TRACE_COLUMNS = {"Computing": "computing_us", "Communication(Not Overlapped
                       "Stage": "stage_us", "Preparing": "preparing_us"}
 
 
+STEP_TRACE_REQUIRED = ("Step", "Computing", "Free")
+STEP_TRACE_NUMBERS = ("Computing", "Communication(Not Overlapped)", "Overlapped", "Communication", "Free", "Stage",
+                      "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing")
+
+
+def step_trace_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """step_trace_time.csv's header and rows (text, stripped), each row checked: a step number (empty, as torch_npu
+    writes it for a capture without steps: step 0, the whole capture) and finite times (empty: 0);
+    anything else is a TraceError naming the line, never a silent 0."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(path, f"not a readable CSV ({exc})") from None
+    lines = [line for line in csv.reader(io.StringIO(text), skipinitialspace=True) if line]
+    header = [c.strip() for c in lines[0]] if lines else []
+    lacking = [c for c in STEP_TRACE_REQUIRED if c not in header]
+    if lacking:
+        raise TraceError(path, f"missing columns {lacking}; expected at least {list(STEP_TRACE_REQUIRED)}")
+    numbers = [c for c in header if c in STEP_TRACE_NUMBERS]
+    rows = []
+    for number, line in enumerate(lines[1:], start=2):
+        if len(line) < len(header):
+            raise TraceError(path, f"line {number} has {len(line)} fields; the header has {len(header)}")
+        row = dict(zip(header, (v.strip() for v in line)))
+        row["Step"] = str(small_int(row["Step"], path, f"line {number}: Step"))
+        for column in numbers:
+            value = row[column]
+            try:
+                ok = value == "" or math.isfinite(float(value))
+            except ValueError:
+                ok = False
+            if not ok:
+                raise TraceError(path, f"line {number}: {column} is {value[:40]!r}; expected a finite number of us")
+        rows.append(row)
+    return header, rows
+
+
 def _read_step_trace_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
     """Only step_trace_time.csv: torch_npu's own breakdown, kept as it is and marked as such."""
     out = rank_dir / OUTPUT
-    table = _read_csv(out / "step_trace_time.csv", ("Step", "Computing", "Free"))
+    header, rows = step_trace_rows(out / "step_trace_time.csv")
+    table = pd.DataFrame(rows, columns=header)
     vendor = VendorTables(out, {"step_trace_time": table})
-    step = pd.to_numeric(table["Step"], errors="coerce")
-    table = table[step.notna()]
+    step = pd.to_numeric(table["Step"])
     stage = pd.to_numeric(table.get("Stage", 0), errors="coerce").fillna(0.0)
     prep = pd.to_numeric(table.get("Preparing", 0), errors="coerce").fillna(0.0)
     wall_ns = ((stage + prep) * 1000).round().astype(np.int64).to_numpy()
     start = np.concatenate([[0], np.cumsum(wall_ns)[:-1]]) if len(wall_ns) else wall_ns
-    steps = pd.DataFrame({"rank": rank, "step": step.dropna().astype(np.int64).to_numpy(), "start_ns": start,
+    steps = pd.DataFrame({"rank": rank, "step": step.astype(np.int64).to_numpy(), "start_ns": start,
                           "end_ns": start + wall_ns})
     return {
         "rank": rank, "events": schema.empty(schema.EVENT_COLUMNS), "steps": steps,

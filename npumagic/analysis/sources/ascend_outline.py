@@ -10,8 +10,6 @@ own step model (which needs the rank's whole trace).
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,6 @@ from . import ascend, ascend_db
 from ._notes import reading
 
 STEP_TRACE = "step_trace_time.csv"
-STEP_TRACE_REQUIRED = ("Step", "Computing", "Free")
 
 
 @dataclass
@@ -43,15 +40,20 @@ class Outline:
 
 
 def readable(paths: list[Path]) -> bool:
-    """Whether every rank directory of ``paths`` is a text export with step_trace_time.csv (the
-    outline reads nothing else; a db export or a rank without it needs the full reader)."""
+    """Whether every rank directory of ``paths`` can be read as an outline (see :func:`unfit`)."""
+    return not unfit(paths)
+
+
+def unfit(paths: list[Path]) -> list[Path]:
+    """The rank directories of ``paths`` the outline cannot read: without step_trace_time.csv (the
+    outline reads nothing else for the breakdown) or a db export; they need the full reader."""
+    found = []
     for rank_dir in paths:
         out = rank_dir / ascend.OUTPUT
-        if not (out / STEP_TRACE).is_file():
-            return False
-        if ascend_db.find_db(out) is not None and ascend._export_type(ascend._profiler_info(rank_dir)[1]) == "db":
-            return False
-    return True
+        if not (out / STEP_TRACE).is_file() or (
+                ascend_db.find_db(out) is not None and ascend._export_type(ascend._profiler_info(rank_dir)[1]) == "db"):
+            found.append(rank_dir)
+    return found
 
 
 def read(paths: list[Path], progress=None) -> Outline:
@@ -71,6 +73,7 @@ def read(paths: list[Path], progress=None) -> Outline:
         raise TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
     ids = [r["rank"] for r in read_ranks]
     if len(set(ids)) != len(ids):  # unlabelled ranks
+        ascend.warn_renumbered(paths, ids)
         ids = list(range(len(read_ranks)))
     rows = lambda key: [dict(row, rank=i) for i, r in zip(ids, read_ranks) for row in r[key]]  # noqa: E731
     metas = [{"device_name": ascend.DEVICE_NAME, "settings": r["settings"], "environment": r["environment"],
@@ -89,7 +92,7 @@ def _read_rank(rank_dir: Path) -> dict[str, Any]:
     metadata_path = rank_dir / "profiler_metadata.json"
     metadata = ascend._json(metadata_path)
     with reading(out / STEP_TRACE):
-        steps = _step_trace(out / STEP_TRACE)
+        steps = ascend.step_trace_rows(out / STEP_TRACE)[1]
     with reading(out / "communication.json"):
         links = ascend.communication_rows(out / "communication.json", 0, calls=False)[1]
         matrix = ascend.matrix_rows(out / "communication_matrix.json", 0)
@@ -100,27 +103,8 @@ def _read_rank(rank_dir: Path) -> dict[str, Any]:
             "groups": ascend._object(metadata.get("parallel_group_info", {}), metadata_path, "parallel_group_info")}
 
 
-def _step_trace(path: Path) -> list[dict[str, str]]:
-    """step_trace_time.csv's rows (text, stripped), as the full reader's CSV reading gives them."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(path, f"not a readable CSV ({exc})") from None
-    lines = list(csv.reader(io.StringIO(text), skipinitialspace=True))
-    if not lines:
-        raise TraceError(path, "not a readable CSV (no header)")
-    header = [c.strip() for c in lines[0]]
-    lacking = [c for c in STEP_TRACE_REQUIRED if c not in header]
-    if lacking:
-        raise TraceError(path, f"missing columns {lacking}; expected at least {list(STEP_TRACE_REQUIRED)}")
-    rows = [dict(zip(header, (v.strip() for v in line))) for line in lines[1:] if line]
-    for row in rows:  # torch_npu leaves Step empty when the capture had no steps: it is one step
-        row["Step"] = row.get("Step") or "-1"
-    return [row for row in rows if row["Step"].lstrip("-").isdigit()]
-
-
 def _step_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    columns = dict.fromkeys(["rank", *STEP_TRACE_REQUIRED, *(k for r in rows for k in r)])
+    columns = dict.fromkeys(["rank", *ascend.STEP_TRACE_REQUIRED, *(k for r in rows for k in r)])
     raw = pd.DataFrame(rows, columns=list(columns))
     table = vendor_step_table(raw.drop(columns="rank"), pd.DataFrame(columns=["start_ns"]))
     return table.assign(rank=raw["rank"].to_numpy(dtype="int64"))

@@ -330,6 +330,7 @@ class NpuMagics(Magics):
     @argument("path", help="a torch.profiler or torch_npu output directory (or trace file)")
     @argument("--name", default=None, help="run name (default: the directory's name; NAME-2, ... when taken)")
     @argument("--no-plot", action="store_true", help="draw no figures")
+    @argument("--rank", type=int, default=None, help="the rank described (read in full; default the lowest)")
     @argument("--every-rank", action="store_true",
               help="read every rank of a torch_npu job in full (by default, from 8 ranks on, each rank's "
                    "step_trace_time.csv and communication files, and the lowest rank in full)")
@@ -344,7 +345,7 @@ class NpuMagics(Magics):
         if args.name is not None:
             _check_name(args.name)
         try:
-            outcome = self.session.load(args.path, name=args.name, every_rank=args.every_rank)
+            outcome = self.session.load(args.path, name=args.name, every_rank=args.every_rank, rank=args.rank)
         except (NpumagicError, RunNameTaken) as exc:
             raise UsageError(str(exc)) from None
         return self._report(outcome, quiet=False, plot=self.plot and not args.no_plot)

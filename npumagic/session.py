@@ -155,20 +155,27 @@ class Session:
             self.baseline = name
         return run_dir
 
-    def load(self, path: str | Path, name: str | None = None, every_rank: bool = False) -> RunOutcome:
+    def load(self, path: str | Path, name: str | None = None, every_rank: bool = False,
+             rank: int | None = None) -> RunOutcome:
         """Import a profiler output directory collected elsewhere as a run, named ``name`` or
-        after the directory (``level1``; ``level1-2`` when that is taken); ``every_rank``: read
-        every rank of a many-rank job in full (see :func:`npumagic.parallel.analyze`)."""
+        after the directory (``level1``; ``level1-2`` when that is taken), describing ``rank``
+        (default the lowest); ``every_rank``: read every rank of a many-rank job in full (see
+        :func:`npumagic.parallel.analyze`)."""
         if name is not None:
             check_name(name)
         path = Path(path).resolve()
         # raises TraceError before anything is stored; many ranks (an outline, or Dask): only a Summary
         if parallel.reads_apart(path, self.scheduler, every_rank):
-            trace, summary = None, parallel.analyze(path, scheduler=self.scheduler, progress=True,
-                                                    every_rank=every_rank)
+            try:
+                trace, summary = None, parallel.analyze(path, rank=rank, scheduler=self.scheduler, progress=True,
+                                                        every_rank=every_rank)
+            except ValueError as exc:  # a rank the job does not hold
+                raise NpumagicError(str(exc)) from None
             meta = summary.meta
         else:
             trace, summary = analysis.load(path, progress=True), None
+            if rank is not None and rank not in (trace.ranks or [0]):
+                raise NpumagicError(f"rank {rank} not in trace; ranks: {trace.ranks}")
             meta = trace.meta
         wanted = name or _name_for(path)
         name = self.store.reserve(wanted, next_free=True, kind="load", backend=meta.get("backend"),
@@ -177,13 +184,14 @@ class Session:
         try:
             self.store.update(name, run_dir=str(path))
             notes = [f"{wanted} is taken: this run is {name}"] if name != wanted else []
-            return self._record(name, "ok", path, None, notes, trace=trace, summary=summary)
+            return self._record(name, "ok", path, None, notes, trace=trace, summary=summary, rank=rank)
         except BaseException as exc:
             self._close(name, exc)
             raise
 
     def _record(self, name: str, status: str, run_dir: Path, result: CaptureResult | None, notes: list[str],
-                trace: "analysis.Trace | None" = None, summary: Summary | None = None) -> RunOutcome:
+                trace: "analysis.Trace | None" = None, summary: Summary | None = None,
+                rank: int | None = None) -> RunOutcome:
         verdict = None
         message = "; ".join(notes[1:]) if result else None
         if result is not None and result.dataloaders:  # before the verdict: Verify's "what changed" reads them
@@ -192,7 +200,7 @@ class Session:
             if trace is None and summary is None and result is not None and result.trace_files:
                 trace = analysis.load(run_dir)
             if trace is not None:
-                summary = analysis.summarize(trace)
+                summary = analysis.summarize(trace, rank=rank)
             if summary is not None:
                 self._summaries[name] = summary
                 verdict = checklist(summary, run_name=name, stored_at=str(self.store.path),

@@ -10,6 +10,7 @@ import re
 
 import pandas as pd
 import pytest
+from IPython.core.error import UsageError
 
 import npumagic
 from npumagic import parallel
@@ -205,6 +206,18 @@ def test_an_outline_run_survives_the_history_and_its_advice_says_what_it_left_ou
     again = load_summary(dump_summary(report.summary))
     pd.testing.assert_frame_equal(again.ranks, report.summary.ranks)
     assert again.meta["rank_table"] == report.summary.meta["rank_table"]
+    five = shell.run_line_magic("npuload", f"{job8} --name five --rank 5 --no-plot")
+    assert sorted(five.summary.per_rank) == [5] and len(five.summary.ranks) == 8
+    with pytest.raises(UsageError, match=r"rank 99 not in trace"):
+        shell.run_line_magic("npuload", f"{job8} --name bad --rank 99 --no-plot")
     advice = shell.run_line_magic("npuadvise", "job8 --all")
     assert "only rank 0 of the 8 ranks was read in full" in str(advice)
     assert "only rank" not in str(shell.run_line_magic("npuadvise", "job8"))
+
+
+def test_a_rank_directory_without_its_output_is_said_and_left_out(tmp_path):
+    job = copy_job(tmp_path / "job", 8)
+    (job / "rank8_ascend_pt").mkdir()  # as torch_npu leaves a rank it has not parsed
+    with pytest.warns(UserWarning, match=r"rank8_ascend_pt has no ASCEND_PROFILER_OUTPUT .* is left out"):
+        _, paths = detect(job)
+    assert len(paths) == 8

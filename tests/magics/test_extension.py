@@ -124,6 +124,15 @@ def test_npuload_names_the_run_after_its_directory(shell):
     assert shell.run_line_magic("npushow", "level0 --steps").figures[0].view == "steps"
 
 
+def test_npuload_describes_the_rank_asked_for(shell):
+    path = need(ASCEND / "level1")
+    report = shell.run_line_magic("npuload", f"{path} --rank 1 --no-plot")
+    assert report.summary.meta["rank"] == 1 and report.summary.steps["step"].tolist() == [50]
+    with pytest.raises(UsageError, match=r"rank 7 not in trace; ranks: \[0, 1\]"):
+        shell.run_line_magic("npuload", f"{path} --rank 7 --no-plot")
+    assert shell.run_line_magic("npuruns", "").data["name"].tolist() == ["level1"]  # nothing stored for it
+
+
 def test_npuload_of_a_bad_path_is_a_usage_error(shell, tmp_path):
     with pytest.raises(UsageError, match="no such file"):
         shell.run_line_magic("npuload", str(tmp_path / "missing"))

@@ -80,6 +80,12 @@ def rank_dirs(path: Path) -> list[Path]:
     if (path / OUTPUT).is_dir():
         return [path]
     found = [p for p in sorted(path.iterdir(), key=_natural) if p.is_dir() and (p / OUTPUT).is_dir()]
+    empty = [p.name for p in sorted(path.iterdir(), key=_natural)
+             if p.is_dir() and p.name.endswith("_ascend_pt") and not (p / OUTPUT).is_dir()]
+    if found and empty:  # torch_npu writes ASCEND_PROFILER_OUTPUT when it parses a rank: not done there
+        warnings.warn(f"{path}: {', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''} "
+                      f"{'has' if len(empty) == 1 else 'have'} no {OUTPUT} (not parsed by torch_npu?) and "
+                      f"{'is' if len(empty) == 1 else 'are'} left out")
     if not found:
         found = [p.parent for p in sorted(path.glob(f"*/*/{OUTPUT}"), key=lambda p: _natural(p.parent)) if p.is_dir()]
     return found

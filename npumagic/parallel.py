@@ -22,9 +22,8 @@ import os
 import re
 import sys
 import warnings
-from pathlib import Path
-
 from dataclasses import replace
+from pathlib import Path
 
 from .analysis import sources
 from .analysis.collectives import LINK_COLUMNS
@@ -63,7 +62,7 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
         address of a dask.distributed scheduler (``tcp://HOST:8786``).
     progress : a tqdm bar over ranks.
     every_rank : read and summarise every rank in full even where the job would be read as an
-        outline (see :func:`reads_outline`); naming a scheduler implies it.
+        outline (from :data:`OUTLINE_MIN_RANKS` torch_npu ranks); naming a scheduler implies it.
 
     Returns
     -------
@@ -159,7 +158,7 @@ def _outline_fits(fmt: str, paths: list[Path], scheduler: str, every_rank: bool,
     if fmt != "ascend" or every_rank or scheduler or len(paths) < OUTLINE_MIN_RANKS:
         return False
     unfit = ascend_outline.unfit(paths)
-    if say_why and unfit and len(unfit) < len(paths):  # a job the outline would read but for a few ranks: say why it is slow
+    if say_why and unfit and len(unfit) < len(paths):  # read in full for a few ranks: say why it is slow
         warnings.warn(f"{len(unfit)} of the {len(paths)} ranks ({unfit[0].name}{', ...' if len(unfit) > 1 else ''}) "
                       "have no step_trace_time.csv or are db exports: every rank is read in full", stacklevel=4)
     return not unfit
@@ -197,10 +196,10 @@ def _outline(path: str | Path, paths: list[Path], rank: int | None, progress: bo
     metas = {**outline.metas, focus: meta if read_as == focus else _renumbered(meta, focus)}
     job = sources.merge_meta("ascend", paths, list(metas.values()), outline.unreadable)
     full = rebase(full, job, rank=focus if read_as != focus else None)
-    parallel = {r: parallel_indices(job["parallel_groups"].get(r, {}), r) for r in outline.ranks}
+    indices = {r: parallel_indices(job["parallel_groups"].get(r, {}), r) for r in outline.ranks}
     meta = dict(full.meta, rank_table=(f"torch_npu's own step breakdown (step_trace_time.csv) of each of the "
                                        f"{len(outline.ranks)} ranks; rank {focus} alone read in full"))
-    return replace(full, ranks=rank_table_of_steps(outline.steps, outline.ranks, parallel),
+    return replace(full, ranks=rank_table_of_steps(outline.steps, outline.ranks, indices),
                    links=outline.links[LINK_COLUMNS], matrix=outline.matrix, per_rank={focus: full}, meta=meta)
 
 

@@ -34,7 +34,7 @@ def vendor_step_table(table: pd.DataFrame | None, steps: pd.DataFrame) -> pd.Dat
     v = table.apply(pd.to_numeric, errors="coerce")
     get = lambda c: v[c].fillna(0.0).to_numpy() if c in v else np.zeros(len(v))  # noqa: E731
     out = pd.DataFrame({
-        "step": v["Step"].astype("Int64").fillna(0).to_numpy(dtype=np.int64),  # empty: no steps, one step
+        "step": v["Step"].astype("Int64").to_numpy(dtype=np.int64),
         "start_us": (steps["start_ns"].to_numpy() - steps["start_ns"].min()) / 1000.0 if len(steps) == len(v)
         else np.zeros(len(v)),
         "computing_us": get("Computing"), "communication_us": get("Communication"),

@@ -273,16 +273,12 @@ def _own_categories(frame: pd.DataFrame, schema_columns: dict[str, Any]) -> pd.D
     devices, ...; not a fixed set such as ``kind``) hold this rank's values only: a rank's
     summary must not depend on the other ranks read with it."""
     frame = frame.reset_index(drop=True)
-    cats = [c for c, spec in schema_columns.items()
-            if spec == "category" and c in frame and isinstance(frame[c].dtype, pd.CategoricalDtype)
-            and _has_unused(frame[c].array)]
-    return frame.assign(**{c: _used_categories(frame[c].array) for c in cats}) if cats else frame
-
-
-def _has_unused(values: pd.Categorical) -> bool:
-    """Whether some category has no row (counted, not by finding the unique codes: on a
-    one-rank trace every category is used and the column is left as it is)."""
-    return bool((_category_counts(values) == 0).any())
+    # categories counted, not found by sorting the codes: on a one-rank trace every category is
+    # used and the column is left as it is
+    used = {c: _category_counts(frame[c].array) > 0 for c, spec in schema_columns.items()
+            if spec == "category" and c in frame and isinstance(frame[c].dtype, pd.CategoricalDtype)}
+    cats = {c: u for c, u in used.items() if not u.all()}
+    return frame.assign(**{c: _used_categories(frame[c].array, u) for c, u in cats.items()}) if cats else frame
 
 
 def _category_counts(values: pd.Categorical) -> np.ndarray:
@@ -290,10 +286,11 @@ def _category_counts(values: pd.Categorical) -> np.ndarray:
     return np.bincount(codes[codes >= 0], minlength=len(values.categories))
 
 
-def _used_categories(values: pd.Categorical) -> pd.Categorical:
-    """``values`` without the categories no row uses, in their order: pandas'
-    ``remove_unused_categories`` by counting and one lookup instead of sorting the codes."""
-    used = _category_counts(values) > 0
+def _used_categories(values: pd.Categorical, used: np.ndarray | None = None) -> pd.Categorical:
+    """``values`` without the categories no row uses (``used``: which are, when already
+    counted), in their order: pandas' ``remove_unused_categories`` by one lookup instead of
+    sorting the codes."""
+    used = _category_counts(values) > 0 if used is None else used
     remap = np.append(np.cumsum(used) - 1, -1).astype(np.int32)  # code -1 (missing) takes the last: -1
     codes = remap[values.codes]
     return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(values.categories[used], values.ordered))

@@ -45,6 +45,8 @@ def _column(series: pd.Series) -> dict[str, Any]:
                 "codes": series.cat.codes.tolist()}
     if dtype.kind == "M":
         return {"dtype": str(dtype), "values": series.astype("int64").tolist()}
+    if isinstance(dtype, np.dtype) and dtype.kind in "biuf":  # tolist() already gives plain Python numbers
+        return {"dtype": str(dtype), "values": series.tolist()}
     values = [None if v is pd.NA or v is pd.NaT else v for v in series.tolist()]
     return {"dtype": str(dtype), "values": _plain(values)}
 

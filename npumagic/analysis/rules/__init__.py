@@ -8,6 +8,7 @@ id on its findings. Thresholds live in :mod:`..thresholds`, each with its source
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -28,6 +29,9 @@ class Rule:
 
 
 REGISTRY: list[Rule] = []
+# kernel_metrics(s) of the summaries the running rules have asked for, by id (a rule never
+# changes the frame it gets: it filters and assigns into new ones)
+_PLAIN_METRICS: ContextVar[dict[int, pd.DataFrame] | None] = ContextVar("plain_kernel_metrics", default=None)
 
 
 def rule(rule_id: str, backends: tuple[str, ...]) -> Callable[[RuleFn], RuleFn]:
@@ -46,9 +50,13 @@ def run_rules(summary: Summary) -> list[Finding]:
 
     backend = summary.meta.get("backend", "cpu")
     found: list[Finding] = []
-    for r in REGISTRY:
-        if backend in r.backends:
-            found += [f if f.rule else replace(f, rule=r.id) for f in r.fn(summary)]
+    token = _PLAIN_METRICS.set({})
+    try:
+        for r in REGISTRY:
+            if backend in r.backends:
+                found += [f if f.rule else replace(f, rule=r.id) for f in r.fn(summary)]
+    finally:
+        _PLAIN_METRICS.reset(token)
     return found
 
 
@@ -65,5 +73,10 @@ def share_of_steps(s: Summary, us: float) -> float:
 def kernel_metrics(s: Summary) -> pd.DataFrame:
     """The rank's kernel metrics (:data:`~npumagic.analysis.schema.KERNEL_METRIC_COLUMNS`) with
     text as plain strings, so rules group by names, types and shapes without categorical pitfalls."""
-    m = s.kernel_metrics
-    return m.astype({c: str for c, dtype in KERNEL_METRIC_COLUMNS.items() if dtype == "category"})
+    cache = _PLAIN_METRICS.get()
+    if cache is not None and id(s) in cache:
+        return cache[id(s)]
+    plain = s.kernel_metrics.astype({c: str for c, dtype in KERNEL_METRIC_COLUMNS.items() if dtype == "category"})
+    if cache is not None:
+        cache[id(s)] = plain
+    return plain

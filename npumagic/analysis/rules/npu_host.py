@@ -154,13 +154,22 @@ def fusible_operators(s) -> list[Finding]:
         keep = ok & (host | mte_b)
         if not keep.any():
             continue
-        seq = np.stack([key[j + k] for k in range(length)], axis=1)[keep]
-        frame = pd.DataFrame({"seq": [tuple(r) for r in seq], "first": j[keep], "total": total[keep],
-                              "busy": busy[keep], "host": host[keep], "mte": mte_b[keep]})
-        g = frame.groupby("seq", sort=False).agg(first=("first", "min"), total=("total", "sum"), busy=("busy", "sum"),
-                                                 count=("first", "size"), host=("host", "last"), mte=("mte", "last"))
-        g = g[(g["count"] > T.FUSIBLE_MIN_COUNT) & ((g["total"] / span > T.FUSIBLE_MIN_SHARE) | g["mte"])]
-        rows += [dict(r._asdict(), length=length) for r in g.reset_index().itertuples(index=False)]
+        first = j[keep]
+        # one integer per distinct sequence, numbered 0.. in order of first appearance (numpy on
+        # integers, not a pandas groupby on tuples, keeps this rule fast)
+        seq = key[first]
+        for k in range(1, length):
+            seq = pd.factorize(seq * (key.max() + 1) + key[first + k])[0]
+        count = np.bincount(seq)
+        seq_total, seq_busy = np.bincount(seq, total[keep]), np.bincount(seq, busy[keep])
+        seq_first = first[np.unique(seq, return_index=True)[1]]
+        seq_last = len(seq) - 1 - np.unique(seq[::-1], return_index=True)[1]
+        seq_host, seq_mte = host[keep][seq_last], mte_b[keep][seq_last]
+        chosen = (count > T.FUSIBLE_MIN_COUNT) & ((seq_total / span > T.FUSIBLE_MIN_SHARE) | seq_mte)
+        rows += [{"seq": tuple(key[f:f + length].tolist()), "first": int(f), "total": float(t), "busy": float(b),
+                  "count": int(c), "host": bool(h), "mte": bool(m), "length": length}
+                 for f, t, b, c, h, m in zip(seq_first[chosen], seq_total[chosen], seq_busy[chosen], count[chosen],
+                                             seq_host[chosen], seq_mte[chosen])]
     if not rows:
         return []
     # a sequence extended by a longer one that takes more time is reported as the longer one

@@ -254,12 +254,13 @@ def aicore_performance(s) -> list[Finding]:
     if len(vec):
         share = vec.groupby("type")["dur_ns"].sum() / total_ns
         kept = share[share >= T.VECTOR_TYPE_SHARE].index
-        for (name, si, so), g in vec[vec["type"].isin(kept)].groupby(["name", "input_shapes", "output_shapes"],
-                                                                     sort=False):
-            v, m2, m3 = (g[c].mean() for c in ("aiv_vec_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio"))
+        groups = vec[vec["type"].isin(kept)].groupby(["name", "input_shapes", "output_shapes"], sort=False).agg(
+            v=("aiv_vec_ratio", "mean"), m2=("aiv_mte2_ratio", "mean"), m3=("aiv_mte3_ratio", "mean"),
+            ns=("dur_ns", "sum"), dtype=("input_dtypes", "first"))
+        for (name, si, so), v, m2, m3, ns, dtype in zip(groups.index, *(groups[c] for c in groups.columns)):
             if any(x != x for x in (v, m2, m3)):
                 continue
-            ns = float(g["dur_ns"].sum())
+            ns = float(ns)
             if v + m2 + m3 >= T.VECTOR_TOTAL_BOUND:
                 bound = "vec_mte2_mte3"
             elif m2 >= T.VECTOR_PIPE_BOUND:
@@ -270,7 +271,6 @@ def aicore_performance(s) -> list[Finding]:
                 bound = "vec"
             else:
                 bound = ""
-            dtype = g["input_dtypes"].iat[0]
             if bound:
                 bound_rows.append({"group": "vector", "op": name, "shape": si, "dtype": dtype, "bound": bound,
                                    "duration_us": ns / 1e3})

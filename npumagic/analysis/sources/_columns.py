@@ -68,20 +68,27 @@ def decimal_us_to_ns(text: pd.Series) -> np.ndarray:
 def decimal_us_to_ns_checked(text: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """As :func:`decimal_us_to_ns`, plus the mask of valid strings (decimals whose nanoseconds
     fit in int64)."""
-    if len(text) == 0:
-        return np.empty(0, np.int64), np.empty(0, bool)
-    s = text.astype(str).str.strip()
-    ok = s.str.fullmatch(r"-?\d{1,16}(\.\d*)?").fillna(False).astype(bool)
-    s = s.where(ok, "0")
-    neg = s.str.startswith("-")
-    parts = s.str.lstrip("-").str.partition(".")
-    whole = parts[0].astype(np.int64).to_numpy()
-    big = whole > US_LIMIT
-    whole = np.where(big, 0, whole)
-    ok = ok.to_numpy() & ~big
-    frac = parts[2].str.ljust(3, "0").str[:3].astype(np.int64).to_numpy()
-    ns = whole * 1000 + frac
-    return np.where(neg.to_numpy(), -ns, ns), ok
+    # One pass a string (the pandas string methods are Python loops too, one per method).
+    ns_values, valid = [], []
+    for value in text.astype(str).tolist():
+        ns = _decimal_us_to_ns(value.strip()) if isinstance(value, str) else None  # astype(str) keeps NaN
+        ns_values.append(ns or 0)
+        valid.append(ns is not None)
+    return np.array(ns_values, dtype=np.int64), np.array(valid, dtype=bool)
+
+
+def _decimal_us_to_ns(text: str) -> int | None:
+    """``-?D{1,16}(.D*)?`` microseconds (D a decimal digit) -> nanoseconds, digits past the ns
+    cut; None for anything else or past :data:`US_LIMIT`."""
+    negative = text.startswith("-")
+    whole, _, frac = (text[1:] if negative else text).partition(".")
+    if not (whole.isdecimal() and len(whole) <= 16 and (frac == "" or frac.isdecimal())):
+        return None
+    us = int(whole)
+    if us > US_LIMIT:
+        return None
+    ns = us * 1000 + int(frac[:3].ljust(3, "0"))
+    return -ns if negative else ns
 
 
 def to_int(values: Sequence, missing: int = -1) -> np.ndarray:

@@ -17,6 +17,40 @@ CUDA = SHARED / "cuda"
 ASCEND_RANKS = [ASCEND / level / f"rank{r}_ascend_pt" for level in ("level0", "level1", "level2") for r in (0, 1)]
 
 
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true",
+                     help="also run the tests marked slow (notebooks, a real browser, two kernels at once, the demo, "
+                          "the HolisticTraceAnalysis cross-checks) and fuzz with every example; CI runs this")
+
+
+def pytest_configure(config):
+    global FULL
+    FULL = config.getoption("--slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--slow"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+FULL = False  # --slow: set before any test module is imported
+
+
+def examples(n: int) -> int:
+    """Hypothesis examples for a fuzz test: ``n`` under --slow, a quarter in the quick loop."""
+    return n if FULL else max(10, n // 4)
+
+
+def sampled(values, keep: int = 1) -> list:
+    """Parameters for a sweep over the shared samples: the first ``keep`` run in the quick loop,
+    every one under --slow (the others carry the slow mark)."""
+    return [v if i < keep else pytest.param(v, marks=pytest.mark.slow) for i, v in enumerate(values)]
+
+
 def need(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"shared sample {path} is absent (the tests read ../shared/data; it is not copied into the project)")
@@ -32,6 +66,8 @@ def shell(tmp_path, monkeypatch):
     ip = InteractiveShell.instance(colors="NoColor")
     ip.run_line_magic("load_ext", "npumagic")
     ip.run_line_magic("config", f"NpuMagics.output_dir = {str(tmp_path / 'runs')!r}")
+    # figures cost ~0.5 s each: a test that looks at them turns them on (the `plots` fixture)
+    ip.run_line_magic("config", "NpuMagics.plot = False")
     ip.run_cell("import torch, npumagic\ntorch.manual_seed(0)")
     yield ip
     ip.run_line_magic("unload_ext", "npumagic")
@@ -40,6 +76,13 @@ def shell(tmp_path, monkeypatch):
     hidden = ip.user_ns_hidden
     for key in [k for k in ip.user_ns if k not in hidden]:
         del ip.user_ns[key]
+
+
+@pytest.fixture
+def plots(shell):
+    """``shell`` drawing the figures after each run, as it does by default for a user."""
+    shell.run_line_magic("config", "NpuMagics.plot = True")
+    return shell
 
 
 TRAIN_SETUP = """

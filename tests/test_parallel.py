@@ -79,6 +79,7 @@ def scheduler():
     cluster.close()
 
 
+@pytest.mark.slow  # starts a cluster of worker processes (~7 s)
 def test_local_cluster_equals_serial_even_after_ipython_reset(shell, job4):
     # GIVEN four ranks and a shell after %reset (which leaves a __main__ without __spec__, read
     # when worker processes start) WHEN the ranks run on a local Dask cluster THEN the Summary is

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import npumagic
 from npumagic.errors import TraceError
 
-from ..conftest import ASCEND, need
+from ..conftest import ASCEND, examples, need
 
 
 @pytest.mark.parametrize("name, text, message", [
@@ -83,7 +83,7 @@ def test_missing_optional_file_degrades_with_one_warning(tmp_path):
     assert summary.steps.iloc[0]["communication_us"] == pytest.approx(105991.878, rel=0.01)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.one_of(st.binary(max_size=400), st.text(max_size=400).map(str.encode),
                  st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
                               lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
@@ -110,7 +110,7 @@ EVENT = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(EVENT, max_size=40))
 def test_fuzzed_event_lists_summarize_or_raise_trace_error(tmp_path, events):
     import json

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import npumagic
 from npumagic.errors import TraceError
 
+from ..conftest import examples
 from ..fuzz_corpus import KERNEL_HEADER, ascend_files, cases
 
 CASES = cases()
@@ -89,7 +90,7 @@ def _write_rank(tmp_path, **files):
     return rank
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(st.lists(CELL, min_size=8, max_size=8), max_size=5), comm=st.one_of(st.dictionaries(
     st.sampled_from(["step1", "step2", "stepX"]), st.fixed_dictionaries({"collective": st.dictionaries(
         st.sampled_from(["hcom_allReduce__1@2", "Total Op Info"]), COMM_OP, max_size=2)}), max_size=2), JSON),

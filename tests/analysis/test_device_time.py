@@ -18,7 +18,7 @@ import npumagic
 from npumagic.analysis import schema
 from npumagic.cli import main
 
-from ..conftest import ASCEND_RANKS, CUDA, need
+from ..conftest import ASCEND_RANKS, CUDA, examples, need
 
 KINETO = {
     "v100": CUDA / "ns_resolution",
@@ -106,7 +106,7 @@ def test_invariants_hold_on_a_real_cpu_capture(cpu_trace):
     _check_invariants(npumagic.summarize(cpu_trace).steps, "cpu")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.sampled_from(list(KINETO) + list(ASCEND) + ["cpu"]),
        lo=st.floats(0, 0.6), width=st.floats(0.05, 1.0))
 def test_invariants_hold_on_any_window_of_any_trace(cpu_trace, name, lo, width):
@@ -174,6 +174,7 @@ def _hta_breakdown(name: str, tmp_path_factory):
     return _hta_results[name]
 
 
+@pytest.mark.slow  # HTA takes ~4 s a trace
 @pytest.mark.parametrize("name", list(KINETO))
 def test_temporal_breakdown_agrees_with_hta_within_one_point(tmp_path_factory, name):
     theirs = _hta_breakdown(name, tmp_path_factory).set_index("rank")

@@ -56,7 +56,7 @@ def test_the_identical_cell_twice_is_no_difference_beyond_noise(trainer):
     assert cmp.changed == []
 
 
-def test_npucompare_defaults_to_baseline_against_latest_and_draws(trainer):
+def test_npucompare_defaults_to_baseline_against_latest_and_draws(trainer, plots):
     for name in ("base", "next"):
         _profile(trainer, name, "train_step()", steps=3)
     report = trainer.run_line_magic("npucompare", "")
@@ -133,7 +133,7 @@ def test_npurm_removes_the_record_and_keeps_files_unless_asked(trainer):
     assert kept.exists() and not gone.exists()
 
 
-def test_npuhistory_follows_one_kernel_across_runs(trainer):
+def test_npuhistory_follows_one_kernel_across_runs(trainer, plots):
     for name in ("h1", "h2"):
         _profile(trainer, name, "train_step()", steps=2)
     history = trainer.run_line_magic("npuhistory", "aten::addmm")

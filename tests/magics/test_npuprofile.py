@@ -198,7 +198,7 @@ def test_memory_shapes_and_stack_reach_the_profiler(trainer):
     assert (report.summary.kernels["shapes"] != "").any()
 
 
-def test_the_report_shows_table_verdict_and_timeline(trainer):
+def test_the_report_shows_table_verdict_and_timeline(trainer, plots):
     report = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 2\ntrain_step()").result
     text = str(report)
     assert "wall (ms)" in text and "1. Baseline" in text and "5. Record" in text

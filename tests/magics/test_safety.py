@@ -73,7 +73,8 @@ def test_rm_files_does_not_trust_a_run_dir_edited_in_the_history(trainer, tmp_pa
     _refused(trainer, "npurm edited --files", "not inside the output directory")
 
 
-def test_rm_files_refuses_an_imported_run_and_figures_of_imports_stay_out_of_the_input(shell, tmp_path):
+def test_rm_files_refuses_an_imported_run_and_figures_of_imports_stay_out_of_the_input(plots, tmp_path):
+    shell = plots
     # GIVEN a copy of a real CUDA trace folder, imported with figures
     src = tmp_path / "input"
     shutil.copytree(need(CUDA / "ns_resolution"), src)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -49,6 +50,15 @@ def sampled(values, keep: int = 1) -> list:
     """Parameters for a sweep over the shared samples: the first ``keep`` run in the quick loop,
     every one under --slow (the others carry the slow mark)."""
     return [v if i < keep else pytest.param(v, marks=pytest.mark.slow) for i, v in enumerate(values)]
+
+
+@functools.cache
+def shared_summary(path: Path):
+    """``npumagic.analyze`` of a shared sample, read once per test process: for tests of what is
+    done with a Summary (rules, tables), not of reading it. No test changes it."""
+    import npumagic
+
+    return npumagic.analyze(need(path))
 
 
 def need(path: Path) -> Path:

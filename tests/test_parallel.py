@@ -101,6 +101,7 @@ def test_existing_scheduler_equals_serial_with_unlabelled_ranks(tmp_path, schedu
     assert_same_summary(npumagic.summarize(npumagic.load(job)), on_dask)
 
 
+@pytest.mark.slow
 def test_a_broken_rank_is_left_out_with_the_readers_error_as_serially(tmp_path, scheduler):
     job = copy_job(tmp_path / "job", 3)
     broken = job / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
@@ -114,6 +115,7 @@ def test_a_broken_rank_is_left_out_with_the_readers_error_as_serially(tmp_path, 
         assert_same_summary(npumagic.summarize(npumagic.load(job)), on_dask)
 
 
+@pytest.mark.slow
 def test_a_job_of_broken_ranks_raises_a_trace_error(tmp_path, scheduler):
     job = copy_job(tmp_path / "job", 2)
     for rank in (0, 1):
@@ -156,6 +158,7 @@ def test_an_unreachable_scheduler_is_one_clear_error(job4, monkeypatch):
         parallel.analyze(job4, scheduler="tcp://127.0.0.1:9")
 
 
+@pytest.mark.slow
 def test_cli_analyze_sends_ranks_to_the_scheduler(job4, scheduler, capsys):
     assert main(["analyze", str(job4), "--scheduler", scheduler, "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
@@ -168,6 +171,7 @@ def test_cli_refuses_a_bad_scheduler(job4, capsys):
     assert "not a Dask scheduler address" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_npuload_uses_the_configured_scheduler(shell, job4, scheduler):
     shell.run_line_magic("config", f"NpuMagics.scheduler = {scheduler!r}")
     try:
@@ -190,6 +194,7 @@ def test_a_bad_configured_scheduler_is_refused(shell):
     assert magics.scheduler == before
 
 
+@pytest.mark.slow
 def test_host_samples_go_to_the_lowest_rank_as_serially(tmp_path, scheduler):
     # GIVEN a job folder holding npumagic's host samples (a capture's run directory) and ranks
     # whose ids repeat WHEN it runs on Dask THEN the lowest rank carries them, as serially

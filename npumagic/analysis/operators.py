@@ -78,7 +78,11 @@ def kernel_table(ev: pd.DataFrame, device_mode: bool, total_wall_us: float,
                            shapes=kernels["shapes"].astype(str))
     grouped = frame.groupby(["name", "type", "core"], observed=True, sort=False)
     table = grouped["dur_us"].agg(count="count", total_us="sum", mean_us="mean", min_us="min", max_us="max").reset_index()
-    table["shapes"] = grouped["shapes"].agg(lambda s: s.mode().iat[0] if len(s) else "").to_numpy()
+    # each kernel's most frequent shapes (the first in order on a tie, as Series.mode gives)
+    counts = frame.groupby(["name", "type", "core", "shapes"], observed=True, sort=False).size().reset_index(name="n")
+    mode = counts.sort_values(["n", "shapes"], ascending=[False, True], kind="stable").drop_duplicates(
+        ["name", "type", "core"])
+    table = table.merge(mode[["name", "type", "core", "shapes"]], on=["name", "type", "core"], how="left")
     table["share"] = table["total_us"] / total_wall_us if total_wall_us > 0 else np.nan
     table = table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
     m = kernel_metrics

@@ -53,7 +53,7 @@ def _column(series: pd.Series) -> dict[str, Any]:
 
 def _frame(frame: pd.DataFrame) -> dict[str, Any]:
     return {"__frame__": True, "columns": [str(c) for c in frame.columns],
-            "data": [_column(frame.iloc[:, i]) for i in range(frame.shape[1])], "rows": len(frame)}
+            "data": [_column(column) for _, column in frame.items()], "rows": len(frame)}
 
 
 def _unframe(d: dict[str, Any]) -> pd.DataFrame:

@@ -20,6 +20,7 @@ ADVICE_SOURCES = [Path(npumagic.__file__).parent / "analysis" / "advice.py",
 NAME = re.compile(r"\b(?:torch_npu|torch\.npu|torchair)(?:\.[A-Za-z_]\w*)+")
 BACKEND = re.compile(r"backend=[\"'](\w+)[\"']")
 MODE = re.compile(r"config\.mode = [\"']([\w-]+)[\"']")
+pytestmark = pytest.mark.slow  # unpacks the torch_npu wheel and imports torch._dynamo
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ genuine shared Kineto traces; where none shows a problem, on the loaded trace ch
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 
@@ -23,8 +24,14 @@ from ..conftest import ASCEND, CUDA, need
 NPU_NAMES = re.compile(r"torch_npu|torch\.npu|torchair|ascend|hccl|TASK_QUEUE_ENABLE|backend=\"npu\"|'npu'", re.I)
 
 
+@functools.cache  # tests that change a sample change a copy of its events
 def _trace(sample: str) -> npumagic.Trace:
     return npumagic.load(next(need(CUDA / sample).glob("*.json.gz")))
+
+
+@functools.cache
+def _sample_rules(sample: str) -> dict[str, npumagic.Finding]:
+    return _rules(_trace(sample))
 
 
 def _rules(trace) -> dict[str, npumagic.Finding]:
@@ -36,7 +43,7 @@ def _rebuild(trace, events: pd.DataFrame) -> npumagic.Trace:
 
 
 def test_tensor_core_eligible_ops_without_tensor_cores_on_a_v100():
-    found = _rules(_trace("ns_resolution"))["tensor_cores"]
+    found = _sample_rules("ns_resolution")["tensor_cores"]
     assert 0 < found.evidence["eligible_kernel_share"] < 1
     # a V100 (compute capability 7.0) has no bf16 Tensor Cores: fp16 with loss scaling
     assert "torch.float16" in found.fix and "GradScaler" in found.fix and "bfloat16" not in found.fix
@@ -44,14 +51,14 @@ def test_tensor_core_eligible_ops_without_tensor_cores_on_a_v100():
 
 def test_tf32_kernels_use_tensor_cores():
     # alexnet_sync on an A100 runs sm80_xmma_fprop_implicit_gemm_..._tf32 kernels: Tensor Cores in use
-    assert "tensor_cores" not in _rules(_trace("alexnet_sync"))
+    assert "tensor_cores" not in _sample_rules("alexnet_sync")
 
 
 def test_pageable_copies_are_found():
-    found = _rules(_trace("alexnet_sync"))["pageable_memcpy"]
+    found = _sample_rules("alexnet_sync")["pageable_memcpy"]
     assert found.evidence["pageable_copies"] == 16  # "Memcpy HtoD (Pageable -> Device)" x16
     assert "pin_memory=True" in found.fix
-    assert "pageable_memcpy" not in _rules(_trace("ns_resolution"))
+    assert "pageable_memcpy" not in _sample_rules("ns_resolution")
 
 
 def _host_bound_silenced(sample: str) -> dict[str, npumagic.Finding]:
@@ -64,27 +71,27 @@ def _host_bound_silenced(sample: str) -> dict[str, npumagic.Finding]:
 
 
 def test_gpu_gaps_name_what_the_host_runs():
-    assert "gpu_gaps" not in _rules(_trace("alexnet_sync"))  # host_bound names that idle time
+    assert "gpu_gaps" not in _sample_rules("alexnet_sync")  # host_bound names that idle time
     found = _host_bound_silenced("alexnet_sync")["gpu_gaps"]
     assert found.evidence["gaps"] == 18 and found.evidence["largest"][0]["gap_us"] > T.CUDA_GAP_US
     assert found.evidence["largest"][0]["host_op"] == "aten::cudnn_convolution"
-    assert "gpu_gaps" not in _rules(_trace("ns_resolution"))
-    nccl = _rules(_trace("nccl"))
+    assert "gpu_gaps" not in _sample_rules("ns_resolution")
+    nccl = _sample_rules("nccl")
     assert "host_bound" in nccl and "gpu_gaps" not in nccl  # the core rule names that idle time
 
 
 def test_gpu_utilization_when_no_other_rule_explains_the_idle_time():
     found = _host_bound_silenced("alexnet_sync")["gpu_utilization"]
     assert found.evidence["gpu_utilization"] < T.CUDA_GPU_UTIL
-    assert "gpu_utilization" not in _rules(_trace("alexnet_sync"))
-    assert "gpu_utilization" not in _rules(_trace("nccl"))  # the core host_bound rule speaks there
-    assert "gpu_utilization" not in _rules(_trace("ns_resolution"))
+    assert "gpu_utilization" not in _sample_rules("alexnet_sync")
+    assert "gpu_utilization" not in _sample_rules("nccl")  # the core host_bound rule speaks there
+    assert "gpu_utilization" not in _sample_rules("ns_resolution")
 
 
 def test_explicit_synchronisation_calls():
-    found = _rules(_trace("nccl"))["sync_apis"]
+    found = _sample_rules("nccl")["sync_apis"]
     assert found.evidence["sync_calls"] == 24 and "cudaEventSynchronize x24" in found.title
-    assert "sync_apis" not in _rules(_trace("ns_resolution"))
+    assert "sync_apis" not in _sample_rules("ns_resolution")
 
 
 def test_synchronous_copies():
@@ -165,7 +172,7 @@ def test_gpu_rules_stay_silent_on_ascend_and_ascend_rules_on_gpus():
 
 def test_amd_gpus_get_no_tensor_core_advice():
     # computeMajor 9 on an MI250 is AMD's gfx9, not CUDA compute capability
-    assert "tensor_cores" not in _rules(_trace("rocm_mi250"))
+    assert "tensor_cores" not in _sample_rules("rocm_mi250")
 
 
 def test_a_real_cpu_run_gets_no_gpu_or_npu_rule(tmp_path: Path):

@@ -37,7 +37,7 @@ def _one_shot(path, event_type):
 
 
 @pytest.mark.parametrize("path", KINETO + TRACE_VIEWS, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
-@pytest.mark.parametrize("block", [4096, 65537])
+@pytest.mark.parametrize("block", sampled([4096, 65537]))
 def test_streamed_events_equal_a_one_shot_decode(path, block):
     # GIVEN a genuine trace WHEN it is streamed in small blocks (thousands of cuts, some inside
     # strings and nested args) THEN the events and header are those of one decode of the text

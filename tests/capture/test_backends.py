@@ -8,6 +8,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from npumagic.capture import CaptureOptions, choose_backend
 
 from ..conftest import torch_npu_wheel
@@ -43,6 +45,7 @@ def _run_with(site: Path, **env_vars: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", CHOOSE], env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # imports torch in a fresh process (~4 s)
 def test_an_installed_torch_npu_without_cann_falls_back_cleanly(tmp_path):
     # The real torch_npu package on the path, without Ascend's CANN runtime (as on this machine).
     # torch itself refuses to import then unless device-backend auto-loading is off.
@@ -54,6 +57,7 @@ def test_an_installed_torch_npu_without_cann_falls_back_cleanly(tmp_path):
     assert ".so" in reason  # names the missing CANN library, e.g. libhccl.so
 
 
+@pytest.mark.slow  # imports torch in a fresh process (~4 s)
 def test_torch_npu_breaking_the_torch_import_gets_a_clear_error(tmp_path):
     done = _run_with(_unpacked_torch_npu(tmp_path))
     assert done.returncode != 0

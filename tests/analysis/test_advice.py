@@ -17,11 +17,11 @@ import npumagic
 from npumagic.analysis import schema, thresholds
 from npumagic.analysis.advice import CATEGORIES
 
-from ..conftest import ASCEND, ASCEND_RANKS, need
+from ..conftest import ASCEND, ASCEND_RANKS, shared_summary
 
 
 def test_the_comm_bound_rank_is_classified_with_the_vendor_figures():
-    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    summary = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
     advice = npumagic.advise(summary)
     top = advice[0]
     assert top.category == "communication" and top.severity == "high"
@@ -35,7 +35,7 @@ def test_the_comm_bound_rank_is_classified_with_the_vendor_figures():
 
 
 def test_npu_kernel_rules_find_the_format_conversions_and_low_cube_use():
-    advice = npumagic.advise(npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt")))
+    advice = npumagic.advise(shared_summary(ASCEND / "level1" / "rank0_ascend_pt"))
     trans = next(f for f in advice if "transdata_count" in f.evidence)
     assert trans.evidence["transdata_count"] == 57  # op_statistic.csv: TransData, Count 57
     assert trans.evidence["transdata_ms"] == pytest.approx(1.423, rel=1e-2)
@@ -44,7 +44,7 @@ def test_npu_kernel_rules_find_the_format_conversions_and_low_cube_use():
 
 
 def test_syncs_are_found_with_their_source_line():
-    advice = npumagic.advise(npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt")))
+    advice = npumagic.advise(shared_summary(ASCEND / "level1" / "rank0_ascend_pt"))
     sync = next(f for f in advice if f.category == "sync")
     assert sync.evidence["syncs_per_step"] == 27
     assert "main.py(485)" in sync.where
@@ -52,7 +52,7 @@ def test_syncs_are_found_with_their_source_line():
 
 @pytest.mark.parametrize("rank_dir", ASCEND_RANKS, ids=lambda p: f"{p.parent.name}-{p.name}")
 def test_every_fix_names_an_api_or_parameter(rank_dir):
-    for finding in npumagic.advise(npumagic.analyze(need(rank_dir))):
+    for finding in npumagic.advise(shared_summary(rank_dir)):
         assert finding.category in CATEGORIES
         assert re.search(r"\w+\(|\w=\w|[A-Z_]{4,}=", finding.fix), finding.fix
 

@@ -12,7 +12,7 @@ import pytest
 import npumagic
 from npumagic.analysis.operators import kernel_types
 
-from ..conftest import ASCEND, ASCEND_RANKS, need
+from ..conftest import ASCEND, ASCEND_RANKS, need, shared_summary
 
 TOLERANCE = 0.01
 
@@ -23,8 +23,7 @@ def _vendor(rank_dir, name):
 
 @pytest.fixture(scope="module", params=ASCEND_RANKS, ids=lambda p: f"{p.parent.name}-{p.name}")
 def sample(request):
-    rank_dir = need(request.param)
-    return rank_dir, npumagic.analyze(rank_dir)
+    return need(request.param), shared_summary(request.param)
 
 
 @pytest.mark.parametrize("ours, theirs", [
@@ -98,8 +97,8 @@ def test_kernel_metrics_carry_names_cores_shapes_and_dtypes_as_text(sample):
 
 def test_level0_kernel_types_from_names_match_what_level1_names_them():
     # GIVEN level 0 (Type is N/A) and level 1 (Type filled by the vendor) of the same job
-    level0 = npumagic.analyze(need(ASCEND / "level0" / "rank0_ascend_pt")).kernels
-    level1 = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt")).kernels
+    level0 = shared_summary(ASCEND / "level0" / "rank0_ascend_pt").kernels
+    level1 = shared_summary(ASCEND / "level1" / "rank0_ascend_pt").kernels
     vendor = dict(zip(level1["name"].astype(str), level1["type"].astype(str)))
     # THEN every level-0 kernel the vendor typed at level 1 gets that type from its name alone
     typed = level0[level0["name"].astype(str).isin(vendor)]
@@ -125,7 +124,7 @@ def test_na_cells_become_empty_not_errors():
 
 
 def test_rank0_level1_is_communication_bound_with_the_vendor_figures():
-    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    summary = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
     step = summary.steps.iloc[0]
     assert step["communication_us"] == pytest.approx(105991.878, rel=1e-4)
     assert step["computing_us"] == pytest.approx(8873.756, rel=1e-4)
@@ -135,7 +134,7 @@ def test_rank0_level1_is_communication_bound_with_the_vendor_figures():
 
 
 def test_a_folder_of_ranks_gives_per_rank_summaries_and_the_slowest_rank_only_past_5_percent():
-    summary = npumagic.analyze(need(ASCEND / "level1"))
+    summary = shared_summary(ASCEND / "level1")
     ranks = summary.ranks.set_index("rank")
     assert list(ranks.index) == [0, 1]
     assert ranks.loc[0, "computing_us"] == pytest.approx(8873.756, rel=TOLERANCE)
@@ -144,12 +143,12 @@ def test_a_folder_of_ranks_gives_per_rank_summaries_and_the_slowest_rank_only_pa
     assert not ranks["slowest"].any()
     assert set(summary.per_rank) == {0, 1}
     # level0: 135.61 vs 119.52 ms (13% of the mean step): rank 0 is
-    level0 = npumagic.analyze(need(ASCEND / "level0")).ranks.set_index("rank")
+    level0 = shared_summary(ASCEND / "level0").ranks.set_index("rank")
     assert level0["slowest"].tolist() == [True, False]
 
 
 def test_collectives_come_from_communication_json():
-    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    summary = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
     comm = summary.comm.set_index("op")
     assert comm.loc["allReduce", "count"] == 4
     # communication.json: Elapse Time(ms) 79.0895 + 2.2811 + 2.4024 + 22.2189
@@ -158,7 +157,7 @@ def test_collectives_come_from_communication_json():
 
 
 def test_memory_peak_from_memory_record():
-    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    summary = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
     record = _vendor(ASCEND / "level1" / "rank0_ascend_pt", "memory_record.csv")
     pta = record[record["Component"] == "PTA"]
     mem = summary.memory.set_index("device")
@@ -167,7 +166,7 @@ def test_memory_peak_from_memory_record():
 
 
 def test_syncs_point_at_the_user_source_line():
-    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    summary = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
     syncs = summary.syncs.set_index("name")
     assert syncs.loc["aten::_local_scalar_dense", "count"] == 27
     assert "imagenet_script/main.py" in syncs.loc["aten::_local_scalar_dense", "source"]
@@ -181,7 +180,7 @@ def test_vendor_tables_are_kept_for_reference_not_used():
 
 
 def test_link_bandwidth_uses_each_links_own_transit_time():
-    summary = npumagic.analyze(need(ASCEND / "level1"))
+    summary = shared_summary(ASCEND / "level1")
     links = summary.links
     # communication.json, rank 0, hcom_allReduce__586_0_1 over HCCS: 28.647232 MB in 1.81684 ms
     first = links[(links["rank"] == 0) & (links["op"] == "hcom_allReduce__586_0_1") & (links["link_type"] == "HCCS")]

@@ -9,11 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import npumagic
 from npumagic.analysis.advice import RULES
 from npumagic.analysis.checklist import checklist
 
-from ..conftest import ASCEND, need
+from ..conftest import ASCEND, shared_summary
 
 FOREIGN = {"cpu": ("npu", "torchair", "ascend", "cuda", "pin_memory"), "cuda": ("npu", "torchair", "ascend"),
            "npu": ("cuda",)}
@@ -21,7 +20,7 @@ FOREIGN = {"cpu": ("npu", "torchair", "ascend", "cuda", "pin_memory"), "cuda": (
 
 @pytest.fixture(scope="module")
 def genuine():
-    return npumagic.analyze(need(ASCEND / "level1"))
+    return shared_summary(ASCEND / "level1")
 
 
 def _every_rule_fires(summary, backend: str):

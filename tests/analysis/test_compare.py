@@ -13,7 +13,7 @@ from npumagic.analysis.compare import Noise, between_run_noise, changes, compone
 from npumagic.analysis.breakdown import STEP_COLUMNS
 from npumagic.analysis.operators import KERNEL_COLUMNS
 
-from ..conftest import ASCEND, CUDA, need
+from ..conftest import ASCEND, CUDA, shared_summary
 
 
 def _steps(wall_ms, **parts_ms) -> npumagic.Summary:
@@ -150,8 +150,8 @@ def test_measured_noise_widens_the_interval_and_can_undo_a_verdict():
 
 
 def test_ascend_rank_comparison_reconciles_with_each_summary():
-    a = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
-    b = npumagic.analyze(need(ASCEND / "level1" / "rank1_ascend_pt"))
+    a = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
+    b = shared_summary(ASCEND / "level1" / "rank1_ascend_pt")
     cmp = npumagic.compare(a, b, "rank0", "rank1")
     assert cmp.kernels["total_a_us"].sum() == pytest.approx(a.kernels["total_us"].sum())
     assert cmp.kernels["total_b_us"].sum() == pytest.approx(b.kernels["total_us"].sum())
@@ -164,7 +164,7 @@ def test_ascend_rank_comparison_reconciles_with_each_summary():
 def test_kernels_whose_generated_numbers_differ_match_by_operator_type():
     # GIVEN a genuine NPU run and the same run whose graph compiler numbered its kernels
     # differently (Conv2D1 -> Conv2D91, as a rebuilt graph does), nothing else changed
-    a = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    a = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
     renamed = a.kernels["name"].astype(str).str.replace(r"^(Conv2D\w*?)(\d+)$", r"\g<1>9\2", regex=True)
     assert (renamed != a.kernels["name"].astype(str)).sum() >= 3
     b = dataclasses.replace(a, kernels=a.kernels.assign(name=renamed))
@@ -187,11 +187,11 @@ def test_what_changed_lists_every_difference():
 
 
 def test_device_and_rank_changes_are_named_without_records():
-    a100 = npumagic.analyze(need(CUDA / "nccl"))
-    v100 = npumagic.analyze(need(CUDA / "ns_resolution"))
+    a100 = shared_summary(CUDA / "nccl")
+    v100 = shared_summary(CUDA / "ns_resolution")
     lines, _ = changes(None, None, a100, v100)
     assert "device: NVIDIA A100-PG509-200 -> Tesla V100-SXM2-32GB" in lines
     assert "world size: 2 -> 1" in lines
-    rank0 = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
-    rank1 = npumagic.analyze(need(ASCEND / "level1" / "rank1_ascend_pt"))
+    rank0 = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
+    rank1 = shared_summary(ASCEND / "level1" / "rank1_ascend_pt")
     assert "rank: 0 -> 1" in changes(None, None, rank0, rank1)[0]

@@ -16,7 +16,7 @@ from npumagic.analysis.advice import advise
 from npumagic.analysis.counters import FREQ_DROP_DESCRIPTION, frequency_drops, hardware_table
 from npumagic.analysis.sources._db_counters import db_counters
 
-from ..conftest import ASCEND, ASCEND_RANKS, need
+from ..conftest import ASCEND, ASCEND_RANKS, need, shared_summary
 
 MIB = 2.0**20
 
@@ -97,7 +97,7 @@ def test_db_and_text_exports_name_and_scale_counters_alike():
 
 @pytest.mark.parametrize("rank_dir", ASCEND_RANKS, ids=lambda p: f"{p.parent.name}-{p.name}")
 def test_every_text_export_has_hbm_llc_and_frequency_per_step(rank_dir):
-    summary = npumagic.analyze(need(rank_dir))
+    summary = shared_summary(rank_dir)
     hw = summary.hardware
     assert len(hw) == len(summary.steps)
     assert hw[["hbm_gbps", "llc_hit_rate", "aicore_freq_mhz"]].notna().all().all()

@@ -9,7 +9,7 @@ import pytest
 
 import npumagic
 
-from ..conftest import CUDA, need, sampled
+from ..conftest import CUDA, need, sampled, shared_summary
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_float_timestamps_keep_sub_microsecond_precision(v100):
 
 
 def test_nccl_kernels_are_communication():
-    summary = npumagic.analyze(need(CUDA / "nccl"))
+    summary = shared_summary(CUDA / "nccl")
     assert "AllReduce" in set(summary.comm["op"])
     assert summary.steps["communication_us"].gt(0).all()
     assert (summary.steps["overlapped_us"] <= summary.steps["communication_us"]).all()

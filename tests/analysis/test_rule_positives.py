@@ -13,12 +13,12 @@ import npumagic
 from npumagic.analysis import schema
 from npumagic.analysis import thresholds as T
 
-from ..conftest import ASCEND, need
+from ..conftest import ASCEND, shared_summary
 
 
 @pytest.fixture(scope="module")
 def level1():
-    return npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    return shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
 
 
 def _with_memory(summary, **columns):

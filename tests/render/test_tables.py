@@ -13,7 +13,7 @@ import npumagic
 from npumagic.render.tables import (MAX_COLUMNS, NAME_CHARS, Column, Table, breakdown_table, kernel_diff_table,
                                     kernel_table, runs_table, step_table)
 
-from ..conftest import ASCEND, CUDA, need
+from ..conftest import ASCEND, CUDA, shared_summary
 
 
 class _Cells(HTMLParser):
@@ -55,12 +55,12 @@ def _table(html: str) -> _Cells:
 
 @pytest.fixture(scope="module")
 def level1():
-    return npumagic.analyze(need(ASCEND / "level1"))
+    return shared_summary(ASCEND / "level1")
 
 
 @pytest.fixture(scope="module")
 def cuda():
-    return npumagic.analyze(need(CUDA / "nccl" / "nccl_data.json.gz"))
+    return shared_summary(CUDA / "nccl" / "nccl_data.json.gz")
 
 
 def test_the_step_table_shows_ms_and_percent_with_units_in_its_headers(level1):

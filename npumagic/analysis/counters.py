@@ -94,20 +94,26 @@ def window_peaks(series: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> 
     return out
 
 
-def _total(counters: pd.DataFrame, mask: pd.Series, starts, ends) -> tuple[np.ndarray, np.ndarray]:
-    """Sum over the series in ``mask`` of their window means, and the peak of their sum."""
-    chosen = counters[mask]
-    if chosen.empty:
-        nan = np.full(len(starts), np.nan)
-        return nan, nan
-    total = np.zeros(len(starts))
-    any_cover = np.zeros(len(starts), dtype=bool)
-    for _, series in chosen.groupby(chosen["name"].astype(str), sort=False):
-        mean = window_means(series, starts, ends)
-        any_cover |= ~np.isnan(mean)
-        total += np.nan_to_num(mean)
-    summed = chosen.groupby("ts_ns", sort=True)["value"].sum().reset_index().assign(unit=chosen["unit"].iat[0])
-    return np.where(any_cover, total, np.nan), window_peaks(summed, starts, ends)
+def _totals(series: pd.DataFrame, parts: dict[str, str], starts, ends) -> dict[str, np.ndarray]:
+    """For each part (a name suffix; "" for every series), the sum over its series of their
+    window means: each series' means are worked out once for every part it is in."""
+    total = {part: np.zeros(len(starts)) for part in parts}
+    covered = {part: np.zeros(len(starts), dtype=bool) for part in parts}
+    for name, one in series.groupby(series["name"].astype(str), sort=False):
+        mean = window_means(one, starts, ends)
+        for part, suffix in parts.items():
+            if name.endswith(suffix):
+                covered[part] |= ~np.isnan(mean)
+                total[part] += np.nan_to_num(mean)
+    return {part: np.where(covered[part], total[part], np.nan) for part in parts}
+
+
+def _peak_of_sum(series: pd.DataFrame, starts, ends) -> np.ndarray:
+    """The peak over each window of the sum of ``series`` (samples summed per timestamp)."""
+    if series.empty:
+        return np.full(len(starts), np.nan)
+    summed = series.groupby("ts_ns", sort=True)["value"].sum().reset_index().assign(unit=series["unit"].iat[0])
+    return window_peaks(summed, starts, ends)
 
 
 def hardware_table(counters: pd.DataFrame, steps: pd.DataFrame, hbm_peak_bytes_per_s: float | None = None,
@@ -131,12 +137,11 @@ def hardware_table(counters: pd.DataFrame, steps: pd.DataFrame, hbm_peak_bytes_p
     if steps.empty or counters.empty:
         return pd.DataFrame(columns=HARDWARE_COLUMNS)
     starts, ends = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-    names = counters["name"].astype(str)
     group = counters["group"].astype(str)
-    hbm = (group == "HBM") & (counters["unit"].astype(str) == "B/s")
-    read, _ = _total(counters, hbm & names.str.endswith("/Read"), starts, ends)
-    write, _ = _total(counters, hbm & names.str.endswith("/Write"), starts, ends)
-    both, peak = _total(counters, hbm, starts, ends)
+    hbm = counters[(group == "HBM") & (counters["unit"].astype(str) == "B/s")]
+    means = _totals(hbm, {"read": "/Read", "write": "/Write", "both": ""}, starts, ends)
+    read, write, both = means["read"], means["write"], means["both"]
+    peak = _peak_of_sum(hbm, starts, ends)
     llc_rate, llc_read = _llc(counters[group == "LLC"], starts, ends)
     freq = counters[group == "AI Core Freq"]
     freq_mean = freq_min = np.full(len(steps), np.nan)

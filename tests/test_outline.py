@@ -154,11 +154,12 @@ def test_jobs_the_outline_cannot_read_are_read_in_full_and_it_says_why(tmp_path,
 
 @pytest.mark.parametrize("line, why", [
     ("51,abc,1,1,1,1,1,0,1,1", "line 3: Computing is 'abc'; expected a finite number"),
-    ("51,nan,1,1,1,1,1,0,1,1", "line 3: Computing is 'nan'"),
-    ("51,1,1,1,1,inf,1,0,1,1", "line 3: Free is 'inf'"),
-    ("51,1,1,1", "line 3 has 4 fields; the header has 10"),
     ("step3,1,1,1,1,1,1,0,1,1", "line 3: Step is 'step3'; expected an integer"),
-    ("99999999999999999999,1,1,1,1,1,1,0,1,1", "line 3: Step is '99999999999999999999'"),
+    *(pytest.param(line, why, marks=pytest.mark.slow) for line, why in [
+        ("51,nan,1,1,1,1,1,0,1,1", "line 3: Computing is 'nan'"),
+        ("51,1,1,1,1,inf,1,0,1,1", "line 3: Free is 'inf'"),
+        ("51,1,1,1", "line 3 has 4 fields; the header has 10"),
+        ("99999999999999999999,1,1,1,1,1,1,0,1,1", "line 3: Step is '99999999999999999999'")]),
 ])
 def test_a_step_trace_row_that_is_not_numbers_leaves_its_rank_out_naming_the_line(tmp_path, line, why,
                                                                                    outline_from_3):
@@ -171,6 +172,7 @@ def test_a_step_trace_row_that_is_not_numbers_leaves_its_rank_out_naming_the_lin
     assert list(outline.ranks["rank"]) == [0, 1, 2, 4]
 
 
+@pytest.mark.slow  # 12 ranks read in full
 def test_repeated_rank_ids_are_numbered_in_natural_directory_order_and_said(tmp_path):
     job = copy_job(tmp_path / "job", 12)
     for n in range(12):  # each rank's computing time says which directory it came from

@@ -30,6 +30,9 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    # the long modules (the CLI, outline, Dask, magics: whole runs) go to the workers first, so
+    # none of them is left running alone at the end while the other worker idles
+    items.sort(key=lambda item: item.path.parent.name not in ("tests", "magics"))
     if config.getoption("--slow"):
         return
     slow = [item for item in items if item.get_closest_marker("slow")]

@@ -16,13 +16,14 @@ import npumagic
 from npumagic.analysis import cluster
 from npumagic.analysis.ranks import parallel_indices
 
-from ..conftest import ASCEND, need, sampled
+from ..conftest import ASCEND, need, sampled, shared_summary
 
 
 def _job(path):
+    """A shared job's Summary (read once per test process), or a changed copy's."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return npumagic.analyze(need(path))
+        return shared_summary(path) if path.is_relative_to(ASCEND) else npumagic.analyze(need(path))
 
 
 def _cluster_findings(summary, rule):

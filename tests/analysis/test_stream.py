@@ -36,7 +36,10 @@ def _one_shot(path, event_type):
     return whole.traceEvents, msgspec.json.decode(text, type=RawTrace)
 
 
-@pytest.mark.parametrize("path", KINETO + TRACE_VIEWS, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+# a current, a legacy and a ROCm Kineto trace and a torch_npu trace_view.json in the quick loop
+@pytest.mark.parametrize("path", sampled(sorted(KINETO + TRACE_VIEWS, key=lambda p: not any(
+    k in str(p) for k in ("alexnet_sync", "resnet50_nw4", "rocm", "level0/rank0"))), keep=4),
+    ids=lambda p: f"{p.parent.parent.name}/{p.name}")
 @pytest.mark.parametrize("block", sampled([4096, 65537]))
 def test_streamed_events_equal_a_one_shot_decode(path, block):
     # GIVEN a genuine trace WHEN it is streamed in small blocks (thousands of cuts, some inside

@@ -48,12 +48,6 @@ DISPLAY_DPI = 100
 PIXEL_RATIO = 2
 
 
-# A figure is laid out for CSS pixels (DISPLAY_DPI per inch, so 11 inches fill a 1100 px cell) and
-# encoded with twice as many pixels, so lines and 8 pt labels stay sharp on high-DPI screens.
-DISPLAY_DPI = 100
-PIXEL_RATIO = 2
-
-
 def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = DISPLAY_DPI * PIXEL_RATIO) -> bytes:
     """The figure encoded as ``fmt`` (png, svg, pdf); PNGs at ``dpi`` (2x the display size)."""
     buf = io.BytesIO()

@@ -66,6 +66,15 @@ def test_hbm_bandwidth_per_step_is_the_mean_of_the_raw_hbm_counters(level1_rank0
     reads = [s for s in raw if s["name"].endswith("/Read")]
     assert summary.hardware["hbm_read_gbps"].iat[0] < got
     assert len(reads) == len(raw) / 2
+    # and the read and the write channels each agree with the same loop over their own samples
+    for direction in ("Read", "Write"):
+        part: dict[int, float] = {}
+        for e in raw:
+            if e["name"].endswith(f"/{direction}"):
+                ts = int(round(float(e["ts"]) * 1000))
+                part[ts] = part.get(ts, 0.0) + float(next(iter(e["args"].values()))) * MIB
+        figure = summary.hardware.set_index("step").loc[step["step"], f"hbm_{direction.lower()}_gbps"]
+        assert figure == pytest.approx(_interval_mean(list(part.items()), lo, hi) / 2**30, rel=0.01), direction
 
 
 def test_hbm_bandwidth_per_step_on_the_db_export_matches_its_hbm_table():

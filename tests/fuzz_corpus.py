@@ -45,10 +45,12 @@ def kineto_trace(**overrides) -> dict:
     return trace
 
 
-def _kineto(text: str | bytes, name: str = "fuzz.pt.trace.json") -> Callable[[Path], Path]:
+def _kineto(text: str | bytes | Callable[[], bytes], name: str = "fuzz.pt.trace.json") -> Callable[[Path], Path]:
+    """Writes ``text`` (or what calling it returns: a bomb is made only when its case runs)."""
     def write(directory: Path) -> Path:
         path = directory / name
-        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        data = text() if callable(text) else text
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
         return path
     return write
 
@@ -140,7 +142,7 @@ def cases() -> list[Case]:
                                               "fuzz.pt.trace.json.gz"), r"fuzz\.pt\.trace\.json\.gz: truncated gzip"),
         Case("kineto-gzip-bad-crc", _kineto(gzip.compress(json.dumps(kineto_trace()).encode())[:-8] + bytes(8),
                                             "fuzz.pt.trace.json.gz"), r"fuzz\.pt\.trace\.json\.gz: corrupt gzip"),
-        Case("kineto-gzip-bomb", _kineto(_bomb(80), "fuzz.pt.trace.json.gz"), r"fuzz\.pt\.trace\.json\.gz: .*gzip bomb"),
+        Case("kineto-gzip-bomb", _kineto(lambda: _bomb(80), "fuzz.pt.trace.json.gz"), r"fuzz\.pt\.trace\.json\.gz: .*gzip bomb"),
         Case("kineto-bom", _kineto(b"\xef\xbb\xbf" + json.dumps(kineto_trace()).encode()), r"", kind="ok"),
         # -- Kineto: shapes ---------------------------------------------------------------------------
         Case("kineto-events-object", _kj(kineto_trace(traceEvents={"a": 1})), r"fuzz\.pt\.trace\.json: .*traceEvents"),

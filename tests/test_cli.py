@@ -82,7 +82,7 @@ def test_compare_two_outputs(capsys):
 
 def test_show_writes_the_image(tmp_path, capsys):
     out = tmp_path / "timeline.png"
-    assert main(["show", str(need(ASCEND / "level1")), "--timeline", "-o", str(out)]) == 0
+    assert main(["show", str(need(ASCEND / "level1" / "rank0_ascend_pt")), "--timeline", "-o", str(out)]) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 

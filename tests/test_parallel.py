@@ -93,6 +93,7 @@ def test_local_cluster_equals_serial_even_after_ipython_reset(shell, job4):
     pd.testing.assert_frame_equal(serial.steps, on_dask.steps)
 
 
+@pytest.mark.slow  # starts a cluster of worker processes
 def test_existing_scheduler_equals_serial_with_unlabelled_ranks(tmp_path, scheduler):
     # ranks whose ids repeat are numbered in directory order, as the serial reader does
     job = copy_job(tmp_path / "job", 3, relabel=False)

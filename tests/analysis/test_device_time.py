@@ -18,7 +18,8 @@ import npumagic
 from npumagic.analysis import schema
 from npumagic.cli import main
 
-from ..conftest import ASCEND_RANKS, CUDA, examples, need
+from .. import conftest
+from ..conftest import ASCEND_RANKS, CUDA, examples, need, sampled
 
 KINETO = {
     "v100": CUDA / "ns_resolution",
@@ -30,6 +31,10 @@ KINETO = {
     "legacy_autograd": CUDA / "legacy_kineto" / "resnet50_autograd_api_nw0.pt.trace.json.gz",
 }
 ASCEND = {f"{p.parent.name}_{p.name}": p for p in ASCEND_RANKS}
+# one trace of each kind in the quick loop (every one under --slow): a current, a legacy, a ROCm and
+# an NCCL Kineto trace and a torch_npu rank
+QUICK = ["a100_sync", "legacy_nw4", "mi250_rocm", "a100_nccl", "level1_rank0_ascend_pt"]
+EVERY = QUICK + [name for name in [*KINETO, *ASCEND] if name not in QUICK]
 _loaded: dict[str, schema.Trace] = {}
 
 
@@ -94,7 +99,7 @@ def _window(trace: schema.Trace, lo: float, hi: float) -> schema.Trace:
     return schema.finish(ev[keep].drop(columns=["step"]), steps, trace.memory, trace.comm, meta)
 
 
-@pytest.mark.parametrize("name", list(KINETO) + list(ASCEND))
+@pytest.mark.parametrize("name", sampled(EVERY, keep=len(QUICK)))
 def test_invariants_hold_on_every_step_of_every_shared_trace(name):
     summary = npumagic.summarize(_trace(name))
     for rank, s in summary.per_rank.items():
@@ -107,7 +112,7 @@ def test_invariants_hold_on_a_real_cpu_capture(cpu_trace):
 
 
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=st.sampled_from(list(KINETO) + list(ASCEND) + ["cpu"]),
+@given(name=st.sampled_from((EVERY if conftest.FULL else QUICK) + ["cpu"]),
        lo=st.floats(0, 0.6), width=st.floats(0.05, 1.0))
 def test_invariants_hold_on_any_window_of_any_trace(cpu_trace, name, lo, width):
     trace = cpu_trace if name == "cpu" else _trace(name)

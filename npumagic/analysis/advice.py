@@ -444,17 +444,18 @@ def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | N
         torch_npu's own record (profiler_metadata.json) by the environment rule.
     """
     from .metrics import summarize
-    from .rules import run_rules
+    from .rules import kernel_metrics_once, run_rules
 
     summary = summarize(data) if isinstance(data, Trace) else data
     if environment:
         summary = replace(summary, meta={**summary.meta, "run_environment": dict(environment)})
     found: list[Finding] = []
-    for rule in RULES:
-        found += [f if f.rule else replace(f, rule=rule.__name__.strip("_")) for f in rule(summary)]
-    # slow ranks, stage imbalance, slow links (a job of 2+ ranks)
-    found += [f if f.rule else replace(f, rule="cluster") for f in cluster.findings(summary)]
-    found += run_rules(summary)
+    with kernel_metrics_once():  # the core NPU rule and the registered ones read the same table
+        for rule in RULES:
+            found += [f if f.rule else replace(f, rule=rule.__name__.strip("_")) for f in rule(summary)]
+        # slow ranks, stage imbalance, slow links (a job of 2+ ranks)
+        found += [f if f.rule else replace(f, rule="cluster") for f in cluster.findings(summary)]
+        found += run_rules(summary)
     found.sort(key=lambda f: f.impact, reverse=True)
     return Advice(found, run)
 

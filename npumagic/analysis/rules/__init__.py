@@ -8,9 +8,10 @@ id on its findings. Thresholds live in :mod:`..thresholds`, each with its source
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Iterator
 
 import pandas as pd
 
@@ -34,6 +35,20 @@ REGISTRY: list[Rule] = []
 _PLAIN_METRICS: ContextVar[dict[int, pd.DataFrame] | None] = ContextVar("plain_kernel_metrics", default=None)
 
 
+@contextmanager
+def kernel_metrics_once() -> Iterator[None]:
+    """Within it, :func:`kernel_metrics` converts each Summary's table once for every rule that
+    asks (an outer one, e.g. :func:`~npumagic.analysis.advice.advise`'s, is kept)."""
+    if _PLAIN_METRICS.get() is not None:
+        yield
+        return
+    token = _PLAIN_METRICS.set({})
+    try:
+        yield
+    finally:
+        _PLAIN_METRICS.reset(token)
+
+
 def rule(rule_id: str, backends: tuple[str, ...]) -> Callable[[RuleFn], RuleFn]:
     """Register ``fn`` as rule ``rule_id`` for runs on ``backends`` ("npu", "cuda", "cpu")."""
 
@@ -50,13 +65,10 @@ def run_rules(summary: Summary) -> list[Finding]:
 
     backend = summary.meta.get("backend", "cpu")
     found: list[Finding] = []
-    token = _PLAIN_METRICS.set({})
-    try:
+    with kernel_metrics_once():
         for r in REGISTRY:
             if backend in r.backends:
                 found += [f if f.rule else replace(f, rule=r.id) for f in r.fn(summary)]
-    finally:
-        _PLAIN_METRICS.reset(token)
     return found
 
 

@@ -135,6 +135,7 @@ def fusible_operators(s) -> list[Finding]:
     barrier = (d["core"].isin(["AI_CPU", "HCCL", "COMMUNICATION"])
                | d["name"].str.lower().str.match(r"^(hcom|lccl|lcoc)")).to_numpy()
     key = pd.factorize(d["name"] + "|" + d["input_shapes"] + "|" + d["output_shapes"])[0]
+    n_keys = int(key.max()) + 1
     span = start[-1] + dur[-1] - start[0]
     n = len(d)
     cum = lambda a: np.concatenate([[0.0], np.cumsum(a)])  # noqa: E731
@@ -159,7 +160,7 @@ def fusible_operators(s) -> list[Finding]:
         # integers, not a pandas groupby on tuples, keeps this rule fast)
         seq = key[first]
         for k in range(1, length):
-            seq = pd.factorize(seq * (key.max() + 1) + key[first + k])[0]
+            seq = pd.factorize(seq * n_keys + key[first + k])[0]
         count = np.bincount(seq)
         seq_total, seq_busy = np.bincount(seq, total[keep]), np.bincount(seq, busy[keep])
         seq_first = first[np.unique(seq, return_index=True)[1]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -21,7 +22,8 @@ ASCEND_RANKS = [ASCEND / level / f"rank{r}_ascend_pt" for level in ("level0", "l
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true",
                      help="also run the tests marked slow (notebooks, a real browser, two kernels at once, the demo, "
-                          "the HolisticTraceAnalysis cross-checks) and fuzz with every example; CI runs this")
+                          "the HolisticTraceAnalysis cross-checks, Dask clusters, fresh-process imports, every "
+                          "sample of the sweeps) and fuzz with every example; CI runs this")
 
 
 def pytest_configure(config):
@@ -33,7 +35,7 @@ def pytest_collection_modifyitems(config, items):
     # the long modules (the CLI, outline, Dask, magics: whole runs) go to the workers first, so
     # none of them is left running alone at the end while the other worker idles
     items.sort(key=lambda item: item.path.parent.name not in ("tests", "magics"))
-    if config.getoption("--slow"):
+    if FULL:
         return
     slow = [item for item in items if item.get_closest_marker("slow")]
     if slow:
@@ -56,12 +58,23 @@ def sampled(values, keep: int = 1) -> list:
 
 
 @functools.cache
-def shared_summary(path: Path):
-    """``npumagic.analyze`` of a shared sample, read once per test process: for tests of what is
-    done with a Summary (rules, tables), not of reading it. No test changes it."""
+def shared_trace(path: Path):
+    """``npumagic.load`` of a shared sample, read once per test process and quietly: for tests of
+    what is done with it (rules, tables, invariants), not of reading it. No test changes it (a
+    test that edits events edits a copy)."""
     import npumagic
 
-    return npumagic.analyze(need(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return npumagic.load(need(path))
+
+
+@functools.cache
+def shared_summary(path: Path):
+    """The Summary of :func:`shared_trace`, made once per test process."""
+    import npumagic
+
+    return npumagic.summarize(shared_trace(path))
 
 
 def need(path: Path) -> Path:

@@ -19,7 +19,7 @@ from npumagic.analysis import schema
 from npumagic.cli import main
 
 from .. import conftest
-from ..conftest import ASCEND_RANKS, CUDA, examples, need, sampled
+from ..conftest import ASCEND_RANKS, CUDA, examples, need, sampled, shared_trace
 
 KINETO = {
     "v100": CUDA / "ns_resolution",
@@ -35,15 +35,8 @@ ASCEND = {f"{p.parent.name}_{p.name}": p for p in ASCEND_RANKS}
 # an NCCL Kineto trace and a torch_npu rank
 QUICK = ["a100_sync", "legacy_nw4", "mi250_rocm", "a100_nccl", "level1_rank0_ascend_pt"]
 EVERY = QUICK + [name for name in [*KINETO, *ASCEND] if name not in QUICK]
-_loaded: dict[str, schema.Trace] = {}
-
-
 def _trace(name: str) -> schema.Trace:
-    if name not in _loaded:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            _loaded[name] = npumagic.load(need({**KINETO, **ASCEND}[name]))
-    return _loaded[name]
+    return shared_trace({**KINETO, **ASCEND}[name])
 
 
 def _cpu_trace(tmp_path_factory) -> schema.Trace:

@@ -17,16 +17,15 @@ import npumagic
 from npumagic.analysis import schema
 from npumagic.analysis import thresholds as T
 
-from ..conftest import ASCEND, CUDA, need
+from ..conftest import ASCEND, CUDA, need, shared_trace
 
 
 # what only an Ascend run can use (npumagic's own %npu... magics aside)
 NPU_NAMES = re.compile(r"torch_npu|torch\.npu|torchair|ascend|hccl|TASK_QUEUE_ENABLE|backend=\"npu\"|'npu'", re.I)
 
 
-@functools.cache  # tests that change a sample change a copy of its events
 def _trace(sample: str) -> npumagic.Trace:
-    return npumagic.load(next(need(CUDA / sample).glob("*.json.gz")))
+    return shared_trace(next(need(CUDA / sample).glob("*.json.gz")))
 
 
 @functools.cache

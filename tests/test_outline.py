@@ -140,13 +140,13 @@ def test_a_broken_rank_is_left_out_with_its_error_as_the_full_reader_does(tmp_pa
 
 def test_jobs_the_outline_cannot_read_are_read_in_full_and_it_says_why(tmp_path, job8):
     _, paths = detect(job8)
-    assert ascend_outline.readable(paths)
+    assert ascend_outline.unfit(paths) == []
     job = copy_job(tmp_path / "job", 8)
     step_trace = job / "rank6_ascend_pt" / OUTPUT / "step_trace_time.csv"
     step_trace.chmod(0o644)
     step_trace.unlink()
     _, paths = detect(job)
-    assert not ascend_outline.readable(paths)
+    assert ascend_outline.unfit(paths) == [job / "rank6_ascend_pt"]
     with pytest.warns(UserWarning, match=r"1 of the 8 ranks \(rank6_ascend_pt\) have no step_trace_time.csv .*"
                                          r"every rank is read in full"):
         assert not parallel._outline_fits("ascend", paths, "", False)

@@ -39,11 +39,6 @@ class Outline:
     unreadable: dict[str, str] = field(default_factory=dict)
 
 
-def readable(paths: list[Path]) -> bool:
-    """Whether every rank directory of ``paths`` can be read as an outline (see :func:`unfit`)."""
-    return not unfit(paths)
-
-
 def unfit(paths: list[Path]) -> list[Path]:
     """The rank directories of ``paths`` the outline cannot read: without step_trace_time.csv (the
     outline reads nothing else for the breakdown) or a db export; they need the full reader."""

@@ -26,6 +26,7 @@ import pandas as pd
 
 from .analysis.metrics import Summary
 from .analysis.persist import FORMAT as SUMMARY_FORMAT
+from .analysis.persist import READABLE as READABLE_SUMMARY_FORMATS
 from .analysis.persist import dump_summary, load_summary
 from .errors import NpumagicError
 from .names import check_name
@@ -421,7 +422,7 @@ class HistoryStore:
         summaries were, or one whose analysis failed) or it cannot be read."""
         with self._connect() as db:
             row = db.execute("SELECT format, data FROM summaries WHERE run_id = ?", (self._id(db, name),)).fetchone()
-        if row is None or row["format"] != SUMMARY_FORMAT:
+        if row is None or row["format"] not in READABLE_SUMMARY_FORMATS:
             return None
         try:
             return load_summary(row["data"])

@@ -2,7 +2,8 @@
 categories), dict fields as JSON, ``per_rank`` recursively; zlib-compressed JSON.
 
 Generic over the Summary's fields, so a field or step column added later is stored without
-changes here. JSON keeps floats exact (Python writes the shortest repr that reads back to the
+changes here. A rank's own Summary shares most tables with the job's Summary (see
+:func:`~npumagic.analysis.metrics.combine`); a shared table is stored once (format 2). JSON keeps floats exact (Python writes the shortest repr that reads back to the
 same double) and needs no extra dependency; the format number lets a later reader convert.
 """
 
@@ -18,7 +19,9 @@ import pandas as pd
 
 from .metrics import Summary
 
-FORMAT = 1
+FORMAT = 2
+READABLE = (1, 2)  # format 1 stored a rank's shared tables again
+SAME = {"__same__": True}  # in a rank's Summary: the job Summary's own table
 
 
 def _plain(value: Any) -> Any:
@@ -82,22 +85,25 @@ def _revive(value: Any) -> Any:
     return value
 
 
-def _encode(summary: Summary) -> dict[str, Any]:
+def _encode(summary: Summary, job: Summary | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(summary):
         if f.metadata.get("persist") is False:  # e.g. the raw events: the trace files hold them
             continue
         value = getattr(summary, f.name)
         if f.name == "per_rank":
-            out[f.name] = {str(r): (None if s is summary else _encode(s)) for r, s in value.items()}
+            out[f.name] = {str(r): (None if s is summary else _encode(s, summary)) for r, s in value.items()}
+        elif job is not None and isinstance(value, pd.DataFrame) and value is getattr(job, f.name):
+            out[f.name] = SAME
         else:
             out[f.name] = _plain(value)
     return out
 
 
-def _decode(d: dict[str, Any]) -> Summary:
+def _decode(d: dict[str, Any], job: Summary | None = None) -> Summary:
     known = {f.name for f in dataclasses.fields(Summary)}
-    fields = {k: _revive(v) for k, v in d.items() if k in known and k != "per_rank"}
+    fields = {k: (getattr(job, k) if v == SAME and job is not None else _revive(v))
+              for k, v in d.items() if k in known and k != "per_rank"}
     details = _revive(d.get("details"))
     if "kernel_metrics" not in d and isinstance(details, pd.DataFrame) and {"ts_ns", "dur_ns"} <= set(details):
         # stored before the kernel metrics were normalized: the raw kernel_details columns
@@ -107,7 +113,7 @@ def _decode(d: dict[str, Any]) -> Summary:
         fields["kernel_metrics"] = kernel_metrics_from_details(details, rank)
     summary = Summary(**fields)
     for rank, s in (d.get("per_rank") or {}).items():
-        summary.per_rank[int(rank)] = summary if s is None else _decode(s)
+        summary.per_rank[int(rank)] = summary if s is None else _decode(s, summary)
     return summary
 
 
@@ -123,8 +129,8 @@ def load_summary(data: bytes) -> Summary:
         doc = json.loads(zlib.decompress(data).decode("utf-8"))
     except (zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not a stored summary ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+    if not isinstance(doc, dict) or doc.get("format") not in READABLE:
         raise ValueError(f"stored summary format {doc.get('format') if isinstance(doc, dict) else '?'} "
-                         f"is not {FORMAT}")
+                         f"is not one of {READABLE}")
     return _decode(doc["summary"])
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import npumagic
-from npumagic.analysis.persist import _plain, dump_summary, load_summary
+from npumagic.analysis.persist import SAME, _plain, dump_summary, load_summary
 
 from ..conftest import ASCEND, CUDA, need
 
@@ -44,6 +44,28 @@ def test_a_summary_round_trips_exactly(path):
     back = load_summary(dump_summary(summary))
     _assert_same(summary, back)
     assert back.headline == summary.headline
+
+
+def test_a_table_a_rank_shares_with_the_job_is_stored_once_and_read_back_shared():
+    summary = npumagic.analyze(need(ASCEND / "level1"))  # rank 0's tables are the job's
+    doc = json.loads(zlib.decompress(dump_summary(summary)))
+    stored = doc["summary"]["per_rank"]
+    assert stored["0"]["kernels"] == SAME and stored["0"]["steps"] == SAME
+    assert stored["1"]["kernels"]["__frame__"]  # rank 1's own
+    back = load_summary(dump_summary(summary))
+    assert back.per_rank[0].kernels is back.kernels and back.per_rank[1].kernels is not back.kernels
+    _assert_same(summary, back)
+
+
+def test_a_summary_stored_in_format_1_reads_back_the_same():
+    # format 1 stored a rank's shared tables again, in full
+    summary = npumagic.analyze(need(ASCEND / "level1"))
+    doc = json.loads(zlib.decompress(dump_summary(summary)))
+    job = doc["summary"]
+    for rank in job["per_rank"].values():
+        rank.update({k: job[k] for k, v in rank.items() if v == SAME})
+    doc["format"] = 1
+    _assert_same(summary, load_summary(zlib.compress(json.dumps(doc).encode())))
 
 
 def test_bytes_that_are_not_a_summary_are_refused():

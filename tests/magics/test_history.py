@@ -168,3 +168,23 @@ def test_an_old_run_is_summarised_from_its_files_once_then_from_the_history(tmp_
     fresh = Session(tmp_path)
     summary = fresh.summary("job")  # parsed from the files, then stored
     assert session.store.summary("job").headline == summary.headline
+
+
+def test_a_summary_stored_by_the_format_before_is_still_read(tmp_path):
+    import json
+    import zlib
+
+    from npumagic.session import Session
+
+    session = Session(tmp_path)
+    report = session.load(need(ASCEND / "level1" / "rank0_ascend_pt"), name="job")
+    with session.store._connect(immediate=True) as db:  # as npumagic 0.1 stored it: format 1
+        data = db.execute("SELECT data FROM summaries").fetchone()[0]
+        doc = json.loads(zlib.decompress(data))
+        job = doc["summary"]
+        for rank in job["per_rank"].values():
+            rank.update({k: job[k] for k, v in rank.items() if v == {"__same__": True}})
+        doc["format"] = 1
+        db.execute("UPDATE summaries SET format = 1, data = ?", (zlib.compress(json.dumps(doc).encode()),))
+    stored = Session(tmp_path).store.summary("job")
+    assert stored is not None and stored.headline == report.summary.headline

@@ -192,6 +192,9 @@ def _empty(columns: tuple[tuple[str, Any], ...]) -> pd.DataFrame:
 
 def coerce(frame: pd.DataFrame, columns: dict[str, Any]) -> pd.DataFrame:
     """Give ``frame`` exactly ``columns`` in that order with those dtypes (missing ones filled)."""
+    if list(frame.columns) == list(columns) and all(str(have) == str(want) for have, want in
+                                                     zip(frame.dtypes, columns.values())):
+        return frame.reset_index(drop=True)  # already so (most are): no frame rebuilt column by column
     out = {}
     n = len(frame)
     for name, dtype in columns.items():

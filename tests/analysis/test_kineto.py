@@ -153,3 +153,38 @@ def test_ids_past_32_bits_are_kept_whole(tmp_path):
     assert ev.loc["cudaLaunchKernel", "correlation"] == ev.loc["gemm", "correlation"] == big + 1
     assert ev.loc["gemm", "stream"] == 2**33 and ev["stream"].dtype == "int64"
     assert str(ev.loc["aten::mm", "lane"]).endswith(f"/Thread {big}")
+
+
+def _as_rank(src, rank, dst):
+    trace = json.load(gzip.open(src))
+    trace["distributedInfo"] = {"rank": rank, "world_size": 2, "backend": "nccl"}
+    dst.write_text(json.dumps(trace))
+
+
+def test_a_folder_of_two_ranks_with_different_operators_is_one_job(tmp_path):
+    # GIVEN two ranks' traces whose operator names differ (the second ran the autograd API trace)
+    legacy = need(CUDA / "legacy_kineto")
+    _as_rank(legacy / "resnet50_nw0.pt.trace.json.gz", 0, tmp_path / "rank0.pt.trace.json")
+    _as_rank(legacy / "resnet50_autograd_api_nw0.pt.trace.json.gz", 1, tmp_path / "rank1.pt.trace.json")
+    # WHEN the folder is read THEN each rank holds exactly its own file's events, names kept
+    job = npumagic.load(tmp_path)
+    assert job.ranks == [0, 1] and job.events["name"].dtype == "category"
+    for rank, name in ((0, "rank0"), (1, "rank1")):
+        alone = npumagic.load(tmp_path / f"{name}.pt.trace.json").events
+        mine = job.events[job.events["rank"] == rank]
+        assert sorted(mine["name"].astype(str)) == sorted(alone["name"].astype(str))
+    assert npumagic.summarize(job).ranks["rank"].tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("files, why", [
+    (["legacy_kineto/resnet50_nw0.pt.trace.json.gz", "legacy_kineto/resnet50_nw4.pt.trace.json.gz"], "rank 0 step 5"),
+    (["legacy_kineto/resnet50_nw0.pt.trace.json.gz", "legacy_kineto/resnet50_autograd_api_nw0.pt.trace.json.gz"],
+     "rank 0, one of them without ProfilerStep# marks"),
+    (["ns_resolution/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "rocm_mi250/mi250_minitoy_train_ROCm6_2_kineto.json.gz"],
+     r"rank 0, on different devices \(.*V100.*\)"),
+], ids=["same-steps", "one-without-steps", "different-devices"])
+def test_traces_of_separate_runs_in_one_folder_are_refused_not_mixed(tmp_path, files, why):
+    for name in files:
+        (tmp_path / need(CUDA / name).name).write_bytes((CUDA / name).read_bytes())
+    with pytest.raises(npumagic.TraceError, match=f"{tmp_path}: holds traces of separate runs: .* both record {why}"):
+        npumagic.load(tmp_path)

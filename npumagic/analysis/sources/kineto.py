@@ -78,11 +78,15 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
             release_free_memory()
             st = _steps(ev, rank, notes, path)
             metas.append(_meta(header, rank, path))
+            metas[-1]["span"] = (int(ev["ts_ns"].min()), int((ev["ts_ns"] + ev["dur_ns"]).max()))
+            metas[-1]["steps"] = set(st["step"].tolist())
         frames.append(ev)
         steps.append(st)
         memories.append(mem)
         del ev  # the frames list holds it: no other name may, for finish to free each column as it sorts
-    events = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    if len(frames) > 1:
+        _one_job(paths, metas)
+    events = _concat(frames)
     devices = sorted({d for m in metas for d in m["devices"]})
     on_device = events["kind"].isin(["kernel", "comm", "memcpy"]).any()
     backend = _backend(events, devices) if (on_device or devices) else "cpu"
@@ -111,12 +115,50 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
 _GPU_VENDOR = {"cuda": "NVIDIA", "rocm": "AMD"}
 
 
+def _one_job(paths: list[Path], metas: list[dict[str, Any]]) -> None:
+    """TraceError unless the files can be one job: one file a rank, or a rank's profiling cycles
+    (one process: one device, steps numbered on, apart in time). Traces of separate runs put
+    together would mix their steps into figures of neither."""
+    for i, j in ((i, j) for j in range(len(paths)) for i in range(j)):
+        a, b = metas[i], metas[j]
+        if a["rank"] != b["rank"]:
+            continue
+        if a["devices"] and b["devices"] and a["devices"] != b["devices"]:
+            why = f", on different devices ({a['devices'][0]}, {b['devices'][0]})"
+        elif not a["steps"] or not b["steps"]:
+            why = ", one of them without ProfilerStep# marks"
+        elif a["steps"] & b["steps"]:
+            why = f" step {min(a['steps'] & b['steps'])}"
+        elif a["span"][0] < b["span"][1] and b["span"][0] < a["span"][1]:
+            why = " at overlapping times"
+        else:
+            continue
+        raise TraceError(paths[j].parent, f"holds traces of separate runs: {paths[i].name} and {paths[j].name} both "
+                                          f"record rank {a['rank']}{why}. A folder is read as one job (a trace per "
+                                          "rank, or per profiling cycle): analyse each trace on its own")
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The files' events as one frame, each text column one categorical over all files' values
+    (pd.concat would turn columns with different categories into Python strings)."""
+    if len(frames) == 1:
+        return frames[0]
+    columns = {}
+    for name in frames[0].columns:
+        parts = [f[name] for f in frames]
+        if all(isinstance(part.dtype, pd.CategoricalDtype) for part in parts):
+            columns[name] = pd.api.types.union_categoricals(parts, ignore_order=True)
+        else:
+            columns[name] = np.concatenate([part.to_numpy() for part in parts])
+    return pd.DataFrame(columns, copy=False)
+
+
 def _backend(events: pd.DataFrame, devices: list[str]) -> str:
     """"rocm" where the trace says AMD (device name or HIP runtime calls), else "cuda"."""
     if any("AMD" in d or "Radeon" in d or "Instinct" in d for d in devices):
         return "rocm"
     runtime = events.loc[events["kind"].isin(["runtime", "sync"]), "name"]
-    names = pd.Series(runtime.cat.remove_unused_categories().cat.categories if len(runtime) else [], dtype=object)
+    names = pd.Series(runtime.unique().astype(str) if len(runtime) else [], dtype=object)
     return "rocm" if names.str.startswith("hip").any() else "cuda"
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.utils.process import arg_split
 from traitlets import Bool, Enum, List, TraitError, Unicode, validate
 
 from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError
@@ -86,20 +87,13 @@ def _options(args, repeat_cell: bool) -> CaptureOptions:
 
 
 def _parse(magic, line: str):
-    """``parse_argstring`` with shell-style quotes taken off each value (``--out "my runs"``)."""
-    args = parse_argstring(magic, line)
-    for key, value in vars(args).items():
-        if isinstance(value, str):
-            setattr(args, key, _unquote(value))
-        elif isinstance(value, list):
-            setattr(args, key, [_unquote(v) if isinstance(v, str) else v for v in value])
-    return args
-
-
-def _unquote(text: str) -> str:
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    return text
+    """The magic's arguments from ``line``, split as a shell would where it quotes (``--out "my
+    runs"``, ``--out='a b'``); an unquoted line keeps its backslashes (Windows paths)."""
+    try:
+        argv = arg_split(line, posix="'" in line or '"' in line)
+    except ValueError as exc:  # shlex: "No closing quotation"
+        raise UsageError(f"{exc} in: {line.strip()}") from None
+    return magic.parser.parse_args(argv)
 
 
 def _cell_usage(func):
@@ -115,10 +109,13 @@ def _list(text: str | None) -> tuple[str, ...] | None:
     return tuple(x.strip().lower() for x in text.split(",") if x.strip())
 
 
+_SHELL_WORD = re.compile(r"""(?:[^\s'"]+|"[^"]*"?|'[^']*'?)+""")  # a quoted value is one word, spaces and all
+
+
 def _split_statement(line: str, magic) -> tuple[str, str]:
     """Split ``%npusteps --steps 3 f(x, "a b")`` into its option text and the raw statement."""
     parser = magic.parser
-    tokens = list(re.finditer(r"\S+", line))
+    tokens = list(_SHELL_WORD.finditer(line))
     i = 0
     while i < len(tokens) and tokens[i].group().startswith("-"):
         action = parser._option_string_actions.get(tokens[i].group().split("=")[0])

@@ -62,6 +62,20 @@ def test_quoted_paths_are_taken_without_their_quotes(trainer, tmp_path):
     assert not [p for p in tmp_path.rglob("*") if "'" in p.name or '"' in p.name]
 
 
+def test_npusteps_takes_quoted_values_with_spaces_before_its_statement(trainer, tmp_path):
+    # GIVEN quoted option values with spaces, in both shell forms, before the statement
+    for name, option in (("spaced", f'--out "{tmp_path}/my runs"'), ("joined", f"--out='{tmp_path}/our runs'")):
+        result = trainer.run_cell(f"%npusteps {option} --name {name} --steps 1 --no-plot --quiet train_step()")
+        # THEN the run is written to the folder named, the statement is the statement
+        assert result.success, result.error_in_exec
+        assert Path(result.result.run.run_dir).name in ("my runs", "our runs")
+    assert (tmp_path / "my runs").is_dir() and (tmp_path / "our runs").is_dir()
+    assert not [p for p in tmp_path.rglob("*") if "'" in p.name or '"' in p.name]
+    # and an unclosed quote is a usage error naming it, not a traceback
+    result = trainer.run_cell(f"%npusteps --out '{tmp_path}/x train_step()")
+    assert isinstance(result.error_in_exec, UsageError) and "No closing quotation" in str(result.error_in_exec)
+
+
 def test_config_lists_npumagics_traits(shell, capsys):
     shell.run_line_magic("config", "NpuMagics")
     out = capsys.readouterr().out

@@ -235,8 +235,11 @@ class NpuMagics(Magics):
             raise UsageError(str(exc)) from None
         report = self._report(outcome, quiet=args.quiet, plot=self.plot and not args.no_plot)
         if outcome.error is not None:
+            left_out = (f"; step {', '.join(map(str, outcome.unfinished))}, cut short by the error, is left out"
+                        if outcome.unfinished else "")
             print(f"npumagic: {outcome.run.name} recorded as {outcome.run.status} after {outcome.capture.steps} steps "
-                  f"({outcome.capture.recorded} active steps captured); output in {outcome.run.run_dir}", file=sys.stderr)
+                  f"({outcome.capture.recorded} active steps captured{left_out}); output in {outcome.run.run_dir}",
+                  file=sys.stderr)
             raise outcome.error
         return report
 

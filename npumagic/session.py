@@ -41,6 +41,7 @@ class RunOutcome:
     capture: CaptureResult | None = None
     notes: list[str] = field(default_factory=list)
     trace: "analysis.Trace | None" = None
+    unfinished: list[int] = field(default_factory=list)  # steps a failing cell was inside: left out
 
     @property
     def error(self) -> BaseException | None:
@@ -192,13 +193,16 @@ class Session:
     def _record(self, name: str, status: str, run_dir: Path, result: CaptureResult | None, notes: list[str],
                 trace: "analysis.Trace | None" = None, summary: Summary | None = None,
                 rank: int | None = None) -> RunOutcome:
-        verdict = None
+        verdict, unfinished = None, []
         message = "; ".join(notes[1:]) if result else None
         if result is not None and result.dataloaders:  # before the verdict: Verify's "what changed" reads them
             self.store.update(name, dataloaders=result.dataloaders)
         try:
             if trace is None and summary is None and result is not None and result.trace_files:
                 trace = analysis.load(run_dir)
+                if result.error is not None and 0 < result.recorded < len(trace.steps):
+                    trace, seen = trace.first_steps(result.recorded), trace.steps["step"].tolist()
+                    unfinished = sorted(set(seen) - set(trace.steps["step"]))
             if trace is not None:
                 summary = analysis.summarize(trace, rank=rank)
             if summary is not None:
@@ -224,7 +228,7 @@ class Session:
             self.baseline = name  # a capture of this session, never an imported job
         if trace is not None:
             self._trace = (name, trace)
-        return RunOutcome(self.store.get(name), summary, verdict, result, notes, trace)
+        return RunOutcome(self.store.get(name), summary, verdict, result, notes, trace, unfinished)
 
     # -- reading ------------------------------------------------------------------------------
     def resolve(self, name: str | None) -> str:

@@ -167,6 +167,16 @@ class Trace:
                                                           "counters", "kernel_metrics")}
         return replace(self, **{name: where(t, t["rank"].to_numpy() == rank) for name, t in tables.items()})
 
+    def first_steps(self, count: int) -> "Trace":
+        """The same trace with only each rank's first ``count`` steps; the events of the others
+        are outside every step (the step a failing cell was inside when the profiler stopped)."""
+        steps = self.steps.groupby("rank", sort=False).head(count).reset_index(drop=True)
+        if len(steps) == len(self.steps):
+            return self
+        kept = pd.MultiIndex.from_frame(steps[["rank", "step"]])
+        inside = pd.MultiIndex.from_arrays([self.events["rank"], self.events["step"]]).isin(kept)
+        return replace(self, steps=steps, events=self.events.assign(step=np.where(inside, self.events["step"], -1)))
+
     def __repr__(self) -> str:
         return (
             f"<Trace {self.meta.get('backend', '?')} ranks={self.ranks} events={len(self.events)} "

@@ -82,7 +82,7 @@ def test_a_short_loop_records_what_it_reached(trainer):
     assert any("2 of 5 active steps recorded" in n for n in result.result.notes)
 
 
-def test_a_failing_cell_stops_the_profiler_records_the_run_and_reraises(trainer):
+def test_a_failing_cell_stops_the_profiler_records_the_run_and_reraises(trainer, capsys):
     cell = """%%npuprofile --wait 0 --warmup 1 --steps 10 --name broken
 for i in range(20):
     train_step()
@@ -97,8 +97,11 @@ for i in range(20):
     run = store.get("broken")
     assert run.status == "failed"
     assert run.steps_seen == 6
-    # steps 1..5 completed inside the active window, and step 6 was cut short by the error
-    assert run.headline["steps"] == 6
+    # steps 1..5 completed inside the active window; step 6, cut short by the error (it holds
+    # no training work), is left out of the analysis, and the message says so
+    assert run.headline["steps"] == 5
+    assert trainer.run_line_magic("npusteps", "--run broken")["step"].tolist() == [1, 2, 3, 4, 5]
+    assert "(5 active steps captured; step 6, cut short by the error, is left out)" in capsys.readouterr().err
     # the profiler is stopped and free: the next capture works
     again = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --warmup 0 --steps 1\ntrain_step()")
     assert again.success, again.error_in_exec

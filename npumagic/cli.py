@@ -184,6 +184,9 @@ def _scheduler_argument(p: argparse.ArgumentParser) -> None:
                         "analysis reads them) and only the described rank in full")
 
 
+PATH_HELP = "a torch.profiler or torch_npu output directory (one rank or several), or a trace file"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="npumagic", description="Profile analysis for PyTorch on Ascend NPU, CUDA and "
@@ -191,38 +194,39 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, func, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text.replace("%%", "%"))  # help is %-formatted
         p.set_defaults(func=func)
         return p
 
     p = add("analyze", _analyze, "step table, top kernels and the checklist verdict of a profiler output")
-    p.add_argument("path", help="a torch.profiler or torch_npu output directory (one rank or several), or a trace file")
+    p.add_argument("path", help=PATH_HELP)
     p.add_argument("--rank", type=int, default=None, help="rank to describe (default the lowest)")
     p.add_argument("--top", type=int, default=10, help="kernels to list (default 10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _scheduler_argument(p)
     p = add("advise", _advise, "ranked findings with evidence and fixes")
-    p.add_argument("path")
-    p.add_argument("--rank", type=int, default=None)
+    p.add_argument("path", help=PATH_HELP)
+    p.add_argument("--rank", type=int, default=None, help="rank to advise on (default the lowest)")
     p.add_argument("--all", action="store_true", help="every rank of a multi-rank job, and low-severity findings")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     _scheduler_argument(p)
     p = add("compare", _compare, "compare two outputs: step time with a 95%% CI, breakdown and kernel deltas")
     p.add_argument("path_a", help="the reference")
     p.add_argument("path_b", help="the run to check")
-    p.add_argument("--rank-a", type=int, default=None)
-    p.add_argument("--rank-b", type=int, default=None)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--rank-a", type=int, default=None, help="rank of the reference to compare (default the lowest)")
+    p.add_argument("--rank-b", type=int, default=None, help="rank of the run to check (default the lowest)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     _scheduler_argument(p)
-    p = add("show", _show, "draw one view of an output to an image file")
-    p.add_argument("path")
+    p = add("show", _show, "draw one view of an output to an image file (default the timeline)")
+    p.add_argument("path", help=PATH_HELP)
+    views = p.add_mutually_exclusive_group()
     for view in VIEWS:
-        p.add_argument(f"--{view}", action="store_true", help=f"the {view} view")
+        views.add_argument(f"--{view}", action="store_true", help=f"the {view} view")
     p.add_argument("-o", "--output", required=True, help="image file to write (.png, .svg, .pdf)")
-    p.add_argument("--rank", type=int, default=None)
+    p.add_argument("--rank", type=int, default=None, help="rank to draw (default the lowest)")
     p.add_argument("--step-range", default=None, help="timeline: steps FIRST:LAST")
     p.add_argument("--zoom", default=None, help="timeline: START_MS:END_MS from the first step")
-    p.add_argument("--dpi", type=int, default=110)
+    p.add_argument("--dpi", type=int, default=110, help="image resolution (default 110)")
     p = add("runs", _runs, "list the run history of an output directory")
     p.add_argument("--out", default="npumagic_runs", help="output directory (default ./npumagic_runs)")
     p.add_argument("--json", action="store_true")

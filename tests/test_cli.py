@@ -174,3 +174,15 @@ def test_a_reader_that_stops_early_gets_no_error_message(tmp_path):
     proc.wait(timeout=120)
     assert proc.returncode == 1, err
     assert "Broken pipe" not in err and "Traceback" not in err and "Exception ignored" not in err
+
+
+def test_help_reads_as_written_and_show_takes_one_view(capsys):
+    # every subcommand's help is shown as argparse formats it ("95%" once, not "95%%")
+    for command in ("analyze", "advise", "compare", "show", "runs", "export", "demo"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        out = capsys.readouterr().out
+        assert "%%" not in out and f"usage: npumagic {command}" in out
+    with pytest.raises(SystemExit) as exit_:
+        main(["show", "job", "--steps", "--timeline", "-o", "x.png"])
+    assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err

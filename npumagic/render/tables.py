@@ -32,6 +32,7 @@ class Column:
     label: str
     kind: str = "float"
     fmt: Callable[[object, dict], str] | None = None  # (value, row) -> text, when the row decides
+    optional: bool = False  # a name column left out of text too narrow for it (a kernel's type)
 
     def text(self, value, row: dict) -> str:
         return self.fmt(value, row) if self.fmt is not None else FORMATS.get(self.kind, FORMATS["float"])(value)
@@ -137,7 +138,7 @@ class Table:
 
     def to_text(self, width: int | None = None) -> str:
         """The shown table as aligned text, names shortened so lines fit ``width`` characters
-        (default: the terminal's width); a second name column (a kernel's type) is left out
+        (default: the terminal's width); an optional name column (a kernel's type) is left out
         when there is no room for it."""
         width = width or shutil.get_terminal_size((120, 24)).columns
         cols = self.shown_columns
@@ -146,12 +147,13 @@ class Table:
                     if c.kind not in ("name",))
         names = [i for i, c in enumerate(cols) if c.kind == "name"]
         room = width - fixed - 2 * (len(cols) - 1)
-        if len(names) > 1 and room < 24 * len(names):
-            keep = [i for i in range(len(cols)) if i not in names[1:]]
+        optional = [i for i in names if cols[i].optional]
+        if optional and room < 24 * len(names):
+            keep = [i for i in range(len(cols)) if i not in optional]
             cols, headers = [cols[i] for i in keep], [headers[i] for i in keep]
             full = [[r[i] for i in keep] for r in full]
-            room += sum(2 for _ in names[1:])
-            names = names[:1]
+            room += 2 * len(optional)
+            names = [i for i, c in enumerate(cols) if c.kind == "name"]
         # the first name column (the kernel) gets twice the room of a later one (its type)
         shares = [2 if k == 0 else 1 for k in range(len(names))]
         budget = {i: max(12, room * share // max(sum(shares), 1)) for i, share in zip(names, shares)}
@@ -208,7 +210,7 @@ def kernel_table(kernels: pd.DataFrame, top: int | None = 15, caption: str = "to
     cols = [Column("name", "kernel", "name")]
     if len(kernels) and (kernels["type"].astype(str) != kernels["name"].astype(str)).any() \
             and (kernels["type"].astype(str) != "").any():
-        cols.append(Column("type", "type", "name"))
+        cols.append(Column("type", "type", "name", optional=True))
     cols += [Column("count", "count", "int"), Column("total_us", "total (ms)", "ms"), Column("mean_us", "mean (µs)", "us"),
              Column("share", "of step time", "pct")]
     return Table(kernels, cols, caption, top)
@@ -279,7 +281,7 @@ def kernel_diff_table(comparison, top: int = 15) -> Table:
     a, b = comparison.a, comparison.b
     cols = [Column("kernel", "kernel", "name")]
     if len(k) and (k["type"].astype(str) != k["kernel"].astype(str)).any() and (k["type"].astype(str) != "").any():
-        cols.append(Column("type", "type", "name"))
+        cols.append(Column("type", "type", "name", optional=True))
     if len(k) and (k["status"] != "changed").any():
         cols.append(Column("status", "", fmt=lambda v, row: "" if v == "changed" else str(v)))
     cols += [Column("count_a", f"{a} count", "int"), Column("count_b", f"{b} count", "int"),

@@ -149,6 +149,10 @@ def test_the_runs_table_formats_the_history():
     assert cells.rows[0][5:7] == ["43.18", "21%"]
     assert cells.rows[0][-1] == "" and "None" not in str(cells.rows)
     assert table["name"].tolist() == ["baseline", "fixed"] and table.data is runs
+    # the note stays in text too narrow for it whole (shortened, not left out as a kernel's type is)
+    narrow, wide = table.to_text(80), table.to_text(200)
+    assert narrow.splitlines()[1].endswith("note") and narrow.splitlines()[-1].endswith("num_wor…rs=4")
+    assert wide.splitlines()[-1].endswith("num_workers=4")
 
 
 def test_a_column_can_format_by_row():

@@ -200,9 +200,11 @@ class Session:
         try:
             if trace is None and summary is None and result is not None and result.trace_files:
                 trace = analysis.load(run_dir)
-                if result.error is not None and 0 < result.recorded < len(trace.steps):
+                if 0 < result.recorded < len(trace.steps):  # the profiler stopped inside a step
                     trace, seen = trace.first_steps(result.recorded), trace.steps["step"].tolist()
                     unfinished = sorted(set(seen) - set(trace.steps["step"]))
+                    ended = "failed" if result.error is not None else "ended"
+                    notes.append(f"step {', '.join(map(str, unfinished))} left out: the cell {ended} inside it")
             if trace is not None:
                 summary = analysis.summarize(trace, rank=rank)
             if summary is not None:

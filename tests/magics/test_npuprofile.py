@@ -80,6 +80,10 @@ def test_a_short_loop_records_what_it_reached(trainer):
     result = trainer.run_cell("%%npuprofile --wait 1 --warmup 1 --steps 5\nfor i in range(4):\n    train_step()")
     assert result.success
     assert any("2 of 5 active steps recorded" in n for n in result.result.notes)
+    # and only those 2: the step the loop's end cut short (no work after its last optimizer step)
+    # is left out, as the notes say
+    assert result.result.summary.steps["step"].tolist() == [2, 3]
+    assert "step 4 left out: the cell ended inside it" in result.result.notes
 
 
 def test_a_failing_cell_stops_the_profiler_records_the_run_and_reraises(trainer, capsys):

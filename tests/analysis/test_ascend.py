@@ -192,3 +192,12 @@ def test_link_bandwidth_uses_each_links_own_transit_time():
     per_rank = sdma["transit_mb"] / sdma["transit_ms"]
     assert per_rank.to_list() == pytest.approx([15.654, 15.502], rel=1e-3)
     assert per_rank.median() == pytest.approx(15.58, rel=0.05)
+
+
+@pytest.mark.parametrize("inside", ["ASCEND_PROFILER_OUTPUT", "ASCEND_PROFILER_OUTPUT/trace_view.json"])
+def test_a_path_inside_a_rank_reads_that_rank_not_a_kineto_trace(inside):
+    # trace_view.json is Chrome-trace JSON too: read alone as a Kineto trace it was a "CPU" run
+    rank = need(ASCEND / "level1" / "rank0_ascend_pt")
+    trace = npumagic.load(rank / inside)
+    assert trace.meta["backend"] == "npu" and trace.meta["format"] == "ascend"
+    pd.testing.assert_frame_equal(npumagic.summarize(trace).steps, shared_summary(rank).steps)

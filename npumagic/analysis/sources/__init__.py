@@ -29,6 +29,9 @@ def detect(path: str | Path) -> tuple[str, list[Path]]:
     path = Path(path)
     if not path.exists():
         raise TraceError(path, "no such file or directory")
+    inside = path if path.is_dir() else path.parent  # torch_npu's ASCEND_PROFILER_OUTPUT or a file in it
+    if inside.name == ascend.OUTPUT and ascend.rank_dirs(inside.parent):
+        return "ascend", [inside.parent]  # its rank, read whole: trace_view.json alone is no Kineto trace
     if path.is_file():
         if path.name.endswith(_TRACE_SUFFIXES):
             return "kineto", [path]

@@ -73,6 +73,21 @@ def test_step_trace_time_alone_gives_the_vendors_breakdown_marked_as_such(tmp_pa
     assert npumagic.checklist(summary).bottleneck == "communication"
 
 
+def test_a_step_only_rank_beside_a_full_rank_is_one_job(tmp_path):
+    # GIVEN rank 0 with only step_trace_time.csv and rank 1 whole
+    job = _copy(tmp_path)
+    for p in (job / "rank0_ascend_pt" / OUT).iterdir():
+        if p.name != "step_trace_time.csv":
+            p.unlink()
+    # WHEN the job is read THEN both ranks are there, rank 1's events keep their steps
+    summary = _quiet(npumagic.analyze, job)
+    assert sorted(summary.per_rank) == [0, 1]
+    assert summary.per_rank[0].steps.iloc[0]["computing_us"] == pytest.approx(8873.756)
+    full = _quiet(npumagic.analyze, ASCEND / "level1")
+    assert summary.per_rank[1].steps.iloc[0]["computing_us"] == pytest.approx(
+        full.per_rank[1].steps.iloc[0]["computing_us"])
+
+
 def test_one_unreadable_rank_is_named_and_the_others_are_analysed(tmp_path):
     job = _copy(tmp_path)
     broken = job / "rank1_ascend_pt" / OUT

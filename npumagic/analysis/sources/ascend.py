@@ -137,7 +137,9 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     meta = merge_meta(paths, [_rank_meta(p) for p in parts], unreadable, notes.as_meta())
     notes.warn()
     cat = lambda key: pd.concat([p[key] for p in parts], ignore_index=True)  # noqa: E731
-    return schema.finish(cat("events"), cat("steps"), cat("memory"), cat("comm"), meta, cat("links"), cat("matrix"),
+    # a step-only rank's empty table has finish's "step" column, which the other ranks' lack
+    events = cat("events").drop(columns="step", errors="ignore")
+    return schema.finish(events, cat("steps"), cat("memory"), cat("comm"), meta, cat("links"), cat("matrix"),
                          counters=cat("counters"), kernel_metrics=cat("kernel_metrics"))
 
 

@@ -185,3 +185,16 @@ def test_the_db_is_opened_read_only(tmp_path):
     with pytest.raises(sqlite3.OperationalError, match="readonly"):
         conn.execute("CREATE TABLE scratch (a)")
     conn.close()
+
+
+@pytest.mark.parametrize("value", ["'abc'", "NULL"], ids=["text", "null"])
+def test_a_value_torch_npu_never_writes_is_one_error_naming_the_database(tmp_path, value):
+    rank = tmp_path / "rank0_ascend_pt"
+    shutil.copytree(need(DB / "rank0_ascend_pt"), rank, copy_function=shutil.copyfile)
+    db = next((rank / "ASCEND_PROFILER_OUTPUT").glob("ascend_pytorch_profiler*.db"))
+    db.chmod(0o644)
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute(f"UPDATE STEP_TIME SET startNs = {value}")
+        conn.commit()
+    with pytest.raises(TraceError, match=f"{db}: holds values torch_npu does not write"):
+        npumagic.load(rank)

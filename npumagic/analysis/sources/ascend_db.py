@@ -121,6 +121,17 @@ REQUIRED = ("TASK", "STRING_IDS")
 def read_rank(db_path: Path, rank: int) -> dict[str, Any]:
     """Read one rank's ``ascend_pytorch_profiler_N.db`` into the reader's per-rank parts
     (events, steps, memory, comm, links, matrix, vendor tables, environment)."""
+    try:
+        return _read_rank(db_path, rank)
+    except TraceError:
+        raise
+    except (ValueError, TypeError, OverflowError, KeyError, sqlite3.Error, pd.errors.DatabaseError) as exc:
+        # text where torch_npu writes integers, NULL times, bytes that are no UTF-8, ...
+        raise TraceError(db_path, f"holds values torch_npu does not write ({type(exc).__name__}: "
+                                  f"{str(exc)[:200]})") from None
+
+
+def _read_rank(db_path: Path, rank: int) -> dict[str, Any]:
     with closing(connect(db_path)) as conn:
         db = _Db(conn, db_path)
         lacking = [t for t in REQUIRED if not db.has(t)]

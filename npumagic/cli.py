@@ -125,6 +125,7 @@ def _show(args) -> int:
             options["window"] = view_range(args.zoom, float, "--zoom")
     fig = build_view(view, trace, summary, title=f"{Path(args.path).name}: {view}", **options)
     out = Path(args.output)
+    out = out if out.suffix else out.with_name(out.name + ".png")  # what savefig writes; said as written
     fig.savefig(out, dpi=args.dpi)
     print(f"wrote {out}")
     return 0
@@ -184,6 +185,13 @@ def _scheduler_argument(p: argparse.ArgumentParser) -> None:
                         "analysis reads them) and only the described rank in full")
 
 
+def dpi(text: str) -> int:
+    value = int(text)
+    if not 20 <= value <= 600:  # 100000 dpi asks matplotlib for terabytes
+        raise argparse.ArgumentTypeError(f"{value} is not from 20 to 600")
+    return value
+
+
 PATH_HELP = "a torch.profiler or torch_npu output directory (one rank or several), or a trace file"
 
 
@@ -226,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=int, default=None, help="rank to draw (default the lowest)")
     p.add_argument("--step-range", default=None, help="timeline: steps FIRST:LAST")
     p.add_argument("--zoom", default=None, help="timeline: START_MS:END_MS from the first step")
-    p.add_argument("--dpi", type=int, default=110, help="image resolution (default 110)")
+    p.add_argument("--dpi", type=dpi, default=110, help="image resolution, 20 to 600 (default 110)")
     p = add("runs", _runs, "list the run history of an output directory")
     p.add_argument("--out", default="npumagic_runs", help="output directory (default ./npumagic_runs)")
     p.add_argument("--json", action="store_true")

@@ -81,9 +81,10 @@ def test_compare_two_outputs(capsys):
 
 
 def test_show_writes_the_image(tmp_path, capsys):
-    out = tmp_path / "timeline.png"
+    out = tmp_path / "timeline"  # no suffix: a PNG, and the name said is the file's
     assert main(["show", str(need(ASCEND / "level1" / "rank0_ascend_pt")), "--timeline", "-o", str(out)]) == 0
-    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "timeline.png").read_bytes()[:4] == b"\x89PNG"
+    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'timeline.png'}"
 
 
 def test_show_matrix_writes_the_heatmap(tmp_path, capsys):
@@ -186,3 +187,6 @@ def test_help_reads_as_written_and_show_takes_one_view(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["show", "job", "--steps", "--timeline", "-o", "x.png"])
     assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # 100000 dpi would ask for terabytes
+        main(["show", "job", "--dpi", "100000", "-o", "x.png"])
+    assert exit_.value.code == 2 and "100000 is not from 20 to 600" in capsys.readouterr().err

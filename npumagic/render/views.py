@@ -4,6 +4,7 @@ figure becomes PNG or SVG bytes. The same functions serve the magics and the CLI
 from __future__ import annotations
 
 import io
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,6 +121,8 @@ def view_range(text: str | None, kind, option: str):
         a, b = (kind(x) for x in str(text).split(":"))
     except ValueError:
         raise NpumagicError(f"{option} takes FIRST:LAST, got {text!r}") from None
+    if not all(math.isfinite(x) and abs(x) < 1e12 for x in (a, b)):  # 1e400 is inf; 1e12 ms is 30 years
+        raise NpumagicError(f"{option} {text!r}: FIRST and LAST must be finite numbers below 1e12")
     if b < a:
         raise NpumagicError(f"{option} {text!r}: the end comes before the start")
     return a, b

@@ -172,6 +172,8 @@ def test_npushow_redraws_any_view_of_any_run(trainer):
     ("-1 --step-range 3", "--step-range takes FIRST:LAST"),
     ("-1 --zoom 5:1", "the end comes before the start"),
     ("-1 --step-range 40:41", "no steps in 40..41"),
+    ("-1 --zoom 1:1e400", "finite numbers below 1e12"),
+    ("-1 --zoom nan:nan", "finite numbers below 1e12"),
 ])
 def test_npushow_bad_input_is_a_usage_error(trainer, line, message):
     trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 1 --no-plot\ntrain_step()")

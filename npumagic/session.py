@@ -101,6 +101,9 @@ class Session:
         and only then is the old run removed (with its files, when they are in the default
         place). A nested capture raises before anything is recorded or run."""
         ensure_idle()
+        if out and _holds_output(Path(out).resolve()):
+            raise NpumagicError(f"--out {out}: the folder already holds profiler output, which this run's traces "
+                                "would be read with; choose a new or empty folder")
         choice = self.backend_choice()
         backend = choice.backend
         reserved = self.store.reserve(name, next_free=True, backend=backend.name, device=backend.device_name,
@@ -436,6 +439,16 @@ class Session:
             shutil.rmtree(real)
         except OSError as exc:
             raise NpumagicError(f"could not delete {real} ({exc.strerror or exc}); the run is kept") from None
+
+
+def _holds_output(folder: Path) -> bool:
+    """Whether ``folder`` holds Kineto traces or torch_npu ranks (a capture there would mix with them)."""
+    if not folder.is_dir():
+        return False
+    from .analysis.sources import ascend
+
+    return (any(p.name.endswith((".pt.trace.json", ".pt.trace.json.gz")) for p in folder.iterdir())
+            or bool(ascend.rank_dirs(folder)))
 
 
 def _make_run_dir(run_dir: Path) -> bool:

@@ -109,6 +109,18 @@ def test_the_store_refuses_such_a_name_whoever_calls_it(tmp_path, name):
         HistoryStore(tmp_path).reserve(name)
 
 
+@pytest.mark.parametrize("folder", ["runs/first", "job"], ids=["another-runs-folder", "a-torch-npu-job"])
+def test_out_into_a_folder_holding_profiler_output_is_refused_before_the_cell_runs(trainer, tmp_path, folder):
+    # GIVEN a folder with profiler output: another run's, or a torch_npu rank
+    assert _profile(trainer, "--name first").success
+    (tmp_path / "job" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+    iterations = trainer.user_ns["iterations"]
+    # WHEN a run is sent there THEN it is refused, nothing runs, nothing is recorded
+    result = _profile(trainer, f"--name second --out {folder}")
+    assert isinstance(result.error_in_exec, UsageError) and "already holds profiler output" in str(result.error_in_exec)
+    assert trainer.user_ns["iterations"] == iterations and "second" not in _runs(trainer).index
+
+
 # -- no run left 'running' -------------------------------------------------------------------------
 def test_an_unwritable_out_records_the_run_as_failed(trainer, tmp_path):
     (tmp_path / "a_file").write_text("")

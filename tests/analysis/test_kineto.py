@@ -188,3 +188,16 @@ def test_traces_of_separate_runs_in_one_folder_are_refused_not_mixed(tmp_path, f
         (tmp_path / need(CUDA / name).name).write_bytes((CUDA / name).read_bytes())
     with pytest.raises(npumagic.TraceError, match=f"{tmp_path}: holds traces of separate runs: .* both record {why}"):
         npumagic.load(tmp_path)
+
+
+def test_one_step_number_on_two_separate_spans_is_refused(tmp_path):
+    # GIVEN ProfilerStep#103 renamed #102: one number, two steps apart in time
+    trace = json.load(gzip.open(need(CUDA / "ns_resolution").glob("*.gz").__next__()))
+    for e in trace["traceEvents"]:
+        if e.get("name") == "ProfilerStep#103":
+            e["name"] = "ProfilerStep#102"
+    path = tmp_path / "dup.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    # THEN it is one error naming the file and the step, not step 102 stretched over both
+    with pytest.raises(npumagic.TraceError, match=r"dup\.pt\.trace\.json: ProfilerStep#102 marks 2 separate spans"):
+        npumagic.load(path)

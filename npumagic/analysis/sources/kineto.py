@@ -384,7 +384,14 @@ def _steps(frame: pd.DataFrame, rank: int, notes: ReadNotes | None = None, path:
     marks = marks.loc[ids.index].assign(step=ids)
     if marks.empty:
         return schema.empty(schema.STEP_COLUMNS)
-    # The same ProfilerStep may appear as cpu_op and as user_annotation: keep the longest.
+    # The same ProfilerStep may appear as cpu_op and as user_annotation: keep the longest. Marks of
+    # one number that do not overlap are two steps that cannot be told apart (an edited or merged trace).
+    ends = (marks["ts_ns"] + marks["dur_ns"]).groupby(marks["step"]).min()
+    apart = marks.groupby("step")["ts_ns"].max() >= ends
+    if apart.any():
+        step = int(apart.index[apart.to_numpy()][0])
+        raise TraceError(path, f"ProfilerStep#{step} marks {int((marks['step'] == step).sum())} separate spans: "
+                               "its steps cannot be told apart (an edited or merged trace?)")
     marks = marks.sort_values("dur_ns").drop_duplicates("step", keep="last")
     return pd.DataFrame({
         "rank": rank,

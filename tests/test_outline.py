@@ -153,10 +153,12 @@ def test_jobs_the_outline_cannot_read_are_read_in_full_and_it_says_why(tmp_path,
 
 
 @pytest.mark.parametrize("line, why", [
-    ("51,abc,1,1,1,1,1,0,1,1", "line 3: Computing is 'abc'; expected a finite number"),
+    ("51,abc,1,1,1,1,1,0,1,1", "line 3: Computing is 'abc'; expected a time in us"),
     ("step3,1,1,1,1,1,1,0,1,1", "line 3: Step is 'step3'; expected an integer"),
+    ("51,-8873.7,1,1,1,1,1,0,1,1", "line 3: Computing is '-8873.7'; expected a time in us from 0"),
     *(pytest.param(line, why, marks=pytest.mark.slow) for line, why in [
         ("51,nan,1,1,1,1,1,0,1,1", "line 3: Computing is 'nan'"),
+        ("51,1,1e300,1,1,1,1,0,1,1", "line 3: Communication(Not Overlapped) is '1e300'"),
         ("51,1,1,1,1,inf,1,0,1,1", "line 3: Free is 'inf'"),
         ("51,1,1,1", "line 3 has 4 fields; the header has 10"),
         ("99999999999999999999,1,1,1,1,1,1,0,1,1", "line 3: Step is '99999999999999999999'")]),

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ...errors import TraceError
 from .. import schema
-from ._columns import categorical, decimal_us_to_ns_checked, small_int, step_ids, to_int, to_ns, to_ns_checked
+from ._columns import US_LIMIT, categorical, decimal_us_to_ns_checked, small_int, step_ids, to_int, to_ns, to_ns_checked
 from . import ascend_db
 from ._counters import chrome_counters
 from ._kineto_decode import AscendEvent
@@ -395,11 +395,12 @@ def step_trace_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
         for column in numbers:
             value = row[column]
             try:
-                ok = value == "" or math.isfinite(float(value))
+                ok = value == "" or -1 <= float(value) <= US_LIMIT  # NaN fails both; -1 us: rounding
             except ValueError:
                 ok = False
             if not ok:
-                raise TraceError(path, f"line {number}: {column} is {value[:40]!r}; expected a finite number of us")
+                raise TraceError(path, f"line {number}: {column} is {value[:40]!r}; expected a time in us "
+                                       f"from 0 to {US_LIMIT:.1e} (a duration)")
         rows.append(row)
     return header, rows
 

@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -247,9 +248,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """Warnings as the CLI's other messages read (``npumagic: warning: ...``), not Python's
+    ``file:line: UserWarning:`` form with a line of npumagic's source under it."""
+    return f"npumagic: warning: {message}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; return the exit status (2 on bad input)."""
     args = build_parser().parse_args(argv)
+    python_format, warnings.formatwarning = warnings.formatwarning, _one_line_warning  # printed ones only
     try:
         status = args.func(args)
         sys.stdout.flush()  # here, not at exit: a reader that has gone is met inside this try
@@ -260,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (NpumagicError, ValueError, OSError) as exc:
         print(f"npumagic: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = python_format
 
 
 if __name__ == "__main__":

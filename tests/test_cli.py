@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -190,3 +191,14 @@ def test_help_reads_as_written_and_show_takes_one_view(capsys):
     with pytest.raises(SystemExit) as exit_:  # 100000 dpi would ask for terabytes
         main(["show", "job", "--dpi", "100000", "-o", "x.png"])
     assert exit_.value.code == 2 and "100000 is not from 20 to 600" in capsys.readouterr().err
+
+
+def test_warnings_read_as_one_line_like_the_errors(tmp_path):
+    # a job with a rank torch_npu did not parse: the reader warns that it is left out
+    job = tmp_path / "job"
+    shutil.copytree(need(ASCEND / "level1" / "rank0_ascend_pt"), job / "rank0_ascend_pt")
+    (job / "rank1_ascend_pt").mkdir()
+    done = subprocess.run([sys.executable, "-m", "npumagic.cli", "analyze", str(job)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("npumagic: warning: ") and "rank1_ascend_pt" in done.stderr
+    assert "UserWarning" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -33,6 +33,7 @@ class Advice:
     run: str = ""
     hidden_low: int = 0  # low-severity findings left out (shown with every rank / --all)
     ranks_left: str = ""  # which ranks' own findings are not in it, and why ("" when none)
+    otherwise: str = ""  # what the step is when no finding names its bottleneck (compute-bound), or ""
 
     def __iter__(self):
         return iter(self.findings)
@@ -457,7 +458,31 @@ def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | N
         found += [f if f.rule else replace(f, rule="cluster") for f in cluster.findings(summary)]
         found += run_rules(summary)
     found.sort(key=lambda f: f.impact, reverse=True)
-    return Advice(found, run)
+    return Advice(found, run, otherwise=_otherwise(summary, found))
+
+
+# compute-bound: the cheaper math each backend offers (no NPU-only fix on a CPU/CUDA run, and back)
+COMPUTE_BOUND_FIX = {
+    "npu": "make the math cheaper: mixed precision (torch.autocast('npu', dtype=torch.bfloat16)), weights in the "
+           "NPU-native format (torch_npu.npu_format_cast), or fused kernels (torch.compile(model, backend=torchair))",
+    "cuda": "make the math cheaper: mixed precision (torch.autocast('cuda', dtype=torch.bfloat16)), TF32 matmuls "
+            "(torch.backends.cuda.matmul.allow_tf32 = True), channels_last for convolutions, or fused kernels "
+            "(torch.compile(model))",
+    "cpu": "make the math cheaper: bf16 where the CPU supports it (torch.autocast('cpu', dtype=torch.bfloat16)), all "
+           "cores busy (torch.set_num_threads), channels_last for convolutions, or fused kernels (torch.compile(model))",
+}
+
+
+def _otherwise(s: Summary, found: list[Finding]) -> str:
+    """What the checklist calls the step when no finding is big enough to name its bottleneck:
+    compute-bound, with the fix, when the device computes most of it (else "")."""
+    computing = s.share("computing_us")
+    if (found and found[0].impact >= T.VERDICT_MIN_IMPACT) or not computing >= T.COMPUTE_BOUND_SHARE:
+        return ""
+    backend = _backend(s)
+    where = "CPU operators" if backend == "cpu" else "the device"
+    return (f"the step is compute-bound ({where} compute {computing:.0%} of it): "
+            f"{COMPUTE_BOUND_FIX.get(backend, COMPUTE_BOUND_FIX['cpu'])}")
 
 
 def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: bool = True,
@@ -480,8 +505,9 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
                 groups.setdefault((f.category, f.rule, _NUMBERS.sub("#", f.title)), []).append((rank, f))
         findings = []
         for found in groups.values():
-            top = max(found, key=lambda rf: rf[1].impact)[1]
-            findings.append(dataclasses.replace(top, ranks=tuple(sorted(rank for rank, _ in found))))
+            rank, top = max(found, key=lambda rf: rf[1].impact)  # where it weighs most: its figures
+            ranks = tuple(sorted(r for r, _ in found))
+            findings.append(dataclasses.replace(top, ranks=ranks, figures_of=rank if len(ranks) > 1 else None))
         # what only the job shows: slow ranks, stage imbalance, slow links
         findings += [f if f.rule else replace(f, rule="cluster") for f in cluster.findings(summary)]
     findings = sorted(findings, key=lambda f: f.impact, reverse=True)
@@ -489,7 +515,7 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
     if not low:
         shown = [f for f in findings if f.severity != "low"] or findings[:1]
         hidden, findings = len(findings) - len(shown), shown
-    return Advice(findings, run, hidden, left)
+    return Advice(findings, run, hidden, left, _otherwise(summary, findings))
 
 
 _NUMBERS = re.compile(r"\d[\d.,]*")  # a finding's title without its numbers says what was found

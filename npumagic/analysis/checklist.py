@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import thresholds as T
-from .advice import Advice, advise
+from .advice import COMPUTE_BOUND_FIX, Advice, advise
 from .compare import Comparison, compare
 from .metrics import Summary
 
@@ -67,18 +67,6 @@ def classify(summary: Summary, advice: Advice | None = None) -> tuple[str, dict[
 NEXT_CHANGE_DEFAULT = {
     "balanced": "no dominant bottleneck: profile more steps (10 or more) or raise the batch size until one appears",
 }
-# compute-bound: the cheaper math each backend offers (no NPU-only fix on a CPU/CUDA run, and back)
-COMPUTE_BOUND_FIX = {
-    "npu": "make the math cheaper: mixed precision (torch.autocast('npu', dtype=torch.bfloat16)), weights in the "
-           "NPU-native format (torch_npu.npu_format_cast), or fused kernels (torch.compile(model, backend=torchair))",
-    "cuda": "make the math cheaper: mixed precision (torch.autocast('cuda', dtype=torch.bfloat16)), TF32 matmuls "
-            "(torch.backends.cuda.matmul.allow_tf32 = True), channels_last for convolutions, or fused kernels "
-            "(torch.compile(model))",
-    "cpu": "make the math cheaper: bf16 where the CPU supports it (torch.autocast('cpu', dtype=torch.bfloat16)), all "
-           "cores busy (torch.set_num_threads), channels_last for convolutions, or fused kernels (torch.compile(model))",
-}
-
-
 def busy_label(summary: Summary) -> str:
     """What the busy share measures: the device's, or on the CPU backend the CPU's time in torch
     operators (the CPU is not called a device)."""

@@ -23,6 +23,7 @@ class Finding:
     where: str = ""
     rule: str = ""
     ranks: tuple[int, ...] = ()  # the ranks it was found on, when advice covers several
+    figures_of: int | None = None  # of those, the rank whose figures the title and evidence give
 
     @property
     def severity(self) -> str:
@@ -34,6 +35,8 @@ class Finding:
                "title": self.title, "evidence": self.evidence, "fix": self.fix, "where": self.where}
         if self.ranks:
             out["ranks"] = list(self.ranks)
+        if self.figures_of is not None:
+            out["figures_of_rank"] = self.figures_of
         return out
 
     def __str__(self) -> str:

@@ -307,8 +307,9 @@ def advice_table(advice) -> Table:
         if f.where:
             text += f"<br/><i>where:</i> {html.escape(f.where)}"
         ranks = getattr(f, "ranks", ())
+        figures = getattr(f, "figures_of", None)
         rows.append({"#": i, "severity": f.severity, "category": f.category, "finding": text,
-                     "ranks": ", ".join(str(r) for r in ranks)})
+                     "ranks": ", ".join(str(r) for r in ranks) + (f" (figures: {figures})" if figures is not None else "")})
     frame = pd.DataFrame(rows, columns=["#", "severity", "category", "finding", "ranks"])
     cols = [Column("#", "#", "int"), Column("severity", "severity", "text"), Column("category", "category", "text")]
     if frame["ranks"].astype(bool).any():

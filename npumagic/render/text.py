@@ -70,7 +70,9 @@ def verdict_html(verdict) -> str:
 # -- Findings and Advice -------------------------------------------------------------------------
 def finding_text(finding) -> str:
     ranks = getattr(finding, "ranks", ())
-    on = f" (ranks {', '.join(str(r) for r in ranks)})" if len(ranks) > 1 else f" (rank {ranks[0]})" if ranks else ""
+    figures = getattr(finding, "figures_of", None)
+    whose = f"; figures of rank {figures}" if figures is not None else ""
+    on = f" (ranks {', '.join(str(r) for r in ranks)}{whose})" if len(ranks) > 1 else f" (rank {ranks[0]})" if ranks else ""
     rule = getattr(finding, "rule", "")
     label = f"{finding.category}/{rule}" if rule and rule != finding.category else finding.category
     lines = [f"[{finding.severity}] {label}: {finding.title}{on}", f"    fix: {finding.fix}"]
@@ -92,14 +94,18 @@ def hidden_note(advice) -> str:
 def advice_text(advice) -> str:
     head = f"npumagic advice{' for ' + advice.run if advice.run else ''}: "
     note = f"\n{hidden_note(advice)}" if hidden_note(advice) else ""
+    otherwise = getattr(advice, "otherwise", "")
     if not advice.findings:
-        return head + "no bottleneck past its threshold" + note
+        return head + (otherwise or "no bottleneck past its threshold") + note
     return head + f"{_plural(len(advice.findings), 'finding')}\n" + "\n".join(
-        f"{i}. {finding_text(f)}" for i, f in enumerate(advice.findings, 1)) + note
+        f"{i}. {finding_text(f)}" for i, f in enumerate(advice.findings, 1)) + (
+        f"\nnone of them names the bottleneck: {otherwise}" if otherwise else "") + note
 
 
 def advice_html(advice) -> str:
     note = "".join(f"<p style='color:#777;margin:0'>{html.escape(line)}</p>" for line in hidden_note(advice).splitlines())
+    if getattr(advice, "otherwise", "") and advice.findings:
+        note += f"<p>none of them names the bottleneck: {html.escape(advice.otherwise)}</p>"
     if not advice.findings:
         return f"<p>{html.escape(advice_text(advice).splitlines()[0])}</p>" + note
     return advice_table(advice)._repr_html_() + note

@@ -46,3 +46,20 @@ def test_item_every_step_is_a_low_sync_finding_on_the_cpu(trainer):
     assert sync.severity == "low"
     assert "on NPU/CUDA each becomes a host-device sync" in sync.title
     assert sync.evidence["syncs_per_step"] >= 1
+
+
+def test_a_compute_bound_step_is_called_so_by_the_advice_too(trainer):
+    # GIVEN a step that is all matmul on one thread: no finding, yet the verdict is compute-bound
+    trainer.run_cell("import torch\nthreads = torch.get_num_threads(); torch.set_num_threads(1)\n"
+                     "big = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 512))\n"
+                     "big_opt = torch.optim.SGD(big.parameters(), lr=0.1); xs = torch.randn(256, 512)\n"
+                     "def matmul_step():\n    big(xs).sum().backward(); big_opt.step(); big_opt.zero_grad()")
+    try:
+        report = _profile(trainer, "matmul", "matmul_step()")
+    finally:
+        trainer.run_cell("torch.set_num_threads(threads)")
+    assert report.verdict.bottleneck == "compute_bound"
+    # THEN %npuadvise says what the verdict says, with the same fix, not "no bottleneck"
+    text = str(trainer.run_line_magic("npuadvise", "matmul"))
+    assert "the step is compute-bound (CPU operators compute" in text and report.verdict.next_change in text
+    assert "no bottleneck past its threshold" not in text

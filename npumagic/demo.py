@@ -9,6 +9,7 @@ from pathlib import Path
 SETUP = '''
 import time, torch
 torch.manual_seed(0)
+torch.set_num_threads(1)  # this small model gains nothing from more; on a busy machine they wait on each other
 
 class SlowDataset(torch.utils.data.Dataset):
     """64 samples that take `delay` seconds each to 'decode', like an image pipeline."""

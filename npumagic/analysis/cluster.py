@@ -103,7 +103,8 @@ def slow_ranks(ranks: pd.DataFrame, label: str = "") -> list[Finding]:
         where = f"{label}ranks {int(high['rank'])} and {int(low['rank'])}"
         title = (f"slow rank: rank {int(high['rank'])} spends {_per_step_ms(gap):.2f} ms more per step in {words} than "
                  f"rank {int(low['rank'])} ({_per_step_ms(high[column]):.2f} vs {_per_step_ms(low[column]):.2f} ms, "
-                 f"{ratio:.1%} of the {_per_step_ms(step):.2f} ms mean step)")
+                 f"{ratio:.1%} of the {_per_step_ms(step):.2f} ms mean step of computing, communication not "
+                 "overlapped and free time)")  # msprof-analyze's step: not the wall time the step table shows
         if column == "comm_not_overlapped_us":
             category = "communication"
             fix = (f"in a collective the rank that waits longest is not the slow one: rank {int(low['rank'])} arrives "

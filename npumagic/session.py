@@ -269,6 +269,10 @@ class Session:
         if name not in self._summaries:
             stored = self.store.summary(name)
             if stored is None:
+                run = self.store.get(name)
+                if not run.run_dir or not Path(run.run_dir).exists():
+                    raise NpumagicError(f"run {name!r}: no summary of it could be read from the history and its "
+                                        f"output directory is gone ({run.run_dir}): nothing is left to analyse")
                 stored = analysis.summarize(self.trace(name))
                 self.store.put_summary(name, stored)
             self._summaries[name] = stored

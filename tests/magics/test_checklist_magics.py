@@ -176,6 +176,14 @@ def test_old_runs_compare_advise_and_show_after_a_restart_without_their_files(tr
     assert [f.view for f in shown.figures] == ["steps", "kernels"]
     with pytest.raises(UsageError, match="timeline needs the trace files"):
         trainer.run_line_magic("npushow", "before --timeline")
+    # a stored summary that cannot be read, with the files gone: said as it is, not "in the history"
+    session = trainer.magics_manager.registry["NpuMagics"].session
+    with session.store._connect(immediate=True) as db:
+        db.execute("UPDATE summaries SET data = ?", (b"garbage",))
+    trainer.magics_manager.registry["NpuMagics"]._session = None
+    with pytest.raises(UsageError, match="no summary of it could be read from the history and its output "
+                                         "directory is gone"):
+        trainer.run_line_magic("npuadvise", "before")
 
 
 BATCHES_SETUP = """

@@ -156,10 +156,11 @@ class NpuMagics(Magics):
     def __init__(self, shell=None, **kwargs) -> None:
         super().__init__(shell=shell, **kwargs)
         self._session: Session | None = None
+        self._home = Path.cwd()  # a relative output_dir stays the notebook's folder's after %cd
 
     @property
     def session(self) -> Session:
-        wanted = Path(self.output_dir).resolve()
+        wanted = (self._home / Path(self.output_dir).expanduser()).resolve()
         if self._session is None or self._session.output_dir != wanted or (self._session.prefer_backend or "") != self.backend:
             try:
                 self._session = Session(wanted, backend=self.backend or None)

@@ -167,7 +167,7 @@ class Session:
         :func:`npumagic.parallel.analyze`)."""
         if name is not None:
             check_name(name)
-        path = Path(path).resolve()
+        path = Path(path).expanduser().resolve()
         # raises TraceError before anything is stored; many ranks (an outline, or Dask): only a Summary
         if parallel.reads_apart(path, self.scheduler, every_rank):
             try:
@@ -245,6 +245,8 @@ class Session:
             return names[-1]
         if name.lstrip("-").isdigit() and name.startswith("-"):
             k = int(name)
+            if k == 0:
+                raise NpumagicError("-0 is no run: -1 is the latest, -2 the one before")
             if -k > len(names):
                 raise NpumagicError(f"only {len(names)} runs recorded; {name} is out of range")
             return names[k]

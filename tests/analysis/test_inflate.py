@@ -97,3 +97,15 @@ def test_a_bom_before_the_json_is_skipped(tmp_path):
     path.write_bytes(b'\xef\xbb\xbf{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", '
                      b'"ts": 1, "dur": 2, "pid": 1, "tid": 1}]}')
     assert npumagic.load(path).events["name"].tolist() == ["aten::mm"]
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "0"])
+def test_a_limit_that_is_not_a_positive_size_is_said_not_ignored(monkeypatch, value):
+    from npumagic.analysis.sources._inflate import max_bytes
+    from npumagic.errors import NpumagicError
+
+    monkeypatch.setenv("NPUMAGIC_MAX_TRACE_BYTES", value)
+    with pytest.raises(NpumagicError, match=f"NPUMAGIC_MAX_TRACE_BYTES='{value}': expected a positive number of bytes"):
+        max_bytes()
+    monkeypatch.setenv("NPUMAGIC_MAX_TRACE_BYTES", "8e9")
+    assert max_bytes() == 8_000_000_000

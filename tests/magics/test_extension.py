@@ -202,3 +202,17 @@ def test_advice_over_every_rank_lists_a_shared_finding_once(shell):
     assert advice[0].category == "communication" and advice[0].ranks == (0, 1)
     assert "ranks 0, 1" in str(advice)
     assert "<th" in advice._repr_html_() and ">ranks<" in advice._repr_html_()
+
+
+def test_a_relative_output_dir_stays_the_notebooks_after_a_cd(trainer, tmp_path, monkeypatch):
+    # GIVEN runs kept in a relative folder, recorded from the notebook's folder
+    trainer.run_line_magic("config", "NpuMagics.output_dir = 'rel_runs'")
+    trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 1 --name here\ntrain_step()")
+    # WHEN the kernel's working directory changes (%cd, os.chdir)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    # THEN the same history is read, and no empty one appears where the kernel now is
+    assert trainer.run_line_magic("npuruns", "")["name"].tolist() == ["here"]
+    assert (tmp_path / "rel_runs" / "history.sqlite").exists() and not (tmp_path / "elsewhere" / "rel_runs").exists()
+    with pytest.raises(UsageError, match="-0 is no run"):
+        trainer.run_line_magic("npuadvise", "-0")

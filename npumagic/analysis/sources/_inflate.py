@@ -19,7 +19,7 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from ...errors import TraceError
+from ...errors import NpumagicError, TraceError
 
 MAX_BYTES = 4 * 2**30  # inflated size limit of one trace file
 MAX_RATIO = 100  # inflated / compressed, checked once RATIO_FLOOR bytes are inflated
@@ -31,10 +31,15 @@ GZIP_MAGIC = b"\x1f\x8b"
 def max_bytes() -> int:
     """The inflated size limit: ``NPUMAGIC_MAX_TRACE_BYTES`` when set, else :data:`MAX_BYTES`."""
     text = os.environ.get("NPUMAGIC_MAX_TRACE_BYTES", "").strip()
-    try:
-        return int(text) if text else MAX_BYTES
-    except ValueError:
+    if not text:
         return MAX_BYTES
+    try:
+        value = int(float(text))  # 8e9 reads as 8 GB
+    except (ValueError, OverflowError):
+        value = 0
+    if value <= 0:
+        raise NpumagicError(f"NPUMAGIC_MAX_TRACE_BYTES={text!r}: expected a positive number of bytes (e.g. 8e9)")
+    return value
 
 
 class _GzipStream(io.RawIOBase):

@@ -198,3 +198,38 @@ def test_a_value_torch_npu_never_writes_is_one_error_naming_the_database(tmp_pat
         conn.commit()
     with pytest.raises(TraceError, match=f"{db}: holds values torch_npu does not write"):
         npumagic.load(rank)
+
+
+def _damaged(tmp_path, *statements):
+    rank = tmp_path / "rank0_ascend_pt"
+    shutil.copytree(need(DB / "rank0_ascend_pt"), rank, copy_function=shutil.copyfile)
+    db = next((rank / "ASCEND_PROFILER_OUTPUT").glob("ascend_pytorch_profiler*.db"))
+    db.chmod(0o644)
+    with closing(sqlite3.connect(db)) as conn:
+        for statement in statements:
+            conn.execute(statement)
+        conn.commit()
+    return rank, db
+
+
+def test_rows_with_times_no_profiler_writes_are_skipped_and_counted_not_clipped(tmp_path):
+    # GIVEN a collective that ends before it starts and a kernel that ends at the end of int64
+    rank, db = _damaged(tmp_path,
+                        "UPDATE COMMUNICATION_OP SET endNs = startNs - 5000000 WHERE rowid = (SELECT MIN(rowid) FROM COMMUNICATION_OP)",
+                        "UPDATE TASK SET endNs = 9223372036854775807 WHERE rowid = (SELECT MIN(t.rowid) FROM TASK AS t "
+                        "JOIN COMPUTE_TASK_INFO AS c ON c.globalTaskId = t.globalTaskId)")
+    # WHEN read THEN each is left out and counted under its table, and the step keeps its length
+    with pytest.warns(UserWarning) as caught:
+        summary = npumagic.analyze(rank)
+    said = " ".join(str(w.message) for w in caught)
+    assert f"{db} COMMUNICATION_OP: 1 of 4 rows skipped (1 end before start)" in said
+    assert f"{db} TASK: 1 of" in said and "(1 time out of range)" in said
+    whole = npumagic.analyze(need(DB / "rank0_ascend_pt"))
+    assert summary.steps["wall_us"].tolist() == whole.steps["wall_us"].tolist()
+    assert summary.comm["count"].sum() == whole.comm["count"].sum() - 1  # the broken allReduce, not a 0 ms one
+
+
+def test_a_step_that_step_time_lists_twice_is_refused(tmp_path):
+    rank, db = _damaged(tmp_path, "INSERT INTO STEP_TIME SELECT * FROM STEP_TIME")
+    with pytest.raises(TraceError, match=f"{db}: STEP_TIME lists step 50 more than once"):
+        npumagic.load(rank)

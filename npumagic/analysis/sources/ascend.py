@@ -204,7 +204,7 @@ def read_rank_parts(rank_dir: Path, notes: ReadNotes | None = None) -> dict[str,
     db = ascend_db.find_db(out)
     has_text = any((out / f).is_file() for f in TEXT_TABLES)
     if db is not None and (not has_text or _export_type(info) == "db"):
-        parts = ascend_db.read_rank(db, rank)
+        parts = ascend_db.read_rank(db, rank, notes)
         parts.update(settings=settings, note="", sources={
             "breakdown": f"{db.name}: TASK, COMPUTE_TASK_INFO, COMMUNICATION_OP, STEP_TIME",
             "timeline": db.name, "links": f"{db.name}: COMMUNICATION_TASK_INFO"})

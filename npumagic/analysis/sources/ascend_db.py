@@ -30,8 +30,9 @@ import pandas as pd
 
 from ...errors import TraceError
 from .. import schema
-from ._columns import to_int
+from ._columns import US_LIMIT, to_int
 from ._db_counters import db_counters
+from ._notes import ReadNotes
 from .kineto import DATALOADER_PREFIX, STEP_NAME
 
 DB_PATTERN = "ascend_pytorch_profiler*.db"
@@ -118,11 +119,13 @@ class _Db:
 REQUIRED = ("TASK", "STRING_IDS")
 
 
-def read_rank(db_path: Path, rank: int) -> dict[str, Any]:
+def read_rank(db_path: Path, rank: int, notes: ReadNotes | None = None) -> dict[str, Any]:
     """Read one rank's ``ascend_pytorch_profiler_N.db`` into the reader's per-rank parts
-    (events, steps, memory, comm, links, matrix, vendor tables, environment)."""
+    (events, steps, memory, comm, links, matrix, vendor tables, environment). Rows whose times
+    no profiler writes (an end before the start, past the int64 nanosecond range) are skipped
+    and counted in ``notes``."""
     try:
-        return _read_rank(db_path, rank)
+        return _read_rank(db_path, rank, notes if notes is not None else ReadNotes())
     except TraceError:
         raise
     except (ValueError, TypeError, OverflowError, KeyError, sqlite3.Error, pd.errors.DatabaseError) as exc:
@@ -131,7 +134,7 @@ def read_rank(db_path: Path, rank: int) -> dict[str, Any]:
                                   f"{str(exc)[:200]})") from None
 
 
-def _read_rank(db_path: Path, rank: int) -> dict[str, Any]:
+def _read_rank(db_path: Path, rank: int, notes: ReadNotes) -> dict[str, Any]:
     with closing(connect(db_path)) as conn:
         db = _Db(conn, db_path)
         lacking = [t for t in REQUIRED if not db.has(t)]
@@ -144,11 +147,17 @@ def _read_rank(db_path: Path, rank: int) -> dict[str, Any]:
             if row is not None and row[0] is not None and 0 <= int(row[0]) < 2**31:
                 device_rank = int(row[0])
         kernels, metrics = _compute_tasks(db)
+        good = _good_times(kernels, notes, db_path, "TASK")
+        kernels, metrics = kernels[good], metrics[good]
         comm_events = _comm_ops(db)
-        events = pd.concat([_torch_api(db), _cann_api(db), kernels, _memcpy_tasks(db), comm_events],
+        comm_events = comm_events[_good_times(comm_events, notes, db_path, "COMMUNICATION_OP")]
+        host = [_torch_api(db), _cann_api(db)]
+        host = [h[_good_times(h, notes, db_path, table)] for h, table in zip(host, ("PYTORCH_API", "CANN_API"))]
+        copies = _memcpy_tasks(db)
+        events = pd.concat([*host, kernels, copies[_good_times(copies, notes, db_path, "TASK")], comm_events],
                            ignore_index=True)
         events["rank"] = device_rank
-        steps = _steps(db, events, device_rank)
+        steps = _steps(db, events, device_rank, notes, db_path)
         links, matrix = _links(db, steps, device_rank)
         comm = _comm_table(db, comm_events, steps, device_rank, links)
         vendor = _analysis_tables(db_path.parent)
@@ -170,6 +179,18 @@ def _read_rank(db_path: Path, rank: int) -> dict[str, Any]:
         }
 
 
+NS_LIMIT = int(US_LIMIT) * 1000  # past it, nanoseconds leave int64 when added
+
+
+def _good_times(frame: pd.DataFrame, notes: ReadNotes, path: Path, table: str) -> np.ndarray:
+    """The rows of ``frame`` (ts_ns, dur_ns) whose times a profiler writes; the others counted."""
+    if frame.empty:
+        return np.ones(len(frame), dtype=bool)
+    ts, dur = frame["ts_ns"].to_numpy(), frame["dur_ns"].to_numpy()
+    return notes.count(f"{path} {table}", len(frame), "rows", end_before_start=dur < 0,
+                       time_out_of_range=(ts < 0) | (ts > NS_LIMIT - np.maximum(dur, 0)))
+
+
 def _lane(prefix: str, global_tid: pd.Series) -> list[str]:
     tid = pd.to_numeric(global_tid, errors="coerce").fillna(0).astype(np.int64) & 0xFFFFFFFF
     return [f"{prefix}/Thread {t}" for t in tid]
@@ -178,7 +199,7 @@ def _lane(prefix: str, global_tid: pd.Series) -> list[str]:
 def _host(name: pd.Series, kind, start, end, lane, correlation, shapes="", source="") -> pd.DataFrame:
     start = pd.to_numeric(start, errors="coerce").fillna(0).astype(np.int64).to_numpy()
     end = pd.to_numeric(end, errors="coerce").fillna(0).astype(np.int64).to_numpy()
-    return pd.DataFrame({"name": name.to_numpy(), "kind": kind, "ts_ns": start, "dur_ns": np.maximum(end - start, 0),
+    return pd.DataFrame({"name": name.to_numpy(), "kind": kind, "ts_ns": start, "dur_ns": end - start,
                          "lane": lane, "stream": -1, "device": -1, "correlation": correlation, "shapes": shapes,
                          "source": source, "core": "cpu", "type": name.to_numpy()})
 
@@ -218,7 +239,7 @@ def _device(frame: pd.DataFrame, name: pd.Series, kind: str, core, type_) -> pd.
     stream = frame["streamId"].astype(np.int64).to_numpy()
     return pd.DataFrame({
         "name": name.to_numpy(), "kind": kind, "ts_ns": frame["startNs"].astype(np.int64).to_numpy(),
-        "dur_ns": (frame["endNs"] - frame["startNs"]).clip(lower=0).astype(np.int64).to_numpy(),
+        "dur_ns": (frame["endNs"] - frame["startNs"]).astype(np.int64).to_numpy(),  # < 0: skipped by _good_times
         "lane": [f"Ascend Hardware/Stream {s}" for s in stream], "stream": stream,
         "device": frame["deviceId"].astype(np.int64).to_numpy(),
         "correlation": frame["connectionId"].fillna(-1).astype(np.int64).to_numpy(),
@@ -295,15 +316,22 @@ def _comm_ops(db: _Db) -> pd.DataFrame:
     return events
 
 
-def _steps(db: _Db, events: pd.DataFrame, rank: int) -> pd.DataFrame:
+def _steps(db: _Db, events: pd.DataFrame, rank: int, notes: ReadNotes, path: Path) -> pd.DataFrame:
     if db.has("STEP_TIME"):
         raw = db.query("SELECT id, startNs, endNs FROM STEP_TIME")
         ids = pd.to_numeric(raw["id"].astype(str).str.extract(r"(\d+)$")[0], errors="coerce")
         raw = raw[ids.notna()]
         if len(raw):
-            return pd.DataFrame({"rank": rank, "step": ids.dropna().astype(np.int64).to_numpy(),
-                                 "start_ns": raw["startNs"].astype(np.int64).to_numpy(),
-                                 "end_ns": raw["endNs"].astype(np.int64).to_numpy()})
+            steps = pd.DataFrame({"rank": rank, "step": ids.dropna().astype(np.int64).to_numpy(),
+                                  "start_ns": raw["startNs"].astype(np.int64).to_numpy(),
+                                  "end_ns": raw["endNs"].astype(np.int64).to_numpy()})
+            repeated = steps["step"][steps["step"].duplicated()]
+            if len(repeated):
+                raise TraceError(path, f"STEP_TIME lists step {int(repeated.iat[0])} more than once: its steps "
+                                       "cannot be told apart")
+            good = _good_times(steps.assign(ts_ns=steps["start_ns"], dur_ns=steps["end_ns"] - steps["start_ns"]),
+                               notes, path, "STEP_TIME")
+            return steps[good].reset_index(drop=True)
     marks = events[events["kind"] == "annotation"]
     ids = marks["name"].astype(str).str.extract(STEP_NAME)[0]
     marks = marks[ids.notna()]

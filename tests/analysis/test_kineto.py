@@ -155,17 +155,20 @@ def test_ids_past_32_bits_are_kept_whole(tmp_path):
     assert str(ev.loc["aten::mm", "lane"]).endswith(f"/Thread {big}")
 
 
-def _as_rank(src, rank, dst):
+def _as_rank(src, rank, dst, rename=None):
     trace = json.load(gzip.open(src))
     trace["distributedInfo"] = {"rank": rank, "world_size": 2, "backend": "nccl"}
+    for e in trace["traceEvents"]:
+        if rename and e.get("name") in rename:
+            e["name"] = rename[e["name"]]
     dst.write_text(json.dumps(trace))
 
 
 def test_a_folder_of_two_ranks_with_different_operators_is_one_job(tmp_path):
-    # GIVEN two ranks' traces whose operator names differ (the second ran the autograd API trace)
-    legacy = need(CUDA / "legacy_kineto")
-    _as_rank(legacy / "resnet50_nw0.pt.trace.json.gz", 0, tmp_path / "rank0.pt.trace.json")
-    _as_rank(legacy / "resnet50_autograd_api_nw0.pt.trace.json.gz", 1, tmp_path / "rank1.pt.trace.json")
+    # GIVEN two ranks' traces whose operator names differ (rank 1 ran GELU where rank 0 ran ReLU)
+    src = next(need(CUDA / "alexnet_sync").glob("*.json.gz"))
+    _as_rank(src, 0, tmp_path / "rank0.pt.trace.json")
+    _as_rank(src, 1, tmp_path / "rank1.pt.trace.json", rename={"aten::relu": "aten::gelu", "aten::relu_": "aten::gelu_"})
     # WHEN the folder is read THEN each rank holds exactly its own file's events, names kept
     job = npumagic.load(tmp_path)
     assert job.ranks == [0, 1] and job.events["name"].dtype == "category"
@@ -173,6 +176,7 @@ def test_a_folder_of_two_ranks_with_different_operators_is_one_job(tmp_path):
         alone = npumagic.load(tmp_path / f"{name}.pt.trace.json").events
         mine = job.events[job.events["rank"] == rank]
         assert sorted(mine["name"].astype(str)) == sorted(alone["name"].astype(str))
+    assert "aten::gelu_" in set(job.events["name"].astype(str)) - set(npumagic.load(src).events["name"].astype(str))
     assert npumagic.summarize(job).ranks["rank"].tolist() == [0, 1]
 
 
@@ -191,13 +195,13 @@ def test_traces_of_separate_runs_in_one_folder_are_refused_not_mixed(tmp_path, f
 
 
 def test_one_step_number_on_two_separate_spans_is_refused(tmp_path):
-    # GIVEN ProfilerStep#103 renamed #102: one number, two steps apart in time
-    trace = json.load(gzip.open(need(CUDA / "ns_resolution").glob("*.gz").__next__()))
+    # GIVEN ProfilerStep#2 renamed #1: one number, two steps apart in time
+    trace = json.load(gzip.open(next(need(CUDA / "rocm_mi250").glob("*.gz"))))
     for e in trace["traceEvents"]:
-        if e.get("name") == "ProfilerStep#103":
-            e["name"] = "ProfilerStep#102"
+        if e.get("name") == "ProfilerStep#2":
+            e["name"] = "ProfilerStep#1"
     path = tmp_path / "dup.pt.trace.json"
     path.write_text(json.dumps(trace))
     # THEN it is one error naming the file and the step, not step 102 stretched over both
-    with pytest.raises(npumagic.TraceError, match=r"dup\.pt\.trace\.json: ProfilerStep#102 marks 2 separate spans"):
+    with pytest.raises(npumagic.TraceError, match=r"dup\.pt\.trace\.json: ProfilerStep#1 marks 2 separate spans"):
         npumagic.load(path)

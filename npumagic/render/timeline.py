@@ -15,6 +15,7 @@ from matplotlib.patches import Patch
 
 from ..analysis.intervals import Spans
 from ..analysis.schema import Trace
+from ..errors import NpumagicError
 from .colors import KIND_COLORS, OTHER, kernel_colors
 from .titles import wrap_title
 
@@ -102,7 +103,11 @@ def plot_timeline(ax, trace: Trace, rank: int | None = None, *, top_kernels: lis
     ev = ev[(ev["ts_ns"] + ev["dur_ns"] >= lo) & (ev["ts_ns"] <= hi)]
     order = _lane_order(ev) if len(ev) else []
     if lanes:
-        order = [name for name in order if any(sub in name for sub in lanes)]
+        chosen = [name for name in order if any(sub in name for sub in lanes)]
+        if not chosen:
+            raise NpumagicError(f"--lanes {','.join(lanes)}: no lane's name holds it; the lanes are "
+                                + ", ".join(order[:12]) + (" ..." if len(order) > 12 else ""))
+        order = chosen
     pixel_ns = (hi - lo) / width_px
     ms = lambda ns: (np.asarray(ns, dtype=np.float64) - origin) / 1e6  # noqa: E731
     top = set(top_kernels)

@@ -174,6 +174,7 @@ def test_npushow_redraws_any_view_of_any_run(trainer):
     ("-1 --step-range 40:41", "no steps in 40..41"),
     ("-1 --zoom 1:1e400", "finite numbers below 1e12"),
     ("-1 --zoom nan:nan", "finite numbers below 1e12"),
+    ("-1 --timeline --lanes nonsense", "--lanes nonsense: no lane's name holds it; the lanes are .*Thread"),
 ])
 def test_npushow_bad_input_is_a_usage_error(trainer, line, message):
     trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 1 --no-plot\ntrain_step()")

@@ -39,6 +39,23 @@ CHILDREN_EVERY_S = 0.5  # new DataLoader workers are found within this
 RECORDING = frozenset({"RECORD", "RECORD_AND_SAVE"})  # torch's and torch_npu's ProfilerAction names
 
 
+# multiprocessing's own long-lived helpers: children of the kernel that run no user work (the
+# resource tracker starts with the first spawned process, e.g. a Dask cluster, and stays)
+HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "multiprocessing.semaphore_tracker")
+
+
+def is_helper(cmdline: str) -> bool:
+    """Whether a child process with ``cmdline`` is one of multiprocessing's helpers, not a worker."""
+    return any(helper in cmdline for helper in HELPERS)
+
+
+def _cmdline(child) -> list[str]:
+    try:
+        return child.cmdline()
+    except Exception:  # noqa: BLE001 - psutil.Error, or a process gone meanwhile
+        return []
+
+
 class _Proc:
     """Cheap reads of /proc (Linux): cumulative CPU seconds and RSS bytes."""
 
@@ -48,6 +65,7 @@ class _Proc:
         self.stat = os.open("/proc/stat", os.O_RDONLY)
         self.statm = os.open("/proc/self/statm", os.O_RDONLY)
         self.children: dict[int, int] = {}  # pid -> fd of /proc/pid/stat
+        self.helpers: set[int] = set()  # children that are no workers (see is_helper)
 
     @staticmethod
     def available() -> bool:
@@ -76,8 +94,12 @@ class _Proc:
                 continue
         for pid in set(self.children) - pids:
             os.close(self.children.pop(pid))
-        for pid in pids - set(self.children):
+        for pid in pids - set(self.children) - self.helpers:
             try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    if is_helper(fh.read().replace(b"\0", b" ").decode(errors="replace")):
+                        self.helpers.add(pid)
+                        continue
                 self.children[pid] = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
             except OSError:
                 pass
@@ -90,7 +112,7 @@ class _Proc:
             except (OSError, IndexError):
                 os.close(self.children.pop(pid))
                 continue
-            if not fields:  # the process has exited
+            if not fields or fields[0] == b"Z":  # the process has exited (a zombie not yet reaped)
                 os.close(self.children.pop(pid))
                 continue
             out[pid] = (int(fields[11]) + int(fields[12])) / self.tick  # utime + stime
@@ -123,7 +145,8 @@ class _Psutil:
 
     def list_children(self) -> None:
         try:
-            self.children = {c.pid: c for c in self.process.children(recursive=False)}
+            children = self.process.children(recursive=False)
+            self.children = {c.pid: c for c in children if not is_helper(" ".join(_cmdline(c)))}
         except self.psutil.Error:
             self.children = {}
 

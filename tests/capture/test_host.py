@@ -39,6 +39,11 @@ def _sampler_threads() -> list[threading.Thread]:
 
 @pytest.fixture
 def workers_run(shell):
+    # multiprocessing's resource tracker, a child of the kernel once anything spawned a process
+    # (a Dask cluster, a spawn-context DataLoader): a helper, never counted as a worker
+    import multiprocessing.resource_tracker
+
+    multiprocessing.resource_tracker.ensure_running()
     assert shell.run_cell(LOADER).success
     result = shell.run_cell("%%npuprofile --wait 1 --warmup 1 --steps 4 --name w2 --no-plot\n" + LOOP)
     assert result.success, result.error_in_exec

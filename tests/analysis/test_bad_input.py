@@ -139,3 +139,32 @@ def test_a_csv_cut_inside_its_last_row_loses_that_row_and_says_so(tmp_path):
     assert len(kept) == sum(",HCCL," not in row for row in whole)  # collectives come from the HCCL lanes
     full = npumagic.load(need(ASCEND / "level1" / "rank0_ascend_pt")).kernel_metrics
     assert kept["dur_ns"].tolist() == full["dur_ns"].iloc[:len(kept)].tolist()
+
+
+def _level1_copy(tmp_path):
+    rank = tmp_path / "rank0_ascend_pt"
+    shutil.copytree(need(ASCEND / "level1" / "rank0_ascend_pt"), rank, copy_function=shutil.copyfile)
+    path = rank / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    path.chmod(0o644)
+    return rank, path
+
+
+def test_a_task_listed_twice_counts_once_and_is_said(tmp_path):
+    # GIVEN kernel_details.csv with every task row twice (two exports concatenated)
+    rank, path = _level1_copy(tmp_path)
+    header, *rows = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(header + b"".join(rows) + b"".join(rows))
+    # THEN each kernel's count and total are the original's, and the repeats are counted
+    with pytest.warns(UserWarning, match=rf"kernel_details\.csv: {len(rows)} of {2 * len(rows)} rows skipped "
+                                         rf"\({len(rows)} repeated row\)"):
+        twice = npumagic.analyze(rank).kernels
+    once = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt")).kernels
+    assert twice[["name", "count", "total_us"]].equals(once[["name", "count", "total_us"]])
+
+
+def test_a_byte_that_is_no_utf8_costs_its_cell_not_the_rank(tmp_path):
+    rank, path = _level1_copy(tmp_path)
+    path.write_bytes(path.read_bytes().replace(b"MatMulV2", b"MatMul\xff2", 1))
+    with pytest.warns(UserWarning, match=r"kernel_details\.csv: 1 cell held bytes that are no UTF-8"):
+        summary = npumagic.analyze(rank)
+    assert len(summary.steps) == 1 and any("MatMul\ufffd2" in n for n in summary.kernels["name"])

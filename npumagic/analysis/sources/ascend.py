@@ -482,10 +482,13 @@ def _json(path: Path) -> dict[str, Any]:
 
 def _read_csv(path: Path, required: tuple[str, ...] = (), notes: ReadNotes | None = None) -> pd.DataFrame:
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, encoding="utf-8-sig")
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, encoding="utf-8-sig",
+                            encoding_errors="replace")  # one stray byte costs its cell, not the rank
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
         raise TraceError(path, f"not a readable CSV ({exc})") from None
     frame.columns = [str(c).strip() for c in frame.columns]
+    if any("\ufffd" in c for c in frame.columns):
+        raise TraceError(path, "not a readable CSV (its header holds bytes that are no UTF-8: a binary file?)")
     duplicates = [c for c in frame.columns if re.fullmatch(r".+\.\d+", c) and c.rsplit(".", 1)[0] in frame.columns]
     if duplicates and notes is not None:  # pandas renamed the second 'Name' to 'Name.1'
         notes.remark(path, ", ".join(f"duplicate column {c.rsplit('.', 1)[0]!r}" for c in duplicates)
@@ -499,6 +502,10 @@ def _read_csv(path: Path, required: tuple[str, ...] = (), notes: ReadNotes | Non
             notes.count(path, 1, "rows", cut_short_where_the_file_ends=np.ones(1, dtype=bool))
     # trailing whitespace ("...643.212\t"): one pass over every cell, not a pandas string method per column
     cells = _strip(frame.to_numpy(dtype=object))
+    replaced = int(sum("\ufffd" in c for c in cells.ravel() if isinstance(c, str)))
+    if replaced and notes is not None:
+        notes.remark(path, f"{replaced} cell{'s' if replaced > 1 else ''} held bytes that are no UTF-8 (shown as \ufffd; "
+                           "a number there is skipped as text)")
     return pd.DataFrame(cells, index=frame.index, columns=frame.columns).astype(frame.dtypes.to_dict())
 
 
@@ -723,7 +730,9 @@ def _kernel_details(path: Path, events: pd.DataFrame,
     dur, dur_ok = decimal_us_to_ns_checked(raw["Duration(us)"])
     good = notes.count(path, len(raw), "rows", repeated_header=(raw["Name"] == "Name").to_numpy(),
                        text_or_out_of_range_Start_Time=~ts_ok, text_or_out_of_range_Duration=~dur_ok,
-                       negative_Duration=dur < 0)
+                       negative_Duration=dur < 0,
+                       # one task is one row: the same task twice (a concatenated export) would count twice
+                       repeated_row=raw.duplicated(keep="first").to_numpy())
     keep = good & ((raw["Type"] != "HCCL") & (raw["Accelerator Core"] != "HCCL")).to_numpy()  # collectives: HCCL lanes
     raw, ts, dur = raw[keep].reset_index(drop=True), ts[keep], dur[keep]
     # Stream and connection id come from the matching Ascend Hardware task (same start time).

@@ -246,6 +246,9 @@ class HistoryStore:
                 with self._connect() as db:
                     self.version = int(db.execute("PRAGMA user_version").fetchone()[0])
                     db.execute("SELECT 1 FROM runs LIMIT 1").fetchall()  # a database without runs is not a history
+                if self.version > SCHEMA_VERSION:  # its tables may not mean what this npumagic reads
+                    raise NewerHistory(f"{self.path} has history schema version {self.version}; this npumagic knows "
+                                       f"up to {SCHEMA_VERSION}: upgrade npumagic")
                 return
             except HistoryError:
                 if mode != "ro":

@@ -155,6 +155,8 @@ def test_a_history_from_a_newer_npumagic_is_refused_with_a_reason(tmp_path):
     db.close()
     with pytest.raises(NewerHistory, match=f"schema version {SCHEMA_VERSION + 1}.*upgrade npumagic"):
         HistoryStore(tmp_path)
+    with pytest.raises(NewerHistory, match=f"schema version {SCHEMA_VERSION + 1}.*upgrade npumagic"):
+        HistoryStore(tmp_path, create=False)  # the CLI's runs/export read it so: refused there too
 
 
 def test_an_old_run_is_summarised_from_its_files_once_then_from_the_history(tmp_path):

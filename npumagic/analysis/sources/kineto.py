@@ -119,10 +119,11 @@ def _one_job(paths: list[Path], metas: list[dict[str, Any]]) -> None:
     """TraceError unless the files can be one job: one file a rank, or a rank's profiling cycles
     (one process: one device, steps numbered on, apart in time). Traces of separate runs put
     together would mix their steps into figures of neither."""
-    for i, j in ((i, j) for j in range(len(paths)) for i in range(j)):
+    by_rank: dict[int, list[int]] = {}
+    for i, meta in enumerate(metas):
+        by_rank.setdefault(meta["rank"], []).append(i)
+    for i, j in ((i, j) for files in by_rank.values() for n, j in enumerate(files) for i in files[:n]):
         a, b = metas[i], metas[j]
-        if a["rank"] != b["rank"]:
-            continue
         if a["devices"] and b["devices"] and a["devices"] != b["devices"]:
             why = f", on different devices ({a['devices'][0]}, {b['devices'][0]})"
         elif not a["steps"] or not b["steps"]:

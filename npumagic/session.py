@@ -41,7 +41,7 @@ class RunOutcome:
     capture: CaptureResult | None = None
     notes: list[str] = field(default_factory=list)
     trace: "analysis.Trace | None" = None
-    unfinished: list[int] = field(default_factory=list)  # steps a failing cell was inside: left out
+    unfinished: list[int] = field(default_factory=list)  # steps the cell ended or failed inside: left out
 
     @property
     def error(self) -> BaseException | None:

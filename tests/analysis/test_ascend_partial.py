@@ -46,6 +46,20 @@ def test_without_trace_view_the_breakdown_matches_the_full_rank(tmp_path, level)
             assert ours[column] == pytest.approx(theirs[column], rel=0.01), (r, column)
 
 
+def test_a_truncated_trace_view_is_read_as_without_it_and_said(tmp_path):
+    # GIVEN trace_view.json cut at 100 kB (a full disk), kernel_details.csv whole
+    job = _copy(tmp_path, ranks=(0,))
+    path = job / "rank0_ascend_pt" / OUT / "trace_view.json"
+    path.write_bytes(path.read_bytes()[:100_000])
+    # THEN the rank is read from kernel_details.csv, with its breakdown, and the note says why
+    with pytest.warns(UserWarning, match=r"rank 0: trace_view\.json unreadable \(.*truncated.*\), so read with no"):
+        summary = npumagic.analyze(job / "rank0_ascend_pt")
+    full = _quiet(npumagic.analyze, ASCEND / "level1" / "rank0_ascend_pt")
+    for column in ("computing_us", "comm_not_overlapped_us"):
+        assert summary.steps.iloc[0][column] == pytest.approx(full.steps.iloc[0][column], rel=0.01), column
+    assert summary.meta["sources"]["breakdown"].startswith("kernel_details.csv")
+
+
 def test_a_partial_rank_says_what_is_missing_and_where_figures_come_from(tmp_path):
     job = _copy(tmp_path, ranks=(0,))
     (job / "rank0_ascend_pt" / OUT / "trace_view.json").unlink()

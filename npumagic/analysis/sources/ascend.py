@@ -211,7 +211,14 @@ def read_rank_parts(rank_dir: Path, notes: ReadNotes | None = None) -> dict[str,
         parts["parallel_groups"] = parts["parallel_groups"] or groups
         return parts
     if (out / "trace_view.json").is_file():
-        parts = _read_text_rank(rank_dir, rank, notes)
+        try:
+            parts = _read_text_rank(rank_dir, rank, notes)
+        except TraceError as exc:  # a truncated or damaged trace_view.json: read the rank as without it
+            if Path(exc.path).name != "trace_view.json" or not (out / "kernel_details.csv").is_file():
+                raise
+            with reading(out / "kernel_details.csv"):
+                parts = _read_csv_rank(rank_dir, rank, notes)
+            parts["note"] = f"trace_view.json unreadable ({exc.problem[:120]}), so read with " + parts["note"]
     elif (out / "kernel_details.csv").is_file():
         with reading(out / "kernel_details.csv"):
             parts = _read_csv_rank(rank_dir, rank, notes)

@@ -87,8 +87,8 @@ def _communication(s: Summary) -> list[Finding]:
     evidence = {"communication_ms": _per_step_ms(s, "communication_us"),
                 "comm_not_overlapped_ms": _per_step_ms(s, "comm_not_overlapped_us"),
                 "computing_ms": _per_step_ms(s, "computing_us"), "overlap_ratio": overlap, "comm_share": exposed}
-    title = (f"collectives take {evidence['communication_ms']:.2f} ms per step ({evidence['comm_not_overlapped_ms']:.2f} ms "
-             f"not overlapped, {exposed:.0%} of the step) against {evidence['computing_ms']:.2f} ms of computing; "
+    title = (f"collectives take {evidence['communication_ms']:,.2f} ms per step ({evidence['comm_not_overlapped_ms']:,.2f} ms "
+             f"not overlapped, {exposed:.0%} of the step) against {evidence['computing_ms']:,.2f} ms of computing; "
              f"{overlap:.0%} of communication overlaps compute")
     fix = ("overlap gradient all-reduce with backward: DistributedDataParallel(bucket_cap_mb=25..100, "
            "gradient_as_bucket_view=True), fewer and larger collectives, or compress gradients with "
@@ -126,7 +126,7 @@ def _dataloader(s: Summary) -> list[Finding]:
                "persistent_workers=True" + (" and pin_memory=True" if on_device else "") + ", and move "
                "decoding/augmentation out of collate_fn into the workers" + (" (or onto the device)" if on_device else ""))
     ms = _per_step_ms(s, "dataloader_us")
-    title = f"the step waits {ms:.2f} ms for the next batch ({share:.0%} of the step)"
+    title = f"the step waits {ms:,.2f} ms for the next batch ({share:.0%} of the step)"
     evidence = {"dataloader_ms": ms, "dataloader_share": share}
     host = _host_cpu(s)
     if host:
@@ -178,7 +178,7 @@ def _host_bound(s: Summary) -> list[Finding]:
         if _tiny_per_step(s) >= T.SMALL_OP_MIN_PER_STEP:
             return []  # the gaps between thousands of tiny operators are their dispatch: small_ops says so
         ms = unexplained * s.step_stats["mean_us"] / 1000
-        return [Finding("host_bound", unexplained, f"Python outside torch operators takes {ms:.2f} ms per step "
+        return [Finding("host_bound", unexplained, f"Python outside torch operators takes {ms:,.2f} ms per step "
                        f"({unexplained:.0%} of the step): the CPU runs no operator then",
                        dict(evidence, python_ms=ms),
                        "move the Python work out of the step or vectorise it into tensor operations (loops over "
@@ -190,8 +190,8 @@ def _host_bound(s: Summary) -> list[Finding]:
     else:
         fix = ("cut launch overhead: capture the step in CUDA graphs (torch.compile(model, mode='reduce-overhead')), "
                "raise the batch size, and move Python work (logging, metric math) out of the step")
-    title = (f"the device is idle {idle_ms:.2f} ms per step ({idle:.0%}) waiting for the host; "
-             f"{evidence['preparing_ms']:.2f} ms pass before the first device task")
+    title = (f"the device is idle {idle_ms:,.2f} ms per step ({idle:.0%}) waiting for the host; "
+             f"{evidence['preparing_ms']:,.2f} ms pass before the first device task")
     host = _host_cpu(s)
     main = host.get("main_thread_cpu_pct", float("nan")) if host else float("nan")
     if host:
@@ -263,8 +263,8 @@ def _sync(s: Summary) -> list[Finding]:
         return []
     blocked = _per_step_ms(s, "sync_us")
     top_ms = float(top["total_us"]) / max(len(s.steps), 1) / 1000
-    return [Finding("sync", cost, f"host-device syncs block the host {blocked:.2f} ms per step, most in {top['name']} "
-                   f"({top_ms:.2f} ms per step, {float(top['per_step']):.0f} calls); the device then idles "
+    return [Finding("sync", cost, f"host-device syncs block the host {blocked:,.2f} ms per step, most in {top['name']} "
+                   f"({top_ms:,.2f} ms per step, {float(top['per_step']):.0f} calls); the device then idles "
                    f"{s.share('idle_us'):.0%} of the step",
                    {"syncs_per_step": per_step, "blocked_ms": blocked, "cost_share": cost, "top": str(top["name"]),
                     "top_blocked_ms": top_ms}, _sync_fix(s), where)]
@@ -330,7 +330,7 @@ def _npu_compute(s: Summary) -> list[Finding]:
         cube_ns = float(d.loc[core == "AI_CORE", "dur_ns"].sum())
         if util == util and util < T.AICORE_UTIL:
             out.append(Finding("npu_compute", cube_ns / wall * (1 - util), f"AI Core cube utilisation is {util:.0%} "
-                               f"(time-weighted aic_mac_ratio of AI_CORE kernels, {cube_ns / 1e6:.2f} ms)",
+                               f"(time-weighted aic_mac_ratio of AI_CORE kernels, {cube_ns / 1e6:,.2f} ms)",
                                {"aicore_mac_ratio": util, "aicore_ms": cube_ns / 1e6},
                                f"feed the cube unit bigger, aligned tiles: pad matmul inner axes to multiples of "
                                f"{T.CUBE_INNER_AXIS} (msprof-analyze's cube affinity check), use bf16/fp16 "
@@ -340,7 +340,7 @@ def _npu_compute(s: Summary) -> list[Finding]:
     if len(trans) and float(trans["dur_ns"].sum()) / compute > T.TRANSDATA_SHARE:
         t_ns = float(trans["dur_ns"].sum())
         out.append(Finding("npu_compute", t_ns / wall, f"{len(trans)} TransData format conversions take "
-                           f"{t_ns / 1e6:.2f} ms, {t_ns / compute:.0%} of device compute",
+                           f"{t_ns / 1e6:,.2f} ms, {t_ns / compute:.0%} of device compute",
                            {"transdata_count": len(trans), "transdata_ms": t_ns / 1e6, "transdata_share": t_ns / compute},
                            f"turn private formats off at the start of the script: {INTERNAL_FORMAT_OFF} (operators "
                            "then keep ND tensors and stop converting; msprof-analyze's advice), and avoid "

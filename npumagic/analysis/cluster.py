@@ -101,9 +101,9 @@ def slow_ranks(ranks: pd.DataFrame, label: str = "") -> list[Finding]:
         high, low = ranks.loc[ranks[column].idxmax()], ranks.loc[ranks[column].idxmin()]
         gap = float(high[column] - low[column])
         where = f"{label}ranks {int(high['rank'])} and {int(low['rank'])}"
-        title = (f"slow rank: rank {int(high['rank'])} spends {_per_step_ms(gap):.2f} ms more per step in {words} than "
-                 f"rank {int(low['rank'])} ({_per_step_ms(high[column]):.2f} vs {_per_step_ms(low[column]):.2f} ms, "
-                 f"{ratio:.1%} of the {_per_step_ms(step):.2f} ms mean step of computing, communication not "
+        title = (f"slow rank: rank {int(high['rank'])} spends {_per_step_ms(gap):,.2f} ms more per step in {words} than "
+                 f"rank {int(low['rank'])} ({_per_step_ms(high[column]):,.2f} vs {_per_step_ms(low[column]):,.2f} ms, "
+                 f"{ratio:.1%} of the {_per_step_ms(step):,.2f} ms mean step of computing, communication not "
                  "overlapped and free time)")  # msprof-analyze's step: not the wall time the step table shows
         if column == "comm_not_overlapped_us":
             category = "communication"
@@ -147,9 +147,9 @@ def stage_imbalance(ranks: pd.DataFrame) -> list[Finding]:
             continue
         high, low = int(stages[column].idxmax()), int(stages[column].idxmin())
         gap = float(stages[column].max() - stages[column].min())
-        title = (f"stage imbalance: pipeline stage {high} spends {_per_step_ms(gap):.2f} ms more per step in {words} "
-                 f"than stage {low} ({_per_step_ms(stages.loc[high, column]):.2f} vs "
-                 f"{_per_step_ms(stages.loc[low, column]):.2f} ms, {ratio:.1%} of the mean step)")
+        title = (f"stage imbalance: pipeline stage {high} spends {_per_step_ms(gap):,.2f} ms more per step in {words} "
+                 f"than stage {low} ({_per_step_ms(stages.loc[high, column]):,.2f} vs "
+                 f"{_per_step_ms(stages.loc[low, column]):,.2f} ms, {ratio:.1%} of the mean step)")
         fix = ("rebalance the pipeline: move layers from the heaviest stage to the lightest (e.g. Megatron/MindSpeed "
                "--num-layers-per-virtual-pipeline-stage, or an uneven layer split with the embedding/output layers "
                "counted), and use interleaved (virtual) pipeline stages to shrink bubbles")

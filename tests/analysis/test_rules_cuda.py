@@ -17,7 +17,7 @@ import npumagic
 from npumagic.analysis import schema
 from npumagic.analysis import thresholds as T
 
-from ..conftest import ASCEND, CUDA, need, shared_trace
+from ..conftest import ASCEND, CUDA, need, shared_summary, shared_trace
 
 
 # what only an Ascend run can use (npumagic's own %npu... magics aside)
@@ -190,3 +190,11 @@ def test_a_real_cpu_run_gets_no_gpu_or_npu_rule(tmp_path: Path):
     advice = npumagic.advise(npumagic.analyze(tmp_path))
     assert not {f.rule for f in advice} & device_rules
     assert not any(NPU_NAMES.search(f.fix) or "cuda" in f.fix.lower() for f in advice)
+
+
+def test_long_times_read_with_thousands_separators_in_every_line():
+    # alexnet_sync's steps are 43 s long: the verdict and every finding write 43,283.46 ms alike
+    summary = shared_summary(need(CUDA / "alexnet_sync"))
+    lines = [text for _, text in npumagic.checklist(summary).steps] + [f.title for f in npumagic.advise(summary)]
+    assert any(re.search(r"\d,\d{3}\.\d\d ms", line) for line in lines)
+    assert not [line for line in lines if re.search(r"\d{4}\.\d+ ms", line)]

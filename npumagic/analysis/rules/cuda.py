@@ -254,9 +254,9 @@ def gpu_gaps(s) -> list[Finding]:
         top = str(inside.sort_values("dur_ns").iloc[0]["name"]) if len(inside) else "no operator"
         doing.append({"start_ms": (g.start_ns - lo) / 1e6, "gap_us": float(g.gap_us), "host_op": top})
     total = float(gaps["gap_us"].sum())
-    listed = ", ".join(f"{d['gap_us']:,.0f} us at {d['start_ms']:.1f} ms ({d['host_op']})" for d in doing)
+    listed = ", ".join(f"{d['gap_us']:,.0f} us at {d['start_ms']:,.1f} ms ({d['host_op']})" for d in doing)
     return [Finding("host_bound", share_of_steps(s, total), f"{len(gaps)} GPU idle gaps of {T.CUDA_GAP_US:g} us or more "
-                    f"({total / 1e3:.2f} ms); {low} of {T.CUDA_UTIL_WINDOWS} windows are under {T.CUDA_GPU_UTIL:.0%} busy; largest: {listed}",
+                    f"({total / 1e3:,.2f} ms); {low} of {T.CUDA_UTIL_WINDOWS} windows are under {T.CUDA_GPU_UTIL:.0%} busy; largest: {listed}",
                     {"gaps": len(gaps), "gap_ms": total / 1e3, "largest": doing, "low_util_windows": low},
                     "look at what the host runs in the largest gaps (%npushow RUN --timeline --zoom A:B): move Python "
                     "work and data preparation out of the step, and capture launch-bound parts in CUDA graphs "

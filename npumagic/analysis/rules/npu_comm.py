@@ -80,7 +80,7 @@ def small_packets(s) -> list[Finding]:
         out.append(Finding(
             "communication", share_of_steps(s, small_ms * 1e3),
             f"{ratio:.0%} of {link} collectives move less than {limit:g} MB each ({len(small)} of {len(calls)}), "
-            f"taking {small_ms:.2f} ms",
+            f"taking {small_ms:,.2f} ms",
             {"link": link, "small_calls": len(small), "calls": len(calls), "small_ratio": ratio,
              "small_transit_ms": small_ms},
             "send fewer, larger collectives: raise the batch size or accumulate gradients over micro-batches "

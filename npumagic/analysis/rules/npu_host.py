@@ -187,7 +187,7 @@ def fusible_operators(s) -> list[Finding]:
     total = sum(r["total_us"] for r in out_rows)
     listed = "; ".join(f"{'-'.join(r['ops'])} x{r['count']}" for r in out_rows[:3])
     return [Finding("small_ops", share_of_steps(s, total - sum(r["device_us"] for r in out_rows)),
-                    f"{len(kept)} repeated operator sequences are worth fusing ({total / 1e3:.2f} ms end to end): "
+                    f"{len(kept)} repeated operator sequences are worth fusing ({total / 1e3:,.2f} ms end to end): "
                     f"{listed}", {"sequences": out_rows, "total_us": total},
                     "fuse each sequence into one operator (torch.compile(model, backend=\"npu\") with torchair, or a "
                     "fused torch_npu op where one exists); host-bound sequences first: record with_stack=True to find "
@@ -256,7 +256,7 @@ def gc_pauses(s) -> list[Finding]:
     total_us = float(gc["dur_ns"].sum()) / 1e3
     steps = sorted({int(x) for x in gc["step"] if x >= 0})
     return [Finding("jitter", share_of_steps(s, float(gc.loc[gc["step"] >= 0, "dur_ns"].sum()) / 1e3),
-                    f"{len(gc)} Python garbage collections of {T.GC_MIN_US / 1e3:g} ms or more, {total_us / 1e3:.2f} ms in "
+                    f"{len(gc)} Python garbage collections of {T.GC_MIN_US / 1e3:g} ms or more, {total_us / 1e3:,.2f} ms in "
                     f"all; they stop the process", {"gc_count": len(gc), "gc_ms": total_us / 1e3,
                                                    "longest_ms": float(gc["dur_ns"].max()) / 1e6, "steps": steps},
                     "call gc.freeze() once the model and optimizer are built (the long-lived objects leave the "
@@ -298,7 +298,7 @@ def conjectured_gc(s) -> list[Finding]:
         return []
     total_ms = sum(g["free_ms"] for g in gaps)
     return [Finding("jitter", share_of_steps(s, total_ms * 1e3), f"{len(gaps)} device-idle gaps over "
-                    f"{T.CONJECTURED_GC_FREE_US / 1e3:g} ms with almost no host activity ({total_ms:.1f} ms): likely "
+                    f"{T.CONJECTURED_GC_FREE_US / 1e3:g} ms with almost no host activity ({total_ms:,.1f} ms): likely "
                     "Python garbage collection", {"gaps": gaps, "free_ms": total_ms},
                     "confirm with torch_npu.profiler._ExperimentalConfig(gc_detect_threshold=1.0), then call "
                     "gc.freeze() after building the model, or gc.disable() with gc.collect() every N steps",
@@ -329,7 +329,7 @@ def memory_operators(s) -> list[Finding]:
     if per.empty:
         return []
     total_us = float(per["total_ns"].sum()) / 1e3
-    listed = ", ".join(f"{n} x{int(r['count'])} ({r['total_ns'] / 1e6:.1f} ms)" for n, r in per.iterrows())
+    listed = ", ".join(f"{n} x{int(r['count'])} ({r['total_ns'] / 1e6:,.1f} ms)" for n, r in per.iterrows())
     return [Finding("memory", share_of_steps(s, total_us), f"slow allocator calls: {listed}",
                     {"ops": [{"name": n, "count": int(r["count"]), "total_ms": r["total_ns"] / 1e6} for n, r in per.iterrows()]},
                     "; ".join(f"{n.split('@')[1]}: {MEMORY_OPS[n]}" for n in per.index), listed)]

@@ -432,9 +432,11 @@ class NpuMagics(Magics):
             raise UsageError('usage: %npunote RUN "text"')
         name = self._run(parts[0])
         try:
-            self.session.note(name, " ".join(parts[1:]))
+            earlier = self.session.note(name, " ".join(parts[1:]))
         except NpumagicError as exc:
             raise UsageError(str(exc)) from None
+        if earlier:
+            print(f"npumagic: {name}'s note replaces the earlier one: {earlier!r}")
         return None
 
     @magic_arguments()

@@ -384,8 +384,11 @@ class Session:
         self.summary(name)  # must be analysable
         self.baseline = name
 
-    def note(self, name: str, text: str) -> None:
+    def note(self, name: str, text: str) -> str | None:
+        """Set run ``name``'s note; return the note it replaces, if any."""
+        earlier = self.store.get(name).note
         self.store.update(name, note=text)
+        return earlier or None
 
     def remove(self, name: str, files: bool = False) -> Run:
         """Remove a run from the history; with ``files``, first delete its output directory.

@@ -110,9 +110,13 @@ def test_npuadvise_returns_ranked_findings(trainer):
     assert impacts == sorted(impacts, reverse=True)
 
 
-def test_npunote_and_export(trainer, tmp_path):
+def test_npunote_and_export(trainer, tmp_path, capsys):
     _profile(trainer, "noted", "train_step()", steps=2)
+    capsys.readouterr()
+    trainer.run_line_magic("npunote", 'noted "batch 16 is fine"')
+    assert capsys.readouterr().out == ""  # a first note says nothing
     trainer.run_line_magic("npunote", 'noted "batch 16 is too small for this CPU"')
+    assert "noted's note replaces the earlier one: 'batch 16 is fine'" in capsys.readouterr().out  # not lost unsaid
     assert trainer.run_line_magic("npuruns", "")["note"].tolist() == ["batch 16 is too small for this CPU"]
     md, csv = tmp_path / "log.md", tmp_path / "log.csv"
     trainer.run_line_magic("npuexport", f"--md {md} --csv {csv}")

@@ -473,16 +473,28 @@ COMPUTE_BOUND_FIX = {
 }
 
 
+def compute_bound_fix(backend: str | None) -> str:
+    return COMPUTE_BOUND_FIX.get(backend or "cpu", COMPUTE_BOUND_FIX["cpu"])
+
+
+def compute_bound_share(s: Summary, found: list[Finding]) -> float | None:
+    """The computing share of the step when the checklist calls it compute-bound: no finding
+    (``found``, most important first) names the bottleneck and the device computes most of the
+    step; else None."""
+    if found and found[0].impact >= T.VERDICT_MIN_IMPACT:
+        return None
+    computing = s.share("computing_us")
+    return computing if computing >= T.COMPUTE_BOUND_SHARE else None
+
+
 def _otherwise(s: Summary, found: list[Finding]) -> str:
     """What the checklist calls the step when no finding is big enough to name its bottleneck:
     compute-bound, with the fix, when the device computes most of it (else "")."""
-    computing = s.share("computing_us")
-    if (found and found[0].impact >= T.VERDICT_MIN_IMPACT) or not computing >= T.COMPUTE_BOUND_SHARE:
+    computing = compute_bound_share(s, found)
+    if computing is None:
         return ""
-    backend = _backend(s)
-    where = "CPU operators" if backend == "cpu" else "the device"
-    return (f"the step is compute-bound ({where} compute {computing:.0%} of it): "
-            f"{COMPUTE_BOUND_FIX.get(backend, COMPUTE_BOUND_FIX['cpu'])}")
+    where = "CPU operators" if _backend(s) == "cpu" else "the device"
+    return f"the step is compute-bound ({where} compute {computing:.0%} of it): {compute_bound_fix(_backend(s))}"
 
 
 def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: bool = True,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import thresholds as T
-from .advice import COMPUTE_BOUND_FIX, Advice, advise
+from .advice import Advice, advise, compute_bound_fix, compute_bound_share
 from .compare import Comparison, compare
 from .metrics import Summary
 
@@ -57,8 +57,8 @@ def classify(summary: Summary, advice: Advice | None = None) -> tuple[str, dict[
     if advice.findings and advice.findings[0].impact >= T.VERDICT_MIN_IMPACT:
         top = advice.findings[0]
         return top.category, dict(top.evidence, title=top.title)
-    computing = summary.share("computing_us")
-    if computing >= T.COMPUTE_BOUND_SHARE:
+    computing = compute_bound_share(summary, advice.findings)
+    if computing is not None:
         return "compute_bound", {"computing_share": computing, "title": f"computing {computing:.0%} of the step"}
     return "balanced", {"device_util": summary.device_util,
                         "title": f"no bottleneck past its threshold ({busy_label(summary)} {summary.device_util:.0%})"}
@@ -82,7 +82,7 @@ def class_name(category: str, backend: str | None) -> str:
 
 def _default_change(bottleneck: str, backend: str | None) -> str:
     if bottleneck == "compute_bound":
-        return COMPUTE_BOUND_FIX.get(backend or "cpu", COMPUTE_BOUND_FIX["cpu"])
+        return compute_bound_fix(backend)
     return NEXT_CHANGE_DEFAULT[bottleneck]
 
 

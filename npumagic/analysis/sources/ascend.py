@@ -508,8 +508,8 @@ def _read_csv(path: Path, required: tuple[str, ...] = (), notes: ReadNotes | Non
         if notes is not None:
             notes.count(path, 1, "rows", cut_short_where_the_file_ends=np.ones(1, dtype=bool))
     # trailing whitespace ("...643.212\t"): one pass over every cell, not a pandas string method per column
-    cells = _strip(frame.to_numpy(dtype=object))
-    replaced = int(sum("\ufffd" in c for c in cells.ravel() if isinstance(c, str)))
+    cells, odd = _strip(frame.to_numpy(dtype=object))  # odd: the cell held bytes that are no UTF-8
+    replaced = int(odd.astype(bool).sum())
     if replaced and notes is not None:
         notes.remark(path, f"{replaced} cell{'s' if replaced > 1 else ''} held bytes that are no UTF-8 (shown as \ufffd; "
                            "a number there is skipped as text)")
@@ -522,7 +522,7 @@ def _ends_a_line(path: Path) -> bool:
         return fh.read(1) in (b"\n", b"\r")
 
 
-_strip = np.frompyfunc(lambda v: v.strip() if isinstance(v, str) else v, 1, 1)
+_strip = np.frompyfunc(lambda v: (v.strip(), "\ufffd" in v) if isinstance(v, str) else (v, False), 1, 2)
 
 
 def _number(col: pd.Series) -> pd.Series:

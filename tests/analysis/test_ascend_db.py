@@ -187,20 +187,8 @@ def test_the_db_is_opened_read_only(tmp_path):
     conn.close()
 
 
-@pytest.mark.parametrize("value", ["'abc'", "NULL"], ids=["text", "null"])
-def test_a_value_torch_npu_never_writes_is_one_error_naming_the_database(tmp_path, value):
-    rank = tmp_path / "rank0_ascend_pt"
-    shutil.copytree(need(DB / "rank0_ascend_pt"), rank, copy_function=shutil.copyfile)
-    db = next((rank / "ASCEND_PROFILER_OUTPUT").glob("ascend_pytorch_profiler*.db"))
-    db.chmod(0o644)
-    with closing(sqlite3.connect(db)) as conn:
-        conn.execute(f"UPDATE STEP_TIME SET startNs = {value}")
-        conn.commit()
-    with pytest.raises(TraceError, match=f"{db}: holds values torch_npu does not write"):
-        npumagic.load(rank)
-
-
 def _damaged(tmp_path, *statements):
+    """A copy of db/level1/rank0 whose profiler database ran ``statements``: (rank dir, db)."""
     rank = tmp_path / "rank0_ascend_pt"
     shutil.copytree(need(DB / "rank0_ascend_pt"), rank, copy_function=shutil.copyfile)
     db = next((rank / "ASCEND_PROFILER_OUTPUT").glob("ascend_pytorch_profiler*.db"))
@@ -210,6 +198,13 @@ def _damaged(tmp_path, *statements):
             conn.execute(statement)
         conn.commit()
     return rank, db
+
+
+@pytest.mark.parametrize("value", ["'abc'", "NULL"], ids=["text", "null"])
+def test_a_value_torch_npu_never_writes_is_one_error_naming_the_database(tmp_path, value):
+    rank, db = _damaged(tmp_path, f"UPDATE STEP_TIME SET startNs = {value}")
+    with pytest.raises(TraceError, match=f"{db}: holds values torch_npu does not write"):
+        npumagic.load(rank)
 
 
 def test_rows_with_times_no_profiler_writes_are_skipped_and_counted_not_clipped(tmp_path):

@@ -124,12 +124,18 @@ def test_fuzzed_event_lists_summarize_or_raise_trace_error(tmp_path, events):
     assert (summary.steps["computing_us"] >= 0).all()
 
 
-def test_a_csv_cut_inside_its_last_row_loses_that_row_and_says_so(tmp_path):
-    # GIVEN kernel_details.csv cut 30 kB in (inside a row), as a full disk or an interrupted copy leaves it
+def _level1_copy(tmp_path):
+    """A writable copy of level1/rank0 and the path of its kernel_details.csv."""
     rank = tmp_path / "rank0_ascend_pt"
     shutil.copytree(need(ASCEND / "level1" / "rank0_ascend_pt"), rank, copy_function=shutil.copyfile)
     path = rank / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     path.chmod(0o644)
+    return rank, path
+
+
+def test_a_csv_cut_inside_its_last_row_loses_that_row_and_says_so(tmp_path):
+    # GIVEN kernel_details.csv cut 30 kB in (inside a row), as a full disk or an interrupted copy leaves it
+    rank, path = _level1_copy(tmp_path)
     text = path.read_bytes()[:30000]
     path.write_bytes(text)
     whole = text.decode().split("\n")[1:-1]  # the rows after the header, the cut one not
@@ -139,14 +145,6 @@ def test_a_csv_cut_inside_its_last_row_loses_that_row_and_says_so(tmp_path):
     assert len(kept) == sum(",HCCL," not in row for row in whole)  # collectives come from the HCCL lanes
     full = npumagic.load(need(ASCEND / "level1" / "rank0_ascend_pt")).kernel_metrics
     assert kept["dur_ns"].tolist() == full["dur_ns"].iloc[:len(kept)].tolist()
-
-
-def _level1_copy(tmp_path):
-    rank = tmp_path / "rank0_ascend_pt"
-    shutil.copytree(need(ASCEND / "level1" / "rank0_ascend_pt"), rank, copy_function=shutil.copyfile)
-    path = rank / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
-    path.chmod(0o644)
-    return rank, path
 
 
 def test_a_task_listed_twice_counts_once_and_is_said(tmp_path):

@@ -454,9 +454,9 @@ def _holds_output(folder: Path) -> bool:
     """Whether ``folder`` holds Kineto traces or torch_npu ranks (a capture there would mix with them)."""
     if not folder.is_dir():
         return False
-    from .analysis.sources import ascend
+    from .analysis.sources import KINETO_FILES, ascend
 
-    return (any(p.name.endswith((".pt.trace.json", ".pt.trace.json.gz")) for p in folder.iterdir())
+    return (any(p.name.endswith(KINETO_FILES) for p in folder.iterdir())
             or bool(ascend.rank_dirs(folder)))
 
 

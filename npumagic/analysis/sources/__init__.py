@@ -22,6 +22,7 @@ from .host import read_host
 __all__ = ["load", "detect", "rank_groups", "read", "merge_meta", "host_file", "with_host_samples"]
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
+KINETO_FILES = (".pt.trace.json", ".pt.trace.json.gz")  # what torch.profiler's trace handler writes
 
 
 def detect(path: str | Path) -> tuple[str, list[Path]]:
@@ -43,7 +44,7 @@ def detect(path: str | Path) -> tuple[str, list[Path]]:
     traces = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
     if traces:
         return "kineto", traces
-    nested = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith((".pt.trace.json", ".pt.trace.json.gz")))
+    nested = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(KINETO_FILES))
     if nested:
         return "kineto", nested
     found = sorted(p.name for p in path.iterdir())[:5]

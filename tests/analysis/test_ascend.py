@@ -12,7 +12,7 @@ import pytest
 import npumagic
 from npumagic.analysis.operators import kernel_types
 
-from ..conftest import ASCEND, ASCEND_RANKS, need, shared_summary
+from ..conftest import ASCEND, ASCEND_RANKS, need, shared_summary, shared_trace
 
 TOLERANCE = 0.01
 
@@ -109,7 +109,7 @@ def test_level0_kernel_types_from_names_match_what_level1_names_them():
 
 def test_timestamps_are_exact_integer_nanoseconds_despite_the_stray_tab():
     # kernel_details.csv: "1736408883704643.212\t" -- float64 would round it to a multiple of 0.25 us
-    trace = npumagic.load(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    trace = shared_trace(ASCEND / "level1" / "rank0_ascend_pt")
     kernels = trace.events[trace.events["kind"] == "kernel"]
     first = kernels.sort_values("ts_ns").iloc[0]
     assert first["ts_ns"] == 1736408883704643212
@@ -118,7 +118,7 @@ def test_timestamps_are_exact_integer_nanoseconds_despite_the_stray_tab():
 
 
 def test_na_cells_become_empty_not_errors():
-    trace = npumagic.load(need(ASCEND / "level0" / "rank0_ascend_pt"))
+    trace = shared_trace(ASCEND / "level0" / "rank0_ascend_pt")
     kernels = trace.events[trace.events["kind"] == "kernel"]
     assert set(kernels["core"].astype(str)) == {""}  # "N/A" at level 0
 
@@ -173,7 +173,7 @@ def test_syncs_point_at_the_user_source_line():
 
 
 def test_vendor_tables_are_kept_for_reference_not_used():
-    trace = npumagic.load(need(ASCEND / "level2" / "rank1_ascend_pt"))
+    trace = shared_trace(ASCEND / "level2" / "rank1_ascend_pt")
     vendor = trace.meta["vendor"][1]
     assert {"step_trace_time", "op_statistic", "kernel_details", "api_statistic"} <= set(vendor)
     assert trace.meta["settings"]["experimental_config"]["_profiler_level"] == "Level2"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import npumagic
 from npumagic.errors import TraceError
 
-from ..conftest import ASCEND, examples, need
+from ..conftest import ASCEND, examples, need, shared_summary, shared_trace
 
 
 @pytest.mark.parametrize("name, text, message", [
@@ -143,7 +143,7 @@ def test_a_csv_cut_inside_its_last_row_loses_that_row_and_says_so(tmp_path):
     with pytest.warns(UserWarning, match=r"kernel_details\.csv: 1 of \d+ rows skipped \(1 cut short where the file ends\)"):
         kept = npumagic.load(rank).kernel_metrics
     assert len(kept) == sum(",HCCL," not in row for row in whole)  # collectives come from the HCCL lanes
-    full = npumagic.load(need(ASCEND / "level1" / "rank0_ascend_pt")).kernel_metrics
+    full = shared_trace(ASCEND / "level1" / "rank0_ascend_pt").kernel_metrics
     assert kept["dur_ns"].tolist() == full["dur_ns"].iloc[:len(kept)].tolist()
 
 
@@ -156,7 +156,7 @@ def test_a_task_listed_twice_counts_once_and_is_said(tmp_path):
     with pytest.warns(UserWarning, match=rf"kernel_details\.csv: {len(rows)} of {2 * len(rows)} rows skipped "
                                          rf"\({len(rows)} repeated row\)"):
         twice = npumagic.analyze(rank).kernels
-    once = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt")).kernels
+    once = shared_summary(ASCEND / "level1" / "rank0_ascend_pt").kernels
     assert twice[["name", "count", "total_us"]].equals(once[["name", "count", "total_us"]])
 
 

@@ -16,7 +16,7 @@ from npumagic.analysis.advice import advise
 from npumagic.analysis.counters import FREQ_DROP_DESCRIPTION, frequency_drops, hardware_table
 from npumagic.analysis.sources._db_counters import db_counters
 
-from ..conftest import ASCEND, ASCEND_RANKS, need, shared_summary
+from ..conftest import ASCEND, ASCEND_RANKS, need, shared_summary, shared_trace
 
 MIB = 2.0**20
 
@@ -94,7 +94,7 @@ def test_db_and_text_exports_name_and_scale_counters_alike():
     rank_dir = need(ASCEND / "db" / "level1" / "rank0_ascend_pt")
     db = next((rank_dir / "ASCEND_PROFILER_OUTPUT").glob("ascend_pytorch_profiler*.db"))
     from_db = db_counters(sqlite3.connect(f"file:{db}?mode=ro", uri=True), 0)
-    from_text = npumagic.load(need(ASCEND / "level1" / "rank0_ascend_pt")).counters
+    from_text = shared_trace(ASCEND / "level1" / "rank0_ascend_pt").counters
     for frame in (from_db, from_text):
         names = set(frame["name"].astype(str))
         assert {"HBM 0/Read", "HBM 3/Write", "LLC 0 Read/Hit Rate", "LLC 1 Read/Throughput", "AI Core Freq",
@@ -194,7 +194,7 @@ def test_kineto_counter_events_become_counters(tmp_path):
 
 
 def test_a_trace_without_counters_has_an_empty_table_and_no_hardware_rows():
-    trace = npumagic.load(need(ASCEND.parent / "cuda" / "nccl"))
-    summary = npumagic.summarize(trace)
+    trace = shared_trace(ASCEND.parent / "cuda" / "nccl")
+    summary = shared_summary(ASCEND.parent / "cuda" / "nccl")
     assert trace.counters.empty and summary.hardware.empty
     assert np.array_equal(summary.hardware.columns, hardware_table(trace.counters, trace.steps).columns)

@@ -19,7 +19,7 @@ from npumagic.analysis import schema
 from npumagic.cli import main
 
 from .. import conftest
-from ..conftest import ASCEND_RANKS, CUDA, examples, need, sampled, shared_trace
+from ..conftest import ASCEND_RANKS, CUDA, examples, need, sampled, shared_summary, shared_trace
 
 KINETO = {
     "v100": CUDA / "ns_resolution",
@@ -217,7 +217,7 @@ def test_syncs_are_ranked_by_blocked_host_time_not_count(name, top):
 
 
 def test_sync_finding_names_the_call_that_blocks_longest():
-    summary = npumagic.analyze(need(ASCEND_RANKS[3]))  # level1 rank1
+    summary = shared_summary(ASCEND_RANKS[3])  # level1 rank1
     sync = next(f for f in npumagic.advise(summary) if f.category == "sync")
     # 7 stream syncs block 93 ms; the 27 aten::item calls (the most frequent) block less
     assert sync.evidence["top"] == "AscendCL@aclrtSynchronizeStreamWithTimeout"

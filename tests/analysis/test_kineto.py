@@ -9,12 +9,12 @@ import pytest
 
 import npumagic
 
-from ..conftest import CUDA, need, sampled, shared_summary
+from ..conftest import CUDA, need, sampled, shared_summary, shared_trace
 
 
 @pytest.fixture(scope="module")
 def v100():
-    return npumagic.load(need(CUDA / "ns_resolution"))
+    return shared_trace(CUDA / "ns_resolution")
 
 
 def test_profiler_steps_become_the_step_table(v100):
@@ -54,7 +54,7 @@ def test_nccl_kernels_are_communication():
 
 
 def test_cuda_syncs_are_counted():
-    trace = npumagic.load(need(CUDA / "alexnet_sync"))
+    trace = shared_trace(CUDA / "alexnet_sync")
     syncs = trace.events[trace.events["kind"] == "sync"]
     device_syncs = syncs[syncs["device"] >= 0]
     assert len(device_syncs) == 41  # the trace's cuda_sync events
@@ -64,7 +64,7 @@ def test_cuda_syncs_are_counted():
 
 
 def test_a_trace_without_profiler_steps_is_one_step():
-    trace = npumagic.load(need(CUDA / "alexnet_sync"))
+    trace = shared_trace(CUDA / "alexnet_sync")
     assert len(trace.steps) == 1
     assert trace.meta["steps_inferred"] == [0]
 
@@ -93,7 +93,7 @@ def test_legacy_capitalised_schema_is_read_with_its_profiler_steps(name):
 
 
 def test_legacy_device_work_keeps_stream_and_correlation():
-    trace = npumagic.load(need(LEGACY / "resnet50_nw0.pt.trace.json.gz"))
+    trace = shared_trace(LEGACY / "resnet50_nw0.pt.trace.json.gz")
     kernels = trace.events[trace.events["kind"] == "kernel"]
     runtime = trace.events[trace.events["kind"] == "runtime"]
     assert set(kernels["stream"]) == {7}
@@ -104,7 +104,7 @@ def test_legacy_device_work_keeps_stream_and_correlation():
 
 
 def test_a_trace_without_device_properties_is_not_called_cpu():
-    trace = npumagic.load(need(LEGACY / "resnet50_nw0.pt.trace.json.gz"))
+    trace = shared_trace(LEGACY / "resnet50_nw0.pt.trace.json.gz")
     assert trace.meta["device_name"] == "NVIDIA GPU (model not recorded)"
 
 
@@ -116,7 +116,7 @@ def test_legacy_autograd_api_trace_is_one_inferred_step_and_says_so():
 
 
 def test_rocm_trace_is_labelled_rocm_with_hip_syncs():
-    trace = npumagic.load(need(CUDA / "rocm_mi250"))
+    trace = shared_trace(CUDA / "rocm_mi250")
     assert trace.meta["backend"] == "rocm"
     assert trace.meta["device_name"] == "AMD Radeon Graphics"
     syncs = trace.events[(trace.events["kind"] == "sync") & (trace.events["device"] < 0)]

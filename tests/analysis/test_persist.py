@@ -12,7 +12,7 @@ import pytest
 import npumagic
 from npumagic.analysis.persist import SAME, _plain, dump_summary, load_summary
 
-from ..conftest import ASCEND, CUDA, need
+from ..conftest import ASCEND, CUDA, need, shared_summary
 
 
 def _assert_same(a, b):
@@ -40,14 +40,14 @@ def _assert_same(a, b):
 @pytest.mark.parametrize("path", [ASCEND / "level1", ASCEND / "level2" / "rank1_ascend_pt", CUDA / "nccl"],
                          ids=["ascend-2-ranks", "ascend-level2", "cuda-nccl"])
 def test_a_summary_round_trips_exactly(path):
-    summary = npumagic.analyze(need(path))
+    summary = shared_summary(path)
     back = load_summary(dump_summary(summary))
     _assert_same(summary, back)
     assert back.headline == summary.headline
 
 
 def test_a_table_a_rank_shares_with_the_job_is_stored_once_and_read_back_shared():
-    summary = npumagic.analyze(need(ASCEND / "level1"))  # rank 0's tables are the job's
+    summary = shared_summary(ASCEND / "level1")  # rank 0's tables are the job's
     doc = json.loads(zlib.decompress(dump_summary(summary)))
     stored = doc["summary"]["per_rank"]
     assert stored["0"]["kernels"] == SAME and stored["0"]["steps"] == SAME
@@ -59,7 +59,7 @@ def test_a_table_a_rank_shares_with_the_job_is_stored_once_and_read_back_shared(
 
 def test_a_summary_stored_in_format_1_reads_back_the_same():
     # format 1 stored a rank's shared tables again, in full
-    summary = npumagic.analyze(need(ASCEND / "level1"))
+    summary = shared_summary(ASCEND / "level1")
     doc = json.loads(zlib.decompress(dump_summary(summary)))
     job = doc["summary"]
     for rank in job["per_rank"].values():

@@ -163,7 +163,7 @@ def test_gpu_rules_stay_silent_on_ascend_and_ascend_rules_on_gpus():
 
     npu_only = {r.id for r in REGISTRY if r.backends == {"npu"}}
     cuda_only = {r.id for r in REGISTRY if r.backends == {"cuda"}}
-    ascend = {f.rule for f in run_rules(npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt")))}
+    ascend = {f.rule for f in run_rules(shared_summary(ASCEND / "level1" / "rank0_ascend_pt"))}
     gpu = {f.rule for s in ("ns_resolution", "nccl", "alexnet_sync")
            for f in run_rules(npumagic.summarize(_trace(s)))}
     assert ascend and gpu and not ascend & cuda_only and not gpu & npu_only

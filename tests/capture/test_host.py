@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import npumagic
 from npumagic.analysis.advice import advise
 from npumagic.capture.host import FILE_NAME, HostSampler
 
@@ -182,9 +181,9 @@ def _with_host(summary, **columns):
 @pytest.fixture(scope="module")
 def waiting_on_data():
     """A real Ascend summary whose steps are made to wait on the DataLoader / the host."""
-    from ..conftest import ASCEND, need
+    from ..conftest import ASCEND, shared_summary
 
-    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    summary = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
     steps = summary.steps.copy()
     steps["dataloader_us"] = steps["wall_us"] * 0.5
     steps["free_us"] = steps["idle_us"] = steps["wall_us"] * 0.9

@@ -16,7 +16,7 @@ from npumagic.analysis import schema
 from npumagic.render import VIEWS, build_view, plot_kernels, plot_step_breakdown, plot_timeline
 from npumagic.render.colors import MIN_DISTANCE, OTHER, color_distance, kernel_colors
 
-from ..conftest import ASCEND_RANKS, need, sampled
+from ..conftest import ASCEND_RANKS, need, sampled, shared_summary
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +208,7 @@ def test_a_timeline_without_counters_has_no_counter_lanes(cpu_run):
 def test_matrix_heatmap_has_a_labelled_cell_per_recorded_pair():
     from npumagic.render.charts import plot_matrix
 
-    summary = npumagic.analyze(need(ASCEND_RANKS[2].parent))  # level1: ranks 0 and 1 to ranks 0..7
+    summary = shared_summary(ASCEND_RANKS[2].parent)  # level1: ranks 0 and 1 to ranks 0..7
     fig = Figure()
     out = plot_matrix(fig.add_subplot(), summary.comm_matrix)
     assert out["cells"] == 14  # 2 sources x 7 other ranks; a rank's copies to itself are left out

@@ -137,8 +137,8 @@ def hardware_table(counters: pd.DataFrame, steps: pd.DataFrame, hbm_peak_bytes_p
     if steps.empty or counters.empty:
         return pd.DataFrame(columns=HARDWARE_COLUMNS)
     starts, ends = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-    group = counters["group"].astype(str)
-    hbm = counters[(group == "HBM") & (counters["unit"].astype(str) == "B/s")]
+    group = counters["group"]  # categorical: compared by category, not row by row as text
+    hbm = counters[(group == "HBM") & (counters["unit"] == "B/s")]
     means = _totals(hbm, {"read": "/Read", "write": "/Write", "both": ""}, starts, ends)
     read, write, both = means["read"], means["write"], means["both"]
     peak = _peak_of_sum(hbm, starts, ends)
@@ -197,7 +197,13 @@ def _window_min_level(series: pd.DataFrame, starts, ends) -> np.ndarray:
     ts, v = ts[order], series["value"].to_numpy(dtype=float)[order]
     first = np.maximum(np.searchsorted(ts, starts, side="right") - 1, 0)  # the value in effect at the start
     last = np.searchsorted(ts, ends, side="right") - 1
-    return np.array([np.nanmin(v[a:b + 1]) if b >= a else np.nan for a, b in zip(first, last)])
+    if not len(first):
+        return np.full(0, np.nan)
+    # min over v[first:last + 1] of every window at once: fmin (NaN-skipping) reduced between the
+    # pairs of bounds (a trailing NaN makes last + 1 a valid bound); windows with last < first: NaN
+    bounds = np.column_stack([first, np.maximum(last + 1, first + 1)]).ravel()
+    lowest = np.fmin.reduceat(np.append(v, np.nan), bounds)[::2]
+    return np.where(last >= first, lowest, np.nan)
 
 
 def frequency_drops(counters: pd.DataFrame, kernels: pd.DataFrame, nominal_mhz: float | None = None,
@@ -213,7 +219,7 @@ def frequency_drops(counters: pd.DataFrame, kernels: pd.DataFrame, nominal_mhz: 
     nominal_mhz : the chip's maximum frequency (msprof reads it from info.json; default the
         highest frequency sampled).
     """
-    freq = counters[counters["group"].astype(str) == "AI Core Freq"]
+    freq = counters[counters["group"] == "AI Core Freq"]
     if freq.empty or kernels.empty:
         return pd.DataFrame(columns=FREQ_OP_COLUMNS)
     top = nominal_mhz or float(freq["value"].max())
@@ -232,7 +238,7 @@ def frequency_drops(counters: pd.DataFrame, kernels: pd.DataFrame, nominal_mhz: 
 def l2_table(counters: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     """L2 cache hit and victim rates (0..1, mean over runs) per operator type, from
     ``l2_cache.csv`` (profile with ``--l2-cache``). Columns :data:`L2_COLUMNS`."""
-    l2 = counters[counters["group"].astype(str) == "L2 Cache"]
+    l2 = counters[counters["group"] == "L2 Cache"]
     if l2.empty or kernels.empty:
         return pd.DataFrame(columns=L2_COLUMNS)
     types = kernels.drop_duplicates("ts_ns").set_index("ts_ns")["type"].astype(str)
@@ -260,7 +266,7 @@ def host_table(counters: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     ``cores_idle``, how many were busy under :data:`CORE_IDLE_PCT`). ``rss_bytes``: the
     process's mean resident memory. Empty when the run has no host samples.
     """
-    host = counters[counters["group"].astype(str) == "Host"]
+    host = counters[counters["group"] == "Host"]
     if host.empty or steps.empty:
         return pd.DataFrame(columns=HOST_COLUMNS)
     starts, ends = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()

@@ -73,16 +73,18 @@ def kernel_table(ev: pd.DataFrame, device_mode: bool, total_wall_us: float,
         kernels = kernels[kernels["dur_ns"] > 0]
     if kernels.empty:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
-    frame = kernels.assign(dur_us=kernels["dur_ns"] / 1000.0, name=kernels["name"].astype(str),
-                           type=kernels["type"].astype(str), core=kernels["core"].astype(str),
-                           shapes=kernels["shapes"].astype(str))
-    grouped = frame.groupby(["name", "type", "core"], observed=True, sort=False)
-    table = grouped["dur_us"].agg(count="count", total_us="sum", mean_us="mean", min_us="min", max_us="max").reset_index()
+    # grouped by the category codes (the text of each group, not of each row, is made below)
+    frame = pd.DataFrame({"name": kernels["name"], "type": kernels["type"], "core": kernels["core"],
+                          "shapes": kernels["shapes"], "dur_us": kernels["dur_ns"] / 1000.0})
+    keys = ["name", "type", "core"]
+    grouped = frame.groupby(keys, observed=True, sort=False, dropna=False)
+    table = _as_text(grouped["dur_us"].agg(count="count", total_us="sum", mean_us="mean", min_us="min",
+                                           max_us="max").reset_index(), keys)
     # each kernel's most frequent shapes (the first in order on a tie, as Series.mode gives)
-    counts = frame.groupby(["name", "type", "core", "shapes"], observed=True, sort=False).size().reset_index(name="n")
-    mode = counts.sort_values(["n", "shapes"], ascending=[False, True], kind="stable").drop_duplicates(
-        ["name", "type", "core"])
-    table = table.merge(mode[["name", "type", "core", "shapes"]], on=["name", "type", "core"], how="left")
+    counts = _as_text(frame.groupby([*keys, "shapes"], observed=True, sort=False, dropna=False).size()
+                      .reset_index(name="n"), [*keys, "shapes"])
+    mode = counts.sort_values(["n", "shapes"], ascending=[False, True], kind="stable").drop_duplicates(keys)
+    table = table.merge(mode[[*keys, "shapes"]], on=keys, how="left")
     table["share"] = table["total_us"] / total_wall_us if total_wall_us > 0 else np.nan
     table = table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
     m = kernel_metrics
@@ -90,6 +92,11 @@ def kernel_table(ev: pd.DataFrame, device_mode: bool, total_wall_us: float,
     if extra:
         table = table.join(m[extra].groupby(m["name"].astype(str)).mean(), on="name")
     return table[KERNEL_COLUMNS + extra]
+
+
+def _as_text(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """``columns`` as plain text (as ``astype(str)`` of each row would give: a missing value is "nan")."""
+    return frame.assign(**{c: frame[c].astype(object).astype(str) for c in columns})
 
 
 def kernel_types(kernels: pd.DataFrame) -> pd.DataFrame:

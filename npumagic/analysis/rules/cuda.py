@@ -5,6 +5,8 @@ APIs, GPU gaps and low-utilisation regions). Memory near capacity is the core ``
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -125,11 +127,10 @@ def tensor_cores(s) -> list[Finding]:
     kernels = ev[(ev["kind"] == "kernel") & (ev["step"] >= 0)]
     if kernels.empty:
         return []
-    names = kernels["name"].astype(str)
-    uses_tc = names.map(lambda n: any(p in n for p in TC_KERNEL_PATTERNS))
+    uses_tc = kernels["name"].str.contains("|".join(map(re.escape, TC_KERNEL_PATTERNS)))  # per name, not per row
     if uses_tc.any():
         return []
-    ops = ev[(ev["kind"] == "host_op") & ev["name"].astype(str).isin(TC_ELIGIBLE_OPS)]
+    ops = ev[(ev["kind"] == "host_op") & ev["name"].isin(TC_ELIGIBLE_OPS)]
     launches = ev[(ev["kind"] == "runtime") & (ev["correlation"] >= 0)]
     if ops.empty or launches.empty:
         return []
@@ -160,7 +161,7 @@ def data_parallel(s) -> list[Finding]:
     ev = s.events
     if ev is None or ev.empty:
         return []
-    dp = ev[ev["name"].astype(str) == "DataParallel.forward"]
+    dp = ev[ev["name"] == "DataParallel.forward"]
     devices = ev.loc[ev["kind"] == "kernel", "device"].nunique()
     if dp.empty or devices < 2:
         return []

@@ -51,7 +51,7 @@ _ATEN_PATTERNS = [(api, _pattern(p)) for api, rules in ATEN_AFFINITY.items() for
 
 
 def _top_level_aten(ev: pd.DataFrame) -> pd.DataFrame:
-    aten = ev[(ev["kind"] == "host_op") & ev["name"].astype(str).str.startswith("aten::")].sort_values("ts_ns")
+    aten = ev[(ev["kind"] == "host_op") & ev["name"].str.startswith("aten::")].sort_values("ts_ns")
     if aten.empty:
         return aten
     end = (aten["ts_ns"] + aten["dur_ns"]).to_numpy()
@@ -200,7 +200,7 @@ def syncbn(s) -> list[Finding]:
     ev = s.events
     if ev is None or ev.empty:
         return []
-    calls = ev[(ev["device"] < 0) & (ev["name"].astype(str).str.lower() == "syncbatchnorm")]
+    calls = ev[(ev["device"] < 0) & ev["name"].str.fullmatch("syncbatchnorm", case=False)]
     if len(calls) < T.SYNCBN_MAX:
         return []
     total_us = float(calls["dur_ns"].sum()) / 1e3
@@ -224,7 +224,7 @@ def synchronize_stream(s) -> list[Finding]:
     ev = s.events
     syncs = launches = co = 0
     if ev is not None and len(ev):
-        names = ev["name"].astype(str)
+        names = ev["name"]
         seq = ev[names.str.startswith(SYNC_STREAM) | names.str.startswith(NODE_LAUNCH)].sort_values("ts_ns")
         is_sync = seq["name"].astype(str).str.startswith(SYNC_STREAM).to_numpy()
         launches = int((~is_sync).sum())
@@ -250,7 +250,7 @@ def gc_pauses(s) -> list[Finding]:
     ev = s.events
     if ev is None or ev.empty:
         return []
-    gc = ev[(ev["kind"] == "annotation") & (ev["name"].astype(str) == "GC") & (ev["dur_ns"] >= T.GC_MIN_US * 1e3)]
+    gc = ev[(ev["kind"] == "annotation") & (ev["name"] == "GC") & (ev["dur_ns"] >= T.GC_MIN_US * 1e3)]
     if gc.empty:
         return []
     total_us = float(gc["dur_ns"].sum()) / 1e3
@@ -272,7 +272,7 @@ def conjectured_gc(s) -> list[Finding]:
     ev = s.events
     if ev is None or ev.empty:
         return []
-    if (ev["name"].astype(str) == "GC").any():
+    if (ev["name"] == "GC").any():
         return []  # GC was recorded: the gc rule speaks
     dev = ev[ev["kind"].isin(["kernel", "comm", "memcpy"])].sort_values("ts_ns")
     if len(dev) < 2:
@@ -283,7 +283,7 @@ def conjectured_gc(s) -> list[Finding]:
     big = (g1 - g0) > T.CONJECTURED_GC_FREE_US * 1e3
     if not big.any():
         return []
-    acl = ev[ev["kind"].isin(["runtime", "sync"]) & ev["name"].astype(str).str.startswith("AscendCL@")]
+    acl = ev[ev["kind"].isin(["runtime", "sync"]) & ev["name"].str.startswith("AscendCL@")]
     a0 = np.sort(acl["ts_ns"].to_numpy())
     a_dur = acl.sort_values("ts_ns")["dur_ns"].to_numpy()
     c_dur = np.concatenate([[0], np.cumsum(a_dur)])
@@ -321,7 +321,7 @@ def memory_operators(s) -> list[Finding]:
     ev = s.events
     if ev is None or ev.empty:
         return []
-    calls = ev[ev["name"].astype(str).isin(MEMORY_OPS)]
+    calls = ev[ev["name"].isin(MEMORY_OPS)]
     if calls.empty:
         return []
     per = calls.groupby(calls["name"].astype(str)).agg(count=("dur_ns", "size"), total_ns=("dur_ns", "sum"))

@@ -318,7 +318,7 @@ def op_dispatch(s) -> list[Finding]:
     ev = s.events
     if ev is None or ev.empty:
         return []
-    calls = ev[(ev["kind"] == "runtime") & (ev["name"].astype(str) == "AscendCL@aclopCompileAndExecute")]
+    calls = ev[(ev["kind"] == "runtime") & (ev["name"] == "AscendCL@aclopCompileAndExecute")]
     if len(calls) < T.OP_COMPILE_MIN:
         return []
     total_us = float(calls["dur_ns"].sum()) / 1e3

@@ -36,8 +36,7 @@ def _user_source(ev: pd.DataFrame, syncs: pd.DataFrame) -> np.ndarray:
     frames = ev[ev["kind"] == "python"]
     if frames.empty:
         return source
-    names = frames["name"].astype(str)
-    frames = frames[~names.str.contains(_LIBRARY_FRAME)]
+    frames = frames[~frames["name"].str.contains(_LIBRARY_FRAME)]  # once per distinct frame (categorical)
     for lane, group in frames.groupby("lane", observed=True):
         mine = np.flatnonzero((syncs["lane"] == lane).to_numpy() & (source == ""))[:MAX_SYNCS_LOCATED]
         start = group["ts_ns"].to_numpy()

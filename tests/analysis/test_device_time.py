@@ -10,6 +10,7 @@ import logging
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -237,3 +238,16 @@ def test_the_verdict_never_comes_from_a_finding_with_nothing_at_stake():
     verdict = npumagic.checklist(jittery, advice=advice)
     assert verdict.bottleneck == "compute_bound"
     assert "jitter" not in verdict.steps[1][1]
+
+
+def test_a_sync_is_located_at_the_innermost_user_frame_not_inside_torch():
+    # GIVEN .item() called from a user's step, through torch's module call, with stacks recorded
+    events = pd.DataFrame({
+        "name": ["train.py(12): step", "torch/nn/modules/module.py(1751): _call_impl", "aten::item"],
+        "kind": ["python", "python", "host_op"], "ts_ns": [0, 10, 20], "dur_ns": [100, 80, 5],
+        "lane": "Python/Thread 1", "device": -1, "rank": 0})
+    trace = schema.finish(events, pd.DataFrame({"rank": [0], "step": [1], "start_ns": [0], "end_ns": [100]}),
+                          meta={"backend": "cpu"})
+    # THEN the sync table names the user's line, not the library frame closer to the call
+    syncs = npumagic.summarize(trace).syncs.set_index("name")
+    assert syncs.loc["aten::item", "source"] == "train.py(12): step"

@@ -22,7 +22,7 @@ ASCEND_RANKS = [ASCEND / level / f"rank{r}_ascend_pt" for level in ("level0", "l
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true",
                      help="also run the tests marked slow (notebooks, a real browser, two kernels at once, the demo, "
-                          "the HolisticTraceAnalysis cross-checks, Dask clusters, fresh-process imports, every "
+                          "the HolisticTraceAnalysis cross-checks, Dask clusters, fresh-process imports, scale tests, every "
                           "sample of the sweeps) and fuzz with every example; CI runs this")
 
 

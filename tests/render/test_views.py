@@ -171,6 +171,7 @@ def test_empty_and_single_step_runs_draw(steps):
         assert build_view(view, trace, summary).axes
 
 
+@pytest.mark.slow  # a scale test; its time is measured by bench/render.py
 def test_a_million_events_draw_in_aggregate():
     n = 1_000_000
     rng = np.random.default_rng(0)

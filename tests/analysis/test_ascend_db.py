@@ -7,6 +7,7 @@ StepTraceTime, CommAnalyzerBandwidth and CommAnalyzerMatrix are only read here, 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import sqlite3
 from contextlib import closing
@@ -227,4 +228,15 @@ def test_rows_with_times_no_profiler_writes_are_skipped_and_counted_not_clipped(
 def test_a_step_that_step_time_lists_twice_is_refused(tmp_path):
     rank, db = _damaged(tmp_path, "INSERT INTO STEP_TIME SELECT * FROM STEP_TIME")
     with pytest.raises(TraceError, match=f"{db}: STEP_TIME lists step 50 more than once"):
+        npumagic.load(rank)
+
+
+@pytest.mark.parametrize("statement", ["DROP TABLE COMMUNICATION_OP", "DELETE FROM COMMUNICATION_OP"],
+                         ids=["no-table", "no-rows"])
+def test_communication_tasks_without_their_operators_are_refused_not_read_as_no_communication(tmp_path, statement):
+    # GIVEN an export whose HCCL tasks are there but whose collectives (COMMUNICATION_OP) are not
+    rank, db = _damaged(tmp_path, statement)
+    # THEN reading it is one error naming the database, not a step with 0 ms of communication
+    with pytest.raises(TraceError, match=rf"{re.escape(str(db))}: COMMUNICATION_TASK_INFO lists \d+ "
+                                         r"communication tasks but COMMUNICATION_OP no collective"):
         npumagic.load(rank)

@@ -150,6 +150,8 @@ def _read_rank(db_path: Path, rank: int, notes: ReadNotes) -> dict[str, Any]:
         good = _good_times(kernels, notes, db_path, "TASK")
         kernels, metrics = kernels[good], metrics[good]
         comm_events = _comm_ops(db)
+        if comm_events.empty:
+            _refuse_tasks_without_collectives(db)
         comm_events = comm_events[_good_times(comm_events, notes, db_path, "COMMUNICATION_OP")]
         host = [_torch_api(db), _cann_api(db)]
         host = [h[_good_times(h, notes, db_path, table)] for h, table in zip(host, ("PYTORCH_API", "CANN_API"))]
@@ -297,6 +299,17 @@ def _memcpy_tasks(db: _Db) -> pd.DataFrame:
             owned |= set(db.query(f"SELECT globalTaskId FROM {table}")["globalTaskId"])
     copies = task[task["type"].isin(MEMCPY_TASKS) & ~task["globalTaskId"].isin(owned)]
     return _device(copies, copies["type"], "memcpy", "", copies["type"].to_numpy())
+
+
+def _refuse_tasks_without_collectives(db: _Db) -> None:
+    """HCCL tasks with no collective to time them would read as a job that never communicated:
+    its communication time would count as free time."""
+    if not db.has("COMMUNICATION_TASK_INFO"):
+        return
+    tasks = db.conn.execute("SELECT COUNT(*) FROM COMMUNICATION_TASK_INFO").fetchone()[0]
+    if tasks:
+        raise TraceError(db.path, f"COMMUNICATION_TASK_INFO lists {tasks} communication tasks but COMMUNICATION_OP "
+                                  "no collective: the export is incomplete (torch_npu writes both); export it again")
 
 
 def _comm_ops(db: _Db) -> pd.DataFrame:

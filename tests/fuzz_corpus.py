@@ -136,8 +136,14 @@ def cases() -> list[Case]:
         Case("kineto-deep-args", _kineto(json.dumps(kineto_trace()).replace('"Input Dims": [[4, 4], [4, 4]]',
                                                                                f'"Input Dims": {deep}')),
              r"fuzz\.pt\.trace\.json: .*nested too deeply"),
+        # no JSON, but Python's json.dumps writes NaN and Kineto before 2021 wrote inf (kineto#105)
         Case("kineto-nan-literal", _kineto(json.dumps(kineto_trace()).replace("1010.0", "NaN")),
-             r"fuzz\.pt\.trace\.json: not a valid"),
+             r"fuzz\.pt\.trace\.json: .*1 number was inf or nan \(no JSON; read as missing\)", kind="note"),
+        Case("kineto-inf-bandwidth", _kineto(json.dumps(kineto_trace()).replace(
+            '"correlation": 3}', '"correlation": 3, "memory bandwidth (GB/s)": inf}')),
+             r"fuzz\.pt\.trace\.json: 1 number was inf or nan", kind="note"),
+        Case("kineto-latin1-name", _kineto(json.dumps(kineto_trace()).encode().replace(b"gemm", b"gemm\xe9")),
+             r"fuzz\.pt\.trace\.json: 1 character was bytes that are no UTF-8", kind="note"),
         Case("kineto-gzip-truncated", _kineto(gzip.compress(json.dumps(kineto_trace()).encode())[:60],
                                               "fuzz.pt.trace.json.gz"), r"fuzz\.pt\.trace\.json\.gz: truncated gzip"),
         Case("kineto-gzip-bad-crc", _kineto(gzip.compress(json.dumps(kineto_trace()).encode())[:-8] + bytes(8),

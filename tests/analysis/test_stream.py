@@ -113,6 +113,8 @@ def test_every_block_size_gives_the_same_events(tmp_path, layout):
     ('[{"ph": "X"}] [', "not a valid Chrome trace JSON \\(text after the event array"),
     ('{"traceEvents": [{"ph": "X"}], "deviceProperties": 5}', "JSON without the Chrome trace layout"),
     ("   \n ", "the file is empty"),
+    # malformed, not cut short: no word of truncation
+    ('{"traceEvents": [{"ph": "X", "ts": 1 2}]}', "not a valid Chrome trace JSON \\(JSON is malformed: .*\\(byte 21\\)\\)$"),
 ])
 def test_bad_text_is_a_trace_error_naming_the_file(tmp_path, text, message):
     path = tmp_path / "bad.pt.trace.json"

@@ -32,6 +32,9 @@ _FIRST = re.compile(rb"\S")
 _BOUNDARY_AFTER = re.compile(rb"\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
 _BOM = b"\xef\xbb\xbf"
+# a JSON string (kept as it is) or a bare non-finite number, which is no JSON but which Kineto wrote
+# before 2021 (kineto#105: "memory bandwidth (GB/s)": inf for a zero-length copy)
+_STRING_OR_NONFINITE = re.compile(rb'"(?:[^"\\]|\\.)*"|-?\b(?:inf|Infinity|nan|NaN)\b')
 _raw_object = msgspec.json.Decoder(RawTrace)
 _syntax = msgspec.json.Decoder(list[msgspec.Raw])
 
@@ -57,7 +60,20 @@ class EventStream:
         self.block = block
         self.header = RawTrace()
         self.counters: list[CounterEvent] = []
+        self.nonfinite = 0  # bare inf / nan numbers read as missing values (null)
+        self.not_utf8 = 0  # characters that were bytes no UTF-8 (read as U+FFFD)
         self._events = msgspec.json.Decoder(list[event_type])
+
+    def repairs(self) -> str:
+        """What was read leniently, in words ("" when nothing was)."""
+        said = []
+        if self.nonfinite:
+            said.append(f"{self.nonfinite} number{'s were' if self.nonfinite > 1 else ' was'} inf or nan (no JSON; "
+                        "read as missing)")
+        if self.not_utf8:
+            said.append(f"{self.not_utf8} character{'s were' if self.not_utf8 > 1 else ' was'} bytes that are no "
+                        "UTF-8 (shown as \ufffd)")
+        return ", ".join(said)
 
     def __iter__(self) -> Iterator[list]:
         with open_trace(self.path) as fh:
@@ -152,16 +168,26 @@ class EventStream:
             except msgspec.DecodeError:
                 continue
         try:
-            _syntax.decode(b"[" + buf)
+            _syntax.decode(_repaired(b"[" + buf)[0])
             problem = "no end of the event array"
         except msgspec.DecodeError as exc:
             problem = str(exc)
-        raise TraceError(self.path, f"not a valid Chrome trace JSON ({problem}); the file may be truncated")
+        raise _not_json(self.path, problem)
 
     def _decode_events(self, text: bytes) -> list:
-        """The events of ``text`` (an array); its counter samples go to :attr:`counters`."""
+        """The events of ``text`` (an array); its counter samples go to :attr:`counters`. Bare
+        non-finite numbers (``inf``, ``nan``) are read as missing values, bytes that are no UTF-8
+        as U+FFFD, each counted."""
         try:
-            events = self._events.decode(text)
+            try:
+                events = self._events.decode(text)
+            except msgspec.DecodeError:
+                text, nonfinite, not_utf8 = _repaired(text)
+                if not (nonfinite or not_utf8):
+                    raise
+                events = self._events.decode(text)  # still failing: not JSON for another reason
+                self.nonfinite += nonfinite
+                self.not_utf8 += not_utf8
             if any(e.ph == "C" for e in events):  # the event Structs keep only selected args
                 raws = _syntax.decode(text)
                 self.counters += decode_counter_events([r for r, e in zip(raws, events) if e.ph == "C"])
@@ -171,14 +197,50 @@ class EventStream:
 
     def _whole(self, text: bytes) -> RawTrace:
         try:
-            return _raw_object.decode(text)
+            try:
+                return _raw_object.decode(text)
+            except msgspec.DecodeError:
+                lenient, nonfinite, not_utf8 = _repaired(text)
+                if not (nonfinite or not_utf8):
+                    raise
+                return _raw_object.decode(lenient)
         except msgspec.ValidationError as exc:
             raise TraceError(self.path, f"JSON without the Chrome trace layout ({exc}); expected an object with a "
                                         "'traceEvents' array of event objects, or such an array") from None
         except msgspec.DecodeError as exc:
-            raise TraceError(self.path, f"not a valid Chrome trace JSON ({exc}); the file may be truncated") from None
+            raise _not_json(self.path, str(exc)) from None
         except RecursionError:
             raise TraceError(self.path, "JSON nested too deeply to be a Chrome trace") from None
+
+
+def _not_json(path: Path, problem: str) -> TraceError:
+    """The error for text that is no JSON; "truncated" only where the text ends too soon."""
+    ends_early = "truncated" in problem or problem == "no end of the event array"
+    return TraceError(path, f"not a valid Chrome trace JSON ({problem})" + ("; the file may be truncated" if ends_early
+                                                                             else ""))
+
+
+def _repaired(text: bytes) -> tuple[bytes, int, int]:
+    """``text`` with each bare non-finite number (not inside a string) as ``null`` and each byte
+    that is no UTF-8 as U+FFFD: (the text, non-finite numbers, characters replaced). Cuts fall
+    between events, on ASCII, so no block splits a character."""
+    not_utf8 = 0
+    try:
+        text.decode()
+    except UnicodeDecodeError:
+        fixed = text.decode(errors="replace")
+        not_utf8 = fixed.count("\ufffd") - text.count("\ufffd".encode())
+        text = fixed.encode()
+    replaced = 0
+
+    def swap(match: re.Match) -> bytes:
+        nonlocal replaced
+        if match.group()[:1] == b'"':
+            return match.group()
+        replaced += 1
+        return b"null"
+
+    return _STRING_OR_NONFINITE.sub(swap, text), replaced, not_utf8
 
 
 def _skip_separator(buf: bytes) -> bytes:

@@ -213,6 +213,8 @@ class _Columns:
             if progress is not None:
                 progress.update(len(chunk))
         self.counter_events = events.counters
+        if events.repairs():
+            self.notes.remark(path, events.repairs())
         return events.header
 
     def counters(self) -> pd.DataFrame:

@@ -2,13 +2,13 @@
 
 Replicates a genuine Kineto trace (default: the shared V100 trace) end to end in time until it
 holds about --events events, writes it as plain JSON (streamed: the builder never holds it),
-then measures, each in a fresh process: npumagic load + summarize, ``json.loads`` of the same
-file alone, and HolisticTraceAnalysis (``pip install holistictraceanalysis``) load + temporal
+then measures, each in a fresh process: npumagic load + summarize, npumagic advise of that
+summary (its rules read every event), ``json.loads`` of the same file alone, and HolisticTraceAnalysis (``pip install holistictraceanalysis``) load + temporal
 breakdown. Prints seconds, ratios and peak RSS against the file size. Each contender runs under
 an address-space limit (--mem-limit-gb): on a shared machine a contender that needs more fails
 with MemoryError instead of taking the machine's memory from others.
 
-    python bench/parse.py [--source PATH] [--events 10000000] [--dir /tmp/big] [--skip-hta]
+    python bench/parse.py [--source PATH] [--events 10000000] [--dir /tmp/big] [--skip-hta] [--skip-advise]
 Targets: peak RSS <= 0.5x the file at 10M events (<= 0.8x at 2M), no slower than json.loads,
 >= 10x faster than HTA.
 """
@@ -34,6 +34,10 @@ CONTENDERS = {
     "npumagic load+summarize": ("import npumagic", """
 s = npumagic.summarize(npumagic.load(PATH))
 assert len(s.steps) > 0
+"""),
+    # the rules over every event (one process: the trace loaded and summarised untimed, then advised)
+    "npumagic advise (loaded)": ("import npumagic\ns = npumagic.summarize(npumagic.load(PATH))", """
+assert npumagic.advise(s) is not None
 """),
     "json.loads alone": ("import json", """
 with open(PATH, 'rb') as f:
@@ -121,6 +125,7 @@ def main() -> None:
     parser.add_argument("--mem-limit-gb", type=float, default=16.0, help="address-space limit of each contender (0: none)")
     parser.add_argument("--skip-hta", action="store_true")
     parser.add_argument("--skip-json", action="store_true")
+    parser.add_argument("--skip-advise", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="npumagic-parse-", dir=args.dir) as tmp:
         path = Path(tmp) / "rank-0.big.pt.trace.json"
@@ -130,7 +135,8 @@ def main() -> None:
               f"in {time.perf_counter() - t0:.1f} s\n", flush=True)
         results = {}
         for label, code in CONTENDERS.items():
-            if (label.startswith("HTA") and args.skip_hta) or (label.startswith("json") and args.skip_json):
+            if (label.startswith("HTA") and args.skip_hta) or (label.startswith("json") and args.skip_json) or (
+                    label.startswith("npumagic advise") and args.skip_advise):
                 continue
             results[label] = measure(code, path, int(args.mem_limit_gb * 2**30))
             print(f"  {label}: {results[label]}", flush=True)

@@ -142,6 +142,9 @@ def cases() -> list[Case]:
         Case("kineto-inf-bandwidth", _kineto(json.dumps(kineto_trace()).replace(
             '"correlation": 3}', '"correlation": 3, "memory bandwidth (GB/s)": inf}')),
              r"fuzz\.pt\.trace\.json: 1 number was inf or nan", kind="note"),
+        Case("kineto-inf-in-header", _kineto(json.dumps(kineto_trace()).replace('"totalGlobalMem": 1073741824',
+                                                                                '"totalGlobalMem": inf')),
+             r"fuzz\.pt\.trace\.json: 1 number was inf or nan", kind="note"),
         Case("kineto-latin1-name", _kineto(json.dumps(kineto_trace()).encode().replace(b"gemm", b"gemm\xe9")),
              r"fuzz\.pt\.trace\.json: 1 character was bytes that are no UTF-8", kind="note"),
         Case("kineto-gzip-truncated", _kineto(gzip.compress(json.dumps(kineto_trace()).encode())[:60],

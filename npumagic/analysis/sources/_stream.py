@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import msgspec
 
@@ -179,15 +179,7 @@ class EventStream:
         non-finite numbers (``inf``, ``nan``) are read as missing values, bytes that are no UTF-8
         as U+FFFD, each counted."""
         try:
-            try:
-                events = self._events.decode(text)
-            except msgspec.DecodeError:
-                text, nonfinite, not_utf8 = _repaired(text)
-                if not (nonfinite or not_utf8):
-                    raise
-                events = self._events.decode(text)  # still failing: not JSON for another reason
-                self.nonfinite += nonfinite
-                self.not_utf8 += not_utf8
+            events, text = self._lenient(self._events, text)
             if any(e.ph == "C" for e in events):  # the event Structs keep only selected args
                 raws = _syntax.decode(text)
                 self.counters += decode_counter_events([r for r, e in zip(raws, events) if e.ph == "C"])
@@ -195,15 +187,27 @@ class EventStream:
             raise TraceError(self.path, "JSON nested too deeply to be a Chrome trace") from None
         return events
 
+    def _lenient(self, decoder: msgspec.json.Decoder, text: bytes) -> tuple[Any, bytes]:
+        """``decoder.decode(text)``, retried with bare inf/nan as null and bytes that are no UTF-8
+        as U+FFFD (counted) where those made it fail: (the value, the text it was decoded from)."""
+        try:
+            return decoder.decode(text), text
+        except msgspec.ValidationError:
+            raise  # well-formed, of the wrong shape: nothing to repair
+        except msgspec.DecodeError as exc:
+            if "truncated" in str(exc):  # a cut inside a string or a file cut short: nothing to repair
+                raise
+            fixed, nonfinite, not_utf8 = _repaired(text)
+            if not (nonfinite or not_utf8):
+                raise
+            value = decoder.decode(fixed)  # still failing: not JSON for another reason
+            self.nonfinite += nonfinite
+            self.not_utf8 += not_utf8
+            return value, fixed
+
     def _whole(self, text: bytes) -> RawTrace:
         try:
-            try:
-                return _raw_object.decode(text)
-            except msgspec.DecodeError:
-                lenient, nonfinite, not_utf8 = _repaired(text)
-                if not (nonfinite or not_utf8):
-                    raise
-                return _raw_object.decode(lenient)
+            return self._lenient(_raw_object, text)[0]
         except msgspec.ValidationError as exc:
             raise TraceError(self.path, f"JSON without the Chrome trace layout ({exc}); expected an object with a "
                                         "'traceEvents' array of event objects, or such an array") from None

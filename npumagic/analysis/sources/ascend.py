@@ -263,8 +263,8 @@ def _read_text_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, An
             stream = EventStream(trace_path, AscendEvent)
             raw_events = [e for chunk in stream for e in chunk]
             samples = stream.counters
-            if stream.repairs():
-                notes.remark(trace_path, stream.repairs())
+            if repairs := stream.repairs():
+                notes.remark(trace_path, repairs)
         except msgspec.DecodeError as exc:
             raise TraceError(trace_path, f"an event does not match the trace_view.json format ({exc})") from None
         events = _trace_events(raw_events, trace_path, notes)

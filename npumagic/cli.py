@@ -85,7 +85,7 @@ def _advise(args) -> int:
     advice = advise_run(_summary(args, args.path, args.rank), str(args.path), every_rank=args.all, low=args.all)
     if args.json:
         _print_json(_clean({"path": str(args.path), "findings": [f.as_dict() for f in advice],
-                            "low_findings_not_shown": advice.hidden_low,
+                            "low_findings_not_shown": advice.hidden_low, "steps_inferred": advice.steps_inferred,
                             **({"otherwise": advice.otherwise} if advice.otherwise else {})}))
     else:
         print(advice)

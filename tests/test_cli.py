@@ -53,9 +53,11 @@ def test_runs_lists_an_empty_history(tmp_path, capsys):
 
 def test_advise_ranks_findings(capsys):
     assert main(["advise", str(need(ASCEND / "level1" / "rank0_ascend_pt")), "--json"]) == 0
-    findings = json.loads(capsys.readouterr().out)["findings"]
+    out = json.loads(capsys.readouterr().out)
+    findings = out["findings"]
     assert findings[0]["category"] == "communication"
     assert [f["impact"] for f in findings] == sorted((f["impact"] for f in findings), reverse=True)
+    assert out["steps_inferred"] is False  # torch_npu marked its steps
 
 
 def test_advise_json_lists_rule_severity_impact_evidence_fix_where(capsys):

@@ -34,6 +34,7 @@ class Advice:
     hidden_low: int = 0  # low-severity findings left out (shown with every rank / --all)
     ranks_left: str = ""  # which ranks' own findings are not in it, and why ("" when none)
     otherwise: str = ""  # what the step is when no finding names its bottleneck (compute-bound), or ""
+    steps_inferred: bool = False  # the trace has no ProfilerStep marks: its one "step" is the whole trace
 
     def __iter__(self):
         return iter(self.findings)
@@ -165,6 +166,11 @@ NPU_HOST_BOUND_FIX = ("cut host dispatch time: export TASK_QUEUE_ENABLE=2 before
                       ", and raise the batch size")
 
 
+def steps_inferred(s: Summary) -> bool:
+    """The rank's trace has no ProfilerStep marks: its one step is the whole trace, start-up included."""
+    return s.meta.get("rank", 0) in s.meta.get("steps_inferred", [])
+
+
 def _host_bound(s: Summary) -> list[Finding]:
     """Device idle (on the CPU: time outside torch operators) that DataLoader waits do not explain."""
     idle = s.share("idle_us")
@@ -192,6 +198,12 @@ def _host_bound(s: Summary) -> list[Finding]:
                "raise the batch size, and move Python work (logging, metric math) out of the step")
     title = (f"the device is idle {idle_ms:,.2f} ms per step ({idle:.0%}) waiting for the host; "
              f"{evidence['preparing_ms']:,.2f} ms pass before the first device task")
+    if steps_inferred(s):  # the idle time may be start-up (context creation, first calls), not the loop
+        title = (f"the device is idle {idle_ms:,.2f} ms ({idle:.0%}) of the whole trace, which has no step marks, so "
+                 f"start-up counts too; {evidence['preparing_ms']:,.2f} ms pass before the first device task")
+        fix = ("profile steady-state steps before acting on this: call prof.step() once an iteration under a "
+               "schedule that skips the first ones (torch.profiler.schedule(wait=1, warmup=1, active=3)); if the "
+               "steps stay host-bound, " + fix)
     host = _host_cpu(s)
     main = host.get("main_thread_cpu_pct", float("nan")) if host else float("nan")
     if host:
@@ -458,7 +470,7 @@ def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | N
         found += [f if f.rule else replace(f, rule="cluster") for f in cluster.findings(summary)]
         found += run_rules(summary)
     found.sort(key=lambda f: f.impact, reverse=True)
-    return Advice(found, run, otherwise=_otherwise(summary, found))
+    return Advice(found, run, otherwise=_otherwise(summary, found), steps_inferred=steps_inferred(summary))
 
 
 # compute-bound: the cheaper math each backend offers (no NPU-only fix on a CPU/CUDA run, and back)
@@ -527,7 +539,7 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
     if not low:
         shown = [f for f in findings if f.severity != "low"] or findings[:1]
         hidden, findings = len(findings) - len(shown), shown
-    return Advice(findings, run, hidden, left, _otherwise(summary, findings))
+    return Advice(findings, run, hidden, left, _otherwise(summary, findings), steps_inferred(summary))
 
 
 _NUMBERS = re.compile(r"\d[\d.,]*")  # a finding's title without its numbers says what was found

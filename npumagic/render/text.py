@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 
+from ..analysis.advice import steps_inferred
 from ..analysis.checklist import busy_label
 from .tables import advice_table, breakdown_table, kernel_diff_table, step_table
 
@@ -31,11 +32,12 @@ def summary_headline(summary) -> str:
             f"dataloader {_pct(h['dataloader_share'])}")
 
 
+INFERRED_STEP = ("no ProfilerStep marks in the trace (no schedule, or prof.step() never called): "
+                 "the whole trace is one inferred step")
+
+
 def _inferred(summary) -> str:
-    if summary.meta.get("rank", 0) in summary.meta.get("steps_inferred", []):
-        return ("no ProfilerStep marks in the trace (no schedule, or prof.step() never called): "
-                "the whole trace is one inferred step")
-    return ""
+    return INFERRED_STEP if steps_inferred(summary) else ""
 
 
 def summary_text(summary) -> str:
@@ -91,19 +93,26 @@ def hidden_note(advice) -> str:
     return "\n".join(lines)
 
 
+def _caveat(advice) -> str:
+    """What every finding rests on, said before them (one step inferred from the whole trace), or ""."""
+    return f"{INFERRED_STEP}; per-step figures cover all of it" if getattr(advice, "steps_inferred", False) else ""
+
+
 def advice_text(advice) -> str:
     head = f"npumagic advice{' for ' + advice.run if advice.run else ''}: "
     note = f"\n{hidden_note(advice)}" if hidden_note(advice) else ""
     otherwise = getattr(advice, "otherwise", "")
+    caveat = f"\n{_caveat(advice)}" if _caveat(advice) else ""
     if not advice.findings:
-        return head + (otherwise or "no bottleneck past its threshold") + note
-    return head + f"{_plural(len(advice.findings), 'finding')}\n" + "\n".join(
+        return head + (otherwise or "no bottleneck past its threshold") + caveat + note
+    return head + f"{_plural(len(advice.findings), 'finding')}{caveat}\n" + "\n".join(
         f"{i}. {finding_text(f)}" for i, f in enumerate(advice.findings, 1)) + (
         f"\nnone of them names the bottleneck: {otherwise}" if otherwise else "") + note
 
 
 def advice_html(advice) -> str:
-    note = "".join(f"<p style='color:#777;margin:0'>{html.escape(line)}</p>" for line in hidden_note(advice).splitlines())
+    note = "".join(f"<p style='color:#777;margin:0'>{html.escape(line)}</p>"
+                   for line in [_caveat(advice), *hidden_note(advice).splitlines()] if line)
     if getattr(advice, "otherwise", "") and advice.findings:
         note += f"<p>none of them names the bottleneck: {html.escape(advice.otherwise)}</p>"
     if not advice.findings:

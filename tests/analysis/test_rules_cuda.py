@@ -79,6 +79,22 @@ def test_gpu_gaps_name_what_the_host_runs():
     assert "host_bound" in nccl and "gpu_gaps" not in nccl  # the core rule names that idle time
 
 
+def test_host_bound_on_a_trace_without_step_marks_says_start_up_counts_and_to_profile_steps_first():
+    # alexnet_sync has no ProfilerStep marks: its one "step" is the whole 43 s trace, 30.5 s of
+    # it before the first kernel (CUDA start-up), which is no launch overhead to cut
+    advice = npumagic.advise(shared_summary(next(need(CUDA / "alexnet_sync").glob("*.json.gz"))))
+    found = next(f for f in advice if f.rule == "host_bound")
+    assert advice.steps_inferred
+    assert "whole trace" in found.title and "start-up" in found.title and "per step" not in found.title
+    assert found.fix.startswith("profile steady-state steps") and "CUDA graphs" in found.fix
+    head, caveat, first = str(advice).splitlines()[:3]
+    assert "no ProfilerStep marks" in caveat and first.startswith("1. [high] host_bound")  # said before the findings
+    # a trace with step marks: the finding speaks per step, no caveat
+    nccl = npumagic.advise(shared_summary(next(need(CUDA / "nccl").glob("*.json.gz"))))
+    assert not nccl.steps_inferred and "no ProfilerStep" not in str(nccl)
+    assert "per step" in next(f for f in nccl if f.rule == "host_bound").title
+
+
 def test_gpu_utilization_when_no_other_rule_explains_the_idle_time():
     found = _host_bound_silenced("alexnet_sync")["gpu_utilization"]
     assert found.evidence["gpu_utilization"] < T.CUDA_GPU_UTIL

@@ -136,22 +136,23 @@ def _show(args) -> int:
 def _runs(args) -> int:
     from .render.tables import runs_table
 
-    store = _history(args.out)
+    out = _output_dir(args)
+    store = _history(out)
     if store is None:
-        print(f"no runs in {args.out}")
+        print(f"no runs in {out}")
         return 0
     table = store.table()
     if args.json:
         print(table.to_json(orient="records", date_format="iso"))
     else:
-        print(runs_table(table).to_text() if len(table) else f"no runs in {args.out}")
+        print(runs_table(table).to_text() if len(table) else f"no runs in {out}")
     return 0
 
 
 def _export(args) -> int:
     from .render.export import render_markdown, write_log
 
-    store = _history(args.out)
+    store = _history(_output_dir(args))
     runs = store.runs() if store is not None else []
     if args.md or args.csv:
         write_log(runs, md=args.md, csv=args.csv)
@@ -238,15 +239,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--zoom", default=None, help="timeline: START_MS:END_MS from the first step")
     p.add_argument("--dpi", type=dpi, default=110, help="image resolution, 20 to 600 (default 110)")
     p = add("runs", _runs, "list the run history of an output directory")
-    p.add_argument("--out", default="npumagic_runs", help="output directory (default ./npumagic_runs)")
-    p.add_argument("--json", action="store_true")
+    _output_dir_arguments(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("export", _export, "the troubleshooting log (verdicts, findings, notes) as Markdown or CSV")
-    p.add_argument("--out", default="npumagic_runs", help="output directory (default ./npumagic_runs)")
+    _output_dir_arguments(p)
     p.add_argument("--md", default=None, help="write Markdown here (default: print it)")
     p.add_argument("--csv", default=None, help="write CSV here")
     p = add("demo", _demo, "profile a small CPU training loop through the magics in a real IPython shell")
-    p.add_argument("--out", default="npumagic_demo", help="output directory (default ./npumagic_demo)")
+    p.add_argument("--out", default=DEMO_DIR, help=f"output directory (default ./{DEMO_DIR})")
     return parser
+
+
+OUTPUT_DIR = "npumagic_runs"  # where the magics write their runs by default (NpuMagics.output_dir)
+DEMO_DIR = "npumagic_demo"
+
+
+def _output_dir_arguments(p: argparse.ArgumentParser) -> None:
+    """The output directory of the runs, as ``DIR`` or ``--out DIR`` (as the other commands take
+    their path); :func:`_output_dir` reads it."""
+    where = f"output directory the magics (or the demo) wrote the runs to (default ./{OUTPUT_DIR})"
+    p.add_argument("dir", nargs="?", default=None, metavar="DIR", help=where)
+    p.add_argument("--out", default=None, help="the same, as an option")
+
+
+def _output_dir(args) -> str:
+    if args.dir is not None and args.out is not None and Path(args.dir) != Path(args.out):
+        raise NpumagicError(f"two output directories given, {args.dir} and --out {args.out}: give one")
+    out = args.dir or args.out
+    if out is None and not Path(OUTPUT_DIR).exists():
+        from .history import DB_NAME
+
+        hint = f"; the demo's is here: npumagic {args.command} {DEMO_DIR}" if Path(DEMO_DIR, DB_NAME).is_file() else ""
+        raise NpumagicError(f"no ./{OUTPUT_DIR} here (the magics' default output directory): give the directory "
+                            f"the runs were written to, npumagic {args.command} DIR{hint}")
+    return out or OUTPUT_DIR
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:

@@ -212,10 +212,10 @@ class HistoryStore:
             raise HistoryError(f"{self.path}: is not a file; expected npumagic's SQLite history")
         if not create:
             if not self.directory.is_dir():
-                raise HistoryError(f"{self.directory}: no such output directory (set --out to where %%npuprofile "
-                                   "wrote its runs)")
+                raise HistoryError(f"{self.directory}: no such output directory (expected the directory "
+                                   "%%npuprofile wrote its runs to)")
             if not self.path.is_file():
-                raise HistoryError(f"{self.path}: no history here (set --out to where %%npuprofile wrote its runs)")
+                raise HistoryError(f"{self.path}: no history here (expected the directory %%npuprofile wrote its runs to)")
             self._open_readonly()
             return
         try:

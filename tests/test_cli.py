@@ -11,7 +11,7 @@ import pytest
 
 from npumagic.cli import main
 
-from .conftest import ASCEND, need
+from .conftest import ASCEND, CUDA, need
 
 
 def test_analyze_prints_the_table_and_verdict(capsys):
@@ -112,6 +112,21 @@ def test_runs_and_export_read_a_real_history(tmp_path, capsys):
 def test_a_missing_history_is_exit_2(tmp_path, capsys):
     assert main(["runs", "--out", str(tmp_path / "none")]) == 2
     assert "no such output directory" in capsys.readouterr().err
+
+
+def test_runs_and_export_take_the_directory_as_the_other_commands_take_their_path(tmp_path, capsys, monkeypatch):
+    from npumagic.session import Session
+
+    Session(tmp_path / "npumagic_demo").load(need(CUDA / "alexnet_sync"), name="sample")
+    monkeypatch.chdir(tmp_path)
+    assert main(["runs", "npumagic_demo", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["name"] == "sample"
+    assert main(["export", "npumagic_demo"]) == 0 and "## sample" in capsys.readouterr().out
+    # without one, and no ./npumagic_runs: the error names the demo's directory, which is here
+    assert main(["runs"]) == 2
+    assert "npumagic runs DIR; the demo's is here: npumagic runs npumagic_demo" in capsys.readouterr().err
+    assert main(["export", "npumagic_demo", "--out", "elsewhere"]) == 2
+    assert "two output directories" in capsys.readouterr().err
 
 
 def test_advise_all_adds_every_rank_and_low_findings(capsys):

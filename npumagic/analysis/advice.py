@@ -134,7 +134,7 @@ def _dataloader(s: Summary) -> list[Finding]:
         evidence.update(host)
         n, busy, idle = host["workers"], host["worker_cpu_pct"], host["cores_idle"]
         if n and busy >= T.WORKER_BUSY_PCT:
-            title += f"; its {n} DataLoader workers are each {busy:.0f}% busy: decoding is CPU-bound"
+            title += f"; its {n} DataLoader workers are each {busy:.0f}% busy: loading is CPU-bound"
             more = f"num_workers={n} -> {n + idle}, {idle} cores are idle" if idle else "no core is idle"
             fix = (f"the workers are CPU-bound decoding: add workers ({more}) and make each sample cheaper: decode "
                    "pre-resized inputs, move augmentation onto the device, cache decoded samples")
@@ -143,7 +143,7 @@ def _dataloader(s: Summary) -> list[Finding]:
             fix = ("the workers wait on I/O, not on the CPU: read from faster storage (copy the dataset to local disk "
                    "or RAM, pack small files into shards), and overlap more reads (prefetch_factor=4, more workers)")
         elif not n and host.get("main_thread_cpu_pct", 0) >= T.HOST_PINNED_PCT:
-            title += f"; the training thread decodes every batch itself ({host['main_thread_cpu_pct']:.0f}% of a core)"
+            title += f"; the training thread loads every batch itself ({host['main_thread_cpu_pct']:.0f}% of a core)"
     return [Finding("dataloader", share, title, evidence, fix, iterator)]
 
 

@@ -192,7 +192,7 @@ def waiting_on_data():
 
 
 @pytest.mark.parametrize("workers, busy, idle, expected", [
-    (4, 97.0, 2, "decoding is CPU-bound"),
+    (4, 97.0, 2, "loading is CPU-bound"),
     (4, 20.0, 3, "wait on I/O"),
     (4, 70.0, 3, None),
 ])
@@ -202,9 +202,17 @@ def test_dataloader_finding_reads_the_workers_cpu(waiting_on_data, workers, busy
     assert finding.evidence["workers"] == workers
     if expected:
         assert expected in finding.title
-        assert ("num_workers=4 -> 6" in finding.fix) if expected.startswith("decoding") else ("storage" in finding.fix)
+        assert ("num_workers=4 -> 6" in finding.fix) if expected.startswith("loading") else ("storage" in finding.fix)
     else:
         assert "CPU-bound" not in finding.title and "I/O" not in finding.title
+
+
+def test_a_loader_in_the_training_process_is_said_to_load_not_to_decode(waiting_on_data):
+    # the demo's fixed run: num_workers=0 and a Dataset that only indexes tensors, the thread busy
+    summary = _with_host(waiting_on_data, workers=0, main_thread_cpu_pct=90.0)
+    finding = next(f for f in advise(summary) if f.category == "dataloader")
+    assert "the training thread loads every batch itself (90% of a core)" in finding.title
+    assert "decod" not in finding.title
 
 
 def test_host_bound_with_the_main_thread_pinned_is_dispatch_bound(waiting_on_data):

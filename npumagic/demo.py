@@ -51,13 +51,16 @@ CELLS = [
 def run_demo(output_dir: str | Path = "npumagic_demo") -> int:
     """Run the demo cells in a real InteractiveShell; returns a process exit status."""
     from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
 
     import pandas as pd
 
     pd.set_option("display.width", 200)
     pd.set_option("display.max_columns", 20)
     out = str(Path(output_dir).resolve())
-    shell = InteractiveShell.instance(colors="NoColor")
+    config = Config()
+    config.HistoryManager.enabled = False  # the demo's cells stay out of the user's own IPython history
+    shell = InteractiveShell.instance(config=config, colors="NoColor")
     for title, code in CELLS:
         print(f"\n# {title}", flush=True)
         source = code.format(out=out) if "{out" in code else code

@@ -176,18 +176,23 @@ def test_advise_all_keeps_what_only_the_job_shows(capsys):
 @pytest.mark.slow
 def test_the_demo_runs_twice_in_one_folder(tmp_path):
     """The README's first command must always work, also when run again: the second run replaces
-    the demo's runs instead of failing on their taken names."""
+    the demo's runs instead of failing on their taken names; it writes only in its own folder (not
+    in the user's IPython history)."""
+    import os
     import sqlite3
 
+    ipython_dir = tmp_path / "ipython"
     for attempt in (1, 2):
         done = subprocess.run([sys.executable, "-m", "npumagic.cli", "demo", "--out", str(tmp_path / "demo")],
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "IPYTHONDIR": str(ipython_dir)})
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         assert "npumagic fixed: ok" in done.stdout  # what the comparison says is timing: not asserted
     assert "replaced the earlier run baseline" in done.stdout
     with sqlite3.connect(tmp_path / "demo" / "history.sqlite") as db:
         names = sorted(r[0] for r in db.execute("SELECT name FROM runs"))
     assert names == ["baseline", "fixed"]
+    assert not list(ipython_dir.rglob("history.sqlite"))
 
 
 def test_a_reader_that_stops_early_gets_no_error_message(tmp_path):

@@ -222,8 +222,13 @@ def rank_table(ranks: pd.DataFrame, caption: str = "ranks") -> Table:
     cols = [Column("rank", "rank", "int"), Column("steps", "steps", "int"),
             Column("step_median_us", "median step (ms)", "ms"), Column("computing_us", "compute (ms)", "ms"),
             Column("comm_not_overlapped_us", "comm (ms)", "ms"), Column("free_us", "free (ms)", "ms"),
-            Column("dataloader_us", "data (ms)", "ms"), Column("device_util", "busy", "pct"),
-            Column("slowest", "slowest", "text", fmt=lambda v, row: "slowest" if bool(v) else "")]
+            Column("dataloader_us", "data (ms)", "ms"), Column("device_util", "busy", "pct")]
+    # free is msprof's Free: it leaves out the wait for each step's first device task, which idle counts
+    caption += " — free: neither computing nor communicating, after the step's first device task"
+    if ranks["slowest"].any():
+        cols.append(Column("slowest", "slowest", "text", fmt=lambda v, row: "slowest" if bool(v) else ""))
+    elif len(ranks) > 1:
+        caption += "; the ranks' median steps differ by at most 5% of their mean: none is the slowest"
     cols += [Column(k, k, "int") for k in ("dp", "pp", "tp") if k in ranks and (ranks[k] >= 0).any()]
     return Table(ranks, cols, caption)
 

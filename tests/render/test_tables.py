@@ -11,7 +11,7 @@ import pytest
 
 import npumagic
 from npumagic.render.tables import (MAX_COLUMNS, NAME_CHARS, Column, Table, breakdown_table, kernel_diff_table,
-                                    kernel_table, runs_table, step_table)
+                                    kernel_table, rank_table, runs_table, step_table)
 
 from ..conftest import ASCEND, CUDA, shared_summary
 
@@ -160,3 +160,12 @@ def test_a_column_can_format_by_row():
     table = Table(frame, [Column("what", "what", "text"),
                           Column("v", "value", fmt=lambda v, row: f"{v:.0%}" if row["what"] == "a" else f"{v:,.0f}")])
     assert [r[1] for r in _table(table._repr_html_()).rows] == ["50%", "1,500"]
+
+
+def test_the_rank_table_says_what_free_is_and_shows_a_slowest_column_only_when_a_rank_is():
+    # level0: rank 0's step is 13% longer than rank 1's; level1: the two ranks are within 2%
+    uneven = rank_table(shared_summary(ASCEND / "level0").ranks).to_text().splitlines()
+    assert uneven[0].startswith("ranks — free: neither computing nor communicating, after the step's first device task")
+    assert uneven[1].split()[-1] == "slowest" and uneven[2].endswith("slowest") and not uneven[3].endswith("slowest")
+    even = rank_table(shared_summary(ASCEND / "level1").ranks).to_text().splitlines()
+    assert even[0].endswith("none is the slowest") and "slowest" not in even[1]

@@ -22,6 +22,7 @@ from .capture import CaptureOptions, CaptureResult, capture, choose_backend, ens
 from .capture.backends import BackendChoice, environment_snapshot
 from .errors import NpumagicError
 from .history import DB_NAME, HistoryStore
+from .interrupts import held_interrupts
 from .records import Run
 from .names import check_name, file_stem
 
@@ -135,11 +136,12 @@ class Session:
         """Record a run whose capture or recording was cut short (an unwritable output, a second
         Ctrl-C during the profiler's export, a failure anywhere) as interrupted or failed."""
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-        try:
-            if self.store.get(name).status == "running":
-                self.store.finish(name, status, message=f"{type(exc).__name__}: {exc}"[:2000])
-        except BaseException:  # noqa: BLE001 - the original exception is the one to raise
-            log.debug("could not record %s as %s", name, status, exc_info=True)
+        with held_interrupts():  # another Ctrl-C (a burst of them) waits until the status is written
+            try:
+                if self.store.get(name).status == "running":
+                    self.store.finish(name, status, message=f"{type(exc).__name__}: {exc}"[:2000])
+            except Exception:  # noqa: BLE001 - the original exception is the one to raise
+                log.debug("could not record %s as %s", name, status, exc_info=True)
 
     def _take_over(self, name: str, new: str, run_dir: Path, moved: bool) -> Path:
         """Remove run ``name`` and give ``new`` its name (and its default directory, whose old

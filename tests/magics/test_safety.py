@@ -155,6 +155,33 @@ def test_a_second_ctrl_c_during_the_trace_export_still_records_the_run(trainer, 
     assert _runs(trainer).loc["after", "status"] == "ok"
 
 
+def test_a_burst_of_ctrl_c_while_the_status_is_written_still_records_the_run(trainer, monkeypatch):
+    # GIVEN a Ctrl-C in the export, and another real one (SIGINT) landing while npumagic writes
+    # the run's status: a burst of clicks on Jupyter's interrupt button
+    import os
+    import signal
+
+    from npumagic.history import HistoryStore
+
+    _export_raises(monkeypatch, KeyboardInterrupt())
+    finish = HistoryStore.finish
+
+    def finish_under_a_ctrl_c(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return finish(self, *args, **kwargs)
+
+    monkeypatch.setattr(HistoryStore, "finish", finish_under_a_ctrl_c)
+    kernels = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a kernel has it (a test worker may not)
+    try:
+        result = _profile(trainer, "--name burst")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    finally:
+        signal.signal(signal.SIGINT, kernels)
+    # THEN the cell fails with the interrupt and the run is recorded, not left 'running'
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert _runs(trainer).loc["burst", "status"] == "interrupted"
+
+
 @pytest.mark.parametrize("exc, status", [(KeyboardInterrupt(), "interrupted"), (RuntimeError("disk full"), "failed")],
                          ids=["ctrl-c", "error"])
 def test_a_failing_export_records_the_run(trainer, monkeypatch, exc, status):

@@ -164,6 +164,13 @@ def _alive(pid: Any, host: str | None, started: Any = None) -> bool:
     return True
 
 
+def _another_live_process(pid: Any, host: str | None, started: Any = None) -> bool:
+    """Whether a row was written by a process other than this one that may still be running."""
+    mine = pid == os.getpid() and host == socket.gethostname() and not (
+        _is_number(started) and abs(started - (process_started() or started)) > 1.0)
+    return not mine and _alive(pid, host, started)
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -404,9 +411,14 @@ class HistoryStore:
         with self._connect() as db:
             return [_run(r) for r in db.execute("SELECT * FROM runs ORDER BY id")]
 
-    def names(self) -> list[str]:
+    def names(self, other_live_kernels: bool = True) -> list[str]:
+        """Run names, oldest first; without ``other_live_kernels``, leaving out the runs of another
+        process that is still running (a second notebook's kernel on the same output directory)."""
         with self._connect() as db:
-            return [r[0] for r in db.execute("SELECT name FROM runs ORDER BY id")]
+            rows = db.execute("SELECT * FROM runs ORDER BY id").fetchall()
+        if other_live_kernels:
+            return [r["name"] for r in rows]
+        return [r["name"] for r in rows if not _another_live_process(r["pid"], r["host"], _get(r, "pid_started"))]
 
     def exists(self, name: str) -> bool:
         with self._connect() as db:

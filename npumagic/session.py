@@ -239,9 +239,14 @@ class Session:
 
     # -- reading ------------------------------------------------------------------------------
     def resolve(self, name: str | None) -> str:
-        """A run name from ``name``: a name, -1/-2 (latest, second latest), or None (latest)."""
-        names = self.store.names()
+        """A run name from ``name``: a name, -1/-2 (latest, second latest), or None (latest). The
+        latest are counted among the runs of this kernel and of kernels that have ended: another
+        running kernel's runs (a second notebook on the same output directory) are taken by name."""
+        names = self.store.names(other_live_kernels=False)
         if not names:
+            if self.store.names():
+                raise NpumagicError("every run in the history is another running kernel's (a second notebook on this "
+                                    "output directory): name the run (%npuruns lists them)")
             raise NpumagicError("no runs recorded yet; profile a cell with %%npuprofile first")
         if name is None:
             return names[-1]
@@ -324,7 +329,8 @@ class Session:
             b = self.resolve(a)
             a = self.baseline
             if a is None or a == b:
-                names = self.store.names()
+                names = self.store.names(other_live_kernels=False)
+                names = names if b in names else self.store.names()  # b named: another kernel's run
                 i = names.index(b)
                 if i == 0:
                     raise NpumagicError("a comparison needs two runs; profile another one first")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from npumagic.errors import NpumagicError
 from npumagic.history import SCHEMA_VERSION, HistoryStore, NewerHistory, RunNameTaken, UnknownRun
 
 from ..conftest import ASCEND, need
@@ -190,3 +191,35 @@ def test_a_summary_stored_by_the_format_before_is_still_read(tmp_path):
         db.execute("UPDATE summaries SET format = 1, data = ?", (zlib.compress(json.dumps(doc).encode()),))
     stored = Session(tmp_path).store.summary("job")
     assert stored is not None and stored.headline == report.summary.headline
+
+
+def test_the_latest_run_is_this_kernels_while_another_kernel_writing_the_same_history_runs(shell, tmp_path):
+    # GIVEN a run of this kernel, then one of a second notebook's kernel, alive, on the same output
+    # directory (a real other process; its row says so as a kernel's would)
+    import sqlite3
+
+    from npumagic.history import process_started
+
+    sample = need(ASCEND.parent / "cuda" / "alexnet_sync")
+    assert shell.run_line_magic("npuload", f"{sample} --name mine --no-plot") is not None
+    assert shell.run_line_magic("npuload", f"{sample} --name theirs --no-plot") is not None
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        with sqlite3.connect(tmp_path / "runs" / "history.sqlite") as db:
+            db.execute("UPDATE runs SET pid = ?, pid_started = ? WHERE name = 'theirs'",
+                       (other.pid, process_started(other.pid)))
+        # THEN -1, the default run and %npunote -1 mean this kernel's latest; the other is taken by name
+        assert shell.run_line_magic("npuadvise", "").run == "mine"
+        shell.run_line_magic("npunote", '-1 "this kernel\'s"')
+        shell.run_line_magic("npunote", 'theirs "named"')
+        runs = shell.run_line_magic("npuruns", "").data.set_index("name")
+        assert runs.loc["mine", "note"] == "this kernel's" and runs.loc["theirs", "note"] == "named"
+        with sqlite3.connect(tmp_path / "runs" / "history.sqlite") as db:  # both the other kernel's
+            db.execute("UPDATE runs SET pid = ?, pid_started = ?", (other.pid, process_started(other.pid)))
+        with pytest.raises(NpumagicError, match="every run in the history is another running kernel's"):
+            shell.magics_manager.registry["NpuMagics"].session.resolve(None)
+    finally:
+        other.kill()
+        other.wait(timeout=30)
+    # once that kernel has ended, its run is the latest like any other
+    assert shell.run_line_magic("npuadvise", "").run == "theirs"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -166,3 +167,53 @@ def test_a_byte_that_is_no_utf8_costs_its_cell_not_the_rank(tmp_path):
     with pytest.warns(UserWarning, match=r"kernel_details\.csv: 1 cell held bytes that are no UTF-8"):
         summary = npumagic.analyze(rank)
     assert len(summary.steps) == 1 and any("MatMul\ufffd2" in n for n in summary.kernels["name"])
+
+
+# -- a device clock glitch: one task stamped an hour away ------------------------------------------
+HOUR_US = 3.6e9
+
+
+def _same_steps_and_kernels(a, b) -> None:
+    pd.testing.assert_frame_equal(a.steps, b.steps)
+    pd.testing.assert_frame_equal(a.kernels, b.kernels)
+
+
+def test_a_kernel_stamped_an_hour_after_the_capture_is_read_as_left_out(tmp_path):
+    import gzip
+    import json
+
+    src = next(need(ASCEND.parent / "cuda" / "rocm_mi250").glob("*.json.gz"))
+    doc = json.loads(gzip.open(src).read())
+    last = max((i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel"),
+               key=lambda i: doc["traceEvents"][i]["ts"])  # the last step's last kernel
+    (tmp_path / "without.pt.trace.json").write_text(json.dumps({**doc, "traceEvents": [
+        e for i, e in enumerate(doc["traceEvents"]) if i != last]}))
+    doc["traceEvents"][last]["ts"] += HOUR_US  # it would end its step an hour late
+    (tmp_path / "wild.pt.trace.json").write_text(json.dumps(doc))
+    with pytest.warns(UserWarning, match=r"wild\.pt\.trace\.json: 1 of \d+ events skipped \(1 device timestamp "
+                                         r"outside the capture\)"):
+        wild = npumagic.analyze(tmp_path / "wild.pt.trace.json")
+    _same_steps_and_kernels(wild, npumagic.analyze(tmp_path / "without.pt.trace.json"))
+
+
+def test_a_torch_npu_task_stamped_an_hour_away_is_read_as_left_out_and_said_so(tmp_path):
+    import csv
+
+    for name in ("wild", "without"):
+        shutil.copytree(need(ASCEND / "level1" / "rank0_ascend_pt"), tmp_path / name / "rank0_ascend_pt",
+                        copy_function=shutil.copyfile)
+        path = tmp_path / name / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+        path.chmod(0o644)
+        with path.open(newline="") as fh:
+            header, *rows = list(csv.reader(fh))
+        start = header.index("Start Time(us)")
+        if name == "wild":
+            rows[50][start] = f"{float(rows[50][start]) + HOUR_US:.3f}"
+        else:
+            del rows[50]
+        with path.open("w", newline="") as fh:
+            csv.writer(fh).writerows([header, *rows])
+    with pytest.warns(UserWarning, match=r"ASCEND_PROFILER_OUTPUT: 1 device event left out: its timestamp lies "
+                                         r"outside the capture"):
+        wild = npumagic.analyze(tmp_path / "wild" / "rank0_ascend_pt")
+    _same_steps_and_kernels(wild, npumagic.analyze(tmp_path / "without" / "rank0_ascend_pt"))

@@ -33,6 +33,7 @@ from ._counters import chrome_counters
 from ._kineto_decode import AscendEvent
 from ._stream import EventStream
 from ._notes import ReadNotes, reading
+from ._stray import stray_remark, without_stray_device_events
 from .kineto import DATALOADER_PREFIX, STEP_NAME
 
 log = logging.getLogger(__name__)
@@ -205,6 +206,7 @@ def read_rank_parts(rank_dir: Path, notes: ReadNotes | None = None) -> dict[str,
     has_text = any((out / f).is_file() for f in TEXT_TABLES)
     if db is not None and (not has_text or _export_type(info) == "db"):
         parts = ascend_db.read_rank(db, rank, notes)
+        _leave_out_stray(parts, db, notes)
         parts.update(settings=settings, note="", sources={
             "breakdown": f"{db.name}: TASK, COMPUTE_TASK_INFO, COMMUNICATION_OP, STEP_TIME",
             "timeline": db.name, "links": f"{db.name}: COMMUNICATION_TASK_INFO"})
@@ -227,6 +229,7 @@ def read_rank_parts(rank_dir: Path, notes: ReadNotes | None = None) -> dict[str,
             parts = _read_step_trace_rank(rank_dir, rank)
     else:
         raise TraceError(out, _unreadable(out))
+    _leave_out_stray(parts, out, notes)
     parts.update(settings=settings, environment=environment, parallel_groups=groups, device_name="")
     with reading(out / "communication.json"):
         comm, links, matrix = _communication(out, parts["rank"])
@@ -234,6 +237,13 @@ def read_rank_parts(rank_dir: Path, notes: ReadNotes | None = None) -> dict[str,
     if len(links):
         parts["sources"]["links"] = "communication.json (each link's own transit time)"
     return parts
+
+
+def _leave_out_stray(parts: dict[str, Any], where: Path, notes: ReadNotes) -> None:
+    """Device events stamped outside the capture (a clock glitch) left out, and said so."""
+    parts["events"], stray = without_stray_device_events(parts["events"])
+    if stray:
+        notes.remark(where, stray_remark(stray))
 
 
 def _export_type(info: dict[str, Any]) -> str:

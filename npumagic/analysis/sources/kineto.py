@@ -25,6 +25,7 @@ from ._counters import chrome_counters
 from ._kineto_decode import KinetoEvent, RawTrace
 from ..memory_release import release_free_memory
 from ._notes import ReadNotes, reading
+from ._stray import without_stray_device_events
 from ._stream import EventStream
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
             except msgspec.DecodeError as exc:
                 raise TraceError(path, f"an event does not match the Chrome trace format ({exc})") from None
             ev, mem = cols._frame(), cols._memory_frame()
+            ev, stray = without_stray_device_events(ev)
+            notes.skip(path, "device timestamp outside the capture", stray)
             if not len(ev):
                 found = ", ".join(f"{c or '(none)'} x{n}" for c, n in cols.unread.most_common(12)) or "no complete ('X') events"
                 raise TraceError(path, f"no profiler events found (categories in the file: {found}); expected "

@@ -8,7 +8,6 @@ A second of slack, or the capture's own length where that is longer, covers cloc
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 DEVICE_KINDS = ("kernel", "comm", "memcpy")

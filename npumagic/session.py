@@ -241,7 +241,8 @@ class Session:
     def resolve(self, name: str | None) -> str:
         """A run name from ``name``: a name, -1/-2 (latest, second latest), or None (latest). The
         latest are counted among the runs of this kernel and of kernels that have ended: another
-        running kernel's runs (a second notebook on the same output directory) are taken by name."""
+        running kernel's runs on this host (a second notebook on the same output directory) are
+        taken by name."""
         names = self.store.names(other_live_kernels=False)
         if not names:
             if self.store.names():

@@ -223,3 +223,17 @@ def test_the_latest_run_is_this_kernels_while_another_kernel_writing_the_same_hi
         other.wait(timeout=30)
     # once that kernel has ended, its run is the latest like any other
     assert shell.run_line_magic("npuadvise", "").run == "theirs"
+
+
+def test_runs_of_another_host_or_of_an_old_history_stay_the_latest(tmp_path):
+    # a history from before a container restart (a new hostname) or from another machine: its
+    # writers cannot be checked, and its runs must stay what -1 and the default run mean
+    from npumagic.session import Session
+
+    import sqlite3
+
+    shutil.copy(V0, tmp_path / "history.sqlite")  # runs 'baseline' and 'fixed'
+    with sqlite3.connect(tmp_path / "history.sqlite") as db:  # their writer: a live pid, on another host
+        db.execute("UPDATE runs SET host = 'another-host', pid = 1")
+    session = Session(tmp_path)
+    assert session.resolve(None) == "fixed" and session.resolve("-2") == "baseline"

@@ -165,12 +165,12 @@ def _alive(pid: Any, host: str | None, started: Any = None) -> bool:
 
 
 def _another_live_process(pid: Any, host: str | None, started: Any = None) -> bool:
-    """Whether a row was written by another process of this host that is still running. A row of
-    another host, or without a pid, counts as ended: a container's hostname changes at each
-    restart, and its old runs must stay the latest."""
-    if host != socket.gethostname() or not isinstance(pid, int):
-        return False
-    mine = pid == os.getpid() and not (_is_number(started) and abs(started - (process_started() or started)) > 1.0)
+    """Whether a row was written by another process of this host that is still running (the same
+    pid and start time). A row of another host, or without a pid and start time, counts as ended:
+    a container's hostname changes at each restart, and its old runs must stay the latest."""
+    if host != socket.gethostname() or not isinstance(pid, int) or not _is_number(started):
+        return False  # nothing to check the writer by (a row from before start times were kept: ended)
+    mine = pid == os.getpid() and abs(started - (process_started() or started)) <= 1.0
     return not mine and _alive(pid, host, started)
 
 

@@ -243,23 +243,27 @@ class Session:
         latest are counted among the runs of this kernel and of kernels that have ended: another
         running kernel's runs on this host (a second notebook on the same output directory) are
         taken by name."""
-        names = self.store.names(other_live_kernels=False)
+        relative = name is None or (name.lstrip("-").isdigit() and name.startswith("-"))
+        if not relative:
+            self.store.get(name)  # raises UnknownRun with the known names
+            return name
+        names, every = self.store.names(other_live_kernels=False), self.store.names()
+        others = len(every) - len(names)
+        elsewhere = (f" ({others} more {'is' if others == 1 else 'are'} another running kernel's, a second notebook on "
+                     "this output directory: name those; %npuruns lists them)") if others else ""
         if not names:
-            if self.store.names():
-                raise NpumagicError("every run in the history is another running kernel's (a second notebook on this "
-                                    "output directory): name the run (%npuruns lists them)")
+            if every:
+                raise NpumagicError(f"no run of this kernel or of an ended one{elsewhere}")
             raise NpumagicError("no runs recorded yet; profile a cell with %%npuprofile first")
         if name is None:
             return names[-1]
-        if name.lstrip("-").isdigit() and name.startswith("-"):
-            k = int(name)
-            if k == 0:
-                raise NpumagicError("-0 is no run: -1 is the latest, -2 the one before")
-            if -k > len(names):
-                raise NpumagicError(f"only {len(names)} runs recorded; {name} is out of range")
-            return names[k]
-        self.store.get(name)  # raises UnknownRun with the known names
-        return name
+        k = int(name)
+        if k == 0:
+            raise NpumagicError("-0 is no run: -1 is the latest, -2 the one before")
+        if -k > len(names):
+            raise NpumagicError(f"only {len(names)} run{'s' if len(names) != 1 else ''} to count back from; "
+                                f"{name} is out of range{elsewhere}")
+        return names[k]
 
     def trace(self, name: str) -> "analysis.Trace":
         """The run's parsed trace (re-read from its output directory; only the timeline and

@@ -11,20 +11,19 @@ from typing import Iterator
 
 @contextmanager
 def held_interrupts() -> Iterator[None]:
-    """Run the body with SIGINT held back: one that arrives meanwhile is delivered (as the handler
-    in place would, a KeyboardInterrupt by default) once the body is done. Outside the main
-    thread, where no handler can be set, the body runs as is."""
-    if threading.current_thread() is not threading.main_thread():
+    """Run the body with SIGINT held back; one that arrives meanwhile is raised again once the
+    body is done, for the handler in place to act on as it would have (a KeyboardInterrupt by
+    default). Outside the main thread, or where the handler was set outside Python, the body
+    runs as is."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
         yield
         return
     held = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
     if held:
-        if callable(previous):
-            previous(signal.SIGINT, held[-1])
-        elif previous == signal.SIG_DFL:
-            raise KeyboardInterrupt
+        signal.raise_signal(signal.SIGINT)

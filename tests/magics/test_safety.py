@@ -182,6 +182,29 @@ def test_a_burst_of_ctrl_c_while_the_status_is_written_still_records_the_run(tra
     assert _runs(trainer).loc["burst", "status"] == "interrupted"
 
 
+def test_a_held_ctrl_c_is_left_to_the_handler_in_place():
+    import os
+    import signal
+
+    from npumagic.interrupts import held_interrupts
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # ignored before: still ignored, not turned into an error
+        with held_interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        seen = []
+        signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+        with held_interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            assert seen == []  # held while the body runs
+        assert seen == [signal.SIGINT]  # then delivered, once
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.parametrize("exc, status", [(KeyboardInterrupt(), "interrupted"), (RuntimeError("disk full"), "failed")],
                          ids=["ctrl-c", "error"])
 def test_a_failing_export_records_the_run(trainer, monkeypatch, exc, status):

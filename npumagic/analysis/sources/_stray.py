@@ -4,7 +4,8 @@ an hour after the trace, or at time zero), left out and counted instead of stret
 The bound is physical, not a tuned threshold: device work runs after its launch, and once the
 host stops launching the device can stay busy at most as long as all the recorded device work
 together takes (and as long before the host's first event, for work queued before the capture).
-A second of slack, or the capture's own length where that is longer, covers clock offsets."""
+A second of slack, or the capture's own length where that is longer, covers small clock offsets;
+most device events outside is a clock offset, not a glitch, and leaves them all."""
 
 from __future__ import annotations
 
@@ -14,19 +15,31 @@ DEVICE_KINDS = ("kernel", "comm", "memcpy")
 SLACK_NS = 1_000_000_000
 
 
-def without_stray_device_events(events: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+def without_stray_device_events(events: pd.DataFrame) -> tuple[pd.DataFrame, int, tuple[int, int] | None]:
     """``events`` (one rank's) without the device events that start outside the capture's
-    plausible window, and how many those were (the same frame when none)."""
+    plausible window: (the events, how many were left out, the window ``[lo, hi]`` in ns, None
+    when nothing was). Where most device events fall outside, the device clock is offset from
+    the host's (as on some ROCm systems), not glitched: they are all kept."""
     device = (events["kind"].isin(DEVICE_KINDS) & (events["device"] >= 0)).to_numpy()
-    if not device.any() or device.all():  # no host events: no capture window to judge by
-        return events, 0
+    host = (events["device"] < 0).to_numpy()
+    if not device.any() or not host.any():  # no capture window to judge by
+        return events, 0, None
     ts, dur = events["ts_ns"].to_numpy(), events["dur_ns"].to_numpy()
-    host_start, host_end = ts[~device].min(), (ts[~device] + dur[~device]).max()
-    reach = int(dur[device].sum()) + max(SLACK_NS, int(host_end - host_start))
-    stray = device & ((ts < host_start - reach) | (ts > host_end + reach))
-    if not stray.any():
-        return events, 0
-    return events[~stray].reset_index(drop=True), int(stray.sum())
+    host_start, host_end = int(ts[host].min()), int((ts[host] + dur[host]).max())
+    reach = int(dur[device].sum()) + max(SLACK_NS, host_end - host_start)
+    lo, hi = host_start - reach, host_end + reach
+    stray = device & ((ts < lo) | (ts > hi))
+    n = int(stray.sum())
+    if n == 0 or 2 * n >= int(device.sum()):
+        return events, 0, None
+    return events[~stray].reset_index(drop=True), n, (lo, hi)
+
+
+def within(frame: pd.DataFrame, window: tuple[int, int]) -> pd.DataFrame:
+    """The rows of ``frame`` (with ``ts_ns``) inside ``window``: a left-out task's other records."""
+    ts = frame["ts_ns"].to_numpy()
+    keep = (ts >= window[0]) & (ts <= window[1])
+    return frame if keep.all() else frame[keep].reset_index(drop=True)
 
 
 def stray_remark(n: int) -> str:

@@ -33,7 +33,7 @@ from ._counters import chrome_counters
 from ._kineto_decode import AscendEvent
 from ._stream import EventStream
 from ._notes import ReadNotes, reading
-from ._stray import stray_remark, without_stray_device_events
+from ._stray import stray_remark, within, without_stray_device_events
 from .kineto import DATALOADER_PREFIX, STEP_NAME
 
 log = logging.getLogger(__name__)
@@ -240,9 +240,12 @@ def read_rank_parts(rank_dir: Path, notes: ReadNotes | None = None) -> dict[str,
 
 
 def _leave_out_stray(parts: dict[str, Any], where: Path, notes: ReadNotes) -> None:
-    """Device events stamped outside the capture (a clock glitch) left out, and said so."""
-    parts["events"], stray = without_stray_device_events(parts["events"])
+    """Device events stamped outside the capture (a clock glitch) left out with their kernel
+    metrics and counter samples, and said so."""
+    parts["events"], stray, window = without_stray_device_events(parts["events"])
     if stray:
+        for table in ("kernel_metrics", "counters"):
+            parts[table] = within(parts[table], window)
         notes.remark(where, stray_remark(stray))
 
 

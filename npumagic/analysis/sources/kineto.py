@@ -70,7 +70,7 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
             except msgspec.DecodeError as exc:
                 raise TraceError(path, f"an event does not match the Chrome trace format ({exc})") from None
             ev, mem = cols._frame(), cols._memory_frame()
-            ev, stray = without_stray_device_events(ev)
+            ev, stray, _ = without_stray_device_events(ev)
             notes.skip(path, "device timestamp outside the capture", stray)
             if not len(ev):
                 found = ", ".join(f"{c or '(none)'} x{n}" for c, n in cols.unread.most_common(12)) or "no complete ('X') events"

@@ -263,9 +263,9 @@ def _output_dir_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _output_dir(args) -> str:
-    if args.dir is not None and args.out is not None and Path(args.dir) != Path(args.out):
+    if args.dir is not None and args.out is not None and Path(args.dir).resolve() != Path(args.out).resolve():
         raise NpumagicError(f"two output directories given, {args.dir} and --out {args.out}: give one")
-    out = args.dir or args.out
+    out = args.dir if args.dir is not None else args.out
     if out is None and not Path(OUTPUT_DIR).exists():
         from .history import DB_NAME
 

@@ -231,3 +231,10 @@ def test_warnings_read_as_one_line_like_the_errors(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr.startswith("npumagic: warning: ") and "rank1_ascend_pt" in done.stderr
     assert "UserWarning" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_runs_takes_the_same_folder_given_both_ways(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "npumagic_demo").mkdir()
+    assert main(["runs", "npumagic_demo", "--out", str(tmp_path / "npumagic_demo")]) == 0
+    assert "no runs in npumagic_demo" in capsys.readouterr().out

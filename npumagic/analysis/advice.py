@@ -136,7 +136,7 @@ def _dataloader(s: Summary) -> list[Finding]:
         if n and busy >= T.WORKER_BUSY_PCT:
             title += f"; its {n} DataLoader workers are each {busy:.0f}% busy: loading is CPU-bound"
             more = f"num_workers={n} -> {n + idle}, {idle} cores are idle" if idle else "no core is idle"
-            fix = (f"the workers are CPU-bound decoding: add workers ({more}) and make each sample cheaper: decode "
+            fix = (f"the workers are CPU-bound: add workers ({more}) and make each sample cheaper: decode "
                    "pre-resized inputs, move augmentation onto the device, cache decoded samples")
         elif n and busy < T.WORKER_IDLE_PCT and idle:
             title += f"; its {n} workers are only {busy:.0f}% busy with {idle} cores idle: the batches wait on I/O"
@@ -198,12 +198,10 @@ def _host_bound(s: Summary) -> list[Finding]:
                "raise the batch size, and move Python work (logging, metric math) out of the step")
     title = (f"the device is idle {idle_ms:,.2f} ms per step ({idle:.0%}) waiting for the host; "
              f"{evidence['preparing_ms']:,.2f} ms pass before the first device task")
-    if steps_inferred(s):  # the idle time may be start-up (context creation, first calls), not the loop
+    inferred = steps_inferred(s)  # the idle time may be start-up (context creation, first calls), not the loop
+    if inferred:
         title = (f"the device is idle {idle_ms:,.2f} ms ({idle:.0%}) of the whole trace, which has no step marks, so "
                  f"start-up counts too; {evidence['preparing_ms']:,.2f} ms pass before the first device task")
-        fix = ("profile steady-state steps before acting on this: call prof.step() once an iteration under a "
-               "schedule that skips the first ones (torch.profiler.schedule(wait=1, warmup=1, active=3)); if the "
-               "steps stay host-bound, " + fix)
     host = _host_cpu(s)
     main = host.get("main_thread_cpu_pct", float("nan")) if host else float("nan")
     if host:
@@ -219,6 +217,10 @@ def _host_bound(s: Summary) -> list[Finding]:
         fix = ("find what the host waits on between steps (profile with --stack and read the host lanes of the "
                "timeline: file or network reads, logging, checkpoint writes, time.sleep, lock waits) and move it off "
                "the step; " + fix)
+    if inferred:
+        fix = ("profile steady-state steps before acting on this: mark each iteration (prof.step() under a schedule "
+               "that skips the first ones, torch.profiler.schedule(wait=1, warmup=1, active=3); in a cell npumagic "
+               "profiles, npumagic.step()); if the steps stay host-bound, " + fix)
     return [Finding("host_bound", unexplained, title, evidence, fix)]
 
 

@@ -61,7 +61,7 @@ SLOW_LINK_RATIO = 0.05
 EXPECTED_LINK_GBPS = {"SDMA": 0.8 * 18.0, "HCCS": 0.8 * 18.0}
 # Host CPU (npumagic's psutil samples, percent of one core): the thread running the step busy at
 # least HOST_PINNED_PCT is the bottleneck itself (it cannot dispatch faster); DataLoader workers
-# each busy at least WORKER_BUSY_PCT are CPU-bound decoding; workers below WORKER_IDLE_PCT while
+# each busy at least WORKER_BUSY_PCT are CPU-bound (decoding, augmenting); workers below WORKER_IDLE_PCT while
 # the step waits for data (with a core idle) are waiting on I/O, not computing.
 HOST_PINNED_PCT = 90.0
 WORKER_BUSY_PCT = 90.0

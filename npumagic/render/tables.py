@@ -227,7 +227,7 @@ def rank_table(ranks: pd.DataFrame, caption: str = "ranks") -> Table:
     caption += " — free: neither computing nor communicating, after the step's first device task"
     if ranks["slowest"].any():
         cols.append(Column("slowest", "slowest", "text", fmt=lambda v, row: "slowest" if bool(v) else ""))
-    elif len(ranks) > 1:
+    elif (ranks["steps"] > 0).sum() > 1:
         caption += "; the ranks' median steps differ by at most 5% of their mean: none is the slowest"
     cols += [Column(k, k, "int") for k in ("dp", "pp", "tp") if k in ranks and (ranks[k] >= 0).any()]
     return Table(ranks, cols, caption)

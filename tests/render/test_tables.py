@@ -167,5 +167,9 @@ def test_the_rank_table_says_what_free_is_and_shows_a_slowest_column_only_when_a
     uneven = rank_table(shared_summary(ASCEND / "level0").ranks).to_text().splitlines()
     assert uneven[0].startswith("ranks — free: neither computing nor communicating, after the step's first device task")
     assert uneven[1].split()[-1] == "slowest" and uneven[2].endswith("slowest") and not uneven[3].endswith("slowest")
-    even = rank_table(shared_summary(ASCEND / "level1").ranks).to_text().splitlines()
-    assert even[0].endswith("none is the slowest") and "slowest" not in even[1]
+    even = shared_summary(ASCEND / "level1").ranks
+    lines = rank_table(even).to_text().splitlines()
+    assert lines[0].endswith("none is the slowest") and "slowest" not in lines[1]
+    # one rank with steps: nothing to compare, nothing said of it
+    alone = even.assign(steps=[1, 0], step_median_us=[even["step_median_us"].iloc[0], float("nan")])
+    assert "slowest" not in rank_table(alone).to_text()

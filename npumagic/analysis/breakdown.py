@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import Spans
+from .schema import DEVICE_WORK
 from .syncs import is_host_sync
 
 
@@ -54,7 +55,6 @@ def spans_of(frame: pd.DataFrame) -> Spans:
     return Spans.union_of(start, start + frame["dur_ns"].to_numpy())
 
 
-DEVICE_WORK = ("kernel", "comm", "memcpy")
 
 
 def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.DataFrame:

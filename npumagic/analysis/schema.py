@@ -19,6 +19,7 @@ import pandas as pd
 from .memory_release import release_free_memory
 
 KINDS = ("host_op", "kernel", "comm", "memcpy", "sync", "runtime", "annotation", "dataloader", "python")
+DEVICE_WORK = ("kernel", "comm", "memcpy")  # the kinds of work a device runs (its compute, collectives, copies)
 
 EVENT_COLUMNS: dict[str, Any] = {
     "name": "category",

@@ -14,13 +14,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ..analysis.intervals import Spans
-from ..analysis.schema import Trace
+from ..analysis.schema import DEVICE_WORK, Trace
 from ..errors import NpumagicError
 from .colors import KIND_COLORS, OTHER, kernel_colors
 from .titles import wrap_title
 
 HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
-DEVICE_KINDS = ("kernel", "memcpy", "comm")
 GAP_MIN_FRACTION = 0.02  # device idle gaps longer than this share of the view are marked
 FIGURE_WIDTH_IN = 11.5  # 1150 CSS pixels: fits a 1200 px notebook cell without scaling down
 BAR_HEIGHT = {"annotation": 0.25, "dataloader": 0.8, "sync": 0.8, "host_op": 0.8}
@@ -98,7 +97,7 @@ def plot_timeline(ax, trace: Trace, rank: int | None = None, *, top_kernels: lis
     rank = trace.ranks[0] if rank is None and trace.ranks else (rank or 0)
     mine = trace.for_rank(rank)
     origin, lo, hi, shown_steps = _window(mine, steps, window)
-    ev = mine.events[mine.events["kind"].isin(HOST_KINDS + DEVICE_KINDS)]
+    ev = mine.events[mine.events["kind"].isin(HOST_KINDS + DEVICE_WORK)]
     ev = ev[(ev["kind"] != "annotation") | ~ev["name"].astype(str).str.startswith("ProfilerStep#")]
     ev = ev[(ev["ts_ns"] + ev["dur_ns"] >= lo) & (ev["ts_ns"] <= hi)]
     order = _lane_order(ev) if len(ev) else []
@@ -164,7 +163,7 @@ def _mark_gaps(ax, lane: str, lane_events: pd.DataFrame, y: int, lo: int, hi: in
                width_px: int) -> tuple[list, list]:
     """Hatch the device idle gaps of one lane; label those wide enough to hold their label
     (labels never overlap each other or run past the window)."""
-    busy = lane_events[lane_events["kind"].isin(DEVICE_KINDS)]
+    busy = lane_events[lane_events["kind"].isin(DEVICE_WORK)]
     if busy.empty:
         return [], []
     start = busy["ts_ns"].to_numpy()

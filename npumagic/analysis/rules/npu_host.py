@@ -12,6 +12,7 @@ import pandas as pd
 
 from .. import thresholds as T
 from ..finding import Finding
+from ..schema import DEVICE_WORK
 from . import kernel_metrics, rule, share_of_steps
 from .npu_env import environment
 
@@ -274,7 +275,7 @@ def conjectured_gc(s) -> list[Finding]:
         return []
     if (ev["name"] == "GC").any():
         return []  # GC was recorded: the gc rule speaks
-    dev = ev[ev["kind"].isin(["kernel", "comm", "memcpy"])].sort_values("ts_ns")
+    dev = ev[ev["kind"].isin(DEVICE_WORK)].sort_values("ts_ns")
     if len(dev) < 2:
         return []
     start = dev["ts_ns"].to_numpy()

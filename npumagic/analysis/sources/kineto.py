@@ -91,7 +91,7 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         _one_job(paths, metas)
     events = _concat(frames)
     devices = sorted({d for m in metas for d in m["devices"]})
-    on_device = events["kind"].isin(["kernel", "comm", "memcpy"]).any()
+    on_device = events["kind"].isin(schema.DEVICE_WORK).any()
     backend = _backend(events, devices) if (on_device or devices) else "cpu"
     meta = {
         "backend": backend,

@@ -164,13 +164,14 @@ def _alive(pid: Any, host: str | None, started: Any = None) -> bool:
     return True
 
 
-def _another_live_process(pid: Any, host: str | None, started: Any = None) -> bool:
-    """Whether a row was written by another process of this host that is still running (the same
-    pid and start time). A row of another host, or without a pid and start time, counts as ended:
-    a container's hostname changes at each restart, and its old runs must stay the latest."""
-    if host != socket.gethostname() or not isinstance(pid, int) or not _is_number(started):
+def _another_live_process(pid: Any, host: str | None, started: Any, here: str, my_start: float | None) -> bool:
+    """Whether a row was written by another process of this host (``here``) that is still running
+    (the same pid and start time; ``my_start``: this process's). A row of another host, or without
+    a pid and start time, counts as ended: a container's hostname changes at each restart, and its
+    old runs must stay the latest."""
+    if host != here or not isinstance(pid, int) or not _is_number(started):
         return False  # nothing to check the writer by (a row from before start times were kept: ended)
-    mine = pid == os.getpid() and abs(started - (process_started() or started)) <= 1.0
+    mine = pid == os.getpid() and abs(started - (my_start or started)) <= 1.0
     return not mine and _alive(pid, host, started)
 
 
@@ -418,10 +419,12 @@ class HistoryStore:
         """Run names, oldest first; without ``other_live_kernels``, leaving out the runs of another
         process that is still running (a second notebook's kernel on the same output directory)."""
         with self._connect() as db:
+            if other_live_kernels:
+                return [r[0] for r in db.execute("SELECT name FROM runs ORDER BY id")]
             rows = db.execute("SELECT * FROM runs ORDER BY id").fetchall()
-        if other_live_kernels:
-            return [r["name"] for r in rows]
-        return [r["name"] for r in rows if not _another_live_process(r["pid"], r["host"], _get(r, "pid_started"))]
+        here, my_start = socket.gethostname(), process_started()  # once, not per row
+        return [r["name"] for r in rows
+                if not _another_live_process(r["pid"], r["host"], _get(r, "pid_started"), here, my_start)]
 
     def exists(self, name: str) -> bool:
         with self._connect() as db:

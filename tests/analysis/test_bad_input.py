@@ -200,10 +200,8 @@ def test_a_torch_npu_task_stamped_an_hour_away_is_read_as_left_out_and_said_so(t
     import csv
 
     for name in ("wild", "without"):
-        shutil.copytree(need(ASCEND / "level1" / "rank0_ascend_pt"), tmp_path / name / "rank0_ascend_pt",
-                        copy_function=shutil.copyfile)
-        path = tmp_path / name / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
-        path.chmod(0o644)
+        (tmp_path / name).mkdir()
+        _, path = _level1_copy(tmp_path / name)
         with path.open(newline="") as fh:
             header, *rows = list(csv.reader(fh))
         start = header.index("Start Time(us)")

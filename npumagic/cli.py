@@ -86,6 +86,8 @@ def _advise(args) -> int:
     if args.json:
         _print_json(_clean({"path": str(args.path), "findings": [f.as_dict() for f in advice],
                             "low_findings_not_shown": advice.hidden_low, "steps_inferred": advice.steps_inferred,
+                            "bottleneck": advice.lead.category if advice.lead else "",
+                            **({"untrusted": advice.untrusted} if advice.untrusted else {}),
                             **({"otherwise": advice.otherwise} if advice.otherwise else {})}))
     else:
         print(advice)

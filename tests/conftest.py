@@ -149,7 +149,17 @@ def run_notebook(name: str, cwd: Path):
 def quickstart(tmp_path_factory):
     """The quickstart notebook, executed once for the notebook and browser tests: (notebook, cwd)."""
     cwd = tmp_path_factory.mktemp("quickstart")
-    return run_notebook("quickstart.ipynb", cwd), cwd
+    # its comparison of a known 7x change is checked whatever the suite's other worker does to
+    # the machine (a contended run is never significant: tests/magics/test_trust.py)
+    saved = os.environ.get("NPUMAGIC_CONTENDED_WAIT_PCT")
+    os.environ["NPUMAGIC_CONTENDED_WAIT_PCT"] = "100"
+    try:
+        return run_notebook("quickstart.ipynb", cwd), cwd
+    finally:
+        if saved is None:
+            os.environ.pop("NPUMAGIC_CONTENDED_WAIT_PCT")
+        else:
+            os.environ["NPUMAGIC_CONTENDED_WAIT_PCT"] = saved
 
 
 WHEEL_CACHE = Path(os.environ.get("NPUMAGIC_WHEEL_CACHE", Path.home() / ".cache" / "npumagic-tests"))

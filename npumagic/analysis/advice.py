@@ -16,13 +16,42 @@ from . import cluster
 from . import counters as hw
 from . import thresholds as T
 from .finding import Finding
+from .blocking import sync_idle_share
+from .trust import caveat
+from .gaps import cpu_work, gap_operators
 from .metrics import Summary
 from .rules import kernel_metrics
 from .rules.npu_ops import INTERNAL_FORMAT_OFF
 from .schema import Trace
 
 CATEGORIES = ("host_bound", "dataloader", "communication", "small_ops", "sync", "npu_compute", "memory", "jitter",
-              "compute_bound", "balanced")
+              "compute_bound", "balanced", "undetermined")
+
+
+CLASS_NAMES = {"host_bound": "host-bound", "dataloader": "host-bound (DataLoader)", "communication": "communication-bound",
+               "small_ops": "small-op-bound", "sync": "sync-bound", "npu_compute": "device compute-bound (NPU kernels)",
+               "memory": "memory-bound", "jitter": "jittery", "compute_bound": "device compute-bound",
+               "balanced": "balanced", "undetermined": "no verdict"}
+
+
+def class_name(category: str, backend: str | None) -> str:
+    """The category as the checklist names it; on the CPU backend the CPU is the "device"."""
+    if category == "compute_bound" and backend == "cpu":
+        return "compute-bound (CPU operators)"
+    return CLASS_NAMES[category]
+
+
+@dataclass(frozen=True)
+class Lead:
+    """What the run is bound by, the one answer the checklist's Classify and Next change and the
+    advice's first line all give: the first finding past the verdict threshold, else
+    compute-bound or balanced, or ``undetermined`` when the run holds no evidence to judge by."""
+
+    category: str
+    title: str
+    fix: str
+    finding: Finding | None = None
+    label: str = ""  # the category as the checklist names it for the run's backend
 
 
 @dataclass(frozen=True)
@@ -35,6 +64,8 @@ class Advice:
     ranks_left: str = ""  # which ranks' own findings are not in it, and why ("" when none)
     otherwise: str = ""  # what the step is when no finding names its bottleneck (compute-bound), or ""
     steps_inferred: bool = False  # the trace has no ProfilerStep marks: its one "step" is the whole trace
+    lead: Lead | None = None  # the run's bottleneck, as the checklist names it (see :func:`lead`)
+    untrusted: str = ""  # why the run's step times cannot be trusted (CPU contention), or ""
 
     def __iter__(self):
         return iter(self.findings)
@@ -171,18 +202,25 @@ def steps_inferred(s: Summary) -> bool:
     return s.meta.get("rank", 0) in s.meta.get("steps_inferred", [])
 
 
+def idle_explained(s: Summary) -> float:
+    """The share of the step the device idles for reasons other rules name: waiting for the
+    DataLoader, or blocked on a sync (the step's idle attribution where measured)."""
+    if "idle_dataloader_us" in s.steps and len(s.steps) and s.steps["idle_dataloader_us"].notna().any():
+        return s.share("idle_dataloader_us") + (sync_idle_share(s) or 0.0)
+    return s.share("dataloader_us")
+
+
 def _host_bound(s: Summary) -> list[Finding]:
-    """Device idle (on the CPU: time outside torch operators) that DataLoader waits do not explain."""
+    """Device idle (on the CPU: time outside torch operators) that DataLoader waits and blocking
+    syncs do not explain."""
     idle = s.share("idle_us")
-    unexplained = idle - s.share("dataloader_us")
+    unexplained = idle - idle_explained(s)
     if idle <= T.HOST_BOUND_IDLE_SHARE or unexplained < T.HOST_BOUND_MIN_UNEXPLAINED:
         return []
     idle_ms = _per_step_ms(s, "idle_us")
     evidence = {"idle_ms": idle_ms, "idle_share": idle, "unexplained_share": unexplained,
                 "dataloader_ms": _per_step_ms(s, "dataloader_us"), "device_util": s.device_util}
     if not s.meta.get("device_mode"):
-        if _tiny_per_step(s) >= T.SMALL_OP_MIN_PER_STEP:
-            return []  # the gaps between thousands of tiny operators are their dispatch: small_ops says so
         ms = unexplained * s.step_stats["mean_us"] / 1000
         return [Finding("host_bound", unexplained, f"Python outside torch operators takes {ms:,.2f} ms per step "
                        f"({unexplained:.0%} of the step): the CPU runs no operator then",
@@ -217,6 +255,18 @@ def _host_bound(s: Summary) -> list[Finding]:
         fix = ("find what the host waits on between steps (profile with --stack and read the host lanes of the "
                "timeline: file or network reads, logging, checkpoint writes, time.sleep, lock waits) and move it off "
                "the step; " + fix)
+    under = gap_operators(s.events) if _backend(s) in ("cuda", "rocm") else pd.DataFrame()  # launches linked
+    if len(under):
+        listed = ", ".join(f"{r.op} ({r.idle_us / 1000:,.2f} ms, {r.launches} launches)" for r in under.head(3).itertuples())
+        evidence["gap_operators"] = under.head(5).to_dict("records")
+        title += f"; under the largest gaps the host runs {listed}"
+        heavy = cpu_work(under.head(3), T.CPU_WORK_PER_LAUNCH_US)
+        if len(heavy) and float(heavy["idle_us"].sum()) >= 0.5 * float(under.head(3)["idle_us"].sum()):
+            names = ", ".join(heavy["op"].head(3))
+            fix = (f"the host is busy with CPU work while the device waits ({names}: long operators that launch little "
+                   "device work): move it off the step, into the Dataset so DataLoader(num_workers=4..8) workers run "
+                   "it, into a preprocessing pass, or onto the device; launch overhead is not the problem, so CUDA "
+                   "graphs would not help until it is gone")
     if inferred:
         fix = ("profile steady-state steps before acting on this: mark each iteration (prof.step() under a schedule "
                "that skips the first ones, torch.profiler.schedule(wait=1, warmup=1, active=3); in a cell npumagic "
@@ -240,48 +290,73 @@ def _host_cpu(s: Summary) -> dict[str, Any]:
     return out
 
 
-def _sync_fix(s: Summary) -> str:
+def _sync_fix(s: Summary, call: str = "", library: bool = False) -> str:
+    if library:
+        return ("this sync happens inside a library operator, not in the step's code (cuDNN/MIOpen autotuning runs "
+                "on the first calls with each new input shape): profile later steps (--skip-first / --wait) and keep "
+                "input shapes fixed; set torch.backends.cudnn.benchmark = False only if shapes change every step")
     if _backend(s) == "cpu":  # the habit to drop before the job moves to a device
         return ("read tensor values less often: replace loss.item()/float(t)/print(t) in the step with accumulation in "
                 "a tensor read every N steps, and avoid .cpu()/.tolist()/.numpy() in the loop")
+    dev = _device_module(s)
+    call = re.sub(r"torch\.(cuda|npu)\.", f"torch.{dev}.", call)  # the run's device module, whoever named it
+    if call.startswith("torch.") or "synchronize" in call or "elapsed_time" in call:
+        return (f"drop {call} from the step: it waits for all queued work; time the loop with "
+                f"torch.{dev}.Event(enable_timing=True) pairs read once after it, or synchronise only where the host "
+                "really needs a result")
+    if ".cpu()" in call or "copy into a host tensor" in call:
+        return ("keep the values on the device, or copy them without blocking: preallocate a pinned host buffer "
+                "(torch.empty(..., pin_memory=True)), copy with buf.copy_(t, non_blocking=True) and read it a step "
+                "later; log metrics every N steps instead of every step")
+    if "size" in call:
+        return (f"avoid data-dependent shapes in the step ({call}): use torch.where or a multiplication by the mask "
+                "instead of boolean indexing, or pass an explicit size where the op takes one")
     return ("remove host-device syncs from the step: replace loss.item()/float(t)/print(t) with on-device accumulation "
-            f"read every N steps, avoid torch.{_device_module(s)}.synchronize() and .cpu() in the loop, and use "
-            "non_blocking=True copies")
+            f"read every N steps (or a pinned, non_blocking copy read a step later), and avoid .cpu() and "
+            f"torch.{dev}.synchronize() in the loop")
 
 
 def _sync(s: Summary) -> list[Finding]:
-    """Host calls that block until the device catches up, ranked by the host time they block.
+    """Host calls that block until the device catches up, costed by the device idle time they
+    cause (the queue they drain), never by the host time they block while the device computes,
+    and named by the user's call behind them (:mod:`.blocking`).
 
     On the CPU nothing blocks, but ``.item()`` every step becomes a host-device sync on NPU or
     CUDA: a low finding, so the habit is caught before the job moves to the accelerator.
     """
-    if s.syncs.empty:
+    if s.syncs.empty and s.blocking.empty:
         return []
     ranked = s.syncs.sort_values("total_us", ascending=False, kind="stable")
-    top = ranked.iloc[0]
-    per_step = float(s.syncs["per_step"].max())
-    # runtime syncs carry no Python frame; the .item() that caused them usually does
+    per_step = float(s.syncs["per_step"].max()) if len(s.syncs) else 0.0
     located = ranked[ranked["source"].astype(str) != ""]
-    where = str(located["source"].iloc[0]) if len(located) else str(top["name"])
+    blocking = s.blocking
+    top = blocking.iloc[0] if len(blocking) else None
+    where = (str(top["source"]) if top is not None and str(top["source"]) else
+             str(located["source"].iloc[0]) if len(located) else str(top["call"] if top is not None else ranked.iloc[0]["name"]))
     if not s.meta.get("device_mode"):
         if per_step < 1:
             return []
-        share = s.share("sync_us")
+        name = str(ranked.iloc[0]["name"])
         # on the CPU nothing waits (impact 0: low, never the verdict); it is a habit to drop early
         return [Finding("sync", 0.0,
-                       f"{per_step:.0f} {top['name']} calls per step read tensor values on the host; on NPU/CUDA each "
-                       "becomes a host-device sync that drains the device queue",
-                       {"syncs_per_step": per_step, "top": str(top["name"]), "sync_share": share}, _sync_fix(s), where)]
-    cost = min(s.share("sync_us"), s.share("idle_us"))
-    if cost <= T.SYNC_SHARE:
+                       f"{per_step:.0f} {name} call{'' if round(per_step) == 1 else 's'} per step read tensor values "
+                       "on the host; on NPU/CUDA each becomes a host-device sync that drains the device queue",
+                       {"syncs_per_step": per_step, "top": name, "sync_share": s.share("sync_us")}, _sync_fix(s), where)]
+    measured = sync_idle_share(s)
+    cost = measured if measured is not None else min(s.share("sync_us"), s.share("idle_us"))
+    if cost <= T.SYNC_SHARE or top is None:
         return []
+    steps = max(len(s.steps), 1)
     blocked = _per_step_ms(s, "sync_us")
-    top_ms = float(top["total_us"]) / max(len(s.steps), 1) / 1000
-    return [Finding("sync", cost, f"host-device syncs block the host {blocked:,.2f} ms per step, most in {top['name']} "
-                   f"({top_ms:,.2f} ms per step, {float(top['per_step']):.0f} calls); the device then idles "
-                   f"{s.share('idle_us'):.0%} of the step",
-                   {"syncs_per_step": per_step, "blocked_ms": blocked, "cost_share": cost, "top": str(top["name"]),
-                    "top_blocked_ms": top_ms}, _sync_fix(s), where)]
+    idle = cost * s.step_stats["mean_us"] / 1000
+    evidence = {"syncs_per_step": per_step, "blocked_ms": blocked, "cost_share": cost, "idle_ms": idle,
+                "top": str(top["op"]), "top_call": str(top["call"]), "top_blocked_ms": float(top["blocked_us"]) / steps / 1000,
+                "top_idle_ms": float(top["idle_us"]) / steps / 1000 if top["idle_us"] == top["idle_us"] else float("nan")}
+    count = float(top["per_step"])
+    title = (f"{top['call']} blocks the host {evidence['top_blocked_ms']:,.2f} ms per step ({count:.0f} call"
+             f"{'' if round(count) == 1 else 's'}, in {top['op']}); the device idles {idle:,.2f} ms per step "
+             f"({cost:.0%} of the step) while the host waits for it")
+    return [Finding("sync", cost, title, evidence, _sync_fix(s, str(top["call"]), bool(top["library"])), where)]
 
 
 FREE_VIEW_OPS = frozenset(f"aten::{op}" for op in (
@@ -391,12 +466,32 @@ def _memory_bound_kernels(d: pd.DataFrame, wall_ns: float) -> list[Finding]:
                     "and avoid re-reading the same tensor in separate ops", listed, "memory_bound_kernels")]
 
 
+def inference_only(s: Summary) -> bool:
+    """The run computes no gradients: its events hold no backward pass (an inference server, an
+    evaluation loop). False when the events are not at hand."""
+    ev = s.events
+    if ev is None or ev.empty:
+        return False
+    names = ev.loc[(ev["kind"] == "host_op").to_numpy(), "name"]
+    names = pd.Series(names.cat.categories if isinstance(names.dtype, pd.CategoricalDtype) else names.unique())
+    return bool(len(names)) and not names.astype(str).str.contains("Backward|autograd::engine", regex=True).any()
+
+
 def _memory(s: Summary) -> list[Finding]:
     out = []
+    inference = inference_only(s)
     for _, m in s.memory.iterrows():
         cap = m["capacity_bytes"]
         peak, reserved = float(m["peak_allocated_bytes"]), float(m["peak_reserved_bytes"] or 0)
-        if pd.notna(cap) and cap and peak / cap > T.MEMORY_NEAR_CAPACITY:
+        if pd.notna(cap) and cap and peak / cap > T.MEMORY_NEAR_CAPACITY and inference:
+            # inference servers (vLLM, TensorRT-LLM) size a KV cache to fill the memory on purpose
+            out.append(Finding("memory", 0.0, f"{m['device']}: peak allocated {peak / 2**30:.1f} GiB is {peak / cap:.0%} "
+                               f"of {cap / 2**30:.1f} GiB in a run without a backward pass (inference)",
+                               {"peak_gib": peak / 2**30, "capacity_share": peak / cap, "inference": True},
+                               "if a KV cache or memory pool is sized to fill the device on purpose (vLLM's "
+                               "gpu_memory_utilization), nothing to do; otherwise lower the batch or sequence length",
+                               str(m["device"]), "memory_capacity"))
+        elif pd.notna(cap) and cap and peak / cap > T.MEMORY_NEAR_CAPACITY:
             out.append(Finding("memory", T.MEMORY_CAPACITY_IMPACT, f"{m['device']}: peak allocated {peak / 2**30:.1f} GiB is {peak / cap:.0%} "
                                f"of {cap / 2**30:.1f} GiB", {"peak_gib": peak / 2**30, "capacity_share": peak / cap},
                                "lower peak memory: activation checkpointing (torch.utils.checkpoint), a smaller micro-batch "
@@ -472,7 +567,8 @@ def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | N
         found += [f if f.rule else replace(f, rule="cluster") for f in cluster.findings(summary)]
         found += run_rules(summary)
     found.sort(key=lambda f: f.impact, reverse=True)
-    return Advice(found, run, otherwise=_otherwise(summary, found), steps_inferred=steps_inferred(summary))
+    return Advice(found, run, otherwise=_otherwise(summary, found), steps_inferred=steps_inferred(summary),
+                  lead=lead(summary, found), untrusted=caveat(summary))
 
 
 # compute-bound: the cheaper math each backend offers (no NPU-only fix on a CPU/CUDA run, and back)
@@ -482,13 +578,25 @@ COMPUTE_BOUND_FIX = {
     "cuda": "make the math cheaper: mixed precision (torch.autocast('cuda', dtype=torch.bfloat16)), TF32 matmuls "
             "(torch.backends.cuda.matmul.allow_tf32 = True), channels_last for convolutions, or fused kernels "
             "(torch.compile(model))",
+    # ROCm builds of torch keep the 'cuda' device name; hipBLASLt takes TF32-like XF32 only on MI300
+    "rocm": "make the math cheaper: mixed precision (torch.autocast('cuda', dtype=torch.bfloat16) on ROCm), "
+            "channels_last for convolutions, or fused kernels (torch.compile(model)); check that GEMMs run in "
+            "hipBLASLt (TORCH_BLAS_PREFER_HIPBLASLT=1)",
+    "xpu": "make the math cheaper: mixed precision (torch.autocast('xpu', dtype=torch.bfloat16)), channels_last for "
+           "convolutions, or fused kernels (torch.compile(model))",
+    "mtia": "make the math cheaper: lower precision for the heavy operators (bf16/fp16), fewer and larger "
+            "operators (torch.compile(model)), and batch small matmuls",
     "cpu": "make the math cheaper: bf16 where the CPU supports it (torch.autocast('cpu', dtype=torch.bfloat16)), all "
            "cores busy (torch.set_num_threads), channels_last for convolutions, or fused kernels (torch.compile(model))",
 }
+DEVICE_COMPUTE_FIX = ("make the math cheaper: mixed precision (torch.autocast(device_type, dtype=torch.bfloat16)), "
+                      "fewer and larger operators (torch.compile(model)), and batch small matmuls")
 
 
 def compute_bound_fix(backend: str | None) -> str:
-    return COMPUTE_BOUND_FIX.get(backend or "cpu", COMPUTE_BOUND_FIX["cpu"])
+    """The compute-bound fix for the run's backend; an accelerator npumagic has no own words for
+    gets the device-agnostic fix, never the CPU's."""
+    return COMPUTE_BOUND_FIX.get(backend or "cpu", DEVICE_COMPUTE_FIX)
 
 
 def compute_bound_share(s: Summary, found: list[Finding]) -> float | None:
@@ -501,14 +609,61 @@ def compute_bound_share(s: Summary, found: list[Finding]) -> float | None:
     return computing if computing >= T.COMPUTE_BOUND_SHARE else None
 
 
-def _otherwise(s: Summary, found: list[Finding]) -> str:
-    """What the checklist calls the step when no finding is big enough to name its bottleneck:
-    compute-bound, with the fix, when the device computes most of it (else "")."""
+def no_evidence(s: Summary) -> str:
+    """Why the run holds nothing to judge a bottleneck by, or "" when it does."""
+    if not len(s.steps) or not s.total_wall_us > 0:
+        return "nothing was recorded: the run has no profiled steps"
+    backend = _backend(s)
+    vendor = str(s.meta.get("sources", {}).get("breakdown", "")).endswith("(vendor)")
+    unread = s.meta.get("unread_device_categories") or []
+    if unread and not s.meta.get("device_mode"):
+        return (f"the trace's device events ({', '.join(map(str, unread))}) are of a kind npumagic does not read, so "
+                "where the device's time goes is unknown")
+    if backend != "cpu" and not s.meta.get("device_mode") and not vendor:
+        return (f"the trace has no device activity records (kernels, copies, collectives) although it ran on {backend}: "
+                "the host's operators alone cannot tell what bounds the device")
+    return ""
+
+
+NO_EVIDENCE_FIX = ("profile again with device activity recorded (torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+                   "ProfilerActivity.CUDA]), or torch_npu's ProfilerActivity.NPU) over a few steady-state steps marked "
+                   "with prof.step() (a cell npumagic profiles: --steps 5)")
+BALANCED_FIX = ("nothing stands out: profile more steps (--steps 10 or more) or a longer capture, with --stack for "
+                "source lines, or raise the batch size until one bottleneck appears")
+
+
+def lead(s: Summary, found: list[Finding]) -> Lead:
+    """The run's bottleneck from its findings (most important first): the one ranking the
+    checklist and the advice share."""
+    judged = _lead(s, found)
+    return replace(judged, label=class_name(judged.category, _backend(s)))
+
+
+def _lead(s: Summary, found: list[Finding]) -> Lead:
+    why = no_evidence(s)
+    if why:
+        return Lead("undetermined", why, NO_EVIDENCE_FIX if "device" in why else
+                    "profile again: at least one step must complete inside the active window")
+    if found and found[0].impact >= T.VERDICT_MIN_IMPACT:
+        top = found[0]
+        return Lead(top.category, top.title, top.fix, top)
     computing = compute_bound_share(s, found)
-    if computing is None:
+    if computing is not None:
+        where = "CPU operators compute" if _backend(s) == "cpu" else "the device computes"
+        return Lead("compute_bound", f"{where} {computing:.0%} of the step", compute_bound_fix(_backend(s)))
+    largest = (f"; the largest finding weighs {found[0].impact:.1%} of the step, under the "
+               f"{T.VERDICT_MIN_IMPACT:.0%} that names a bottleneck") if found else ""
+    return Lead("balanced", f"no bottleneck past its threshold{largest}", BALANCED_FIX)
+
+
+def _otherwise(s: Summary, found: list[Finding]) -> str:
+    """What the checklist calls the step when no finding names its bottleneck, with the fix (else "")."""
+    judged = lead(s, found)
+    if judged.finding is not None:
         return ""
-    where = "CPU operators" if _backend(s) == "cpu" else "the device"
-    return f"the step is compute-bound ({where} compute {computing:.0%} of it): {compute_bound_fix(_backend(s))}"
+    if judged.category == "compute_bound":
+        return f"the step is compute-bound ({judged.title}): {judged.fix}"
+    return f"{judged.title}: {judged.fix}"
 
 
 def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: bool = True,
@@ -541,7 +696,8 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
     if not low:
         shown = [f for f in findings if f.severity != "low"] or findings[:1]
         hidden, findings = len(findings) - len(shown), shown
-    return Advice(findings, run, hidden, left, _otherwise(summary, findings), steps_inferred(summary))
+    return Advice(findings, run, hidden, left, _otherwise(summary, findings), steps_inferred(summary),
+                  lead(summary, findings), caveat(summary))
 
 
 _NUMBERS = re.compile(r"\d[\d.,]*")  # a finding's title without its numbers says what was found

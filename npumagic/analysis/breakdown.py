@@ -20,12 +20,15 @@ import pandas as pd
 
 from .intervals import Spans
 from .schema import DEVICE_WORK
-from .syncs import is_host_sync
+from .blocking import blocking_mask, spans_of
 
 
 STEP_COLUMNS = ["step", "start_us", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us",
                 "overlapped_us", "free_us", "preparing_us", "dataloader_us", "memcpy_us", "sync_us", "busy_us", "idle_us",
-                "stage_us", "device_util"]
+                "stage_us", "device_util", "idle_sync_us", "idle_dataloader_us", "idle_host_ops_us", "idle_python_us"]
+# idle_*: the step's idle time split by what the host was doing meanwhile (they add up to idle_us):
+# blocked in a call that waits for the device (sync), waiting for the DataLoader, running host
+# operators that launch nothing yet (dispatch, CPU work), or outside any operator (Python, sleep).
 
 
 def vendor_step_table(table: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame:
@@ -42,6 +45,7 @@ def vendor_step_table(table: pd.DataFrame | None, steps: pd.DataFrame) -> pd.Dat
         "comm_not_overlapped_us": get("Communication(Not Overlapped)"), "overlapped_us": get("Overlapped"),
         "free_us": get("Free"), "preparing_us": get("Preparing"), "stage_us": get("Stage"),
         "dataloader_us": np.nan, "sync_us": np.nan, "memcpy_us": np.nan,
+        **{c: np.nan for c in IDLE_COLUMNS},
     })
     out["wall_us"] = out["stage_us"] + out["preparing_us"]
     out["busy_us"] = out["computing_us"] + out["comm_not_overlapped_us"]
@@ -50,9 +54,6 @@ def vendor_step_table(table: pd.DataFrame | None, steps: pd.DataFrame) -> pd.Dat
     return out[STEP_COLUMNS]
 
 
-def spans_of(frame: pd.DataFrame) -> Spans:
-    start = frame["ts_ns"].to_numpy()
-    return Spans.union_of(start, start + frame["dur_ns"].to_numpy())
 
 
 
@@ -62,7 +63,7 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.D
         return pd.DataFrame(columns=STEP_COLUMNS)
     kind = ev["kind"]
     dataloader = spans_of(ev[kind == "dataloader"])
-    syncs = spans_of(ev[is_host_sync(ev)])
+    syncs = spans_of(ev[blocking_mask(ev)])
     host_start = steps["start_ns"].to_numpy()
     host_end = steps["end_ns"].to_numpy()
     if device_mode:
@@ -96,6 +97,7 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.D
     overlapped = (compute & comm).covered(lo, hi)
     busy = busy_spans.covered(lo, hi)
     us = lambda a: np.asarray(a, dtype=np.float64) / 1000.0  # noqa: E731
+    idle_by = _idle_attribution(ev, lo, hi, busy_spans, syncs if device_mode else Spans.empty(), dataloader, device_mode)
     out = pd.DataFrame({
         "step": steps["step"].to_numpy(),
         "start_us": us(lo - lo.min()),
@@ -112,9 +114,35 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.D
         "busy_us": us(busy),
         "idle_us": us(hi - lo - busy),
         "stage_us": us(stage),
+        **{c: us(v) for c, v in idle_by.items()},
     })
     out["device_util"] = np.where(out["wall_us"] > 0, out["busy_us"] / out["wall_us"], np.nan)
     return out[STEP_COLUMNS]
+
+
+IDLE_COLUMNS = ("idle_sync_us", "idle_dataloader_us", "idle_host_ops_us", "idle_python_us")
+
+
+def _idle_attribution(ev: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, busy: Spans, blocked: Spans,
+                      dataloader: Spans, device_mode: bool) -> dict[str, np.ndarray]:
+    """Each window's idle time by what the host was doing then, in this order of precedence:
+    blocked waiting for the device, waiting for the DataLoader, in a host operator, else
+    outside any operator (Python). On the CPU backend operators are the busy time itself."""
+    if lo.size == 0:
+        return {c: np.zeros(0, np.int64) for c in IDLE_COLUMNS}
+    idle = Spans(np.array([lo.min()], np.int64), np.array([hi.max()], np.int64)) - busy
+    on_sync = idle & blocked
+    rest = idle - blocked
+    on_loader = rest & dataloader
+    rest = rest - dataloader
+    if device_mode:
+        ops = ev.loc[((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy(), ["ts_ns", "dur_ns"]]
+        on_ops = rest & spans_of(ops)
+        rest = rest - on_ops
+    else:
+        on_ops = Spans.empty()
+    return dict(zip(IDLE_COLUMNS, (on_sync.covered(lo, hi), on_loader.covered(lo, hi), on_ops.covered(lo, hi),
+                                   rest.covered(lo, hi))))
 
 
 def device_windows(work: pd.DataFrame, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -11,14 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import thresholds as T
-from .advice import Advice, advise, compute_bound_fix, compute_bound_share
+from .advice import CLASS_NAMES, Advice, advise, class_name, lead  # noqa: F401  (re-exported)
 from .compare import Comparison, compare
 from .metrics import Summary
-
-CLASS_NAMES = {"host_bound": "host-bound", "dataloader": "host-bound (DataLoader)", "communication": "communication-bound",
-               "small_ops": "small-op-bound", "sync": "sync-bound", "npu_compute": "device compute-bound (NPU kernels)",
-               "memory": "memory-bound", "jitter": "jittery", "compute_bound": "device compute-bound",
-               "balanced": "balanced"}
 
 
 @dataclass(frozen=True)
@@ -50,40 +45,22 @@ class Verdict:
 
 
 def classify(summary: Summary, advice: Advice | None = None) -> tuple[str, dict[str, Any]]:
-    """The bottleneck category and its evidence: the top finding when at least
-    ``VERDICT_MIN_IMPACT`` of the step is at stake, else compute-bound when the device computes
-    most of the step, else balanced."""
+    """The bottleneck category and its evidence: the advice's lead (:func:`.advice.lead`), so the
+    checklist and ``%npuadvise`` never disagree."""
     advice = advice if advice is not None else advise(summary)
-    if advice.findings and advice.findings[0].impact >= T.VERDICT_MIN_IMPACT:
-        top = advice.findings[0]
-        return top.category, dict(top.evidence, title=top.title)
-    computing = compute_bound_share(summary, advice.findings)
-    if computing is not None:
-        return "compute_bound", {"computing_share": computing, "title": f"computing {computing:.0%} of the step"}
-    return "balanced", {"device_util": summary.device_util,
-                        "title": f"no bottleneck past its threshold ({busy_label(summary)} {summary.device_util:.0%})"}
+    judged = advice.lead if advice.lead is not None else lead(summary, advice.findings)
+    evidence = dict(judged.finding.evidence) if judged.finding is not None else {}
+    if judged.category == "compute_bound":
+        evidence["computing_share"] = summary.share("computing_us")
+    elif judged.category == "balanced":
+        evidence["device_util"] = summary.device_util
+    return judged.category, dict(evidence, title=judged.title)
 
 
-NEXT_CHANGE_DEFAULT = {
-    "balanced": "no dominant bottleneck: profile more steps (10 or more) or raise the batch size until one appears",
-}
 def busy_label(summary: Summary) -> str:
     """What the busy share measures: the device's, or on the CPU backend the CPU's time in torch
     operators (the CPU is not called a device)."""
     return "device busy" if summary.meta.get("device_mode") else "busy in torch operators"
-
-
-def class_name(category: str, backend: str | None) -> str:
-    """The category as the checklist names it; on the CPU backend the CPU is the "device"."""
-    if category == "compute_bound" and backend == "cpu":
-        return "compute-bound (CPU operators)"
-    return CLASS_NAMES[category]
-
-
-def _default_change(bottleneck: str, backend: str | None) -> str:
-    if bottleneck == "compute_bound":
-        return compute_bound_fix(backend)
-    return NEXT_CHANGE_DEFAULT[bottleneck]
 
 
 def checklist(summary: Summary, baseline: Summary | None = None, run_name: str | None = None,
@@ -93,14 +70,16 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     ``comparison`` baseline -> this run, which also knows what changed) when given."""
     advice = advice if advice is not None else advise(summary, run_name or "")
     bottleneck, evidence = classify(summary, advice)
+    judged = advice.lead if advice.lead is not None else lead(summary, advice.findings)
     s = summary.step_stats
     h = summary.headline
     step1 = (f"step {_ms(s['median_us'])} median, p90 {_ms(s['p90_us'])}, jitter {_pct(s['cv'])}; "
              f"{busy_label(summary)} {_pct(h['device_util'])}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
+    if advice.untrusted:
+        step1 += f"; {advice.untrusted}"
     backend = summary.meta.get("backend")
     step2 = f"{class_name(bottleneck, backend)}: {evidence['title']}"
-    step3 = (advice.findings[0].fix if advice.findings and bottleneck not in NEXT_CHANGE_DEFAULT
-             else _default_change(bottleneck, backend))
+    step3 = judged.fix
     step4 = _verify(summary, baseline, comparison)
     # how to add a note is the interface's business (render says it in the magics' terms)
     step5 = (f"recorded as {run_name}" + (f" in {stored_at}" if stored_at else "")) if run_name else "not recorded"

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from .metrics import Summary
+from .trust import caveat
 
 ALPHA = 0.05
 # Step-time changes smaller than this are called noise when the history has no replicates to
@@ -240,6 +241,7 @@ class Comparison:
     explained_by: Explanation | None = None
     noise: Noise = field(default_factory=Noise)
     decided_by: str = ""  # "step time", "component" or "" (not significant)
+    untrusted: str = ""  # why a side's step times cannot be trusted (CPU contention), or ""
 
     def _figures(self) -> str:
         return f"median step {self.a} {self.median_a_us / 1000:,.2f} ms -> {self.b} {self.median_b_us / 1000:,.2f} ms"
@@ -249,6 +251,9 @@ class Comparison:
         the evidence (interval, p-value, run-to-run noise and how many replicates it rests on)."""
         if not self.n_a or not self.n_b:
             return "cannot compare: one of the runs has no steps"
+        if self.untrusted:
+            return (f"not called significant: {self.untrusted} ({self._figures()}, step-time ratio "
+                    f"{self.a}/{self.b} {self.speedup:.2f}x) — profile both again on a quiet machine")
         why = f"{self.explained_by.text()}; " if self.explained_by is not None and self.significant else ""
         if self.significant:
             # "x% faster" = the step takes x% less time; "x% slower" = it takes x% more.
@@ -417,9 +422,11 @@ def compare(a: Summary, b: Summary, name_a: str = "A", name_b: str = "B",
     by_test = bool(beyond and test.p_value < ALPHA and np.sign(math.log(test.ratio)) == np.sign(math.log(speedup)))
     why = explain(a.steps, b.steps) if ok else None
     by_component = bool(beyond and why is not None and why.every_step and why.rest_held and min(wa.size, wb.size) >= 3)
-    significant = by_test or by_component
+    untrusted = "; ".join(f"{name}: {why}" for name, why in ((name_a, caveat(a)), (name_b, caveat(b))) if why)
+    significant = (by_test or by_component) and not untrusted
     changed, diffs = changes(context_a, context_b, a, b)
     return Comparison(name_a, name_b, speedup, test.ci, test.p_value, significant,
                       float(np.median(wa)) if wa.size else float("nan"), float(np.median(wb)) if wb.size else float("nan"),
                       int(wa.size), int(wb.size), _breakdown(a, b), _kernels(a, b), changed, diffs, wa, wb,
-                      why, noise, "step time" if by_test else ("component" if by_component else ""))
+                      why, noise, ("step time" if by_test else ("component" if by_component else "")) if significant else "",
+                      untrusted)

@@ -253,7 +253,7 @@ def l2_table(counters: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
 
 
 HOST_COLUMNS = ["step", "process_cpu_pct", "main_thread_cpu_pct", "rss_bytes", "workers", "worker_cpu_pct_mean",
-                "worker_cpu_pct_max", "cores", "cores_busy_pct", "cores_idle"]
+                "worker_cpu_pct_max", "cores", "cores_busy_pct", "cores_idle", "main_thread_wait_pct"]
 CORE_IDLE_PCT = 10.0  # a core busy less than this over a step counts as idle
 
 
@@ -263,7 +263,8 @@ def host_table(counters: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     CPU figures are percent of one core, time-weighted over the step: the process (all its
     threads), the thread that ran the cell, the DataLoader workers (mean and max over workers;
     ``workers`` is how many were sampled in the step), and the machine's cores (mean busy %, and
-    ``cores_idle``, how many were busy under :data:`CORE_IDLE_PCT`). ``rss_bytes``: the
+    ``cores_idle``, how many were busy under :data:`CORE_IDLE_PCT`); ``main_thread_wait_pct``: the
+    share of the step the cell's thread was ready to run but waited for a core. ``rss_bytes``: the
     process's mean resident memory. Empty when the run has no host samples.
     """
     host = counters[counters["group"] == "Host"]
@@ -293,5 +294,6 @@ def host_table(counters: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
                 "cores": (~np.isnan(cores)).sum(axis=0),
                 "cores_busy_pct": np.nanmean(cores, axis=0),
                 "cores_idle": (cores < CORE_IDLE_PCT).sum(axis=0),
+                "main_thread_wait_pct": means.get("Main thread/wait", nan),
             })
     return out[HOST_COLUMNS]

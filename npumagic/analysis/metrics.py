@@ -15,6 +15,7 @@ import pandas as pd
 from . import counters as hw
 from . import schema
 from .schema import Trace
+from .blocking import BLOCKING_COLUMNS, blocking_table, blocking_units, device_busy
 from .breakdown import step_table, vendor_step_table
 from .collectives import LINK_COLUMNS, comm_table
 from .device_memory import memory_table
@@ -37,6 +38,9 @@ class Summary:
         operators by self time (duration minus their children's).
     host_ops : host operators by total (inclusive) time, :data:`HOST_OP_COLUMNS`.
     syncs : host-device synchronisations, :data:`SYNC_COLUMNS`.
+    blocking : the host calls that blocked until the device caught up, by the user's call
+        (:data:`~npumagic.analysis.blocking.BLOCKING_COLUMNS`), with the device idle time each
+        caused (NaN on the CPU backend, where nothing waits for a device).
     comm : collectives by operation, :data:`COMM_COLUMNS`.
     memory : peaks per device, :data:`MEMORY_COLUMNS`; ``memory_timeline`` the raw samples.
     ranks : one row per rank when the trace holds several, :data:`RANK_COLUMNS` (dp/pp/tp: the
@@ -84,6 +88,8 @@ class Summary:
     host: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=hw.HOST_COLUMNS), repr=False,
                                compare=False)
     temporal: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TEMPORAL_COLUMNS), repr=False,
+                                   compare=False)
+    blocking: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=BLOCKING_COLUMNS), repr=False,
                                    compare=False)
     # for the advice rules: the rank's events without Python stack frames (not stored in the history:
     # too large; a reloaded run's host-side rules stay silent) and the small vendor tables they read
@@ -223,6 +229,9 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         return schema.where(ev if columns is None else ev[columns], in_step & mask)
 
     kernel_metrics = _own_categories(mine.kernel_metrics, schema.KERNEL_METRIC_COLUMNS)
+    syncs = sync_table(in_steps((is_host_sync(ev) | (kind == "python")).to_numpy()), max(len(steps), 1))
+    units = blocking_units(ev, device_busy(ev) if device_mode else None, "npu" if backend == "npu" else "cuda")
+    blocking = blocking_table(units, dict(zip(syncs["name"], syncs["source"])), len(steps))
     kernel_rows = in_steps((kind == "kernel").to_numpy())
     device_kernels = schema.where(kernel_rows, (kernel_rows["device"] >= 0).to_numpy())
     kernels = kernel_table(kernel_rows if device_mode else in_steps((kind == "host_op").to_numpy()), device_mode,
@@ -242,7 +251,8 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         kernels=kernels,
         host_ops=host_op_table(in_steps((kind == "host_op").to_numpy(), ["name", "kind", "device", "dur_ns"]),
                                total_wall),
-        syncs=sync_table(in_steps((is_host_sync(ev) | (kind == "python")).to_numpy()), max(len(steps), 1)),
+        syncs=syncs,
+        blocking=blocking,
         comm=comm_table(mine.comm, in_steps((kind == "comm").to_numpy()), links),
         memory=memory_table(mine.memory, trace.meta),
         # categories of this rank only: a rank's summary must not depend on the other ranks

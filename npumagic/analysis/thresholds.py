@@ -71,6 +71,19 @@ WORKER_IDLE_PCT = 50.0
 VERDICT_MIN_IMPACT = 0.05
 # Device idle not explained by DataLoader waits must reach this share before host-bound is named.
 HOST_BOUND_MIN_UNEXPLAINED = 0.10
+# A host operator under a device idle gap that covers more idle time than this per device launch
+# it makes is CPU work (preprocessing, decoding), not launch overhead: a kernel launch costs
+# ~5-20 us of host time, so 100 us per launch is several times what launching alone can take.
+CPU_WORK_PER_LAUNCH_US = 100.0
+# Measurement trust: the cell's thread ready to run but waiting for a core (Linux schedstat's run
+# delay) for at least this share of the steps means every step time carries that much of other
+# processes' load. Where the kernel does not tell, other processes using at least CONTENDED_OTHERS_PCT of one core while the
+# whole machine has less than CONTENDED_SPARE_PCT of one core to spare means this process's
+# threads waited for a core: its step times carry the neighbours' load (a 1 ms step measured
+# 15 ms on a loaded 2-core machine here).
+CONTENDED_WAIT_PCT = 10.0
+CONTENDED_OTHERS_PCT = 50.0
+CONTENDED_SPARE_PCT = 50.0
 # Severity labels by the share of step time at stake: msprof-analyze's own bands
 # (advisor/analyzer/base_analyzer.py ANALYZER_HIGH_PRIORITY_TIME_RATIO = 0.05,
 # ANALYZER_MEDIUM_PRIORITY_TIME_RATIO = 0.03).

@@ -178,6 +178,7 @@ class HostSampler:
         self.slow_every = max(1, round(SLOW_S / self.interval))
         self.source = _Proc() if _Proc.available() else _Psutil()
         self.clock = _thread_clock(thread_id if thread_id is not None else threading.get_ident())
+        self.waited = _run_delay(thread_id if thread_id is not None else threading.get_ident())
         self.rows: list[tuple] = []
         self._count = 0
         self._children_at = 0.0
@@ -246,6 +247,7 @@ class HostSampler:
             now = time.time_ns()
             times = os.times()
             thread_ns = self.clock() if self.clock is not None else None
+            wait_ns = self.waited() if self.waited is not None else None
             slow = None
             if self._count % self.slow_every == 0 or not self._active.is_set():  # and always at a start or a pause
                 if started - self._children_at > CHILDREN_EVERY_S:
@@ -253,7 +255,7 @@ class HostSampler:
                     self.source.list_children()
                 slow = (self.source.rss(), self.source.child_times(), self.source.cores())
             self._count += 1
-            self.rows.append((now, times.user + times.system, thread_ns, slow))
+            self.rows.append((now, times.user + times.system, thread_ns, slow, wait_ns))
         except Exception:  # noqa: BLE001 - sampling must never break the user's cell
             log.debug("host sample failed", exc_info=True)
         self.sample_seconds += time.perf_counter() - started
@@ -272,13 +274,16 @@ class HostSampler:
             if row is None:
                 fast = slow = None
                 continue
-            now, cpu, thread_ns, reading = row
+            now, cpu, thread_ns, reading, wait_ns = row
             dt = (now - fast[0]) / 1e9 if fast is not None and now > fast[0] else None
             rows.append((now, "Process/CPU", 100.0 * (cpu - fast[1]) / dt if dt else nan))
             if thread_ns is not None:
                 ok = dt and fast[2] is not None
                 rows.append((now, "Main thread/CPU", 100.0 * (thread_ns - fast[2]) / 1e9 / dt if ok else nan))
-            fast = (now, cpu, thread_ns)
+            if wait_ns is not None:  # time the thread was runnable but waited for a core (contention)
+                ok = dt and fast[3] is not None
+                rows.append((now, "Main thread/wait", 100.0 * (wait_ns - fast[3]) / 1e9 / dt if ok else nan))
+            fast = (now, cpu, thread_ns, wait_ns)
             if reading is None:
                 continue
             rss, workers, cores = reading
@@ -317,6 +322,38 @@ def _thread_clock(ident: int):
     except (AttributeError, OSError, OverflowError):
         return None
     return lambda: time.clock_gettime_ns(clock_id)
+
+
+def _run_delay(ident: int):
+    """A function returning how long (ns) thread ``ident`` has waited on a run queue for a core
+    (Linux's schedstat ``run_delay``), or None where the kernel does not say."""
+    native = next((t.native_id for t in threading.enumerate() if t.ident == ident), None)
+    path = Path(f"/proc/self/task/{native}/schedstat")
+
+    def read() -> int:
+        return int(path.read_text().split()[1])
+
+    try:
+        read()
+    except (OSError, ValueError, IndexError):
+        return None
+    return read
+
+
+def _run_delay(ident: int):
+    """A function returning how long (ns) thread ``ident`` has waited on a run queue for a core
+    (Linux's schedstat ``run_delay``), or None where the kernel does not say."""
+    native = next((t.native_id for t in threading.enumerate() if t.ident == ident), None)
+    path = Path(f"/proc/self/task/{native}/schedstat")
+
+    def read() -> int:
+        return int(path.read_text().split()[1])
+
+    try:
+        read()
+    except (OSError, ValueError, IndexError):
+        return None
+    return read
 
 
 def available() -> bool:

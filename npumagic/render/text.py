@@ -94,30 +94,44 @@ def hidden_note(advice) -> str:
 
 
 def _caveat(advice) -> str:
-    """What every finding rests on, said before them (one step inferred from the whole trace), or ""."""
-    return f"{INFERRED_STEP}; per-step figures cover all of it" if getattr(advice, "steps_inferred", False) else ""
+    """What every finding rests on, said before them (one step inferred from the whole trace, a
+    contended machine), or ""."""
+    said = [f"{INFERRED_STEP}; per-step figures cover all of it"] if getattr(advice, "steps_inferred", False) else []
+    said += [advice.untrusted] if getattr(advice, "untrusted", "") else []
+    return "\n".join(said)
+
+
+def lead_text(advice) -> str:
+    """The run's bottleneck when no finding names it (compute-bound, balanced, no verdict), as
+    the checklist's Classify says it, with its fix; "" when the first finding is the answer."""
+    judged = getattr(advice, "lead", None)
+    if judged is None or judged.finding is not None:
+        return ""
+    return f"{judged.label or judged.category}: {judged.title}\n    fix: {judged.fix}"
 
 
 def advice_text(advice) -> str:
     head = f"npumagic advice{' for ' + advice.run if advice.run else ''}: "
     note = f"\n{hidden_note(advice)}" if hidden_note(advice) else ""
-    otherwise = getattr(advice, "otherwise", "")
     caveat = f"\n{_caveat(advice)}" if _caveat(advice) else ""
+    lead = lead_text(advice)
     if not advice.findings:
-        return head + (otherwise or "no bottleneck past its threshold") + caveat + note
+        return head + (lead or "no bottleneck past its threshold") + caveat + note
+    if lead:  # the answer first; the findings under it are each below the verdict's threshold
+        return (head + lead + caveat + f"\n{_plural(len(advice.findings), 'smaller finding')}, none past the verdict's "
+                "threshold:\n" + "\n".join(f"{i}. {finding_text(f)}" for i, f in enumerate(advice.findings, 1)) + note)
     return head + f"{_plural(len(advice.findings), 'finding')}{caveat}\n" + "\n".join(
-        f"{i}. {finding_text(f)}" for i, f in enumerate(advice.findings, 1)) + (
-        f"\nnone of them names the bottleneck: {otherwise}" if otherwise else "") + note
+        f"{i}. {finding_text(f)}" for i, f in enumerate(advice.findings, 1)) + note
 
 
 def advice_html(advice) -> str:
     note = "".join(f"<p style='color:#777;margin:0'>{html.escape(line)}</p>"
                    for line in [_caveat(advice), *hidden_note(advice).splitlines()] if line)
-    if getattr(advice, "otherwise", "") and advice.findings:
-        note += f"<p>none of them names the bottleneck: {html.escape(advice.otherwise)}</p>"
+    lead = lead_text(advice)
+    first = f"<p><b>{html.escape(lead.splitlines()[0])}</b><br>{html.escape(lead.splitlines()[1].strip())}</p>" if lead else ""
     if not advice.findings:
-        return f"<p>{html.escape(advice_text(advice).splitlines()[0])}</p>" + note
-    return advice_table(advice)._repr_html_() + note
+        return (first or f"<p>{html.escape(advice_text(advice).splitlines()[0])}</p>") + note
+    return first + advice_table(advice)._repr_html_() + note
 
 
 # -- Comparison -----------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ def _every_rule_fires(summary, backend: str):
     n = 8
     wall = np.array([100_000.0] * (n - 2) + [160_000.0, 170_000.0])
     steps = pd.concat([summary.steps.iloc[[0]]] * n, ignore_index=True).assign(
-        step=range(n), wall_us=wall, dataloader_us=wall * 0.3, sync_us=wall * 0.3, free_us=wall * 0.5)
+        step=range(n), wall_us=wall, dataloader_us=wall * 0.3, sync_us=wall * 0.3, free_us=wall * 0.5,
+        idle_sync_us=wall * 0.3)  # the device idles while the host is blocked: the sync rule's cost
     kernels = pd.DataFrame({"name": [f"tiny{i}" for i in range(3)], "type": "Add", "core": "",
                             "count": 2000 * n, "total_us": 4.0 * 2000 * n, "mean_us": 4.0, "min_us": 1.0,
                             "max_us": 8.0, "share": 0.1, "shapes": ""})

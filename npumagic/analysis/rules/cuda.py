@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .. import thresholds as T
+from ..blocking import idle_during, sync_idle_share
 from ..finding import Finding
 from ..intervals import Spans
 from . import rule, share_of_steps
@@ -22,7 +23,12 @@ TC_KERNEL_PATTERNS = ("h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816"
                       "xmma_sparse_conv", "xmma_warp_specialized_implicit_gemm", "xmma_gemm", "xmma_sparse_gemm",
                       "c1688",
                       # later NVIDIA kernels that run on Tensor Cores (TF32/BF16 GEMMs, Hopper warpgroup MMA)
-                      "xmma", "tf32", "wmma", "wgmma")
+                      "xmma", "tf32", "wmma", "wgmma",
+                      # Hopper/Blackwell: cuBLAS's JIT GEMMs (nvjet), CUTLASS tensor-op and sm90/sm100 kernels,
+                      # fused attention (fmhaSm100, FlashAttention), and FP8/FP4 (E4M3/E2M1, microscaled "Mx")
+                      # GEMMs, which exist only on Tensor Cores
+                      "nvjet", "tensorop", "sm90", "sm100", "Sm100", "fmhaSm", "flash_fwd", "flash_bwd", "E4m3", "E2m1",
+                      "e4m3", "MxE", "gemm_f8")
 TC_ELIGIBLE_OPS = frozenset({
     "aten::_convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::conv_tbc", "aten::conv_transpose1d",
     "aten::conv_transpose2d", "aten::conv_transpose3d", "aten::convolution", "aten::cudnn_convolution",
@@ -190,10 +196,16 @@ def pageable_memcpy(s) -> list[Finding]:
                     "tensor.pin_memory(), then tensor.to('cuda', non_blocking=True)", listed)]
 
 
+def _idle_share(s, calls: pd.DataFrame) -> float:
+    """The share of the steps the device idles while ``calls`` block the host: their cost
+    (never the host time they block while the device computes)."""
+    return share_of_steps(s, idle_during(s.events, s.events.index.isin(calls.index)) / 1e3)
+
+
 @rule("sync_memcpy", ("cuda",))
 def sync_memcpy(s) -> list[Finding]:
     """Synchronous cudaMemcpy/cudaMemset calls (Nsight Systems "CUDA Synchronous Memcpy/Memset"):
-    the host waits for each."""
+    the host waits for each; they cost the device idle time meanwhile."""
     rt = _events(s, ["runtime", "sync"])
     if rt.empty:
         return []
@@ -202,7 +214,7 @@ def sync_memcpy(s) -> list[Finding]:
         return []
     us = float(calls["dur_ns"].sum()) / 1e3
     listed = ", ".join(f"{n} x{c}" for n, c in calls["name"].astype(str).value_counts().items())
-    return [Finding("sync", share_of_steps(s, us), f"{len(calls)} synchronous copies or memsets block the host "
+    return [Finding("sync", _idle_share(s, calls), f"{len(calls)} synchronous copies or memsets block the host "
                     f"{us:,.0f} us: {listed}", {"sync_copies": len(calls), "sync_copy_us": us},
                     "keep data on the GPU: create tensors there (torch.zeros(..., device='cuda')), avoid .cpu()/.item()/"
                     ".tolist()/.numpy() in the step, and copy pinned tensors with non_blocking=True", listed)]
@@ -210,19 +222,25 @@ def sync_memcpy(s) -> list[Finding]:
 
 @rule("sync_apis", ("cuda",))
 def sync_apis(s) -> list[Finding]:
-    """Explicit device/stream/event synchronisation calls (Nsight Systems "CUDA Synchronization
-    APIs"), when the core sync rule stays silent (their cost is under its threshold)."""
+    """Explicit device/stream/event synchronisation calls the user's code makes (Nsight Systems
+    "CUDA Synchronization APIs"; a sync inside a torch operator, such as cuDNN's autotuning in a
+    convolution, is not one), when the core sync rule stays silent; they cost the device idle
+    time while they block."""
     rt = _events(s, ["runtime", "sync"])
     if rt.empty or not len(s.steps):
         return []
     calls = rt[rt["name"].astype(str).isin(SYNC_APIS) & (rt["device"] < 0)]
-    if calls.empty or min(s.share("sync_us"), s.share("idle_us")) > T.SYNC_SHARE:
+    calls = calls[~_inside(calls["ts_ns"].to_numpy(), calls["lane"].astype(str).to_numpy(),
+                           (ops := s.events[(s.events["kind"] == "host_op") & (s.events["device"] < 0)])
+                           .assign(lane=ops["lane"].astype(str)))] if len(calls) else calls
+    idle = sync_idle_share(s)
+    if calls.empty or (idle if idle is not None else min(s.share("sync_us"), s.share("idle_us"))) > T.SYNC_SHARE:
         return []
     us = float(calls["dur_ns"].sum()) / 1e3
     listed = ", ".join(f"{n} x{c}" for n, c in calls["name"].astype(str).value_counts().items())
     source = calls["source"].astype(str)
     where = source[source != ""].mode().iat[0] if (source != "").any() else listed
-    return [Finding("sync", share_of_steps(s, us), f"{len(calls)} explicit synchronisation calls in the profiled "
+    return [Finding("sync", _idle_share(s, calls), f"{len(calls)} explicit synchronisation calls in the profiled "
                     f"steps ({us:,.0f} us): {listed}", {"sync_calls": len(calls), "sync_call_us": us},
                     "drop torch.cuda.synchronize() and stream/event synchronize() calls from the step (time with "
                     "torch.cuda.Event(enable_timing=True) read after the loop instead)", where)]

@@ -1,0 +1,70 @@
+"""What the host runs while the device idles: the host operators under the device's largest
+idle gaps inside the steps, each with the idle time it covers and the device launches it made
+(an operator that covers long idle time and launches little is CPU work, not launch overhead)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .blocking import device_busy
+from .intervals import Spans
+
+GAP_OP_COLUMNS = ["op", "idle_us", "launches", "calls"]
+
+
+def _top_level(ops: pd.DataFrame) -> pd.DataFrame:
+    """The operators of one thread that no other operator encloses."""
+    start = ops["ts_ns"].to_numpy()
+    end = start + ops["dur_ns"].to_numpy()
+    order = np.lexsort((-end, start))
+    reach = np.maximum.accumulate(end[order])
+    top = np.ones(order.size, dtype=bool)
+    top[1:] = start[order][1:] >= reach[:-1]
+    return ops.iloc[order[top]]
+
+
+def gap_operators(ev: pd.DataFrame | None, largest: int = 10) -> pd.DataFrame:
+    """The top-level host operators under the ``largest`` device idle gaps of the steps, by the
+    idle time they cover (:data:`GAP_OP_COLUMNS`); empty without device work or events."""
+    if ev is None or ev.empty:
+        return pd.DataFrame(columns=GAP_OP_COLUMNS)
+    in_step = ev[ev["step"].to_numpy() >= 0]
+    busy = device_busy(in_step)
+    if len(busy) < 2:
+        return pd.DataFrame(columns=GAP_OP_COLUMNS)
+    gap_lo, gap_hi = busy.ends[:-1], busy.starts[1:]
+    pick = np.argsort(gap_lo - gap_hi, kind="stable")[:largest]
+    gaps = Spans.union_of(gap_lo[pick], gap_hi[pick])
+    host = in_step[((in_step["kind"] == "host_op") & (in_step["device"] < 0)).to_numpy()]
+    if host.empty:
+        return pd.DataFrame(columns=GAP_OP_COLUMNS)
+    tops = pd.concat([_top_level(g) for _, g in host.groupby("lane", observed=True)], ignore_index=True)
+    start = tops["ts_ns"].to_numpy()
+    end = start + tops["dur_ns"].to_numpy()
+    covered = gaps.covered(start, end)
+    tops = tops.assign(idle_ns=covered)[covered > 0]
+    if tops.empty:
+        return pd.DataFrame(columns=GAP_OP_COLUMNS)
+    launches = in_step[(in_step["kind"].isin(["runtime", "sync"]) & (in_step["correlation"] >= 0)).to_numpy()]
+    t = np.sort(launches["ts_ns"].to_numpy())
+    s0 = tops["ts_ns"].to_numpy()
+    n = np.searchsorted(t, s0 + tops["dur_ns"].to_numpy()) - np.searchsorted(t, s0)
+    table = tops.assign(launches=n, op=tops["name"].astype(str)).groupby("op", sort=False).agg(
+        idle_us=("idle_ns", "sum"), launches=("launches", "sum"), calls=("idle_ns", "size")).reset_index()
+    table["idle_us"] = table["idle_us"] / 1000.0
+    return table.sort_values("idle_us", ascending=False, kind="stable").reset_index(drop=True)[GAP_OP_COLUMNS]
+
+
+# torch's own wrappers (autograd's backward nodes, optimizer steps): their host time is dispatch
+# of the operators inside them, which launch the device work, not CPU work to move elsewhere
+_FRAMEWORK = ("autograd::engine", "Backward", "Optimizer.", "optimizer", "AccumulateGrad", "DataParallel", "nn.Module")
+
+
+def cpu_work(table: pd.DataFrame, per_launch_us: float) -> pd.DataFrame:
+    """The rows of :func:`gap_operators` that are CPU work: more idle time per device launch
+    than ``per_launch_us`` (launching a kernel costs a few microseconds), outside torch's own
+    autograd and optimizer wrappers."""
+    framework = table["op"].str.contains("|".join(_FRAMEWORK), regex=True)
+    return table[(table["idle_us"] > per_launch_us * np.maximum(table["launches"], 1)) & ~framework]
+

@@ -1,0 +1,62 @@
+"""Whether a run's step times can be trusted: CPU contention while the cell ran, from
+npumagic's host samples. Where Linux says it, contention is the time the cell's thread was
+ready to run but waited for a core (schedstat's run delay): that time is in every step time
+measured. Elsewhere it is judged from other processes' share of the cores beside this
+process's own. A contended run's step times carry its neighbours' load, so its verdict says
+so and a comparison with it is never called significant.
+
+``NPUMAGIC_CONTENDED_WAIT_PCT`` sets the wait share (percent) from which a run is contended
+(default :data:`~npumagic.analysis.thresholds.CONTENDED_WAIT_PCT`; 100 turns the check off, for
+a machine that is always shared and whose comparisons are judged knowing it)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from . import thresholds as T
+
+
+def wait_threshold() -> float:
+    """The wait share (percent) from which a run is contended: ``NPUMAGIC_CONTENDED_WAIT_PCT``
+    when it is a number, else the default."""
+    try:
+        return float(os.environ.get("NPUMAGIC_CONTENDED_WAIT_PCT", ""))
+    except ValueError:
+        return T.CONTENDED_WAIT_PCT
+
+
+def contention(s) -> dict[str, Any]:
+    """The host's CPU load from other processes over the steps: ``others_core_pct`` (percent
+    of one core, averaged over the steps), ``cores``, ``machine_busy_pct`` (all cores, percent
+    of one core) and ``contended``; {} when the run has no host samples."""
+    h = s.host
+    if h is None or h.empty or not (h["cores"] > 0).any():
+        return {}
+    cores = float(h["cores"].max())
+    machine = float(np.nanmean(h["cores_busy_pct"].to_numpy(dtype=float))) * cores
+    own = float(np.nanmean(h["process_cpu_pct"].to_numpy(dtype=float))) if h["process_cpu_pct"].notna().any() else 0.0
+    others = max(machine - own, 0.0)
+    waits = h["main_thread_wait_pct"] if "main_thread_wait_pct" in h else None
+    if waits is not None and waits.notna().any():
+        wait = float(np.nanmean(waits.to_numpy(dtype=float)))
+        contended = wait >= wait_threshold() and wait_threshold() < 100
+    else:  # others hold at least half a core and the machine has under half a core to spare
+        wait = float("nan")
+        contended = (others >= T.CONTENDED_OTHERS_PCT and machine >= cores * 100 - T.CONTENDED_SPARE_PCT
+                     and wait_threshold() < 100)
+    return {"others_core_pct": others, "cores": int(cores), "machine_busy_pct": machine, "wait_pct": wait,
+            "contended": bool(contended)}
+
+
+def caveat(s) -> str:
+    """A sentence saying the step times are unreliable, or "" when nothing says so."""
+    c = contention(s)
+    if not c.get("contended"):
+        return ""
+    waited = (f"the cell's thread waited for a core {c['wait_pct']:.0f}% of the time and "
+              if c["wait_pct"] == c["wait_pct"] else "")
+    return (f"{waited}other processes kept {c['others_core_pct'] / 100:.1f} of the {c['cores']} cores busy while the "
+            f"steps ran: step times carry their load and are unreliable; profile again on a quiet machine")

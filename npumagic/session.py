@@ -284,6 +284,9 @@ class Session:
             stored = self.store.summary(name)
             if stored is None:
                 run = self.store.get(name)
+                if run.status in ("no-steps", "no-trace"):
+                    raise NpumagicError(f"run {name!r} recorded nothing ({run.status}): there is nothing to analyse; "
+                                        "profile it again so that at least one step completes in the active window")
                 if not run.run_dir or not Path(run.run_dir).exists():
                     raise NpumagicError(f"run {name!r}: no summary of it could be read from the history and its "
                                         f"output directory is gone ({run.run_dir}): nothing is left to analyse")

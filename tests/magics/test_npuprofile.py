@@ -288,6 +288,10 @@ def test_a_cell_that_never_reaches_the_active_window_is_no_steps(trainer, cell):
     report = result.result
     assert report.run.status == "no-steps"
     assert any("--repeat-cell" in n and "nothing was recorded" in n for n in report.notes)
+    # no verdict and no advice about nothing: %npuadvise says the run recorded nothing
+    assert report.verdict is None
+    with pytest.raises(UsageError, match="recorded nothing"):
+        trainer.run_line_magic("npuadvise", report.run.name)
 
 
 @pytest.mark.parametrize("options, iterations, recorded, traces", [

@@ -12,7 +12,7 @@ from typing import Any
 
 from . import thresholds as T
 from .advice import CLASS_NAMES, Advice, advise, class_name, lead  # noqa: F401  (re-exported)
-from .compare import Comparison, compare
+from .compare import Comparison, compare, profiling_inflation
 from .metrics import Summary
 
 
@@ -75,6 +75,11 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     h = summary.headline
     step1 = (f"step {_ms(s['median_us'])} median, p90 {_ms(s['p90_us'])}, jitter {_pct(s['cv'])}; "
              f"{busy_label(summary)} {_pct(h['device_util'])}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
+    inflation = profiling_inflation(summary)
+    if inflation is not None:
+        lo, hi = inflation.ci
+        step1 += (f"; profiling inflated the step by {inflation.ratio - 1:.0%} (95% CI {lo - 1:.0%} to {hi - 1:.0%}, "
+                  "its profiled steps against its unprofiled ones)")
     if advice.untrusted:
         step1 += f"; {advice.untrusted}"
     backend = summary.meta.get("backend")

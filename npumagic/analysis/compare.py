@@ -153,6 +153,18 @@ def step_test(a: np.ndarray, b: np.ndarray, noise: Noise | None = None, alpha: f
     return StepTest(math.exp(d), (math.exp(d - half), math.exp(d + half)), p, float(df))
 
 
+def profiling_inflation(s: Summary) -> StepTest | None:
+    """How much profiling slowed the run's steps: its profiled steps against the ones the same
+    run took without the profiler (before the schedule's window and after it; npumagic's captures
+    record both in ``meta["step_times"]``, us). None with fewer than two of either."""
+    times = s.meta.get("step_times") or {}
+    on, off = (np.asarray(times.get(k, []), dtype=float) for k in ("profiled", "unprofiled"))
+    on, off = on[on > 0], off[off > 0]
+    if on.size < 2 or off.size < 2:
+        return None
+    return step_test(on, off)  # ratio = profiled / unprofiled
+
+
 def components(steps: pd.DataFrame) -> list[str]:
     """The step-table columns that are parts of the step: every ``*_us`` column but the totals
     and unions in NOT_COMPONENTS (so a column added to the step table is compared too)."""

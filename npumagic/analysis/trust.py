@@ -58,5 +58,5 @@ def caveat(s) -> str:
         return ""
     waited = (f"the cell's thread waited for a core {c['wait_pct']:.0f}% of the time and "
               if c["wait_pct"] == c["wait_pct"] else "")
-    return (f"{waited}other processes kept {c['others_core_pct'] / 100:.1f} of the {c['cores']} cores busy while the "
-            f"steps ran: step times carry their load and are unreliable; profile again on a quiet machine")
+    return (f"{waited}other processes kept {c['others_core_pct'] / 100:.1f} cores busy while the steps ran: step times "
+            "carry their load and are unreliable; profile again on a quiet machine")

@@ -56,6 +56,7 @@ class CaptureResult:
     messages: list[str] = field(default_factory=list)
     dataloaders: list[dict] = field(default_factory=list)  # settings of each DataLoader iterated
     host_samples: Path | None = None  # npumagic_host.csv: the host's CPU while the profiler recorded
+    step_times: dict[str, list[float]] = field(default_factory=dict)  # us of profiled and unprofiled steps
 
     @property
     def trace_files(self) -> list[Path]:
@@ -152,7 +153,8 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
                 sampler.stop()
     seconds = time.perf_counter() - started
     result = CaptureResult(status, clock.steps, _recorded(options, clock.steps), seconds, run_dir, error,
-                           messages=messages, dataloaders=list(loaders), host_samples=_write_host(sampler, run_dir))
+                           messages=messages, dataloaders=list(loaders), host_samples=_write_host(sampler, run_dir),
+                           step_times=clock.step_times())
     if status == "ok" and clock.steps == 0:
         result.status = "no-steps"
         result.messages.append("no step boundary seen: the cell called neither optimizer.step() nor npumagic.step(); "

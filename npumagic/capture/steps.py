@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextvars
 import re
+import time
 from typing import Any, Callable
 
 from .options import CaptureOptions
@@ -36,8 +37,28 @@ class StepClock:
         self.stopped = False
         # told the profiler's action at each change, and the next one ahead of each step()
         self.on_action: Callable[..., None] | None = None
+        # (perf_counter_ns at each boundary, what the profiler did during the step that ended
+        # there: "off" before it starts and after it stops, else its action's name): the
+        # profiled steps beside the unprofiled ones show what profiling itself costs
+        self.marks: list[tuple[int, str]] = []
+
+    def _mark(self) -> None:
+        running = self.started and not self.stopped
+        self.marks.append((time.perf_counter_ns(), getattr(self.profiler.current_action, "name", "?") if running else "off"))
+
+    def step_times(self) -> dict[str, list[float]]:
+        """Wall time (us) of each step between two boundaries, by whether the profiler recorded
+        it (``profiled``: its active steps) or did not run (``unprofiled``); the first step,
+        which carries the loop's own start-up, and warm-up steps are left out."""
+        out: dict[str, list[float]] = {"profiled": [], "unprofiled": []}
+        for (t0, _), (t1, state) in zip(self.marks[1:], self.marks[2:]):
+            key = "unprofiled" if state == "off" else "profiled" if state.startswith("RECORD") else None
+            if key:
+                out[key].append((t1 - t0) / 1000.0)
+        return out
 
     def begin(self) -> None:
+        self.marks.append((time.perf_counter_ns(), "start"))
         if self.start_at == 0:
             self._start()
 
@@ -83,6 +104,7 @@ class StepClock:
             self.advance()
 
     def advance(self) -> None:
+        self._mark()
         self.steps += 1
         if self.done:
             return

@@ -122,3 +122,11 @@ def test_item_every_step_is_named_at_its_line(trainer):
     report = _profile_cell(trainer, "itemline", "for _ in range(6):\n    step_with_item()", "--stack")
     sync = next(f for f in report.verdict.advice if f.category == "sync")
     assert "step_with_item" in sync.where, sync.where  # the user function that calls .item(), not torch
+
+
+def test_a_capture_times_the_steps_outside_the_profilers_window_too(trainer):
+    report = _profile_cell(trainer, "timed", "for _ in range(12):\n    train_step()")
+    times = report.summary.meta["step_times"]
+    # 12 steps: the first (the warm-up step, with the loop's start-up) left out, 4 recorded, 7 after the window
+    assert len(times["profiled"]) == 4 and len(times["unprofiled"]) == 7
+    assert "profiling inflated the step by" in report.verdict.steps[0][1]

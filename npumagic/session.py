@@ -214,9 +214,11 @@ class Session:
                     notes.append(f"step {', '.join(map(str, unfinished))} left out: the cell {ended} inside it")
             if trace is not None:
                 summary = analysis.summarize(trace, rank=rank)
-            if summary is not None and result is not None and result.step_times:
-                # the steps the profiler did not record, beside those it did: what profiling costs
-                summary = dataclasses.replace(summary, meta={**summary.meta, "step_times": result.step_times})
+            if summary is not None and result is not None and (result.step_times or result.device_neighbours):
+                # the steps the profiler did not record, beside those it did (what profiling costs),
+                # and other processes on the device: what the step times can be trusted for
+                summary = dataclasses.replace(summary, meta={**summary.meta, "step_times": result.step_times,
+                                                             "device_neighbours": result.device_neighbours})
             if summary is not None:
                 self._summaries[name] = summary
                 verdict = checklist(summary, run_name=name, stored_at=str(self.store.path),

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import thresholds as T
-from .advice import CLASS_NAMES, Advice, advise, class_name, lead  # noqa: F401  (re-exported)
+from .advice import Advice, advise, class_name, lead
 from .compare import Comparison, compare, profiling_inflation
 from .metrics import Summary
 

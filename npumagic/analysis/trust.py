@@ -1,4 +1,5 @@
-"""Whether a run's step times can be trusted: CPU contention while the cell ran, from
+"""Whether a run's step times can be trusted: other processes on the accelerator (the driver's
+tool, read when the capture starts) and CPU contention while the cell ran, from
 npumagic's host samples. Where Linux says it, contention is the time the cell's thread was
 ready to run but waited for a core (schedstat's run delay): that time is in every step time
 measured. Elsewhere it is judged from other processes' share of the cores beside this
@@ -53,10 +54,19 @@ def contention(s) -> dict[str, Any]:
 
 def caveat(s) -> str:
     """A sentence saying the step times are unreliable, or "" when nothing says so."""
+    said = []
+    others = s.meta.get("device_neighbours") or []
+    if others:
+        listed = ", ".join(f"{p.get('name', '?')} (pid {p.get('pid')}, {p.get('memory_mib', float('nan')):,.0f} MiB)"
+                           for p in others[:3])
+        said.append(f"{len(others)} other process{'es' if len(others) > 1 else ''} used the device while it ran "
+                    f"({listed}{', ...' if len(others) > 3 else ''}): they share its compute and memory bandwidth, so "
+                    "step times are unreliable")
     c = contention(s)
     if not c.get("contended"):
-        return ""
+        return "; ".join(said)
     waited = (f"the cell's thread waited for a core {c['wait_pct']:.0f}% of the time and "
               if c["wait_pct"] == c["wait_pct"] else "")
-    return (f"{waited}other processes kept {c['others_core_pct'] / 100:.1f} cores busy while the steps ran: step times "
-            "carry their load and are unreliable; profile again on a quiet machine")
+    said.append(f"{waited}other processes kept {c['others_core_pct'] / 100:.1f} cores busy while the steps ran: step "
+                "times carry their load and are unreliable; profile again on a quiet machine")
+    return "; ".join(said)

@@ -15,6 +15,7 @@ from . import host as _host
 from . import steps as _steps
 from .backends import Backend
 from .dataloaders import recording
+from .neighbours import other_device_processes
 from .options import CaptureOptions
 
 
@@ -57,6 +58,7 @@ class CaptureResult:
     dataloaders: list[dict] = field(default_factory=list)  # settings of each DataLoader iterated
     host_samples: Path | None = None  # npumagic_host.csv: the host's CPU while the profiler recorded
     step_times: dict[str, list[float]] = field(default_factory=dict)  # us of profiled and unprofiled steps
+    device_neighbours: list[dict] = field(default_factory=list)  # other processes on the accelerator at the start
 
     @property
     def trace_files(self) -> list[Path]:
@@ -112,6 +114,7 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
     __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of the user's traceback
     ensure_idle()
     run_dir.mkdir(parents=True, exist_ok=True)
+    neighbours = other_device_processes(backend.name)
     profiler = backend.profiler(options, run_dir)
     clock = _steps.StepClock(profiler, options, explicit=bool(_steps.EXPLICIT_STEP.search(source)))
     sampler = _host.HostSampler() if options.host and _host.available() else None
@@ -154,7 +157,7 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
     seconds = time.perf_counter() - started
     result = CaptureResult(status, clock.steps, _recorded(options, clock.steps), seconds, run_dir, error,
                            messages=messages, dataloaders=list(loaders), host_samples=_write_host(sampler, run_dir),
-                           step_times=clock.step_times())
+                           step_times=clock.step_times(), device_neighbours=neighbours)
     if status == "ok" and clock.steps == 0:
         result.status = "no-steps"
         result.messages.append("no step boundary seen: the cell called neither optimizer.step() nor npumagic.step(); "

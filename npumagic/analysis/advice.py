@@ -15,14 +15,14 @@ import pandas as pd
 from . import cluster
 from . import counters as hw
 from . import thresholds as T
-from .finding import Finding
 from .blocking import sync_idle_share
-from .trust import caveat
+from .finding import Finding
 from .gaps import cpu_work, gap_operators
 from .metrics import Summary
 from .rules import kernel_metrics
 from .rules.npu_ops import INTERNAL_FORMAT_OFF
 from .schema import Trace
+from .trust import caveat
 
 CATEGORIES = ("host_bound", "dataloader", "communication", "small_ops", "sync", "npu_compute", "memory", "jitter",
               "compute_bound", "balanced", "undetermined")
@@ -609,6 +609,14 @@ def compute_bound_share(s: Summary, found: list[Finding]) -> float | None:
     return computing if computing >= T.COMPUTE_BOUND_SHARE else None
 
 
+NO_STEPS_FIX = "profile again so that at least one step completes inside the profiler's active window"
+NO_EVIDENCE_FIX = ("profile again with device activity recorded (torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+                   "ProfilerActivity.CUDA]), or torch_npu's ProfilerActivity.NPU) over a few steady-state steps marked "
+                   "with prof.step()")
+BALANCED_FIX = ("nothing stands out: profile more steps (10 or more) or a longer capture, with Python stacks for "
+                "source lines, or raise the batch size until one bottleneck appears")
+
+
 def no_evidence(s: Summary) -> str:
     """Why the run holds nothing to judge a bottleneck by, or "" when it does."""
     if not len(s.steps) or not s.total_wall_us > 0:
@@ -625,13 +633,6 @@ def no_evidence(s: Summary) -> str:
     return ""
 
 
-NO_EVIDENCE_FIX = ("profile again with device activity recorded (torch.profiler.profile(activities=[ProfilerActivity.CPU, "
-                   "ProfilerActivity.CUDA]), or torch_npu's ProfilerActivity.NPU) over a few steady-state steps marked "
-                   "with prof.step() (a cell npumagic profiles: --steps 5)")
-BALANCED_FIX = ("nothing stands out: profile more steps (--steps 10 or more) or a longer capture, with --stack for "
-                "source lines, or raise the batch size until one bottleneck appears")
-
-
 def lead(s: Summary, found: list[Finding]) -> Lead:
     """The run's bottleneck from its findings (most important first): the one ranking the
     checklist and the advice share."""
@@ -642,8 +643,7 @@ def lead(s: Summary, found: list[Finding]) -> Lead:
 def _lead(s: Summary, found: list[Finding]) -> Lead:
     why = no_evidence(s)
     if why:
-        return Lead("undetermined", why, NO_EVIDENCE_FIX if "device" in why else
-                    "profile again: at least one step must complete inside the active window")
+        return Lead("undetermined", why, NO_STEPS_FIX if not len(s.steps) or not s.total_wall_us > 0 else NO_EVIDENCE_FIX)
     if found and found[0].impact >= T.VERDICT_MIN_IMPACT:
         top = found[0]
         return Lead(top.category, top.title, top.fix, top)

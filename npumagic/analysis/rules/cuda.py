@@ -230,9 +230,10 @@ def sync_apis(s) -> list[Finding]:
     if rt.empty or not len(s.steps):
         return []
     calls = rt[rt["name"].astype(str).isin(SYNC_APIS) & (rt["device"] < 0)]
-    calls = calls[~_inside(calls["ts_ns"].to_numpy(), calls["lane"].astype(str).to_numpy(),
-                           (ops := s.events[(s.events["kind"] == "host_op") & (s.events["device"] < 0)])
-                           .assign(lane=ops["lane"].astype(str)))] if len(calls) else calls
+    ops = s.events[(s.events["kind"] == "host_op") & (s.events["device"] < 0)]
+    if len(calls) and len(ops):  # a sync inside a torch operator is the library's (cuDNN autotuning), not a call
+        calls = calls[~_inside(calls["ts_ns"].to_numpy(), calls["lane"].astype(str).to_numpy(),
+                               ops.assign(lane=ops["lane"].astype(str)))]
     idle = sync_idle_share(s)
     if calls.empty or (idle if idle is not None else min(s.share("sync_us"), s.share("idle_us"))) > T.SYNC_SHARE:
         return []

@@ -57,7 +57,24 @@ def spans_of(frame: pd.DataFrame) -> Spans:
 
 
 
-def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.DataFrame:
+def cycle_bounds(steps: pd.DataFrame, cycle_starts: list[list[int]] | None, rank: int) -> np.ndarray:
+    """Where ``rank``'s later profiling cycles begin (ns, sorted): the host start of each step
+    that ``cycle_starts`` (``[rank, step]`` pairs, the reader's ``meta["cycle_starts"]``) names.
+    A repeating schedule profiles one process in cycles that each are their own timeline: no
+    device window, idle time or temporal span runs across the gap between two."""
+    first = {step for r, step in cycle_starts or [] if r == rank}
+    return np.sort(steps.loc[steps["step"].isin(first), "start_ns"].to_numpy(dtype=np.int64))
+
+
+def cycle_of(ts_ns: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """The profiling cycle (0, 1, ...) each timestamp falls in, given :func:`cycle_bounds`."""
+    return np.searchsorted(bounds, ts_ns, side="right")
+
+
+def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool,
+               bounds: np.ndarray | None = None) -> pd.DataFrame:
+    """Per-step breakdown (:data:`STEP_COLUMNS`) of one rank's events ``ev`` and its ``steps``
+    (sorted by start); ``bounds``: where its later profiling cycles begin (:func:`cycle_bounds`)."""
     if steps.empty:
         return pd.DataFrame(columns=STEP_COLUMNS)
     kind = ev["kind"]
@@ -68,7 +85,7 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.D
     if device_mode:
         work = ev.loc[(kind.isin(DEVICE_WORK) & (ev["device"] >= 0)).to_numpy(), ["kind", "ts_ns", "dur_ns", "step"]]
         compute, comm, memcpy = (spans_of(work[work["kind"] == k]) for k in DEVICE_WORK)
-        lo, hi = device_windows(work, steps)
+        lo, hi = _cycle_windows(work, steps, np.empty(0, np.int64) if bounds is None else bounds)
         tasks = work[(work["kind"] != "memcpy") & (work["step"] >= 0)]
         ends = tasks["ts_ns"] + tasks["dur_ns"]
         first = tasks.groupby("step")["ts_ns"].min().reindex(steps["step"]).to_numpy()
@@ -115,6 +132,19 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.D
     })
     out["device_util"] = np.where(out["wall_us"] > 0, out["busy_us"] / out["wall_us"], np.nan)
     return out[STEP_COLUMNS]
+
+
+def _cycle_windows(work: pd.DataFrame, steps: pd.DataFrame, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`device_windows` of each profiling cycle on its own, aligned with ``steps``."""
+    if not bounds.size:
+        return device_windows(work, steps)
+    lo, hi = steps["start_ns"].to_numpy().copy(), steps["end_ns"].to_numpy().copy()
+    step_cycle = cycle_of(steps["start_ns"].to_numpy(), bounds)
+    work_cycle = cycle_of(work["ts_ns"].to_numpy(), bounds)
+    for cycle in np.unique(step_cycle):
+        mine = step_cycle == cycle
+        lo[mine], hi[mine] = device_windows(work[work_cycle == cycle], steps[mine])
+    return lo, hi
 
 
 def device_windows(work: pd.DataFrame, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

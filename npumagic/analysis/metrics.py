@@ -15,7 +15,7 @@ import pandas as pd
 from . import counters as hw
 from . import schema
 from .schema import Trace
-from .breakdown import step_table, vendor_step_table
+from .breakdown import cycle_bounds, step_table, vendor_step_table
 from .collectives import LINK_COLUMNS, comm_table
 from .device_memory import memory_table
 from .operators import host_op_table, kernel_table
@@ -204,15 +204,16 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     backend = trace.meta.get("backend", "cpu")
     device_mode = bool(on_device.any())
     sources = trace.meta.get("sources", {}).get(rank, {})
+    bounds = cycle_bounds(steps, trace.meta.get("cycle_starts"), rank)
     vendor = trace.meta.get("vendor", {}).get(rank, {})
     if str(sources.get("breakdown", "")).endswith("(vendor)"):  # only step_trace_time.csv was there
         breakdown = vendor_step_table(vendor.get("step_trace_time"), steps)
         device_mode = True
     else:
-        breakdown = step_table(ev, steps, device_mode)
+        breakdown = step_table(ev, steps, device_mode, bounds)
     total_wall = float(breakdown["wall_us"].sum())
     # what reads every event first, so that its temporaries and the copy below are never live at once
-    temporal = rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", []))
+    temporal = rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", []), bounds)
     events = _own_categories(schema.where(ev, (ev["kind"] != "python").to_numpy()), schema.EVENT_COLUMNS)
     # each table below copies only the in-step events of the kind it reads (and, where it reads
     # few, only those columns): on a large trace one copy of every in-step event was the peak

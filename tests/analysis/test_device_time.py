@@ -192,6 +192,31 @@ def test_temporal_parts_add_up_to_the_window():
     assert t["idle_pct"] + t["compute_pct"] + t["non_compute_pct"] == pytest.approx(100)
 
 
+CYCLES = CUDA / "kineto_cycles" / "tb_test_nw0_folder"
+
+
+def test_profiling_cycles_in_one_folder_are_each_their_own_timeline():
+    # GIVEN one worker profiled in two cycles (a repeating schedule writes one file per cycle)
+    folder = need(CYCLES)
+    alone = [npumagic.analyze(f) for f in sorted(folder.glob("*.json.gz"))]
+    # WHEN the folder is read as one run
+    both = npumagic.analyze(folder)
+    # THEN every step is what its own file says (step 10 was 469 s: its window ran to step 16's
+    # first kernel in the other file), and the temporal window is the two cycles' windows summed
+    cols = ["step", "wall_us", "computing_us", "busy_us", "idle_us"]
+    expected = pd.concat([s.steps[cols] for s in alone], ignore_index=True)
+    pd.testing.assert_frame_equal(both.steps[cols].reset_index(drop=True), expected)
+    assert both.temporal.iloc[0]["window_us"] == pytest.approx(sum(s.temporal.iloc[0]["window_us"] for s in alone))
+    assert both.temporal.iloc[0]["idle_us"] == pytest.approx(sum(s.temporal.iloc[0]["idle_us"] for s in alone))
+
+
+def test_the_time_between_profiling_cycles_is_no_gpu_gap():
+    advice = npumagic.advise(npumagic.analyze(need(CYCLES)))
+    gaps = [f for f in advice.findings if f.rule == "gpu_gaps"]
+    assert gaps and max(g["gap_us"] for g in gaps[0].evidence["largest"]) < 1e6  # the 469 s between the files
+    assert not any(f.category == "host_bound" and "per step (100%)" in f.title for f in advice.findings)
+
+
 def test_no_device_no_temporal_rows(cpu_trace):
     assert npumagic.summarize(cpu_trace).temporal.empty
 

@@ -87,8 +87,10 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         steps.append(st)
         memories.append(mem)
         del ev  # the frames list holds it: no other name may, for finish to free each column as it sorts
+    cycles = []
     if len(frames) > 1:
         _one_job(paths, metas)
+        cycles = _cycle_starts(metas)
     events = _concat(frames)
     devices = sorted({d for m in metas for d in m["devices"]})
     on_device = events["kind"].isin(schema.DEVICE_WORK).any()
@@ -106,6 +108,8 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         "bad_rows": notes.as_meta(),
         "base_time_ns": metas[0]["base_time_ns"],
     }
+    if cycles:
+        meta["cycle_starts"] = cycles
     notes.warn()
     frames.clear()
     # handed over with no reference left here: finish frees each column as it sorts it
@@ -140,6 +144,17 @@ def _one_job(paths: list[Path], metas: list[dict[str, Any]]) -> None:
         raise TraceError(paths[j].parent, f"holds traces of separate runs: {paths[i].name} and {paths[j].name} both "
                                           f"record rank {a['rank']}{why}. A folder is read as one job (a trace per "
                                           "rank, or per profiling cycle): analyse each trace on its own")
+
+
+def _cycle_starts(metas: list[dict[str, Any]]) -> list[list[int]]:
+    """``[rank, step]`` for each profiling cycle of a rank after its first: the first step of a
+    later file of that rank (a repeating schedule writes one file per cycle). Each cycle is its
+    own timeline: the gap between two is not the job's time (:func:`~..breakdown.cycles_of`)."""
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for meta in metas:
+        by_rank.setdefault(meta["rank"], []).append(meta)
+    return [[rank, min(m["steps"])] for rank, files in sorted(by_rank.items())
+            for m in sorted(files, key=lambda m: m["span"][0])[1:]]
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -67,7 +67,12 @@ def rank_temporal(ev: pd.DataFrame, steps: pd.DataFrame, rank: int, steps_inferr
 def _rank_breakdown(ev: pd.DataFrame, steps: pd.DataFrame) -> dict | None:
     # the four columns read, not copies of every column of the device work and the launches
     on_device = ev["device"].to_numpy() >= 0
-    device = ev.loc[on_device & ev["kind"].isin(_DEVICE_KINDS).to_numpy(), ["kind", "ts_ns", "dur_ns", "correlation"]]
+    # a device sync record without a stream (CUPTI's Event Sync and Context Sync: the host waits,
+    # no stream does) is no device time; HTA keeps only device events with a stream
+    # (hta/analyzers/breakdown_analysis.py, get_temporal_breakdown: trace_df["stream"].ne(-1))
+    streamless = (ev["kind"] == "sync").to_numpy() & (ev["stream"].to_numpy() < 0)
+    device = ev.loc[on_device & ev["kind"].isin(_DEVICE_KINDS).to_numpy() & ~streamless,
+                    ["kind", "ts_ns", "dur_ns", "correlation"]]
     if len(steps) >= 2:
         correlation = ev["correlation"].to_numpy()
         host = ~on_device & ev["kind"].isin(LAUNCH_KINDS).to_numpy() & (correlation >= 0)

@@ -46,6 +46,25 @@ def test_without_trace_view_the_breakdown_matches_the_full_rank(tmp_path, level)
             assert ours[column] == pytest.approx(theirs[column], rel=0.01), (r, column)
 
 
+@pytest.mark.parametrize("trace_view", [False, True], ids=["kernel_details-only", "with-trace_view"])
+def test_accelerator_core_communication_is_a_collective_not_computing(tmp_path, trace_view):
+    # GIVEN a rank whose kernel_details.csv calls its collectives' Accelerator Core COMMUNICATION,
+    # as newer CANN writes it (msprof-analyze's CoreType.HCCL), and the same rank calling them HCCL
+    job = _copy(tmp_path, ranks=(0,))
+    rank = job / "rank0_ascend_pt"
+    if not trace_view:
+        (rank / OUT / "trace_view.json").unlink()
+    before = _quiet(npumagic.analyze, rank).steps
+    details = rank / OUT / "kernel_details.csv"
+    text = details.read_text()
+    assert text.count(",HCCL,") == 4
+    details.write_text(text.replace(",HCCL,", ",COMMUNICATION,"))
+    # WHEN it is read; THEN the 4 allReduce tasks are communication, not computing
+    after = _quiet(npumagic.analyze, rank).steps
+    for column in ("computing_us", "communication_us", "comm_not_overlapped_us", "free_us"):
+        assert after[column].tolist() == pytest.approx(before[column].tolist()), column
+
+
 def test_a_truncated_trace_view_is_read_as_without_it_and_said(tmp_path):
     # GIVEN trace_view.json cut at 100 kB (a full disk), kernel_details.csv whole
     job = _copy(tmp_path, ranks=(0,))

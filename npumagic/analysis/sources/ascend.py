@@ -42,6 +42,16 @@ OUTPUT = "ASCEND_PROFILER_OUTPUT"
 COMPUTE_TASKS = frozenset({"AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE"})
 MEMCPY_TASKS = frozenset({"PCIE_DMA_SQE", "SDMA_SQE"})
 KERNEL_COLUMNS = ("Name", "Type", "Accelerator Core", "Start Time(us)", "Duration(us)")
+# kernel_details.csv's Type / Accelerator Core values of a collective: older CANN wrote HCCL, newer
+# COMMUNICATION (msprof-analyze 26.2.0: advisor/advisor_backend/common_func_advisor/constant.py:217
+# CoreType.HCCL = "COMMUNICATION"; advisor/analyzer/schedule/fusible_ops/fusible_operator_checker.py:91
+# check_hccl: task_type in ["COMMUNICATION", "HCCL"])
+COMM_CORES = ("HCCL", "COMMUNICATION")
+
+
+def _is_collective(raw: pd.DataFrame) -> np.ndarray:
+    """The kernel_details.csv rows that are collectives, by their Type or Accelerator Core."""
+    return (raw["Type"].isin(COMM_CORES) | raw["Accelerator Core"].isin(COMM_CORES)).to_numpy()
 OPTIONAL_FILES = ("kernel_details.csv", "step_trace_time.csv", "op_statistic.csv", "communication.json",
                   "memory_record.csv", "operator_details.csv", "operator_memory.csv", "npu_module_mem.csv",
                   "api_statistic.csv", "communication_matrix.json")
@@ -338,7 +348,7 @@ def _read_csv_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, Any
     dur, dur_ok = decimal_us_to_ns_checked(raw["Duration(us)"])
     good = ts_ok & dur_ok & (dur >= 0) & (raw["Name"] != "Name").to_numpy()
     raw, ts, dur = raw[good].reset_index(drop=True), ts[good], dur[good]
-    hccl = ((raw["Type"] == "HCCL") | (raw["Accelerator Core"] == "HCCL")).to_numpy()
+    hccl = _is_collective(raw)
     stream = to_int(raw["Stream ID"]) if "Stream ID" in raw else np.full(len(raw), -1, dtype=np.int64)
     comm = pd.DataFrame({
         "name": raw["Name"][hccl].to_numpy(), "kind": "comm", "ts_ns": ts[hccl], "dur_ns": dur[hccl],
@@ -765,7 +775,7 @@ def _kernel_details(path: Path, events: pd.DataFrame,
                        negative_Duration=dur < 0,
                        # one task is one row: the same task twice (a concatenated export) would count twice
                        repeated_row=raw.duplicated(keep="first").to_numpy())
-    keep = good & ((raw["Type"] != "HCCL") & (raw["Accelerator Core"] != "HCCL")).to_numpy()  # collectives: HCCL lanes
+    keep = good & ~_is_collective(raw)  # collectives: HCCL lanes
     raw, ts, dur = raw[keep].reset_index(drop=True), ts[keep], dur[keep]
     # Stream and connection id come from the matching Ascend Hardware task (same start time).
     hw = events[events["kind"] == "kernel"].drop_duplicates("ts_ns").set_index("ts_ns")

@@ -10,7 +10,8 @@ of all device activity, ``idle = wall - busy``; so ``computing <= busy <= wall``
 span of the step's own compute and collective tasks, the time in it doing neither, and host
 step start to its first task). Host-side measures (``dataloader``, ``sync``) are host time in
 the host step. On the CPU backend the "device" is the CPU and the window is the host step:
-computing is the union of operator time outside DataLoader waits, idle the rest.
+computing is the union of operator time outside DataLoader waits, communication the process
+group's collective spans (gloo), idle the rest.
 """
 
 from __future__ import annotations
@@ -103,11 +104,13 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool,
         lo, hi = host_start, host_end
         ops = ev.loc[((kind == "host_op") & (ev["device"] < 0)).to_numpy(), ["ts_ns", "dur_ns"]]
         compute = spans_of(ops) - dataloader
-        comm = memcpy = Spans.empty()
-        busy_spans = compute
+        # a process group's collectives on the CPU (gloo): the reader marks their spans comm
+        comm = spans_of(ev[((kind == "comm") & (ev["device"] < 0)).to_numpy()])
+        memcpy = Spans.empty()
+        busy_spans = compute | comm
         stage = hi - lo
         preparing = np.zeros(len(steps), dtype=np.int64)
-        free = stage - compute.covered(lo, hi)
+        free = stage - busy_spans.covered(lo, hi)
     computing = compute.covered(lo, hi)
     communication = comm.covered(lo, hi)
     overlapped = (compute & comm).covered(lo, hi)

@@ -95,6 +95,8 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     devices = sorted({d for m in metas for d in m["devices"]})
     on_device = events["kind"].isin(schema.DEVICE_WORK).any()
     backend = _backend(events, devices) if (on_device or devices) else "cpu"
+    if backend == "cpu":  # no device lane: the process group's own spans are the collectives
+        events.loc[_process_group_collective(events), "kind"] = "comm"
     meta = {
         "backend": backend,
         "format": "kineto",
@@ -120,6 +122,22 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
 
 
 _GPU_VENDOR = {"cuda": "NVIDIA", "rocm": "AMD"}
+# The record_function a c10d process group opens around each collective: "<backend>:<op>", e.g.
+# gloo:all_reduce, gloo:broadcast, gloo:all_gather, gloo:barrier, gloo:send (the profiling titles
+# in torch/csrc/distributed/c10d/ProcessGroupGloo.cpp; ProcessGroupNCCL's are nccl:<op>, and
+# torch_npu's ProcessGroupHCCL hccl:<op>). Where a device lane exists its collective kernels are
+# the communication; on the CPU these spans are.
+PROCESS_GROUP_SPAN = re.compile(r"^(gloo|nccl|hccl|mpi|ucc|xccl):[a-z_]+$")
+
+
+def _process_group_collective(events: pd.DataFrame) -> np.ndarray:
+    """The host spans (annotations and operators) that a process group recorded for a collective."""
+    names = events["name"]
+    cats = pd.Series(names.cat.categories, dtype=object)
+    flagged = cats.str.match(PROCESS_GROUP_SPAN.pattern).to_numpy(dtype=bool)
+    codes = names.cat.codes.to_numpy()
+    return (flagged[codes] & (codes >= 0) & (events["device"].to_numpy() < 0)
+            & events["kind"].isin(["annotation", "host_op"]).to_numpy())
 
 
 def _one_job(paths: list[Path], metas: list[dict[str, Any]]) -> None:

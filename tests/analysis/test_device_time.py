@@ -33,7 +33,8 @@ KINETO = {
 }
 ASCEND = {f"{p.parent.name}_{p.name}": p for p in ASCEND_RANKS}
 # traces checked against HTA's temporal breakdown only (not the every-trace invariants here)
-HTA_ONLY = {"event_sync": CUDA / "hta_more" / "cuda_event_sync_multi_stream"}
+HTA_ONLY = {"event_sync": CUDA / "hta_more" / "cuda_event_sync_multi_stream",
+            "mtia": CUDA / "hta_more" / "mtia_trace_single_rank"}
 # one trace of each kind in the quick loop (every one under --slow): a current, a legacy, a ROCm and
 # an NCCL Kineto trace and a torch_npu rank
 QUICK = ["a100_sync", "legacy_nw4", "mi250_rocm", "a100_nccl", "level1_rank0_ascend_pt"]

@@ -39,13 +39,25 @@ HOST_SYNC_CALLS = frozenset({
     "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyDtoH_v2",
     "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
 })
-# Event categories by Kineto schema -> npumagic kind. Today's names (libkineto ActivityType), then
-# the PyTorch 1.8-era capitalised ones; ROCm builds write the same categories as CUDA.
-# gpu_user_annotation (device copies of host ranges) and Trace spans are not device work.
+# Event categories by Kineto schema -> npumagic kind. Today's names (libkineto ActivityType,
+# libkineto/src/ActivityType.cpp's name map), then the PyTorch 1.8-era capitalised ones; ROCm,
+# XPU and PrivateUse1 builds write their device work in the CUDA categories (kernel, gpu_memcpy,
+# gpu_memset), MTIA in mtia_ccp_events (ActivityType.h: MTIA_CCP_EVENTS = CONCURRENT_KERNEL, "MTIA
+# ondevice CCP events"). glow_runtime, hpu_op and the xpu/privateuse1 runtime and driver calls are
+# host runtime calls (ActivityType.h: GLOW_RUNTIME = HPU_OP = XPU_RUNTIME = RUNTIME).
 _HOST_CATS = {"cpu_op": "host_op", "user_annotation": "annotation", "python_function": "python",
               "cuda_runtime": "runtime", "cuda_driver": "runtime", "privateuse1_runtime": "runtime",
-              "privateuse1_driver": "runtime", "xpu_runtime": "runtime", "mtia_runtime": "runtime"}
-_DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memcpy", "cuda_sync": "sync"}
+              "privateuse1_driver": "runtime", "xpu_runtime": "runtime", "xpu_driver": "runtime",
+              "mtia_runtime": "runtime", "glow_runtime": "runtime", "hpu_op": "runtime"}
+_DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memcpy", "cuda_sync": "sync",
+                "mtia_ccp_events": "kernel"}
+# Kineto categories that are no work of their own, left unread without a word: device copies of
+# host ranges, correlation records, instant events, the profiler's overhead, CUDA event records,
+# counter and range-profiler samples, and the whole-trace span
+NOT_WORK = frozenset({"gpu_user_annotation", "external_correlation", "cpu_instant_event", "overhead", "cuda_event",
+                      "mtia_insight", "mtia_counters", "cuda_profiler_range", "xpu_scope_profiler",
+                      "collective_comm", "gpu_pm_counter", "Trace"})
+MTIA_COPY_PREFIX = "dma"  # an MTIA device event that moves data (HTA's MTIAMemoryKernelGroupingPattern: ^dma)
 LEGACY_CATS = {"Operator": "cpu_op", "User annotation": "user_annotation", "Python": "python_function",
                "Runtime": "cuda_runtime", "Driver": "cuda_driver", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
                "Memset": "gpu_memset"}
@@ -77,10 +89,17 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
                 raise TraceError(path, f"no profiler events found (categories in the file: {found}); expected "
                                        "torch.profiler events with categories cpu_op/cuda_runtime/kernel/gpu_memcpy "
                                        "(or the PyTorch 1.8 schema's Operator/Runtime/Kernel/Memcpy)")
+            unknown = {c: n for c, n in cols.unread.items() if c and c not in NOT_WORK}
+            if unknown:  # said, not dropped silently: it may be device work of an accelerator not known here
+                listed = ", ".join(f"{c} x{n}" for c, n in Counter(unknown).most_common(6))
+                notes.remark(path, f"{sum(unknown.values())} events of categories npumagic does not know were "
+                                   f"left out ({listed})")
+            mtia = cols.mtia
             del cols
             release_free_memory()
             st = _steps(ev, rank, notes, path)
             metas.append(_meta(header, rank, path))
+            metas[-1]["mtia"] = mtia
             metas[-1]["span"] = (int(ev["ts_ns"].min()), int((ev["ts_ns"] + ev["dur_ns"]).max()))
             metas[-1]["steps"] = set(st["step"].tolist())
         frames.append(ev)
@@ -94,7 +113,9 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     events = _concat(frames)
     devices = sorted({d for m in metas for d in m["devices"]})
     on_device = events["kind"].isin(schema.DEVICE_WORK).any()
-    backend = _backend(events, devices) if (on_device or devices) else "cpu"
+    backend = _backend(events, devices, any(m["mtia"] for m in metas)) if (on_device or devices) else "cpu"
+    if backend == "mtia":  # its device work is no CUDA core's
+        events["core"] = events["core"].cat.rename_categories(["cpu", "mtia"])
     if backend == "cpu":  # no device lane: the process group's own spans are the collectives
         events.loc[_process_group_collective(events), "kind"] = "comm"
     meta = {
@@ -102,7 +123,7 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         "format": "kineto",
         "path": str(paths[0].parent if len(paths) > 1 else paths[0]),
         "files": [str(p) for p in paths],
-        "device_name": devices[0] if devices else "cpu" if backend == "cpu" else f"{_GPU_VENDOR[backend]} GPU (model not recorded)",
+        "device_name": devices[0] if devices else "cpu" if backend == "cpu" else f"{_GPU_VENDOR[backend]} (model not recorded)",
         "device_memory_bytes": max((m["memory"] for m in metas if m["memory"]), default=None),
         "compute_major": next((m["compute_major"] for m in metas if m["compute_major"] is not None), None),
         "world_size": max(m["world_size"] for m in metas),
@@ -121,7 +142,7 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
                          None, meta, counters=pd.concat(counters, ignore_index=True))
 
 
-_GPU_VENDOR = {"cuda": "NVIDIA", "rocm": "AMD"}
+_GPU_VENDOR = {"cuda": "NVIDIA GPU", "rocm": "AMD GPU", "mtia": "Meta MTIA"}
 # The record_function a c10d process group opens around each collective: "<backend>:<op>", e.g.
 # gloo:all_reduce, gloo:broadcast, gloo:all_gather, gloo:barrier, gloo:send (the profiling titles
 # in torch/csrc/distributed/c10d/ProcessGroupGloo.cpp; ProcessGroupNCCL's are nccl:<op>, and
@@ -190,8 +211,11 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(columns, copy=False)
 
 
-def _backend(events: pd.DataFrame, devices: list[str]) -> str:
-    """"rocm" where the trace says AMD (device name or HIP runtime calls), else "cuda"."""
+def _backend(events: pd.DataFrame, devices: list[str], mtia: bool = False) -> str:
+    """"mtia" where the device work is MTIA's, "rocm" where the trace says AMD (device name or
+    HIP runtime calls), else "cuda"."""
+    if mtia:
+        return "mtia"
     if any("AMD" in d or "Radeon" in d or "Instinct" in d for d in devices):
         return "rocm"
     runtime = events.loc[events["kind"].isin(["runtime", "sync"]), "name"]
@@ -239,6 +263,7 @@ class _Columns:
         self.memory: list[Any] = []
         self.unread: Counter[str] = Counter()  # categories of complete events not read, for the error message
         self.counter_events: list = []  # the stream's counter samples (ph "C"), all their args
+        self.mtia = False  # device work in MTIA's category
 
     def stream(self, path: Path, progress=None) -> RawTrace:
         """Add the events of the file at ``path``, read as a stream (memory holds the columns
@@ -306,6 +331,7 @@ class _Columns:
         self.parts = []
         release_free_memory()  # the parts' pages, before the frame's columns are built
         n = col["cat"].size
+        self.mtia = bool((col["cat"] == _CAT_INDEX["mtia_ccp_events"]).any())
         on_device = col["cat"] >= _FIRST_DEVICE_CAT
         names = pd.Categorical.from_codes(col.pop("name"), categories=self.names.categories())
         kind = self._kinds(col.pop("cat"), names, on_device)
@@ -350,6 +376,8 @@ class _Columns:
         kind = np.where(flag(cats.str.match(STEP_NAME.pattern)), kind_index["annotation"], kind)
         kind = np.where(flag(cats.isin(HOST_SYNC_CALLS)) & ~on_device, kind_index["sync"], kind)
         is_nccl = flag(cats.str.contains("nccl", case=False, regex=False))
+        kind = np.where(flag(cats.str.startswith(MTIA_COPY_PREFIX)) & (cat == _CAT_INDEX["mtia_ccp_events"]),
+                        kind_index["memcpy"], kind)
         return np.where(is_nccl & (kind == kind_index["kernel"]), kind_index["comm"], kind).astype(np.int8)
 
     def _memory_frame(self) -> pd.DataFrame:

@@ -51,6 +51,40 @@ def vendor_step_table(table: pd.DataFrame | None, steps: pd.DataFrame) -> pd.Dat
     return out[STEP_COLUMNS]
 
 
+# step_trace_time.csv's figures checked against those computed from the tasks (its own names)
+CHECKED = {"computing_us": "Computing", "comm_not_overlapped_us": "Communication(Not Overlapped)",
+           "free_us": "Free", "stage_us": "Stage"}
+AGREE_SHARE = 0.01  # of the step's Stage: the text export's figures agree to 0.01% on every whole rank
+
+
+def disagreement(ours: pd.DataFrame, vendor: pd.DataFrame | None) -> str:
+    """Where the step table computed from a rank's tasks and its own step_trace_time.csv differ
+    by more than 1% of the step (a step one of them lacks, or the largest difference), in words;
+    "" where they agree or there is no step_trace_time.csv."""
+    if vendor is None or vendor.empty or ours.empty or "Step" not in vendor:
+        return ""
+    theirs = vendor.apply(pd.to_numeric, errors="coerce").dropna(subset=["Step"])
+    theirs = theirs.assign(Step=theirs["Step"].astype(np.int64)).drop_duplicates("Step").set_index("Step")
+    mine = ours.set_index("step")
+    only = sorted(set(mine.index) ^ set(theirs.index))
+    if only:
+        side = "step_trace_time.csv" if only[0] in theirs.index else "the tasks"
+        return f"step {only[0]} is only in {side}"
+    worst, words = 0.0, ""
+    for step in mine.index:
+        stage = float(theirs.at[step, "Stage"]) if "Stage" in theirs else float("nan")
+        for column, name in CHECKED.items():
+            if name not in theirs or not stage > 0:
+                continue
+            gap = abs(float(mine.at[step, column]) - float(theirs.at[step, name])) / stage
+            if gap > AGREE_SHARE and gap > worst:
+                worst = gap
+                words = (f"step {step} {name}: {mine.at[step, column] / 1e3:,.2f} ms from the tasks, "
+                         f"{theirs.at[step, name] / 1e3:,.2f} ms in step_trace_time.csv, {gap:.1%} of its "
+                         f"{stage / 1e3:,.2f} ms stage")
+    return words
+
+
 def spans_of(frame: pd.DataFrame) -> Spans:
     start = frame["ts_ns"].to_numpy()
     return Spans.union_of(start, start + frame["dur_ns"].to_numpy())

@@ -6,6 +6,7 @@ kernels and host operators, :mod:`.syncs`, :mod:`.collectives`, :mod:`.device_me
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -15,7 +16,7 @@ import pandas as pd
 from . import counters as hw
 from . import schema
 from .schema import Trace
-from .breakdown import cycle_bounds, step_table, vendor_step_table
+from .breakdown import cycle_bounds, disagreement, step_table, vendor_step_table
 from .collectives import LINK_COLUMNS, comm_table
 from .device_memory import memory_table
 from .operators import host_op_table, kernel_table
@@ -204,6 +205,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     backend = trace.meta.get("backend", "cpu")
     device_mode = bool(on_device.any())
     sources = trace.meta.get("sources", {}).get(rank, {})
+    disagree_note = ""
     bounds = cycle_bounds(steps, trace.meta.get("cycle_starts"), rank)
     vendor = trace.meta.get("vendor", {}).get(rank, {})
     if str(sources.get("breakdown", "")).endswith("(vendor)"):  # only step_trace_time.csv was there
@@ -211,6 +213,17 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         device_mode = True
     else:
         breakdown = step_table(ev, steps, device_mode, bounds)
+        differ = disagreement(breakdown, vendor.get("step_trace_time")) if backend == "npu" else ""
+        if differ:  # a partial or mixed export: torch_npu computed its file from the whole capture
+            computed = breakdown.set_index("step")
+            breakdown = vendor_step_table(vendor.get("step_trace_time"), steps)
+            for column in ("dataloader_us", "sync_us", "memcpy_us"):  # what the vendor's file has not
+                breakdown[column] = computed[column].reindex(breakdown["step"]).to_numpy()
+            said = (f"rank {rank}: step_trace_time.csv and the figures computed from its tasks disagree by more "
+                    f"than 1% of the step ({differ}); step_trace_time.csv's figures are used")
+            warnings.warn(said, stacklevel=3)
+            sources = {**sources, "breakdown": "step_trace_time.csv (vendor; the tasks disagree with it)"}
+            disagree_note = said
     total_wall = float(breakdown["wall_us"].sum())
     # what reads every event first, so that its temporaries and the copy below are never live at once
     temporal = rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", []), bounds)
@@ -232,7 +245,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     loaders = in_steps((kind == "dataloader").to_numpy(), ["name"])["name"].astype(str)
     meta.update(rank=rank, device_mode=device_mode, backend=backend,
                 dataloader_iter=loaders.mode().iat[0] if len(loaders) else "",
-                sources=sources, note=trace.meta.get("notes", {}).get(rank, ""),
+                sources=sources, note="; ".join(n for n in (trace.meta.get("notes", {}).get(rank, ""), disagree_note) if n),
                 parallel=parallel_indices(trace.meta.get("parallel_groups", {}).get(rank, {}), rank))
     for key in ("notes", "parallel_groups"):
         meta.pop(key, None)

@@ -3,6 +3,7 @@ one unreadable rank does not stop the others. Built by copying a shared rank and
 
 from __future__ import annotations
 
+import re
 import shutil
 import warnings
 
@@ -149,3 +150,22 @@ def test_a_text_export_beside_analysis_db_is_read_as_text(tmp_path):
     (job / "rank0_ascend_pt" / OUT / "analysis.db").write_bytes(b"")
     summary = _quiet(npumagic.analyze, job / "rank0_ascend_pt")
     assert summary.meta["sources"]["timeline"] == "trace_view.json"
+
+
+def test_a_partial_export_whose_files_disagree_says_so_and_uses_step_trace_time():
+    # GIVEN a job whose kernel_details.csv was trimmed to 21 rows while step_trace_time.csv is whole
+    job = need(ASCEND / "partial" / "job2")
+    # WHEN it is analysed; THEN each rank says its files disagree, by how much, and which is used
+    with pytest.warns(UserWarning) as said:
+        summary = npumagic.analyze(job)
+    lines = [str(w.message) for w in said]
+    assert any(re.search(r"rank 1: step_trace_time\.csv and the figures computed from its tasks disagree by more "
+                         r"than 1% of the step \(step 2 Stage: 16\.42 ms from the tasks, 294\.59 ms in "
+                         r"step_trace_time\.csv.*\); step_trace_time\.csv's figures are used", line) for line in lines)
+    assert any(line.startswith("rank 0: step_trace_time.csv and the figures computed") for line in lines)
+    # and the step breakdown is the vendor's (rank 1's stage read 16.42 ms), so no slow rank follows
+    for rank, stage in ((0, 291_698.0), (1, 294_586.5)):
+        steps = summary.per_rank[rank].steps
+        assert steps["stage_us"].tolist() == [stage]
+        assert summary.per_rank[rank].meta["sources"]["breakdown"].startswith("step_trace_time.csv")
+    assert not [f for f in npumagic.advise(summary).findings if f.rule == "cluster"]

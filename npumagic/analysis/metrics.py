@@ -215,15 +215,18 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         breakdown = step_table(ev, steps, device_mode, bounds)
         differ = disagreement(breakdown, vendor.get("step_trace_time")) if backend == "npu" else ""
         if differ:  # a partial or mixed export: torch_npu computed its file from the whole capture
-            computed = breakdown.set_index("step")
-            breakdown = vendor_step_table(vendor.get("step_trace_time"), steps)
-            for column in ("dataloader_us", "sync_us", "memcpy_us"):  # what the vendor's file has not
-                breakdown[column] = computed[column].reindex(breakdown["step"]).to_numpy()
-            said = (f"rank {rank}: step_trace_time.csv and the figures computed from its tasks disagree by more "
-                    f"than 1% of the step ({differ}); step_trace_time.csv's figures are used")
-            warnings.warn(said, stacklevel=3)
-            sources = {**sources, "breakdown": "step_trace_time.csv (vendor; the tasks disagree with it)"}
-            disagree_note = said
+            listed = pd.to_numeric(vendor["step_trace_time"]["Step"], errors="coerce")
+            whole = listed.notna().all() and set(listed.astype(np.int64)) == set(breakdown["step"])
+            if whole:  # else it lacks steps the tasks have, or has others: the tasks' figures stay
+                computed = breakdown.set_index("step")
+                breakdown = vendor_step_table(vendor.get("step_trace_time"), steps)
+                for column in ("dataloader_us", "sync_us", "memcpy_us"):  # what the vendor's file has not
+                    breakdown[column] = computed[column].reindex(breakdown["step"]).to_numpy()
+                sources = {**sources, "breakdown": "step_trace_time.csv (vendor; the tasks disagree with it)"}
+            used = "step_trace_time.csv's figures are used" if whole else "the tasks' figures are used"
+            disagree_note = (f"rank {rank}: step_trace_time.csv and the figures computed from its tasks disagree by "
+                             f"more than 1% of the step ({differ}); {used}")
+            warnings.warn(disagree_note, stacklevel=3)
     total_wall = float(breakdown["wall_us"].sum())
     # what reads every event first, so that its temporaries and the copy below are never live at once
     temporal = rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", []), bounds)

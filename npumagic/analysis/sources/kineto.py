@@ -84,6 +84,7 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
             ev, mem = cols._frame(), cols._memory_frame()
             ev, stray, _ = without_stray_device_events(ev)
             notes.skip(path, "device timestamp outside the capture", stray)
+            ev = _without_repeated_device_events(ev, notes, path)
             if not len(ev):
                 found = ", ".join(f"{c or '(none)'} x{n}" for c, n in cols.unread.most_common(12)) or "no complete ('X') events"
                 raise TraceError(path, f"no profiler events found (categories in the file: {found}); expected "
@@ -183,6 +184,22 @@ def _one_job(paths: list[Path], metas: list[dict[str, Any]]) -> None:
         raise TraceError(paths[j].parent, f"holds traces of separate runs: {paths[i].name} and {paths[j].name} both "
                                           f"record rank {a['rank']}{why}. A folder is read as one job (a trace per "
                                           "rank, or per profiling cycle): analyse each trace on its own")
+
+
+def _without_repeated_device_events(ev: pd.DataFrame, notes: ReadNotes, path: Path) -> pd.DataFrame:
+    """``ev`` without device events that repeat another exactly (name, start, duration, device,
+    stream and correlation: two exports concatenated); a device runs one activity once, so each
+    repeat would count its time twice. Counted in ``notes``."""
+    on_device = (ev["device"] >= 0).to_numpy()
+    if not on_device.any():
+        return ev
+    keys = ev.loc[on_device, ["name", "ts_ns", "dur_ns", "device", "stream", "correlation"]]
+    repeated = np.zeros(len(ev), dtype=bool)
+    repeated[on_device] = keys.duplicated(keep="first").to_numpy()
+    if not repeated.any():
+        return ev
+    notes.skip(path, "repeated device event", int(repeated.sum()))
+    return ev[~repeated].reset_index(drop=True)
 
 
 def _cycle_starts(metas: list[dict[str, Any]]) -> list[list[int]]:
@@ -301,7 +318,7 @@ class _Columns:
         ts, ts_ok = to_ns_checked([e.ts for e in spans])
         dur, dur_ok = to_ns_checked([e.dur for e in spans])
         good = self.notes.count(self.path, len(spans), "events", bad_timestamp=~ts_ok, bad_duration=~dur_ok,
-                                negative_duration=dur < 0)
+                                negative_duration=dur < 0, negative_timestamp=ts < 0)
         if not good.all():
             spans = [e for e, g in zip(spans, good) if g]
             ts, dur = ts[good], dur[good]
@@ -459,7 +476,16 @@ def _steps(frame: pd.DataFrame, rank: int, notes: ReadNotes | None = None, path:
         step = int(apart.index[apart.to_numpy()][0])
         raise TraceError(path, f"ProfilerStep#{step} marks {int((marks['step'] == step).sum())} separate spans: "
                                "its steps cannot be told apart (an edited or merged trace?)")
-    marks = marks.sort_values("dur_ns").drop_duplicates("step", keep="last")
+    marks = marks.sort_values("dur_ns").drop_duplicates("step", keep="last").sort_values("ts_ns", kind="stable")
+    # a ProfilerStep inside another (an edited or merged trace): steps do not nest, and its time
+    # would be counted in both; the outer one is kept
+    ends = (marks["ts_ns"] + marks["dur_ns"]).to_numpy()
+    inside = np.zeros(len(marks), dtype=bool)
+    inside[1:] = ends[1:] <= np.maximum.accumulate(ends)[:-1]
+    if inside.any():
+        if notes is not None:
+            notes.skip(path, "ProfilerStep inside another", int(inside.sum()))
+        marks = marks[~inside]
     return pd.DataFrame({
         "rank": rank,
         "step": marks["step"].to_numpy(),

@@ -169,3 +169,31 @@ def test_a_partial_export_whose_files_disagree_says_so_and_uses_step_trace_time(
         assert steps["stage_us"].tolist() == [stage]
         assert summary.per_rank[rank].meta["sources"]["breakdown"].startswith("step_trace_time.csv")
     assert not [f for f in npumagic.advise(summary).findings if f.rule == "cluster"]
+
+
+# -- captures torch_npu never parsed: only the raw PROF_* data ------------------------------------
+def _raw_rank(parent, name="node7_123_20240929_ascend_pt"):
+    rank = parent / name
+    (rank / "PROF_000001_20240929162113526_ABCDEFGHIJ" / "device_0" / "data").mkdir(parents=True)
+    (rank / "FRAMEWORK").mkdir()
+    (rank / "profiler_info_0.json").write_text('{"rank_id": 0}')
+    return rank
+
+
+def test_a_capture_never_parsed_says_exactly_which_command_parses_it(tmp_path):
+    # GIVEN a job folder whose one rank holds only torch_npu's raw data (its export failed)
+    _raw_rank(tmp_path)
+    # THEN the error names it and gives torch_npu's offline analysis of the folder, to run where it imports
+    command = f"python -c \"from torch_npu.profiler.profiler import analyse; analyse('{tmp_path}')\""
+    with pytest.raises(TraceError, match=re.escape(f"node7_123_20240929_ascend_pt holds only torch_npu's raw data "
+                                                   f"(PROF_*), never parsed") + r".*" + re.escape(command)):
+        npumagic.load(tmp_path)
+
+
+def test_a_never_parsed_rank_beside_parsed_ones_is_said_with_the_command(tmp_path):
+    job = _copy(tmp_path, ranks=(0,))
+    _raw_rank(job, "rank1_ascend_pt")
+    with pytest.warns(UserWarning, match=r"rank1_ascend_pt holds only torch_npu's raw data \(PROF_\*\), never parsed "
+                                         r".*analyse\(.*\).*; until then they are left out"):
+        summary = npumagic.analyze(job)
+    assert list(summary.ranks["rank"]) == [0] or summary.ranks.empty

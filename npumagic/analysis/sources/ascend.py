@@ -108,6 +108,42 @@ def _good_step_trace(table: pd.DataFrame, notes: ReadNotes, path: Path) -> pd.Da
     return table[good].reset_index(drop=True)
 
 
+# torch_npu's raw data of a rank it never parsed: PROF_<id>_<time>_<tag>/ (CANN) beside FRAMEWORK/
+# (torch_npu 2.14.0 profiler/analysis/prof_common_func/_path_manager.py:21-30, get_cann_path)
+RAW_DIR = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+")
+
+
+def raw_only(path: Path) -> list[Path]:
+    """The ``*_ascend_pt`` directories at or directly below ``path`` that hold torch_npu's raw
+    data (``PROF_*``) but no ``ASCEND_PROFILER_OUTPUT``: captures whose export failed or was skipped."""
+    path = Path(path)
+    if not path.is_dir():
+        return []
+    candidates = [path] if path.name.endswith("_ascend_pt") else sorted(
+        (p for p in path.iterdir() if p.is_dir() and p.name.endswith("_ascend_pt")), key=_natural)
+    return [p for p in candidates if not (p / OUTPUT).is_dir()
+            and any(c.is_dir() and RAW_DIR.match(c.name) for c in p.iterdir())]
+
+
+def offline_parse_command(path: Path) -> str:
+    """The command that parses ``path``'s raw torch_npu data where torch_npu is installed: its
+    offline analysis, ``analyse(profiler_path, max_process_number, export_type)``, which takes
+    one ``*_ascend_pt`` or a folder of them (torch_npu 2.14.0 profiler/profiler.py:389)."""
+    return f"python -c \"from torch_npu.profiler.profiler import analyse; analyse({str(path)!r})\""
+
+
+def never_parsed(paths: list[Path], where: Path) -> str:
+    """What to say of ranks that hold only raw data, with the command that parses them."""
+    import importlib.util
+
+    names = ", ".join(p.name for p in paths[:5]) + (" ..." if len(paths) > 5 else "")
+    how = (" (torch_npu imports here: npumagic.parse_raw runs it)"
+           if importlib.util.find_spec("torch_npu") is not None else " on a machine with torch_npu and CANN")
+    return (f"{names} {'holds' if len(paths) == 1 else 'hold'} only torch_npu's raw data (PROF_*), never parsed "
+            f"(the export failed or was skipped): parse it with torch_npu's offline analysis{how}, "
+            f"{offline_parse_command(where)}, then read {where} again")
+
+
 def rank_dirs(path: Path) -> list[Path]:
     """The torch_npu rank directories at or directly below ``path`` (empty when none), in natural
     order (rank2 before rank10: the order unlabelled ranks are numbered in)."""
@@ -116,6 +152,10 @@ def rank_dirs(path: Path) -> list[Path]:
     found = [p for p in sorted(path.iterdir(), key=_natural) if p.is_dir() and (p / OUTPUT).is_dir()]
     empty = [p.name for p in sorted(path.iterdir(), key=_natural)
              if p.is_dir() and p.name.endswith("_ascend_pt") and not (p / OUTPUT).is_dir()]
+    raw = raw_only(path) if found else []
+    if raw:
+        warnings.warn(f"{path}: {never_parsed(raw, path)}; until then they are left out")
+        empty = [name for name in empty if name not in {p.name for p in raw}]
     if found and empty:  # torch_npu writes ASCEND_PROFILER_OUTPUT when it parses a rank: not done there
         warnings.warn(f"{path}: {', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''} "
                       f"{'has' if len(empty) == 1 else 'have'} no {OUTPUT} (not parsed by torch_npu?) and "

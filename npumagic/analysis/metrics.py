@@ -215,6 +215,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         breakdown = step_table(ev, steps, device_mode, bounds)
         differ = disagreement(breakdown, vendor.get("step_trace_time")) if backend == "npu" else ""
         if differ:  # a partial or mixed export: torch_npu computed its file from the whole capture
+            file = "analysis.db's StepTraceTime" if ".db" in str(sources.get("breakdown", "")) else "step_trace_time.csv"
             listed = pd.to_numeric(vendor["step_trace_time"]["Step"], errors="coerce")
             whole = listed.notna().all() and set(listed.astype(np.int64)) == set(breakdown["step"])
             if whole:  # else it lacks steps the tasks have, or has others: the tasks' figures stay
@@ -222,10 +223,10 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
                 breakdown = vendor_step_table(vendor.get("step_trace_time"), steps)
                 for column in ("dataloader_us", "sync_us", "memcpy_us"):  # what the vendor's file has not
                     breakdown[column] = computed[column].reindex(breakdown["step"]).to_numpy()
-                sources = {**sources, "breakdown": "step_trace_time.csv (vendor; the tasks disagree with it)"}
-            used = "step_trace_time.csv's figures are used" if whole else "the tasks' figures are used"
-            disagree_note = (f"rank {rank}: step_trace_time.csv and the figures computed from its tasks disagree by "
-                             f"more than 1% of the step ({differ}); {used}")
+                sources = {**sources, "breakdown": f"{file} (vendor; the tasks disagree with it)"}
+            used = f"{file}'s figures are used" if whole else "the tasks' figures are used"
+            disagree_note = (f"rank {rank}: {file} and the figures computed from its tasks disagree by more than 1% "
+                             f"of the step ({differ.replace('step_trace_time.csv', file)}); {used}")
             warnings.warn(disagree_note, stacklevel=3)
     total_wall = float(breakdown["wall_us"].sum())
     # what reads every event first, so that its temporaries and the copy below are never live at once

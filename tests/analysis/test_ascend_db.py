@@ -259,3 +259,23 @@ def test_communication_tasks_without_their_operators_are_refused_not_read_as_no_
     with pytest.raises(TraceError, match=rf"{re.escape(str(db))}: COMMUNICATION_TASK_INFO lists \d+ "
                                          r"communication tasks but COMMUNICATION_OP no collective"):
         npumagic.load(rank)
+
+
+def test_a_db_rank_whose_step_trace_time_disagrees_with_its_tasks_says_so_and_uses_it(tmp_path):
+    # GIVEN a db rank whose analysis.db StepTraceTime says twice the computing its tasks show
+    rank = tmp_path / "rank1_ascend_pt"
+    shutil.copytree(need(DB / "rank1_ascend_pt"), rank, copy_function=shutil.copyfile)
+    analysis = rank / "ASCEND_PROFILER_OUTPUT" / "analysis.db"
+    for p in [rank, *rank.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    with closing(sqlite3.connect(analysis)) as conn:
+        conn.execute("UPDATE StepTraceTime SET computing = computing * 2")
+        conn.commit()
+    # THEN the warning names analysis.db's StepTraceTime, both values and which is used
+    with pytest.warns(UserWarning, match=r"rank 1: analysis\.db's StepTraceTime and the figures computed from its "
+                                         r"tasks disagree by more than 1% of the step \(step 50 Computing: 8\.92 ms "
+                                         r"from the tasks, 17\.83 ms in analysis\.db's StepTraceTime.*\); analysis\.db's "
+                                         r"StepTraceTime's figures are used"):
+        summary = npumagic.analyze(rank)
+    assert summary.steps["computing_us"].tolist() == pytest.approx([2 * 8915.634])
+    assert summary.meta["sources"]["breakdown"].startswith("analysis.db's StepTraceTime")

@@ -516,8 +516,20 @@ def _analysis_tables(out: Path) -> dict[str, pd.DataFrame]:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         names = {"StepTraceTime": "step_trace_time", "CommAnalyzerBandwidth": "comm_bandwidth",
                  "CommAnalyzerMatrix": "comm_matrix", "CommAnalyzerTime": "comm_time"}
-        return {ours: pd.read_sql_query(f"SELECT * FROM {table}", conn)
-                for table, ours in names.items() if table in tables}
+        found = {ours: pd.read_sql_query(f"SELECT * FROM {table}", conn)
+                 for table, ours in names.items() if table in tables}
+    if "step_trace_time" in found:  # in step_trace_time.csv's words, so both are checked alike
+        found["step_trace_time"] = found["step_trace_time"].rename(columns=STEP_TRACE_NAMES)
+    return found
+
+
+# analysis.db StepTraceTime's columns -> step_trace_time.csv's (torch_npu 2.14.0
+# prof_view/prof_db_parse/_trace_step_time_db_parser.py writes the same figures in this order)
+STEP_TRACE_NAMES = {"step": "Step", "computing": "Computing", "communication_not_overlapped": "Communication(Not Overlapped)",
+                    "overlapped": "Overlapped", "communication": "Communication", "free": "Free", "stage": "Stage",
+                    "bubble": "Bubble", "preparing": "Preparing",
+                    "communication_not_overlapped_and_exclude_receive":
+                        "Communication(Not Overlapped and Exclude Receive)"}
 
 
 def rank_from_name(path: Path) -> int | None:

@@ -215,7 +215,8 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         breakdown = step_table(ev, steps, device_mode, bounds)
         differ = disagreement(breakdown, vendor.get("step_trace_time")) if backend == "npu" else ""
         if differ:  # a partial or mixed export: torch_npu computed its file from the whole capture
-            file = "analysis.db's StepTraceTime" if ".db" in str(sources.get("breakdown", "")) else "step_trace_time.csv"
+            db = ".db" in str(sources.get("breakdown", ""))
+            file = "analysis.db's StepTraceTime" if db else "step_trace_time.csv"
             listed = pd.to_numeric(vendor["step_trace_time"]["Step"], errors="coerce")
             whole = listed.notna().all() and set(listed.astype(np.int64)) == set(breakdown["step"])
             if whole:  # else it lacks steps the tasks have, or has others: the tasks' figures stay
@@ -249,7 +250,8 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     loaders = in_steps((kind == "dataloader").to_numpy(), ["name"])["name"].astype(str)
     meta.update(rank=rank, device_mode=device_mode, backend=backend,
                 dataloader_iter=loaders.mode().iat[0] if len(loaders) else "",
-                sources=sources, note="; ".join(n for n in (trace.meta.get("notes", {}).get(rank, ""), disagree_note) if n),
+                sources=sources,
+                note="; ".join(n for n in (trace.meta.get("notes", {}).get(rank, ""), disagree_note) if n),
                 parallel=parallel_indices(trace.meta.get("parallel_groups", {}).get(rank, {}), rank))
     for key in ("notes", "parallel_groups"):
         meta.pop(key, None)

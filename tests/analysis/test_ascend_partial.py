@@ -185,8 +185,8 @@ def test_a_capture_never_parsed_says_exactly_which_command_parses_it(tmp_path):
     _raw_rank(tmp_path)
     # THEN the error names it and gives torch_npu's offline analysis of the folder, to run where it imports
     command = f"python -c \"from torch_npu.profiler.profiler import analyse; analyse('{tmp_path}')\""
-    with pytest.raises(TraceError, match=re.escape(f"node7_123_20240929_ascend_pt holds only torch_npu's raw data "
-                                                   f"(PROF_*), never parsed") + r".*" + re.escape(command)):
+    with pytest.raises(TraceError, match=re.escape("node7_123_20240929_ascend_pt holds only torch_npu's raw data "
+                                                   "(PROF_*), never parsed") + r".*" + re.escape(command)):
         npumagic.load(tmp_path)
 
 

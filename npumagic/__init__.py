@@ -25,10 +25,11 @@ from .analysis.checklist import Verdict, checklist
 from .analysis.compare import Comparison, compare
 from .capture.steps import step
 from .errors import NpumagicError, TraceError
+from .offline import parse_raw
 
 __version__ = "0.1.0"
 __all__ = ["Advice", "Comparison", "Finding", "NpumagicError", "Summary", "Trace", "TraceError", "Verdict", "advise",
-           "analyze", "checklist", "compare", "load", "load_ipython_extension", "step", "summarize",
+           "analyze", "checklist", "compare", "load", "load_ipython_extension", "parse_raw", "step", "summarize",
            "unload_ipython_extension"]
 
 

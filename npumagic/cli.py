@@ -29,6 +29,12 @@ def _load(args, path) -> Any:
 def _summary(args, path, rank=None):
     from . import parallel
 
+    if getattr(args, "parse_raw", False):
+        from .offline import parse_raw
+
+        for rank_dir in parse_raw(path):
+            print(f"npumagic: parsed {rank_dir} with torch_npu's offline analysis", file=sys.stderr)
+
     # many ranks: an outline of each rank with one rank in full, or every rank as a parallel task
     # (Dask); one rank in this process
     return parallel.analyze(path, rank=rank, scheduler=getattr(args, "scheduler", None),
@@ -190,6 +196,12 @@ def _scheduler_argument(p: argparse.ArgumentParser) -> None:
                         "analysis reads them) and only the described rank in full")
 
 
+def _parse_raw_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--parse-raw", action="store_true",
+                   help="first parse the torch_npu ranks that hold only raw PROF_* data (the export failed or was "
+                        "skipped) with torch_npu's offline analysis; needs torch_npu")
+
+
 def dpi(text: str) -> int:
     value = int(text)
     if not 20 <= value <= 600:  # 100000 dpi asks matplotlib for terabytes
@@ -217,12 +229,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=10, help="kernels to list (default 10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _scheduler_argument(p)
+    _parse_raw_argument(p)
     p = add("advise", _advise, "ranked findings with evidence and fixes")
     p.add_argument("path", help=PATH_HELP)
     p.add_argument("--rank", type=int, default=None, help="rank to advise on (default the lowest)")
     p.add_argument("--all", action="store_true", help="every rank of a multi-rank job, and low-severity findings")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _scheduler_argument(p)
+    _parse_raw_argument(p)
     p = add("compare", _compare, "compare two outputs: step time with a 95%% CI, breakdown and kernel deltas")
     p.add_argument("path_a", help="the reference")
     p.add_argument("path_b", help="the run to check")

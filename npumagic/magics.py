@@ -19,6 +19,7 @@ from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError
 from .capture.options import HOST_SYS
 from .errors import NpumagicError
 from .history import RunNameTaken, UnknownRun
+from .offline import parse_raw
 from .names import RULE as NAME_RULE
 from .names import check_name
 from .parallel import check_scheduler
@@ -335,6 +336,9 @@ class NpuMagics(Magics):
     @argument("--every-rank", action="store_true",
               help="read every rank of a torch_npu job in full (by default, from 8 ranks on, each rank's "
                    "step_trace_time.csv and communication files, and the lowest rank in full)")
+    @argument("--parse-raw", action="store_true",
+              help="first parse the torch_npu ranks that hold only raw PROF_* data (the export failed or was "
+                   "skipped) with torch_npu's offline analysis; needs torch_npu")
     @line_magic
     def npuload(self, line: str):
         """Import a profiler output collected elsewhere (e.g. a remote torch_npu job) as a run,
@@ -346,6 +350,8 @@ class NpuMagics(Magics):
         if args.name is not None:
             _check_name(args.name)
         try:
+            if args.parse_raw:
+                parse_raw(args.path)
             outcome = self.session.load(args.path, name=args.name, every_rank=args.every_rank, rank=args.rank)
         except (NpumagicError, RunNameTaken) as exc:
             raise UsageError(str(exc)) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 
 from npumagic.cli import main
 
-from .conftest import ASCEND, CUDA, need
+from .conftest import ASCEND, CUDA, ROOT, need
 
 
 def test_analyze_prints_the_table_and_verdict(capsys):
@@ -239,3 +240,59 @@ def test_runs_takes_the_same_folder_given_both_ways(tmp_path, capsys, monkeypatc
     (tmp_path / "npumagic_demo").mkdir()
     assert main(["runs", "npumagic_demo", "--out", str(tmp_path / "npumagic_demo")]) == 0
     assert "no runs in npumagic_demo" in capsys.readouterr().out
+
+
+def _raw_job(tmp_path):
+    """A job folder whose one rank holds only torch_npu's raw data (PROF_*), as a failed export leaves it."""
+    rank = tmp_path / "job" / "rank0_ascend_pt"
+    (rank / "PROF_000001_20240929162113526_ABCDEFGHIJ").mkdir(parents=True)
+    (rank / "FRAMEWORK").mkdir()
+    return rank.parent
+
+
+def test_parse_raw_without_torch_npu_is_exit_2_naming_the_command_to_run_elsewhere(tmp_path):
+    job = _raw_job(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "npumagic.cli", "analyze", str(job), "--parse-raw"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert "torch_npu does not import here" in line
+    assert line.endswith(f"run python -c \"from torch_npu.profiler.profiler import analyse; analyse('{job}')\"")
+
+
+def test_parse_raw_runs_torch_npus_offline_analysis_then_reads_the_result(tmp_path):
+    # GIVEN a never-parsed rank, and a torch_npu whose offline analysis has the wheel's signature
+    # (torch_npu 2.14.0 profiler/profiler.py: analyse(profiler_path, max_process_number, export_type));
+    # it stands in for CANN's parse by writing a genuine rank's ASCEND_PROFILER_OUTPUT
+    job = _raw_job(tmp_path)
+    fake = tmp_path / "site" / "torch_npu" / "profiler"
+    fake.mkdir(parents=True)
+    (fake.parent / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    source = need(ASCEND / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT")
+    (fake / "profiler.py").write_text(
+        "import pathlib, shutil\n"
+        "def analyse(profiler_path, max_process_number=1, export_type=None):\n"
+        "    for rank in pathlib.Path(profiler_path).glob('*_ascend_pt'):\n"
+        f"        shutil.copytree({str(source)!r}, rank / 'ASCEND_PROFILER_OUTPUT', copy_function=shutil.copyfile)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)])}
+    # WHEN analyze --parse-raw runs; THEN it parsed the rank and reads it
+    done = subprocess.run([sys.executable, "-m", "npumagic.cli", "analyze", str(job), "--parse-raw", "--json"],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"parsed {job / 'rank0_ascend_pt'} with torch_npu's offline analysis" in done.stderr
+    assert json.loads(done.stdout)["steps"][0]["step"] == 50
+
+
+@pytest.mark.slow  # unpacks the torch_npu wheel
+def test_the_offline_analysis_npumagic_calls_has_the_wheels_signature():
+    import ast
+    import zipfile
+
+    from .conftest import torch_npu_wheel
+
+    with zipfile.ZipFile(torch_npu_wheel()) as wheel:
+        tree = ast.parse(wheel.read("torch_npu/profiler/profiler.py"))
+    [analyse] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "analyse"]
+    assert [a.arg for a in analyse.args.args] == ["profiler_path", "max_process_number", "export_type"]
+    assert len(analyse.args.defaults) == 2  # analyse(path) alone is a whole call

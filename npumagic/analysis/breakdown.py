@@ -10,7 +10,8 @@ of all device activity, ``idle = wall - busy``; so ``computing <= busy <= wall``
 span of the step's own compute and collective tasks, the time in it doing neither, and host
 step start to its first task). Host-side measures (``dataloader``, ``sync``) are host time in
 the host step. On the CPU backend the "device" is the CPU and the window is the host step:
-computing is the union of operator time outside DataLoader waits, idle the rest.
+computing is the union of operator time outside DataLoader waits, communication the process
+group's collective spans (gloo), idle the rest.
 """
 
 from __future__ import annotations
@@ -54,11 +55,58 @@ def vendor_step_table(table: pd.DataFrame | None, steps: pd.DataFrame) -> pd.Dat
     return out[STEP_COLUMNS]
 
 
+# step_trace_time.csv's figures checked against those computed from the tasks (its own names)
+CHECKED = {"computing_us": "Computing", "comm_not_overlapped_us": "Communication(Not Overlapped)",
+           "free_us": "Free", "stage_us": "Stage"}
+AGREE_SHARE = 0.01  # of the step's Stage: the text export's figures agree to 0.01% on every whole rank
 
 
+def disagreement(ours: pd.DataFrame, vendor: pd.DataFrame | None) -> str:
+    """Where the step table computed from a rank's tasks and its own step_trace_time.csv differ
+    by more than 1% of the step (a step one of them lacks, or the largest difference), in words;
+    "" where they agree or there is no step_trace_time.csv."""
+    if vendor is None or vendor.empty or ours.empty or "Step" not in vendor:
+        return ""
+    theirs = vendor.apply(pd.to_numeric, errors="coerce").dropna(subset=["Step"])
+    theirs = theirs.assign(Step=theirs["Step"].astype(np.int64)).drop_duplicates("Step").set_index("Step")
+    mine = ours.set_index("step")
+    only = sorted(set(mine.index) ^ set(theirs.index))
+    if only:
+        side = "step_trace_time.csv" if only[0] in theirs.index else "the tasks"
+        return f"step {only[0]} is only in {side}"
+    worst, words = 0.0, ""
+    for step in mine.index:
+        stage = float(theirs.at[step, "Stage"]) if "Stage" in theirs else float("nan")
+        for column, name in CHECKED.items():
+            if name not in theirs or not stage > 0:
+                continue
+            gap = abs(float(mine.at[step, column]) - float(theirs.at[step, name])) / stage
+            if gap > AGREE_SHARE and gap > worst:
+                worst = gap
+                words = (f"step {step} {name}: {mine.at[step, column] / 1e3:,.2f} ms from the tasks, "
+                         f"{theirs.at[step, name] / 1e3:,.2f} ms in step_trace_time.csv, {gap:.1%} of its "
+                         f"{stage / 1e3:,.2f} ms stage")
+    return words
 
 
-def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.DataFrame:
+def cycle_bounds(steps: pd.DataFrame, cycle_starts: list[list[int]] | None, rank: int) -> np.ndarray:
+    """Where ``rank``'s later profiling cycles begin (ns, sorted): the host start of each step
+    that ``cycle_starts`` (``[rank, step]`` pairs, the reader's ``meta["cycle_starts"]``) names.
+    A repeating schedule profiles one process in cycles that each are their own timeline: no
+    device window, idle time or temporal span runs across the gap between two."""
+    first = {step for r, step in cycle_starts or [] if r == rank}
+    return np.sort(steps.loc[steps["step"].isin(first), "start_ns"].to_numpy(dtype=np.int64))
+
+
+def cycle_of(ts_ns: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """The profiling cycle (0, 1, ...) each timestamp falls in, given :func:`cycle_bounds`."""
+    return np.searchsorted(bounds, ts_ns, side="right")
+
+
+def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool,
+               bounds: np.ndarray | None = None) -> pd.DataFrame:
+    """Per-step breakdown (:data:`STEP_COLUMNS`) of one rank's events ``ev`` and its ``steps``
+    (sorted by start); ``bounds``: where its later profiling cycles begin (:func:`cycle_bounds`)."""
     if steps.empty:
         return pd.DataFrame(columns=STEP_COLUMNS)
     kind = ev["kind"]
@@ -69,7 +117,7 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.D
     if device_mode:
         work = ev.loc[(kind.isin(DEVICE_WORK) & (ev["device"] >= 0)).to_numpy(), ["kind", "ts_ns", "dur_ns", "step"]]
         compute, comm, memcpy = (spans_of(work[work["kind"] == k]) for k in DEVICE_WORK)
-        lo, hi = device_windows(work, steps)
+        lo, hi = _cycle_windows(work, steps, np.empty(0, np.int64) if bounds is None else bounds)
         tasks = work[(work["kind"] != "memcpy") & (work["step"] >= 0)]
         ends = tasks["ts_ns"] + tasks["dur_ns"]
         first = tasks.groupby("step")["ts_ns"].min().reindex(steps["step"]).to_numpy()
@@ -87,11 +135,13 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool) -> pd.D
         lo, hi = host_start, host_end
         ops = ev.loc[((kind == "host_op") & (ev["device"] < 0)).to_numpy(), ["ts_ns", "dur_ns"]]
         compute = spans_of(ops) - dataloader
-        comm = memcpy = Spans.empty()
-        busy_spans = compute
+        # a process group's collectives on the CPU (gloo): the reader marks their spans comm
+        comm = spans_of(ev[((kind == "comm") & (ev["device"] < 0)).to_numpy()])
+        memcpy = Spans.empty()
+        busy_spans = compute | comm
         stage = hi - lo
         preparing = np.zeros(len(steps), dtype=np.int64)
-        free = stage - compute.covered(lo, hi)
+        free = stage - busy_spans.covered(lo, hi)
     computing = compute.covered(lo, hi)
     communication = comm.covered(lo, hi)
     overlapped = (compute & comm).covered(lo, hi)
@@ -143,6 +193,17 @@ def _idle_attribution(ev: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, busy: Sp
         on_ops = Spans.empty()
     return dict(zip(IDLE_COLUMNS, (on_sync.covered(lo, hi), on_loader.covered(lo, hi), on_ops.covered(lo, hi),
                                    rest.covered(lo, hi))))
+def _cycle_windows(work: pd.DataFrame, steps: pd.DataFrame, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`device_windows` of each profiling cycle on its own, aligned with ``steps``."""
+    if not bounds.size:
+        return device_windows(work, steps)
+    lo, hi = steps["start_ns"].to_numpy().copy(), steps["end_ns"].to_numpy().copy()
+    step_cycle = cycle_of(steps["start_ns"].to_numpy(), bounds)
+    work_cycle = cycle_of(work["ts_ns"].to_numpy(), bounds)
+    for cycle in np.unique(step_cycle):
+        mine = step_cycle == cycle
+        lo[mine], hi[mine] = device_windows(work[work_cycle == cycle], steps[mine])
+    return lo, hi
 
 
 def device_windows(work: pd.DataFrame, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

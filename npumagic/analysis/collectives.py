@@ -19,11 +19,13 @@ _NCCL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllT
 
 
 _HCCL_OP = re.compile(r"hcom_([A-Za-z]+)")
+_PROCESS_GROUP_OP = re.compile(r"^(?:gloo|nccl|hccl|mpi|ucc|xccl):([a-z_]+)$")  # a c10d record_function: gloo:all_reduce
 
 
 def collective_name(name: str) -> str:
-    """``hcom_allReduce__586_0_1`` -> ``allReduce``; ``ncclDevKernel_AllReduce_Sum_f32`` -> ``AllReduce``."""
-    m = _HCCL_OP.search(name) or _NCCL_OP.search(name)
+    """``hcom_allReduce__586_0_1`` -> ``allReduce``; ``ncclDevKernel_AllReduce_Sum_f32`` -> ``AllReduce``;
+    ``gloo:all_reduce`` -> ``all_reduce``."""
+    m = _PROCESS_GROUP_OP.match(name) or _HCCL_OP.search(name) or _NCCL_OP.search(name)
     return m.group(1) if m else name
 
 

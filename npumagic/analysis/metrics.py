@@ -6,6 +6,7 @@ kernels and host operators, :mod:`.syncs`, :mod:`.collectives`, :mod:`.device_me
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -16,7 +17,7 @@ from . import counters as hw
 from . import schema
 from .schema import Trace
 from .blocking import BLOCKING_COLUMNS, blocking_table, blocking_units, device_busy
-from .breakdown import step_table, vendor_step_table
+from .breakdown import cycle_bounds, disagreement, step_table, vendor_step_table
 from .collectives import LINK_COLUMNS, comm_table
 from .device_memory import memory_table
 from .operators import host_op_table, kernel_table
@@ -210,15 +211,33 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     backend = trace.meta.get("backend", "cpu")
     device_mode = bool(on_device.any())
     sources = trace.meta.get("sources", {}).get(rank, {})
+    disagree_note = ""
+    bounds = cycle_bounds(steps, trace.meta.get("cycle_starts"), rank)
     vendor = trace.meta.get("vendor", {}).get(rank, {})
     if str(sources.get("breakdown", "")).endswith("(vendor)"):  # only step_trace_time.csv was there
         breakdown = vendor_step_table(vendor.get("step_trace_time"), steps)
         device_mode = True
     else:
-        breakdown = step_table(ev, steps, device_mode)
+        breakdown = step_table(ev, steps, device_mode, bounds)
+        differ = disagreement(breakdown, vendor.get("step_trace_time")) if backend == "npu" else ""
+        if differ:  # a partial or mixed export: torch_npu computed its file from the whole capture
+            db = ".db" in str(sources.get("breakdown", ""))
+            file = "analysis.db's StepTraceTime" if db else "step_trace_time.csv"
+            listed = pd.to_numeric(vendor["step_trace_time"]["Step"], errors="coerce")
+            whole = listed.notna().all() and set(listed.astype(np.int64)) == set(breakdown["step"])
+            if whole:  # else it lacks steps the tasks have, or has others: the tasks' figures stay
+                computed = breakdown.set_index("step")
+                breakdown = vendor_step_table(vendor.get("step_trace_time"), steps)
+                for column in ("dataloader_us", "sync_us", "memcpy_us"):  # what the vendor's file has not
+                    breakdown[column] = computed[column].reindex(breakdown["step"]).to_numpy()
+                sources = {**sources, "breakdown": f"{file} (vendor; the tasks disagree with it)"}
+            used = f"{file}'s figures are used" if whole else "the tasks' figures are used"
+            disagree_note = (f"rank {rank}: {file} and the figures computed from its tasks disagree by more than 1% "
+                             f"of the step ({differ.replace('step_trace_time.csv', file)}); {used}")
+            warnings.warn(disagree_note, stacklevel=3)
     total_wall = float(breakdown["wall_us"].sum())
     # what reads every event first, so that its temporaries and the copy below are never live at once
-    temporal = rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", []))
+    temporal = rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", []), bounds)
     events = _own_categories(schema.where(ev, (ev["kind"] != "python").to_numpy()), schema.EVENT_COLUMNS)
     # each table below copies only the in-step events of the kind it reads (and, where it reads
     # few, only those columns): on a large trace one copy of every in-step event was the peak
@@ -240,7 +259,8 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     loaders = in_steps((kind == "dataloader").to_numpy(), ["name"])["name"].astype(str)
     meta.update(rank=rank, device_mode=device_mode, backend=backend,
                 dataloader_iter=loaders.mode().iat[0] if len(loaders) else "",
-                sources=sources, note=trace.meta.get("notes", {}).get(rank, ""),
+                sources=sources,
+                note="; ".join(n for n in (trace.meta.get("notes", {}).get(rank, ""), disagree_note) if n),
                 parallel=parallel_indices(trace.meta.get("parallel_groups", {}).get(rank, {}), rank))
     for key in ("notes", "parallel_groups"):
         meta.pop(key, None)

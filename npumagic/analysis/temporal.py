@@ -8,13 +8,17 @@ activity, non-compute the rest. With two or more ProfilerStep marks, only device
 before the last step began counts (HTA drops the last, often truncated, step by default), and
 device work whose launch is not in the trace is left out, as HTA does. On nanosecond-resolution
 traces HTA first rounds every event inward to whole microseconds (start up, end down: PyTorch
-#122425 made such events overlap); so does this table, so the two stay comparable.
+#122425 made such events overlap); so does this table, so the two stay comparable. A rank
+profiled in several cycles (a repeating schedule, one file each) is each cycle's breakdown
+summed: the gap between two cycles is no device time.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from .breakdown import cycle_bounds, cycle_of
 from .intervals import Spans
 from .schema import LAUNCH_KINDS, Trace
 
@@ -33,14 +37,27 @@ def temporal_breakdown(trace: Trace) -> pd.DataFrame:
         and the steps table (``steps_inferred`` in ``meta`` marks ranks without ProfilerStep marks).
     """
     inferred = set(trace.meta.get("steps_inferred", []))
-    parts = [rank_temporal(ev, trace.steps[trace.steps["rank"] == rank], int(rank), rank in inferred)
-             for rank, ev in trace.events.groupby("rank", sort=True)]
+    parts = []
+    for rank, ev in trace.events.groupby("rank", sort=True):
+        steps = trace.steps[trace.steps["rank"] == rank]
+        bounds = cycle_bounds(steps, trace.meta.get("cycle_starts"), int(rank))
+        parts.append(rank_temporal(ev, steps, int(rank), rank in inferred, bounds))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=TEMPORAL_COLUMNS)
 
 
-def rank_temporal(ev: pd.DataFrame, steps: pd.DataFrame, rank: int, steps_inferred: bool = False) -> pd.DataFrame:
-    """The temporal breakdown of one rank's events (a one-row frame; empty without device work)."""
-    row = _rank_breakdown(ev, steps.iloc[:0] if steps_inferred else steps)
+def rank_temporal(ev: pd.DataFrame, steps: pd.DataFrame, rank: int, steps_inferred: bool = False,
+                  bounds: np.ndarray | None = None) -> pd.DataFrame:
+    """The temporal breakdown of one rank's events (a one-row frame; empty without device work);
+    ``bounds``: where its later profiling cycles begin (:func:`~.breakdown.cycle_bounds`)."""
+    steps = steps.iloc[:0] if steps_inferred else steps
+    if bounds is None or not bounds.size:
+        row = _rank_breakdown(ev, steps)
+    else:
+        ev_cycle = cycle_of(ev["ts_ns"].to_numpy(), bounds)
+        step_cycle = cycle_of(steps["start_ns"].to_numpy(), bounds)
+        rows = [r for c in range(bounds.size + 1)
+                if (r := _rank_breakdown(ev[ev_cycle == c], steps[step_cycle == c])) is not None]
+        row = {k: sum(r[k] for r in rows) for k in rows[0]} if rows else None
     out = pd.DataFrame([{"rank": rank, **row}] if row is not None else [], columns=TEMPORAL_COLUMNS)
     for part in ("idle", "compute", "non_compute"):
         out[f"{part}_pct"] = (100.0 * out[f"{part}_us"] / out["window_us"]).where(out["window_us"] > 0)
@@ -50,7 +67,12 @@ def rank_temporal(ev: pd.DataFrame, steps: pd.DataFrame, rank: int, steps_inferr
 def _rank_breakdown(ev: pd.DataFrame, steps: pd.DataFrame) -> dict | None:
     # the four columns read, not copies of every column of the device work and the launches
     on_device = ev["device"].to_numpy() >= 0
-    device = ev.loc[on_device & ev["kind"].isin(_DEVICE_KINDS).to_numpy(), ["kind", "ts_ns", "dur_ns", "correlation"]]
+    # a device sync record without a stream (CUPTI's Event Sync and Context Sync: the host waits,
+    # no stream does) is no device time; HTA keeps only device events with a stream
+    # (hta/analyzers/breakdown_analysis.py, get_temporal_breakdown: trace_df["stream"].ne(-1))
+    streamless = (ev["kind"] == "sync").to_numpy() & (ev["stream"].to_numpy() < 0)
+    device = ev.loc[on_device & ev["kind"].isin(_DEVICE_KINDS).to_numpy() & ~streamless,
+                    ["kind", "ts_ns", "dur_ns", "correlation"]]
     if len(steps) >= 2:
         correlation = ev["correlation"].to_numpy()
         host = ~on_device & ev["kind"].isin(LAUNCH_KINDS).to_numpy() & (correlation >= 0)

@@ -55,6 +55,25 @@ def test_breakdown_agrees_with_analysis_db_step_trace_time(job, rank, ours, thei
         assert abs(steps.loc[step, ours] - float(row[theirs])) <= TOLERANCE * float(row["stage"]), (rank, step, ours)
 
 
+DB_2024 = ASCEND / "msinsight_2024" / "db_level0"
+STEP_TRACE = {"computing_us": "computing", "comm_not_overlapped_us": "communication_not_overlapped",
+              "overlapped_us": "overlapped", "communication_us": "communication", "free_us": "free",
+              "stage_us": "stage", "preparing_us": "preparing"}
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_2024_export_is_its_step_trace_time_from_the_union_of_hccl_tasks(rank):
+    # GIVEN a 2024 db export whose COMMUNICATION_OP spans hold time none of their HCCL tasks runs
+    path = need(DB_2024 / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "analysis.db")
+    with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as conn:
+        vendor = pd.read_sql_query("SELECT * FROM StepTraceTime", conn).iloc[0]
+    # WHEN it is read; THEN every column is the vendor's to the nanosecond (the op spans read
+    # rank 0's communication as 38,522.184 us, free as 3,508.839 us: 1.0% of the step off)
+    ours = shared_summary(DB_2024).per_rank[rank].steps.iloc[0]
+    for column, theirs in STEP_TRACE.items():
+        assert ours[column] == pytest.approx(float(vendor[theirs]), abs=1e-3), column
+
+
 def test_both_ranks_are_read_with_their_device(job):
     assert list(job.ranks["rank"]) == [0, 1]
     assert job.meta["device_name"] == "Ascend910B"
@@ -240,3 +259,23 @@ def test_communication_tasks_without_their_operators_are_refused_not_read_as_no_
     with pytest.raises(TraceError, match=rf"{re.escape(str(db))}: COMMUNICATION_TASK_INFO lists \d+ "
                                          r"communication tasks but COMMUNICATION_OP no collective"):
         npumagic.load(rank)
+
+
+def test_a_db_rank_whose_step_trace_time_disagrees_with_its_tasks_says_so_and_uses_it(tmp_path):
+    # GIVEN a db rank whose analysis.db StepTraceTime says twice the computing its tasks show
+    rank = tmp_path / "rank1_ascend_pt"
+    shutil.copytree(need(DB / "rank1_ascend_pt"), rank, copy_function=shutil.copyfile)
+    analysis = rank / "ASCEND_PROFILER_OUTPUT" / "analysis.db"
+    for p in [rank, *rank.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    with closing(sqlite3.connect(analysis)) as conn:
+        conn.execute("UPDATE StepTraceTime SET computing = computing * 2")
+        conn.commit()
+    # THEN the warning names analysis.db's StepTraceTime, both values and which is used
+    with pytest.warns(UserWarning, match=r"rank 1: analysis\.db's StepTraceTime and the figures computed from its "
+                                         r"tasks disagree by more than 1% of the step \(step 50 Computing: 8\.92 ms "
+                                         r"from the tasks, 17\.83 ms in analysis\.db's StepTraceTime.*\); analysis\.db's "
+                                         r"StepTraceTime's figures are used"):
+        summary = npumagic.analyze(rank)
+    assert summary.steps["computing_us"].tolist() == pytest.approx([2 * 8915.634])
+    assert summary.meta["sources"]["breakdown"].startswith("analysis.db's StepTraceTime")

@@ -237,3 +237,134 @@ def test_device_times_offset_from_the_host_clock_as_a_whole_are_all_kept(tmp_pat
     trace = npumagic.load(tmp_path / "offset.pt.trace.json")
     assert not [w for w in recwarn if "outside the capture" in str(w.message)]
     assert (trace.events["kind"] == "kernel").sum() == (shared_trace(src).events["kind"] == "kernel").sum()
+
+
+# -- values no profiler writes: each left out, counted, named, never a figure ----------------------
+def _rocm_doc():
+    import gzip
+    import json
+
+    return json.loads(gzip.open(next(need(ASCEND.parent / "cuda" / "rocm_mi250").glob("*.json.gz"))).read())
+
+
+def _kernels(doc) -> list[int]:
+    return [i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel"]
+
+
+def _huge(doc, dur):
+    doc["traceEvents"][_kernels(doc)[-1]]["dur"] = dur
+    return doc, _kernels(doc)[-1:]
+
+
+def _negative_start(doc):
+    doc["traceEvents"][_kernels(doc)[-1]]["ts"] = -5.0
+    return doc, _kernels(doc)[-1:]
+
+
+def _every_kernel_twice(doc):
+    doc["traceEvents"] += [dict(doc["traceEvents"][i]) for i in _kernels(doc)]
+    return doc, list(range(len(doc["traceEvents"]) - len(_kernels(doc)) // 2, len(doc["traceEvents"])))
+
+
+def _nested_step(doc):
+    step = next(e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
+    doc["traceEvents"].append({**step, "name": "ProfilerStep#99", "ts": step["ts"] + 1, "dur": step["dur"] / 2})
+    return doc, [len(doc["traceEvents"]) - 1]
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda d: _huge(d, 2**53), r"1 device timestamp outside the capture"),
+    (lambda d: _huge(d, 1e15), r"1 device timestamp outside the capture"),
+    (_negative_start, r"1 negative timestamp"),
+    (_every_kernel_twice, r"(\d+) repeated device event"),
+    (_nested_step, r"1 ProfilerStep inside another"),
+], ids=["kernel-2^53-us", "kernel-1e15-us", "negative-start", "every-kernel-twice", "nested-profiler-step"])
+def test_a_kineto_value_no_profiler_writes_is_left_out_counted_and_named(tmp_path, edit, said):
+    import json
+
+    # GIVEN the ROCm trace with one kind of impossible value, and the same trace without those events
+    doc, bad = edit(_rocm_doc())
+    (tmp_path / "bad.pt.trace.json").write_text(json.dumps(doc))
+    (tmp_path / "without.pt.trace.json").write_text(json.dumps({**doc, "traceEvents": [
+        e for i, e in enumerate(doc["traceEvents"]) if i not in set(bad)]}))
+    # THEN the warning names them and counts them, and no figure carries them
+    with pytest.warns(UserWarning, match=r"bad\.pt\.trace\.json: \d+ of \d+ events skipped \(" + said):
+        summary = npumagic.analyze(tmp_path / "bad.pt.trace.json")
+    _same_steps_and_kernels(summary, npumagic.analyze(tmp_path / "without.pt.trace.json"))
+
+
+def _csv_rows(path):
+    import csv
+
+    with path.open(newline="") as fh:
+        return list(csv.reader(fh))
+
+
+def _write_rows(path, rows):
+    import csv
+
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+
+
+@pytest.mark.parametrize("what", ["task-of-1e12-us", "three-extra-fields"])
+def test_a_torch_npu_task_no_profiler_writes_is_left_out_counted_and_named(tmp_path, what):
+    # GIVEN level1/rank0 with one kernel_details.csv row broken, and the same rank without that row
+    for name in ("bad", "without"):
+        (tmp_path / name).mkdir()
+        _, path = _level1_copy(tmp_path / name)
+        header, *rows = _csv_rows(path)
+        if name == "without":
+            del rows[50]
+        elif what == "task-of-1e12-us":
+            rows[50][header.index("Duration(us)")] = "1000000000000"
+        else:  # three more fields than the header: pandas shifted every row's cells by them
+            rows[50] += ["x", "y", "z"]
+            rows.insert(0, rows.pop(50))
+        _write_rows(path, [header, *rows])
+    said = (r"ASCEND_PROFILER_OUTPUT: 1 device event left out" if what == "task-of-1e12-us"
+            else r"kernel_details\.csv: 1 of \d+ rows skipped \(1 more fields than the header\)")
+    with pytest.warns(UserWarning, match=said):
+        bad = npumagic.analyze(tmp_path / "bad" / "rank0_ascend_pt")
+    _same_steps_and_kernels(bad, npumagic.analyze(tmp_path / "without" / "rank0_ascend_pt"))
+
+
+def test_a_collective_with_a_negative_time_or_size_is_left_out_counted_and_named(tmp_path):
+    import json
+
+    rank, _ = _level1_copy(tmp_path)
+    path = rank / "ASCEND_PROFILER_OUTPUT" / "communication.json"
+    path.chmod(0o644)
+    doc = json.loads(path.read_text())
+    ops = doc["step50"]["collective"]
+    first, second = list(ops)[:2]
+    ops[first]["Communication Time Info"]["Elapse Time(ms)"] = -79.0
+    ops[second]["Communication Bandwidth Info"]["HCCS"]["Transit Size(MB)"] = -28.6
+    path.write_text(json.dumps(doc))
+    with pytest.warns(UserWarning, match=r"communication\.json: 2 of \d+ collective calls skipped "
+                                         r"\(2 negative time or size\)"):
+        summary = npumagic.analyze(rank)
+    assert (summary.comm["elapsed_us"] >= 0).all() and (summary.comm["transit_mb"] >= 0).all()
+    assert (summary.links["transit_mb"] >= 0).all()
+    whole = shared_summary(ASCEND / "level1" / "rank0_ascend_pt").comm
+    assert summary.comm["count"].sum() == whole["count"].sum() - 2
+
+
+@pytest.mark.parametrize("rows, said", [
+    (lambda r: [r[0], r[0][:1] + [str(float(r[0][1]) * 2)] + r[0][2:]], r"2 step listed twice with different figures"),
+    (lambda r: [r[0][:1] + [str(float(r[0][6]) * 3)] + r[0][2:]], r"1 longer than its Stage"),
+    (lambda r: [r[0][:1] + ["-5"] + r[0][2:]], r"1 negative time"),
+], ids=["step-listed-twice", "computing-longer-than-the-step", "negative-computing"])
+def test_a_step_trace_time_row_no_profiler_writes_is_left_out_counted_and_named(tmp_path, rows, said):
+    # GIVEN level1/rank0 whose step_trace_time.csv holds an impossible row
+    rank, _ = _level1_copy(tmp_path)
+    path = rank / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
+    path.chmod(0o644)
+    header, *body = _csv_rows(path)
+    assert header[1] == "Computing" and header[6] == "Stage"
+    _write_rows(path, [header, *rows(body)])
+    # THEN it is named and counted, and the breakdown is the tasks' own (the file's figures are not used)
+    with pytest.warns(UserWarning, match=r"step_trace_time\.csv: \d+ of \d+ rows skipped \(" + said):
+        summary = npumagic.analyze(rank)
+    whole = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
+    pd.testing.assert_frame_equal(summary.steps, whole.steps)

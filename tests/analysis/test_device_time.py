@@ -32,12 +32,15 @@ KINETO = {
     "legacy_autograd": CUDA / "legacy_kineto" / "resnet50_autograd_api_nw0.pt.trace.json.gz",
 }
 ASCEND = {f"{p.parent.name}_{p.name}": p for p in ASCEND_RANKS}
+# traces checked against HTA's temporal breakdown only (not the every-trace invariants here)
+HTA_ONLY = {"event_sync": CUDA / "hta_more" / "cuda_event_sync_multi_stream",
+            "mtia": CUDA / "hta_more" / "mtia_trace_single_rank"}
 # one trace of each kind in the quick loop (every one under --slow): a current, a legacy, a ROCm and
 # an NCCL Kineto trace and a torch_npu rank
 QUICK = ["a100_sync", "legacy_nw4", "mi250_rocm", "a100_nccl", "level1_rank0_ascend_pt"]
 EVERY = QUICK + [name for name in [*KINETO, *ASCEND] if name not in QUICK]
 def _trace(name: str) -> schema.Trace:
-    return shared_trace({**KINETO, **ASCEND}[name])
+    return shared_trace({**KINETO, **ASCEND, **HTA_ONLY}[name])
 
 
 def _cpu_trace(tmp_path_factory) -> schema.Trace:
@@ -162,7 +165,7 @@ def _hta_breakdown(name: str, tmp_path_factory):
                                                            "(pip install '.[peers]')")
     if name not in _hta_results:
         logging.getLogger("hta").setLevel(logging.ERROR)
-        src = need(KINETO[name])
+        src = need({**KINETO, **HTA_ONLY}[name])
         files = [src] if src.is_file() else sorted(src.glob("*.json*"))
         folder = tmp_path_factory.mktemp(name)
         for f in files:
@@ -174,7 +177,7 @@ def _hta_breakdown(name: str, tmp_path_factory):
 
 
 @pytest.mark.slow  # HTA takes ~4 s a trace
-@pytest.mark.parametrize("name", list(KINETO))
+@pytest.mark.parametrize("name", [*KINETO, *HTA_ONLY])
 def test_temporal_breakdown_agrees_with_hta_within_one_point(tmp_path_factory, name):
     theirs = _hta_breakdown(name, tmp_path_factory).set_index("rank")
     ours = npumagic.summarize(_trace(name)).temporal.set_index("rank")
@@ -190,6 +193,44 @@ def test_temporal_parts_add_up_to_the_window():
     t = npumagic.summarize(_trace("a100_nccl")).temporal.iloc[0]
     assert t["idle_us"] + t["compute_us"] + t["non_compute_us"] == pytest.approx(t["window_us"])
     assert t["idle_pct"] + t["compute_pct"] + t["non_compute_pct"] == pytest.approx(100)
+
+
+def test_device_syncs_without_a_stream_are_no_device_time():
+    # GIVEN a trace whose CUPTI sync records include Event Sync and Context Sync (stream -1: the
+    # host waits, no stream does); the first Event Sync comes 0.05 ms before any kernel or memset
+    trace = _trace("event_sync")
+    device = trace.events[(trace.events["device"] >= 0) & (trace.events["stream"] >= 0)]
+    first, last = device["ts_ns"].min(), (device["ts_ns"] + device["dur_ns"]).max()
+    # WHEN its temporal breakdown is taken; THEN the window is the span of the work on streams
+    # (HTA 0.5.0 says 19,506 us, idle 98.08%), not 19,558 us from the first Event Sync
+    t = npumagic.summarize(trace).temporal.iloc[0]
+    assert t["window_us"] == pytest.approx((last - first) / 1e3) == pytest.approx(19_506)
+    assert t["idle_pct"] == pytest.approx(98.08, abs=0.01)
+
+
+CYCLES = CUDA / "kineto_cycles" / "tb_test_nw0_folder"
+
+
+def test_profiling_cycles_in_one_folder_are_each_their_own_timeline():
+    # GIVEN one worker profiled in two cycles (a repeating schedule writes one file per cycle)
+    folder = need(CYCLES)
+    alone = [npumagic.analyze(f) for f in sorted(folder.glob("*.json.gz"))]
+    # WHEN the folder is read as one run
+    both = npumagic.analyze(folder)
+    # THEN every step is what its own file says (step 10 was 469 s: its window ran to step 16's
+    # first kernel in the other file), and the temporal window is the two cycles' windows summed
+    cols = ["step", "wall_us", "computing_us", "busy_us", "idle_us"]
+    expected = pd.concat([s.steps[cols] for s in alone], ignore_index=True)
+    pd.testing.assert_frame_equal(both.steps[cols].reset_index(drop=True), expected)
+    assert both.temporal.iloc[0]["window_us"] == pytest.approx(sum(s.temporal.iloc[0]["window_us"] for s in alone))
+    assert both.temporal.iloc[0]["idle_us"] == pytest.approx(sum(s.temporal.iloc[0]["idle_us"] for s in alone))
+
+
+def test_the_time_between_profiling_cycles_is_no_gpu_gap():
+    advice = npumagic.advise(npumagic.analyze(need(CYCLES)))
+    gaps = [f for f in advice.findings if f.rule == "gpu_gaps"]
+    assert gaps and max(g["gap_us"] for g in gaps[0].evidence["largest"]) < 1e6  # the 469 s between the files
+    assert not any(f.category == "host_bound" and "per step (100%)" in f.title for f in advice.findings)
 
 
 def test_no_device_no_temporal_rows(cpu_trace):

@@ -5,12 +5,16 @@ from __future__ import annotations
 import collections
 import gzip
 import json
+import warnings
+from pathlib import Path
 
 import pytest
 
 import npumagic
+from npumagic.analysis.sources.kineto import NOT_WORK
 
 from ..conftest import CUDA, need, sampled, shared_summary, shared_trace
+from ..fuzz_corpus import kineto_events, kineto_trace
 
 
 @pytest.fixture(scope="module")
@@ -206,4 +210,53 @@ def test_one_step_number_on_two_separate_spans_is_refused(tmp_path):
     path.write_text(json.dumps(trace))
     # THEN it is one error naming the file and the step, not step 102 stretched over both
     with pytest.raises(npumagic.TraceError, match=r"dup\.pt\.trace\.json: ProfilerStep#1 marks 2 separate spans"):
+        npumagic.load(path)
+
+
+# -- the accelerators Kineto writes: its ActivityType categories ---------------------------------
+MTIA = CUDA / "hta_more" / "mtia_trace_single_rank"
+
+
+def test_an_mtia_trace_is_read_as_mtia_device_work():
+    # GIVEN Meta MTIA's trace (device work in mtia_ccp_events, launches in mtia_runtime)
+    summary = shared_summary(need(MTIA))
+    # THEN its device work is read (it was dropped: a CPU run labelled "cuda on ARTEMIS"), the
+    # run is an MTIA run, its dma_* events are copies, and the temporal breakdown is HTA 0.5.0's
+    # (idle 42.39%, compute 54.81%, non-compute 2.80%)
+    assert summary.meta["backend"] == "mtia" and "MTIA" in summary.meta["device_name"]
+    assert set(summary.kernels["core"]) == {"mtia"}
+    step = summary.steps.iloc[0]
+    assert step["computing_us"] > 7e6 and step["memcpy_us"] > 3e5
+    t = summary.temporal.iloc[0]
+    assert [t["idle_pct"], t["compute_pct"], t["non_compute_pct"]] == pytest.approx([42.39, 54.81, 2.80], abs=0.1)
+
+
+def _one_step(tmp_path, category: str, name: str = "call") -> Path:
+    events = [*kineto_events(), {"ph": "X", "cat": category, "name": name, "pid": 1, "tid": 1, "ts": 1020.0,
+                                 "dur": 5.0, "args": {"correlation": 3}}]
+    path = tmp_path / f"{category}.pt.trace.json"
+    path.write_text(json.dumps(kineto_trace(traceEvents=events)))
+    return path
+
+
+@pytest.mark.parametrize("category", ["cuda_runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "mtia_runtime",
+                                      "privateuse1_runtime", "privateuse1_driver", "glow_runtime", "hpu_op"])
+def test_every_host_runtime_category_kineto_writes_is_a_runtime_call(tmp_path, category):
+    trace = npumagic.load(_one_step(tmp_path, category))
+    assert trace.events.loc[trace.events["name"] == "call", "kind"].tolist() == ["runtime"]
+
+
+@pytest.mark.parametrize("category", sorted(NOT_WORK))
+def test_kinetos_categories_that_are_no_work_are_left_out_without_a_word(tmp_path, category):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = npumagic.load(_one_step(tmp_path, category))
+    assert "call" not in set(trace.events["name"].astype(str))
+
+
+def test_a_device_category_npumagic_does_not_know_is_said_not_dropped_silently(tmp_path):
+    # GIVEN an accelerator's device events in a category no Kineto release npumagic knows writes
+    path = _one_step(tmp_path, "npu_kernel", "MatMul")
+    # THEN the reader says it left them out, naming the category
+    with pytest.warns(UserWarning, match=r"1 events of categories npumagic does not know were left out \(npu_kernel x1\)"):
         npumagic.load(path)

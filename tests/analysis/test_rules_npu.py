@@ -410,3 +410,20 @@ def test_flash_attention_shapes_not_aligned_to_128(tmp_path):
     assert "multiples of 128" in finding.fix
     original = _rule(_advise(need(LEVEL1)), "aicore_performance")
     assert not [r for r in original.evidence["unaligned"] if r.get("why")]
+
+
+def test_a_matmul_group_without_pipe_metrics_has_no_optimisation_space(tmp_path):
+    # GIVEN a matmul group that moves over 100 MB but whose pipe metrics were not recorded (N/A)
+    rank = _copy(tmp_path)
+
+    def unmeasured(h, rows):
+        row = next(r for r in rows if r[h.index("Type")] == "MatMulV2")
+        row[h.index("Input Shapes")] = '"4096,8192;8192,4096"'
+        row[h.index("Output Shapes")] = '"4096,4096"'
+        for column in ("aic_mac_ratio", "aic_mte2_ratio"):
+            row[h.index(column)] = "N/A"
+    _edit_kernels(rank, unmeasured)
+    # THEN it is neither an "optimisation space" of nan% nor bound: no figure stands for it
+    finding = _rule(_advise(rank), "aicore_performance")
+    assert "nan" not in finding.title
+    assert not [r for r in finding.evidence["optimization"] + finding.evidence["bound"] if r["shape"] == "4096,8192;8192,4096"]

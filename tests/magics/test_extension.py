@@ -217,3 +217,16 @@ def test_a_relative_output_dir_stays_the_notebooks_after_a_cd(trainer, tmp_path,
     assert (tmp_path / "rel_runs" / "history.sqlite").exists() and not (tmp_path / "elsewhere" / "rel_runs").exists()
     with pytest.raises(UsageError, match="-0 is no run"):
         trainer.run_line_magic("npuadvise", "-0")
+
+
+def test_npuload_of_a_capture_never_parsed_names_the_command_and_parse_raw_needs_torch_npu(shell, tmp_path):
+    # GIVEN a rank holding only torch_npu's raw data (its export failed)
+    rank = tmp_path / "rank0_ascend_pt"
+    (rank / "PROF_000001_20240929162113526_ABCDEFGHIJ").mkdir(parents=True)
+    command = f"from torch_npu.profiler.profiler import analyse; analyse('{rank}')"
+    # THEN %npuload says which command parses it, and --parse-raw, without torch_npu here, says where to run it
+    for options in ("", "--parse-raw"):
+        with pytest.raises(UsageError, match="torch_npu") as info:
+            shell.run_line_magic("npuload", f"{rank} --no-plot {options}")
+        assert command in str(info.value)
+        assert shell.run_cell(f"%npuload {rank} --no-plot {options}").error_in_exec is not None

@@ -13,6 +13,7 @@ import pandas as pd
 from .. import thresholds as T
 from ..blocking import idle_during, sync_idle_share
 from ..finding import Finding
+from ..breakdown import cycle_of
 from ..intervals import Spans
 from . import rule, share_of_steps
 
@@ -43,6 +44,17 @@ TC_ELIGIBLE_OPS = frozenset({
 SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "hipDeviceSynchronize",
              "hipStreamSynchronize", "hipEventSynchronize")
 SYNC_COPIES = ("cudaMemcpy", "cudaMemset", "cudaMemcpy2D", "cudaMemcpy3D", "hipMemcpy", "hipMemset")
+
+
+def _cycle_starts_ns(s) -> np.ndarray:
+    """Where the rank's later profiling cycles begin (ns): the first host event of each cycle's
+    first step (the reader's ``meta["cycle_starts"]``)."""
+    ev, rank = s.events, s.meta.get("rank", 0)
+    first = [step for r, step in s.meta.get("cycle_starts", []) if r == rank]
+    if not first or ev is None:
+        return np.empty(0, np.int64)
+    host = ev[(ev["device"] < 0) & ev["step"].isin(first)]
+    return np.sort(host.groupby("step")["ts_ns"].min().to_numpy(dtype=np.int64))
 
 
 def _events(s, kinds) -> pd.DataFrame:
@@ -259,14 +271,22 @@ def gpu_gaps(s) -> list[Finding]:
     busy = Spans.union_of(dev["ts_ns"].to_numpy(), (dev["ts_ns"] + dev["dur_ns"]).to_numpy())
     starts, ends = busy.starts, busy.ends
     gap_lo, gap_hi = ends[:-1], starts[1:]
-    long = (gap_hi - gap_lo) >= T.CUDA_GAP_US * 1e3
+    # the time between two profiling cycles is no gap: the profiler was off (breakdown.cycle_bounds)
+    cycles = _cycle_starts_ns(s)
+    long = ((gap_hi - gap_lo) >= T.CUDA_GAP_US * 1e3) & (cycle_of(gap_lo, cycles) == cycle_of(gap_hi, cycles))
     if not long.any():
         return []
     gaps = pd.DataFrame({"start_ns": gap_lo[long], "gap_us": (gap_hi[long] - gap_lo[long]) / 1e3})
-    lo, hi = int(starts[0]), int(ends[-1])
-    edges = np.linspace(lo, hi, T.CUDA_UTIL_WINDOWS + 1).astype(np.int64)
-    covered = busy.covered(edges[:-1], edges[1:]) / np.maximum(np.diff(edges), 1)
-    low = int((covered < T.CUDA_GPU_UTIL).sum())
+    lo = int(starts[0])
+    low = windows = 0
+    span_cycle = cycle_of(starts, cycles)
+    spans = [(int(starts[span_cycle == c][0]), int(ends[span_cycle == c][-1])) for c in np.unique(span_cycle)]
+    profiled = sum(b - a for a, b in spans)
+    for a, b in spans:  # the windows shared out among the cycles by their length
+        n = max(1, round(T.CUDA_UTIL_WINDOWS * (b - a) / max(profiled, 1))) if len(spans) > 1 else T.CUDA_UTIL_WINDOWS
+        edges = np.linspace(a, b, n + 1).astype(np.int64)
+        covered = busy.covered(edges[:-1], edges[1:]) / np.maximum(np.diff(edges), 1)
+        low, windows = low + int((covered < T.CUDA_GPU_UTIL).sum()), windows + n
     host = s.events[(s.events["kind"] == "host_op") & (s.events["device"] < 0)]
     doing = []
     for g in gaps.nlargest(3, "gap_us").itertuples():
@@ -276,7 +296,7 @@ def gpu_gaps(s) -> list[Finding]:
     total = float(gaps["gap_us"].sum())
     listed = ", ".join(f"{d['gap_us']:,.0f} us at {d['start_ms']:,.1f} ms ({d['host_op']})" for d in doing)
     return [Finding("host_bound", share_of_steps(s, total), f"{len(gaps)} GPU idle gaps of {T.CUDA_GAP_US:g} us or more "
-                    f"({total / 1e3:,.2f} ms); {low} of {T.CUDA_UTIL_WINDOWS} windows are under {T.CUDA_GPU_UTIL:.0%} busy; largest: {listed}",
+                    f"({total / 1e3:,.2f} ms); {low} of {windows} windows are under {T.CUDA_GPU_UTIL:.0%} busy; largest: {listed}",
                     {"gaps": len(gaps), "gap_ms": total / 1e3, "largest": doing, "low_util_windows": low},
                     "look at what the host runs in the largest gaps (%npushow RUN --timeline --zoom A:B): move Python "
                     "work and data preparation out of the step, and capture launch-bound parts in CUDA graphs "

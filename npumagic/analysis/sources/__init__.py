@@ -47,6 +47,9 @@ def detect(path: str | Path) -> tuple[str, list[Path]]:
     nested = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(KINETO_FILES))
     if nested:
         return "kineto", nested
+    raw = ascend.raw_only(path)
+    if raw:
+        raise TraceError(path, ascend.never_parsed(raw, path))
     found = sorted(p.name for p in path.iterdir())[:5]
     what = f"it holds {', '.join(found)}" if found else "it is empty"
     raise TraceError(path, f"no profiler output found ({what}); expected *.pt.trace.json files "

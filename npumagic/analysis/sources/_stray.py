@@ -5,7 +5,8 @@ The bound is physical, not a tuned threshold: device work runs after its launch,
 host stops launching the device can stay busy at most as long as all the recorded device work
 together takes (and as long before the host's first event, for work queued before the capture).
 A second of slack, or the capture's own length where that is longer, covers small clock offsets;
-most device events outside is a clock offset, not a glitch, and leaves them all."""
+most device events outside is a clock offset, not a glitch, and leaves them all. A task longer than
+the capture and all the other device work together is as impossible (a duration glitch)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,13 @@ def without_stray_device_events(events: pd.DataFrame) -> tuple[pd.DataFrame, int
         return events, 0, None
     ts, dur = events["ts_ns"].to_numpy(), events["dur_ns"].to_numpy()
     host_start, host_end = int(ts[host].min()), int((ts[host] + dur[host]).max())
-    reach = int(dur[device].sum()) + max(SLACK_NS, host_end - host_start)
+    capture = max(SLACK_NS, host_end - host_start)
+    reach = int(dur[device].sum()) + capture
     lo, hi = host_start - reach, host_end + reach
-    stray = device & ((ts < lo) | (ts > hi))
+    # nor can one task outlast the capture and all the other device work (a duration of 2^53 us:
+    # its own length must not widen the window that judges it)
+    outlasts = dur > reach - dur + capture
+    stray = device & ((ts < lo) | (ts > hi) | outlasts)
     n = int(stray.sum())
     if n == 0 or 2 * n >= int(device.sum()):
         return events, 0, None

@@ -42,6 +42,16 @@ OUTPUT = "ASCEND_PROFILER_OUTPUT"
 COMPUTE_TASKS = frozenset({"AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE"})
 MEMCPY_TASKS = frozenset({"PCIE_DMA_SQE", "SDMA_SQE"})
 KERNEL_COLUMNS = ("Name", "Type", "Accelerator Core", "Start Time(us)", "Duration(us)")
+# kernel_details.csv's Type / Accelerator Core values of a collective: older CANN wrote HCCL, newer
+# COMMUNICATION (msprof-analyze 26.2.0: advisor/advisor_backend/common_func_advisor/constant.py:217
+# CoreType.HCCL = "COMMUNICATION"; advisor/analyzer/schedule/fusible_ops/fusible_operator_checker.py:91
+# check_hccl: task_type in ["COMMUNICATION", "HCCL"])
+COMM_CORES = ("HCCL", "COMMUNICATION")
+
+
+def _is_collective(raw: pd.DataFrame) -> np.ndarray:
+    """The kernel_details.csv rows that are collectives, by their Type or Accelerator Core."""
+    return (raw["Type"].isin(COMM_CORES) | raw["Accelerator Core"].isin(COMM_CORES)).to_numpy()
 OPTIONAL_FILES = ("kernel_details.csv", "step_trace_time.csv", "op_statistic.csv", "communication.json",
                   "memory_record.csv", "operator_details.csv", "operator_memory.csv", "npu_module_mem.csv",
                   "api_statistic.csv", "communication_matrix.json")
@@ -54,9 +64,13 @@ class VendorTables(Mapping):
     present in ``out``, each read on first lookup. Nothing of npumagic's own reads them, so a job
     of many ranks does not pay for parsing every rank's operator_details.csv."""
 
-    def __init__(self, out: Path, tables: dict[str, Any] | None = None) -> None:
+    def __init__(self, out: Path, tables: dict[str, Any] | None = None, notes: ReadNotes | None = None) -> None:
         self._paths = {n.removesuffix(".csv"): out / n for n in VENDOR_CSVS if (out / n).is_file()}
         self._tables = dict(tables or {})
+        if notes is not None and "step_trace_time" in self._paths and "step_trace_time" not in self._tables:
+            # read now (it is small): its bad rows are said with the rank's other notes
+            path = self._paths["step_trace_time"]
+            self._tables["step_trace_time"] = _good_step_trace(_read_csv(path), notes, path)
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._tables:
@@ -75,6 +89,61 @@ class VendorTables(Mapping):
         return len(set(self._paths) | set(self._tables))
 
 
+def _good_step_trace(table: pd.DataFrame, notes: ReadNotes, path: Path) -> pd.DataFrame:
+    """step_trace_time.csv without the rows no profiler writes, each counted in ``notes``: a
+    negative time, a Computing, Communication(Not Overlapped) or Free longer than the step's Stage,
+    a step listed twice (an exact repeat is left out; differing rows of one step all are, as
+    neither can be told right)."""
+    if table.empty or "Step" not in table:
+        return table
+    values = table.apply(pd.to_numeric, errors="coerce")
+    times = values[[c for c in STEP_TRACE_COLUMNS if c in values]]
+    stage = values["Stage"] if "Stage" in values else pd.Series(np.inf, index=values.index)
+    parts = values[[c for c in ("Computing", "Communication(Not Overlapped)", "Free") if c in values]]
+    repeat = table.duplicated(keep="first")
+    clash = values["Step"].duplicated(keep=False) & ~table.duplicated(keep=False)
+    good = notes.count(path, len(table), "rows", negative_time=(times < -1).any(axis=1).to_numpy(),  # -1 us: rounding
+                       longer_than_its_Stage=parts.gt(stage + 1, axis=0).any(axis=1).to_numpy(),
+                       repeated_row=repeat.to_numpy(), step_listed_twice_with_different_figures=clash.to_numpy())
+    return table[good].reset_index(drop=True)
+
+
+# torch_npu's raw data of a rank it never parsed: PROF_<id>_<time>_<tag>/ (CANN) beside FRAMEWORK/
+# (torch_npu 2.14.0 profiler/analysis/prof_common_func/_path_manager.py:21-30, get_cann_path)
+RAW_DIR = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+")
+
+
+def raw_only(path: Path) -> list[Path]:
+    """The ``*_ascend_pt`` directories at or directly below ``path`` that hold torch_npu's raw
+    data (``PROF_*``) but no ``ASCEND_PROFILER_OUTPUT``: captures whose export failed or was skipped."""
+    path = Path(path)
+    if not path.is_dir():
+        return []
+    candidates = [path] if path.name.endswith("_ascend_pt") else sorted(
+        (p for p in path.iterdir() if p.is_dir() and p.name.endswith("_ascend_pt")), key=_natural)
+    return [p for p in candidates if not (p / OUTPUT).is_dir()
+            and any(c.is_dir() and RAW_DIR.match(c.name) for c in p.iterdir())]
+
+
+def offline_parse_command(path: Path) -> str:
+    """The command that parses ``path``'s raw torch_npu data where torch_npu is installed: its
+    offline analysis, ``analyse(profiler_path, max_process_number, export_type)``, which takes
+    one ``*_ascend_pt`` or a folder of them (torch_npu 2.14.0 profiler/profiler.py:389)."""
+    return f"python -c \"from torch_npu.profiler.profiler import analyse; analyse({str(path)!r})\""
+
+
+def never_parsed(paths: list[Path], where: Path) -> str:
+    """What to say of ranks that hold only raw data, with the command that parses them."""
+    import importlib.util
+
+    names = ", ".join(p.name for p in paths[:5]) + (" ..." if len(paths) > 5 else "")
+    how = (" (torch_npu imports here: npumagic.parse_raw runs it)"
+           if importlib.util.find_spec("torch_npu") is not None else " on a machine with torch_npu and CANN")
+    return (f"{names} {'holds' if len(paths) == 1 else 'hold'} only torch_npu's raw data (PROF_*), never parsed "
+            f"(the export failed or was skipped): parse it with torch_npu's offline analysis{how}, "
+            f"{offline_parse_command(where)}, then read {where} again")
+
+
 def rank_dirs(path: Path) -> list[Path]:
     """The torch_npu rank directories at or directly below ``path`` (empty when none), in natural
     order (rank2 before rank10: the order unlabelled ranks are numbered in)."""
@@ -83,6 +152,10 @@ def rank_dirs(path: Path) -> list[Path]:
     found = [p for p in sorted(path.iterdir(), key=_natural) if p.is_dir() and (p / OUTPUT).is_dir()]
     empty = [p.name for p in sorted(path.iterdir(), key=_natural)
              if p.is_dir() and p.name.endswith("_ascend_pt") and not (p / OUTPUT).is_dir()]
+    raw = raw_only(path) if found else []
+    if raw:
+        warnings.warn(f"{path}: {never_parsed(raw, path)}; until then they are left out")
+        empty = [name for name in empty if name not in {p.name for p in raw}]
     if found and empty:  # torch_npu writes ASCEND_PROFILER_OUTPUT when it parses a rank: not done there
         warnings.warn(f"{path}: {', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''} "
                       f"{'has' if len(empty) == 1 else 'have'} no {OUTPUT} (not parsed by torch_npu?) and "
@@ -232,7 +305,7 @@ def read_rank_parts(rank_dir: Path, notes: ReadNotes | None = None) -> dict[str,
     _leave_out_stray(parts, out, notes)
     parts.update(settings=settings, environment=environment, parallel_groups=groups, device_name="")
     with reading(out / "communication.json"):
-        comm, links, matrix = _communication(out, parts["rank"])
+        comm, links, matrix = _communication(out, parts["rank"], notes)
     parts.update(comm=comm, links=links, matrix=matrix)
     if len(links):
         parts["sources"]["links"] = "communication.json (each link's own transit time)"
@@ -301,7 +374,7 @@ def _read_text_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, An
     if steps.empty:
         warnings.warn(f"{trace_path}: no ProfilerStep# events; the whole capture is treated as one step "
                       "(call prof.step() in the training loop)", stacklevel=4)
-    vendor = VendorTables(out)
+    vendor = VendorTables(out, notes=notes)
     if details is not None:
         vendor["kernel_details"] = details
     counters = pd.concat([chrome_counters(samples, _process_names(raw_events), rank, 0),
@@ -336,9 +409,10 @@ def _read_csv_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, Any
     kernels, metrics, details = _kernel_details(out / "kernel_details.csv", empty, notes)  # counts the bad rows
     ts, ts_ok = decimal_us_to_ns_checked(raw["Start Time(us)"])
     dur, dur_ok = decimal_us_to_ns_checked(raw["Duration(us)"])
-    good = ts_ok & dur_ok & (dur >= 0) & (raw["Name"] != "Name").to_numpy()
+    good = (ts_ok & dur_ok & (dur >= 0) & (ts >= 0) & (raw["Name"] != "Name").to_numpy()
+            & ~raw.duplicated(keep="first").to_numpy())  # the rows _kernel_details counted as bad
     raw, ts, dur = raw[good].reset_index(drop=True), ts[good], dur[good]
-    hccl = ((raw["Type"] == "HCCL") | (raw["Accelerator Core"] == "HCCL")).to_numpy()
+    hccl = _is_collective(raw)
     stream = to_int(raw["Stream ID"]) if "Stream ID" in raw else np.full(len(raw), -1, dtype=np.int64)
     comm = pd.DataFrame({
         "name": raw["Name"][hccl].to_numpy(), "kind": "comm", "ts_ns": ts[hccl], "dur_ns": dur[hccl],
@@ -348,7 +422,7 @@ def _read_csv_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, Any
     events = pd.concat([kernels, comm], ignore_index=True)
     events["rank"] = rank
     step_id = to_int(raw["Step Id"]) if "Step Id" in raw else np.full(len(raw), -1, dtype=np.int64)
-    vendor = VendorTables(out)
+    vendor = VendorTables(out, notes=notes)
     vendor["kernel_details"] = details
     preparing = _vendor_column(vendor.get("step_trace_time"), "Preparing")
     frame = pd.DataFrame({"step": step_id, "start": ts, "end": ts + dur})
@@ -506,8 +580,15 @@ def _read_csv(path: Path, required: tuple[str, ...] = (), notes: ReadNotes | Non
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, encoding="utf-8-sig",
                             encoding_errors="replace")  # one stray byte costs its cell, not the rank
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
+        ragged = not isinstance(frame.index, pd.RangeIndex)  # pandas took a longer first row's cells as the index
+    except pd.errors.ParserError as exc:
+        if not re.search(r"Expected \d+ fields in line \d+, saw \d+", str(exc)):
+            raise TraceError(path, f"not a readable CSV ({exc})") from None
+        ragged = True
+    except (pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
         raise TraceError(path, f"not a readable CSV ({exc})") from None
+    if ragged:  # a row with more fields than the header shifts every cell after it: leave it out
+        frame = _read_ragged_csv(path, notes)
     frame.columns = [str(c).strip() for c in frame.columns]
     if any("\ufffd" in c for c in frame.columns):
         raise TraceError(path, "not a readable CSV (its header holds bytes that are no UTF-8: a binary file?)")
@@ -532,6 +613,18 @@ def _read_csv(path: Path, required: tuple[str, ...] = (), notes: ReadNotes | Non
     dtypes = frame.dtypes.unique()
     stripped = pd.DataFrame(cells, index=frame.index, columns=frame.columns, dtype=dtypes[0] if len(dtypes) == 1 else None)
     return stripped if len(dtypes) <= 1 else stripped.astype(frame.dtypes.to_dict())
+
+
+def _read_ragged_csv(path: Path, notes: ReadNotes | None) -> pd.DataFrame:
+    """A CSV some of whose rows have more fields than its header, read row by row (only such a
+    damaged file comes here): those rows are left out and counted, the others kept whole."""
+    with path.open(newline="", encoding="utf-8-sig", errors="replace") as fh:
+        header, *rows = list(csv.reader(fh, skipinitialspace=True))
+    longer = np.array([len(r) > len(header) for r in rows], dtype=bool)
+    if notes is not None and longer.any():  # the rows kept are counted where they are read
+        notes.count(path, int(longer.sum()), "rows", more_fields_than_the_header=np.ones(int(longer.sum()), bool))
+    kept = [r + [""] * (len(header) - len(r)) for r, bad in zip(rows, longer) if not bad and r]
+    return pd.DataFrame(kept, columns=header, dtype=object) if kept else pd.DataFrame(columns=header, dtype=object)
 
 
 def _ends_a_line(path: Path) -> bool:
@@ -614,7 +707,7 @@ def _trace_events(raw, trace_path: Path, notes: ReadNotes) -> pd.DataFrame:
     ts, ts_ok = to_ns_checked([p[0].ts for p in picked])
     dur, dur_ok = to_ns_checked([p[0].dur for p in picked])
     good = notes.count(trace_path, len(picked), "events", bad_timestamp=~ts_ok, bad_duration=~dur_ok,
-                       negative_duration=dur < 0)
+                       negative_duration=dur < 0, negative_timestamp=ts < 0)
     if not good.all():
         picked = [p for p, g in zip(picked, good) if g]
         ts, dur = ts[good], dur[good]
@@ -762,10 +855,10 @@ def _kernel_details(path: Path, events: pd.DataFrame,
     dur, dur_ok = decimal_us_to_ns_checked(raw["Duration(us)"])
     good = notes.count(path, len(raw), "rows", repeated_header=(raw["Name"] == "Name").to_numpy(),
                        text_or_out_of_range_Start_Time=~ts_ok, text_or_out_of_range_Duration=~dur_ok,
-                       negative_Duration=dur < 0,
+                       negative_Duration=dur < 0, negative_Start_Time=ts < 0,
                        # one task is one row: the same task twice (a concatenated export) would count twice
                        repeated_row=raw.duplicated(keep="first").to_numpy())
-    keep = good & ((raw["Type"] != "HCCL") & (raw["Accelerator Core"] != "HCCL")).to_numpy()  # collectives: HCCL lanes
+    keep = good & ~_is_collective(raw)  # collectives: HCCL lanes
     raw, ts, dur = raw[keep].reset_index(drop=True), ts[keep], dur[keep]
     # Stream and connection id come from the matching Ascend Hardware task (same start time).
     hw = events[events["kind"] == "kernel"].drop_duplicates("ts_ns").set_index("ts_ns")
@@ -828,22 +921,24 @@ def _memory(path: Path, rank: int, notes: ReadNotes) -> pd.DataFrame:
     })
 
 
-def _communication(out: Path, rank: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def _communication(out: Path, rank: int, notes: ReadNotes | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """communication.json -> one row per collective call (with its busiest physical link) and one
     row per (call, link type) with that link's own transit size and time; communication_matrix.json
     -> one row per (op, source rank, destination rank)."""
-    rows, link_rows = communication_rows(out / "communication.json", rank)
+    rows, link_rows = communication_rows(out / "communication.json", rank, notes=notes)
     comm = pd.DataFrame(rows) if rows else schema.empty(schema.COMM_COLUMNS)
     links = pd.DataFrame(link_rows) if link_rows else schema.empty(schema.LINK_COLUMNS)
     matrix = matrix_rows(out / "communication_matrix.json", rank)
     return comm, links, pd.DataFrame(matrix) if matrix else schema.empty(schema.MATRIX_COLUMNS)
 
 
-def communication_rows(path: Path, rank: int, calls: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def communication_rows(path: Path, rank: int, calls: bool = True,
+                       notes: ReadNotes | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """communication.json's rows (see :func:`_communication`): the calls' (none without
-    ``calls``) and the links'."""
+    ``calls``) and the links'. A call with a negative time or transit size (no profiler writes
+    one) is left out with its links, counted in ``notes``."""
     data = _json(path)
-    rows, link_rows = [], []
+    rows, link_rows, negative = [], [], []
     for step_key, kinds in data.items():
         step = _step_key(step_key, path)
         kinds = _object(kinds, path, repr(step_key))
@@ -858,6 +953,13 @@ def communication_rows(path: Path, rank: int, calls: bool = True) -> tuple[list[
                                     f"{where}: Communication Bandwidth Info")
                 number = lambda value, *what: _number_field(value, path, where, *what)  # noqa: E731
                 links = {k: v for k, v in bandwidth.items() if isinstance(v, dict)}
+                figures = [number(t.get(k), k) for k in ("Elapse Time(ms)", "Wait Time(ms)", "Transit Time(ms)",
+                                                         "Synchronization Time(ms)")]
+                figures += [number(info.get(k), link, k) for link, info in links.items()
+                            for k in ("Transit Size(MB)", "Transit Time(ms)")]
+                negative.append(any(f < 0 for f in figures))
+                if negative[-1]:
+                    continue
                 for link, info in links.items():
                     mb = number(info.get("Transit Size(MB)"), link, "Transit Size(MB)")
                     ms = number(info.get("Transit Time(ms)"), link, "Transit Time(ms)")
@@ -883,6 +985,8 @@ def communication_rows(path: Path, rank: int, calls: bool = True) -> tuple[list[
                     "bandwidth_gbps": number(best[1].get("Bandwidth(GB/s)"), "Bandwidth(GB/s)"),
                     "link": best[0],
                 })
+    if notes is not None and any(negative):
+        notes.count(path, len(negative), "collective calls", negative_time_or_size=np.array(negative))
     return rows, link_rows
 
 

@@ -4,7 +4,8 @@ text export.
 
 Table meanings follow torch_npu's own db parsers (``prof_db_parse/``): device tasks are ``TASK``
 rows; compute kernels are the tasks named in ``COMPUTE_TASK_INFO``; collectives are
-``COMMUNICATION_OP`` rows (their device stream from the ``TASK`` rows of the same connection);
+``COMMUNICATION_OP`` rows (their device stream from the ``TASK`` rows of the same connection),
+busy while their own HCCL tasks run (:func:`_comm_busy`);
 the HCCL plane tasks of ``COMMUNICATION_TASK_INFO`` carry each transfer's size, ranks, transport
 and link type; ``STEP_TIME`` holds the host ``ProfilerStep#`` windows; ``PYTORCH_API`` and
 ``CANN_API`` the host lanes; every name is an id into ``STRING_IDS``. The files are opened
@@ -153,10 +154,11 @@ def _read_rank(db_path: Path, rank: int, notes: ReadNotes) -> dict[str, Any]:
         if comm_events.empty:
             _refuse_tasks_without_collectives(db)
         comm_events = comm_events[_good_times(comm_events, notes, db_path, "COMMUNICATION_OP")]
+        comm_busy = _comm_busy(db, comm_events)
         host = [_torch_api(db), _cann_api(db)]
         host = [h[_good_times(h, notes, db_path, table)] for h, table in zip(host, ("PYTORCH_API", "CANN_API"))]
         copies = _memcpy_tasks(db)
-        events = pd.concat([*host, kernels, copies[_good_times(copies, notes, db_path, "TASK")], comm_events],
+        events = pd.concat([*host, kernels, copies[_good_times(copies, notes, db_path, "TASK")], comm_busy],
                            ignore_index=True)
         events["rank"] = device_rank
         steps = _steps(db, events, device_rank, notes, db_path)
@@ -310,6 +312,37 @@ def _refuse_tasks_without_collectives(db: _Db) -> None:
     if tasks:
         raise TraceError(db.path, f"COMMUNICATION_TASK_INFO lists {tasks} communication tasks but COMMUNICATION_OP "
                                   "no collective: the export is incomplete (torch_npu writes both); export it again")
+
+
+def _comm_busy(db: _Db, ops: pd.DataFrame) -> pd.DataFrame:
+    """The collectives as device time: the union of each COMMUNICATION_OP's own HCCL tasks (TASK
+    joined with COMMUNICATION_TASK_INFO on globalTaskId), one event a stretch; an op without
+    tasks keeps its span. An op's span runs from its first task to its last, and can hold time
+    in which none of its tasks runs (the device waits, not communicates): analysis.db's
+    StepTraceTime of the 2024 export (msinsight_2024/db_level0) is the task union exactly (rank
+    0: 38,033.569 us of communication; the op spans 38,522.184 us, 1.0% of the step more).
+    torch_npu 2.14.0 computes it from the op spans (prof_view/prof_db_parse/
+    _trace_step_time_db_parser.py, _init_task_info_from_db: ``FROM COMMUNICATION_OP``); on
+    exports where the two differ so little (db/level1: 0.08 ms, 0.06% of the step) either reads."""
+    if ops.empty or not db.has("COMMUNICATION_TASK_INFO"):
+        return ops
+    tasks = db.query("SELECT c.opId AS op_id, t.startNs AS s, t.endNs AS e FROM COMMUNICATION_TASK_INFO AS c "
+                     "JOIN TASK AS t ON c.globalTaskId = t.globalTaskId")
+    tasks = tasks[tasks["op_id"].isin(ops["op_id"]) & (tasks["e"] >= tasks["s"])]
+    if tasks.empty:
+        return ops
+    tasks = tasks.sort_values(["op_id", "s"], kind="stable")
+    op, start, end = (tasks[c].to_numpy(np.int64) for c in ("op_id", "s", "e"))
+    reach = pd.Series(end).groupby(op).cummax().to_numpy()  # the furthest end so far within the op
+    new = np.ones(len(op), dtype=bool)
+    new[1:] = (op[1:] != op[:-1]) | (start[1:] > reach[:-1])
+    piece = np.cumsum(new) - 1
+    pieces = pd.DataFrame({"op_id": op[new], "ts_ns": start[new],
+                           "end": pd.Series(end).groupby(piece).max().to_numpy()})
+    covered = ops[ops["op_id"].isin(pieces["op_id"])]
+    spans = covered.drop(columns=["ts_ns", "dur_ns"]).merge(pieces, on="op_id", how="inner", sort=False)
+    spans["dur_ns"] = spans.pop("end") - spans["ts_ns"]
+    return pd.concat([ops[~ops["op_id"].isin(pieces["op_id"])], spans[ops.columns]], ignore_index=True)
 
 
 def _comm_ops(db: _Db) -> pd.DataFrame:
@@ -483,8 +516,20 @@ def _analysis_tables(out: Path) -> dict[str, pd.DataFrame]:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         names = {"StepTraceTime": "step_trace_time", "CommAnalyzerBandwidth": "comm_bandwidth",
                  "CommAnalyzerMatrix": "comm_matrix", "CommAnalyzerTime": "comm_time"}
-        return {ours: pd.read_sql_query(f"SELECT * FROM {table}", conn)
-                for table, ours in names.items() if table in tables}
+        found = {ours: pd.read_sql_query(f"SELECT * FROM {table}", conn)
+                 for table, ours in names.items() if table in tables}
+    if "step_trace_time" in found:  # in step_trace_time.csv's words, so both are checked alike
+        found["step_trace_time"] = found["step_trace_time"].rename(columns=STEP_TRACE_NAMES)
+    return found
+
+
+# analysis.db StepTraceTime's columns -> step_trace_time.csv's (torch_npu 2.14.0
+# prof_view/prof_db_parse/_trace_step_time_db_parser.py writes the same figures in this order)
+STEP_TRACE_NAMES = {"step": "Step", "computing": "Computing", "communication_not_overlapped": "Communication(Not Overlapped)",
+                    "overlapped": "Overlapped", "communication": "Communication", "free": "Free", "stage": "Stage",
+                    "bubble": "Bubble", "preparing": "Preparing",
+                    "communication_not_overlapped_and_exclude_receive":
+                        "Communication(Not Overlapped and Exclude Receive)"}
 
 
 def rank_from_name(path: Path) -> int | None:

@@ -39,13 +39,25 @@ HOST_SYNC_CALLS = frozenset({
     "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyDtoH_v2",
     "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
 })
-# Event categories by Kineto schema -> npumagic kind. Today's names (libkineto ActivityType), then
-# the PyTorch 1.8-era capitalised ones; ROCm builds write the same categories as CUDA.
-# gpu_user_annotation (device copies of host ranges) and Trace spans are not device work.
+# Event categories by Kineto schema -> npumagic kind. Today's names (libkineto ActivityType,
+# libkineto/src/ActivityType.cpp's name map), then the PyTorch 1.8-era capitalised ones; ROCm,
+# XPU and PrivateUse1 builds write their device work in the CUDA categories (kernel, gpu_memcpy,
+# gpu_memset), MTIA in mtia_ccp_events (ActivityType.h: MTIA_CCP_EVENTS = CONCURRENT_KERNEL, "MTIA
+# ondevice CCP events"). glow_runtime, hpu_op and the xpu/privateuse1 runtime and driver calls are
+# host runtime calls (ActivityType.h: GLOW_RUNTIME = HPU_OP = XPU_RUNTIME = RUNTIME).
 _HOST_CATS = {"cpu_op": "host_op", "user_annotation": "annotation", "python_function": "python",
               "cuda_runtime": "runtime", "cuda_driver": "runtime", "privateuse1_runtime": "runtime",
-              "privateuse1_driver": "runtime", "xpu_runtime": "runtime", "mtia_runtime": "runtime"}
-_DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memcpy", "cuda_sync": "sync"}
+              "privateuse1_driver": "runtime", "xpu_runtime": "runtime", "xpu_driver": "runtime",
+              "mtia_runtime": "runtime", "glow_runtime": "runtime", "hpu_op": "runtime"}
+_DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memcpy", "cuda_sync": "sync",
+                "mtia_ccp_events": "kernel"}
+# Kineto categories that are no work of their own, left unread without a word: device copies of
+# host ranges, correlation records, instant events, the profiler's overhead, CUDA event records,
+# counter and range-profiler samples, and the whole-trace span
+NOT_WORK = frozenset({"gpu_user_annotation", "external_correlation", "cpu_instant_event", "overhead", "cuda_event",
+                      "mtia_insight", "mtia_counters", "cuda_profiler_range", "xpu_scope_profiler",
+                      "collective_comm", "gpu_pm_counter", "Trace"})
+MTIA_COPY_PREFIX = "dma"  # an MTIA device event that moves data (HTA's MTIAMemoryKernelGroupingPattern: ^dma)
 LEGACY_CATS = {"Operator": "cpu_op", "User annotation": "user_annotation", "Python": "python_function",
                "Runtime": "cuda_runtime", "Driver": "cuda_driver", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
                "Memset": "gpu_memset"}
@@ -72,33 +84,47 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
             ev, mem = cols._frame(), cols._memory_frame()
             ev, stray, _ = without_stray_device_events(ev)
             notes.skip(path, "device timestamp outside the capture", stray)
+            ev = _without_repeated_device_events(ev, notes, path)
             if not len(ev):
                 found = ", ".join(f"{c or '(none)'} x{n}" for c, n in cols.unread.most_common(12)) or "no complete ('X') events"
                 raise TraceError(path, f"no profiler events found (categories in the file: {found}); expected "
                                        "torch.profiler events with categories cpu_op/cuda_runtime/kernel/gpu_memcpy "
                                        "(or the PyTorch 1.8 schema's Operator/Runtime/Kernel/Memcpy)")
+            unknown = {c: n for c, n in cols.unread.items() if c and c not in NOT_WORK}
+            if unknown:  # said, not dropped silently: it may be device work of an accelerator not known here
+                listed = ", ".join(f"{c} x{n}" for c, n in Counter(unknown).most_common(6))
+                notes.remark(path, f"{sum(unknown.values())} events of categories npumagic does not know were "
+                                   f"left out ({listed})")
+            mtia = cols.mtia
             del cols
             release_free_memory()
             st = _steps(ev, rank, notes, path)
             metas.append(_meta(header, rank, path))
+            metas[-1]["mtia"] = mtia
             metas[-1]["span"] = (int(ev["ts_ns"].min()), int((ev["ts_ns"] + ev["dur_ns"]).max()))
             metas[-1]["steps"] = set(st["step"].tolist())
         frames.append(ev)
         steps.append(st)
         memories.append(mem)
         del ev  # the frames list holds it: no other name may, for finish to free each column as it sorts
+    cycles = []
     if len(frames) > 1:
         _one_job(paths, metas)
+        cycles = _cycle_starts(metas)
     events = _concat(frames)
     devices = sorted({d for m in metas for d in m["devices"]})
     on_device = events["kind"].isin(schema.DEVICE_WORK).any()
-    backend = _backend(events, devices) if (on_device or devices) else "cpu"
+    backend = _backend(events, devices, any(m["mtia"] for m in metas)) if (on_device or devices) else "cpu"
+    if backend == "mtia":  # its device work is no CUDA core's
+        events["core"] = events["core"].cat.rename_categories(["cpu", "mtia"])
+    if backend == "cpu":  # no device lane: the process group's own spans are the collectives
+        events.loc[_process_group_collective(events), "kind"] = "comm"
     meta = {
         "backend": backend,
         "format": "kineto",
         "path": str(paths[0].parent if len(paths) > 1 else paths[0]),
         "files": [str(p) for p in paths],
-        "device_name": devices[0] if devices else "cpu" if backend == "cpu" else f"{_GPU_VENDOR[backend]} GPU (model not recorded)",
+        "device_name": devices[0] if devices else "cpu" if backend == "cpu" else f"{_GPU_VENDOR[backend]} (model not recorded)",
         "device_memory_bytes": max((m["memory"] for m in metas if m["memory"]), default=None),
         "compute_major": next((m["compute_major"] for m in metas if m["compute_major"] is not None), None),
         "world_size": max(m["world_size"] for m in metas),
@@ -106,6 +132,8 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
         "bad_rows": notes.as_meta(),
         "base_time_ns": metas[0]["base_time_ns"],
     }
+    if cycles:
+        meta["cycle_starts"] = cycles
     notes.warn()
     frames.clear()
     # handed over with no reference left here: finish frees each column as it sorts it
@@ -115,7 +143,23 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
                          None, meta, counters=pd.concat(counters, ignore_index=True))
 
 
-_GPU_VENDOR = {"cuda": "NVIDIA", "rocm": "AMD"}
+_GPU_VENDOR = {"cuda": "NVIDIA GPU", "rocm": "AMD GPU", "mtia": "Meta MTIA"}
+# The record_function a c10d process group opens around each collective: "<backend>:<op>", e.g.
+# gloo:all_reduce, gloo:broadcast, gloo:all_gather, gloo:barrier, gloo:send (the profiling titles
+# in torch/csrc/distributed/c10d/ProcessGroupGloo.cpp; ProcessGroupNCCL's are nccl:<op>, and
+# torch_npu's ProcessGroupHCCL hccl:<op>). Where a device lane exists its collective kernels are
+# the communication; on the CPU these spans are.
+PROCESS_GROUP_SPAN = re.compile(r"^(gloo|nccl|hccl|mpi|ucc|xccl):[a-z_]+$")
+
+
+def _process_group_collective(events: pd.DataFrame) -> np.ndarray:
+    """The host spans (annotations and operators) that a process group recorded for a collective."""
+    names = events["name"]
+    cats = pd.Series(names.cat.categories, dtype=object)
+    flagged = cats.str.match(PROCESS_GROUP_SPAN.pattern).to_numpy(dtype=bool)
+    codes = names.cat.codes.to_numpy()
+    return (flagged[codes] & (codes >= 0) & (events["device"].to_numpy() < 0)
+            & events["kind"].isin(["annotation", "host_op"]).to_numpy())
 
 
 def _one_job(paths: list[Path], metas: list[dict[str, Any]]) -> None:
@@ -142,6 +186,33 @@ def _one_job(paths: list[Path], metas: list[dict[str, Any]]) -> None:
                                           "rank, or per profiling cycle): analyse each trace on its own")
 
 
+def _without_repeated_device_events(ev: pd.DataFrame, notes: ReadNotes, path: Path) -> pd.DataFrame:
+    """``ev`` without device events that repeat another exactly (name, start, duration, device,
+    stream and correlation: two exports concatenated); a device runs one activity once, so each
+    repeat would count its time twice. Counted in ``notes``."""
+    on_device = (ev["device"] >= 0).to_numpy()
+    if not on_device.any():
+        return ev
+    keys = ev.loc[on_device, ["name", "ts_ns", "dur_ns", "device", "stream", "correlation"]]
+    repeated = np.zeros(len(ev), dtype=bool)
+    repeated[on_device] = keys.duplicated(keep="first").to_numpy()
+    if not repeated.any():
+        return ev
+    notes.skip(path, "repeated device event", int(repeated.sum()))
+    return ev[~repeated].reset_index(drop=True)
+
+
+def _cycle_starts(metas: list[dict[str, Any]]) -> list[list[int]]:
+    """``[rank, step]`` for each profiling cycle of a rank after its first: the first step of a
+    later file of that rank (a repeating schedule writes one file per cycle). Each cycle is its
+    own timeline: the gap between two is not the job's time (:func:`~..breakdown.cycles_of`)."""
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for meta in metas:
+        by_rank.setdefault(meta["rank"], []).append(meta)
+    return [[rank, min(m["steps"])] for rank, files in sorted(by_rank.items())
+            for m in sorted(files, key=lambda m: m["span"][0])[1:]]
+
+
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """The files' events as one frame, each text column one categorical over all files' values
     (pd.concat would turn columns with different categories into Python strings)."""
@@ -157,8 +228,11 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(columns, copy=False)
 
 
-def _backend(events: pd.DataFrame, devices: list[str]) -> str:
-    """"rocm" where the trace says AMD (device name or HIP runtime calls), else "cuda"."""
+def _backend(events: pd.DataFrame, devices: list[str], mtia: bool = False) -> str:
+    """"mtia" where the device work is MTIA's, "rocm" where the trace says AMD (device name or
+    HIP runtime calls), else "cuda"."""
+    if mtia:
+        return "mtia"
     if any("AMD" in d or "Radeon" in d or "Instinct" in d for d in devices):
         return "rocm"
     runtime = events.loc[events["kind"].isin(["runtime", "sync"]), "name"]
@@ -206,6 +280,7 @@ class _Columns:
         self.memory: list[Any] = []
         self.unread: Counter[str] = Counter()  # categories of complete events not read, for the error message
         self.counter_events: list = []  # the stream's counter samples (ph "C"), all their args
+        self.mtia = False  # device work in MTIA's category
 
     def stream(self, path: Path, progress=None) -> RawTrace:
         """Add the events of the file at ``path``, read as a stream (memory holds the columns
@@ -243,7 +318,7 @@ class _Columns:
         ts, ts_ok = to_ns_checked([e.ts for e in spans])
         dur, dur_ok = to_ns_checked([e.dur for e in spans])
         good = self.notes.count(self.path, len(spans), "events", bad_timestamp=~ts_ok, bad_duration=~dur_ok,
-                                negative_duration=dur < 0)
+                                negative_duration=dur < 0, negative_timestamp=ts < 0)
         if not good.all():
             spans = [e for e, g in zip(spans, good) if g]
             ts, dur = ts[good], dur[good]
@@ -273,6 +348,7 @@ class _Columns:
         self.parts = []
         release_free_memory()  # the parts' pages, before the frame's columns are built
         n = col["cat"].size
+        self.mtia = bool((col["cat"] == _CAT_INDEX["mtia_ccp_events"]).any())
         on_device = col["cat"] >= _FIRST_DEVICE_CAT
         names = pd.Categorical.from_codes(col.pop("name"), categories=self.names.categories())
         kind = self._kinds(col.pop("cat"), names, on_device)
@@ -317,6 +393,8 @@ class _Columns:
         kind = np.where(flag(cats.str.match(STEP_NAME.pattern)), kind_index["annotation"], kind)
         kind = np.where(flag(cats.isin(HOST_SYNC_CALLS)) & ~on_device, kind_index["sync"], kind)
         is_nccl = flag(cats.str.contains("nccl", case=False, regex=False))
+        kind = np.where(flag(cats.str.startswith(MTIA_COPY_PREFIX)) & (cat == _CAT_INDEX["mtia_ccp_events"]),
+                        kind_index["memcpy"], kind)
         return np.where(is_nccl & (kind == kind_index["kernel"]), kind_index["comm"], kind).astype(np.int8)
 
     def _memory_frame(self) -> pd.DataFrame:
@@ -398,7 +476,16 @@ def _steps(frame: pd.DataFrame, rank: int, notes: ReadNotes | None = None, path:
         step = int(apart.index[apart.to_numpy()][0])
         raise TraceError(path, f"ProfilerStep#{step} marks {int((marks['step'] == step).sum())} separate spans: "
                                "its steps cannot be told apart (an edited or merged trace?)")
-    marks = marks.sort_values("dur_ns").drop_duplicates("step", keep="last")
+    marks = marks.sort_values("dur_ns").drop_duplicates("step", keep="last").sort_values("ts_ns", kind="stable")
+    # a ProfilerStep inside another (an edited or merged trace): steps do not nest, and its time
+    # would be counted in both; the outer one is kept
+    ends = (marks["ts_ns"] + marks["dur_ns"]).to_numpy()
+    inside = np.zeros(len(marks), dtype=bool)
+    inside[1:] = ends[1:] <= np.maximum.accumulate(ends)[:-1]
+    if inside.any():
+        if notes is not None:
+            notes.skip(path, "ProfilerStep inside another", int(inside.sum()))
+        marks = marks[~inside]
     return pd.DataFrame({
         "rank": rank,
         "step": marks["step"].to_numpy(),

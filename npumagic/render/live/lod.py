@@ -1,0 +1,366 @@
+"""The level-of-detail index behind the live timeline: columnar per-lane arrays built once per
+trace, answering "what does this lane look like between t0 and t1 at this many pixels" in time
+that depends on the pixels and the events in view, not on the trace's size.
+
+Per lane and pixel column a query gives the busy share (the union of the lane's spans within the
+column, exact, from a prefix sum over the merged spans) and the dominant operator (the name with
+the most time in the column: exact from the events when few enough are in view, else from a
+pyramid of pre-aggregated bins), or the events themselves when a lane has fewer than it has
+pixels. Pure numpy and pandas: no matplotlib, no widget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ...analysis.intervals import Spans
+from ...analysis.schema import DEVICE_WORK, Trace
+
+HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
+EXACT_LIMIT = 40_000  # events in view up to which the dominant operator is computed from the events
+BASE_EVENTS_PER_BIN = 8  # the pyramid's finest bins hold about this many events
+PYRAMID_FACTOR = 4
+EVENTS_MAX_PER_LANE = 1_000  # a lane sends its events, not columns, below min(this, pixels / 2)
+GAP_MIN_FRACTION = 0.02  # device idle gaps longer than this share of the view are marked
+# counter lanes, as the static timeline draws them (the host's: the profiled process's CPU share)
+COUNTER_GROUPS = ("HBM", "AI Core Freq", "Host")
+HOST_COUNTER = "Process/CPU"
+
+
+def _cover(starts: np.ndarray, ends: np.ndarray, cum: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Union length of the disjoint sorted spans before each time ``x`` (float ns)."""
+    k = np.searchsorted(starts, x, side="right") - 1
+    safe = np.clip(k, 0, None)
+    inside = np.clip(x - starts[safe], 0, (ends - starts)[safe]) if len(starts) else np.zeros_like(x)
+    return np.where(k >= 0, cum[safe] + inside, 0.0) if len(starts) else np.zeros_like(x, dtype=np.float64)
+
+
+DENSE_LIMIT = 8_000_000  # (names spanning whole columns) x columns summed exactly up to this
+
+
+def _dominant(s: np.ndarray, e: np.ndarray, codes: np.ndarray, t0: float, t1: float,
+              width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of ``width`` between t0 and t1, the code whose spans cover the most of it
+    (summed over its spans; -1 where nothing runs), and that time in ns.
+
+    Spans' partial columns are summed per (column, code); the columns a span covers whole are
+    counted per code with a difference array. Beyond DENSE_LIMIT (the pyramid's fine bins), a
+    whole-covered column goes to the span reaching furthest (the outermost of nested ops)."""
+    col_ns = (t1 - t0) / width
+    s, e = np.clip(s.astype(np.float64), t0, t1), np.clip(e.astype(np.float64), t0, t1)
+    keep = e > s
+    s, e, codes = s[keep], e[keep], codes[keep]
+    if s.size == 0:
+        return np.full(width, -1, dtype=np.int64), np.zeros(width)
+    c0 = np.clip(((s - t0) / col_ns).astype(np.int64), 0, width - 1)
+    c1 = np.clip(np.ceil((e - t0) / col_ns).astype(np.int64) - 1, c0, width - 1)
+    edge = lambda c: t0 + c * col_ns  # noqa: E731
+    same = c0 == c1
+    cols = np.concatenate([c0, c1[~same]])
+    weights = np.concatenate([np.where(same, e - s, edge(c0 + 1) - s), (e - edge(c1))[~same]])
+    names = np.concatenate([codes, codes[~same]])
+    full = np.flatnonzero(c1 - 1 >= c0 + 1)
+    spanning = np.unique(codes[full])
+    if full.size and spanning.size * width > DENSE_LIMIT:
+        out, best = _aggregate(cols, names, weights, width, with_weights=True)
+        n = np.int64(s.size)
+        paint = np.full(width + 1, -1, dtype=np.int64)
+        np.maximum.at(paint, c0[full] + 1, (c1[full] - 1) * n + full)
+        reach = np.maximum.accumulate(paint)[:width]
+        covered = (reach >= 0) & (reach // n >= np.arange(width))
+        out[covered] = codes[reach[covered] % n]
+        best[covered] = col_ns
+        return out, best
+    dense = np.zeros((spanning.size, width + 1))
+    row = np.searchsorted(spanning, codes[full])
+    np.add.at(dense, (row, c0[full] + 1), 1)
+    np.add.at(dense, (row, c1[full]), -1)
+    dense = np.cumsum(dense[:, :width], axis=1) * col_ns
+    in_dense = np.isin(names, spanning)
+    np.add.at(dense, (np.searchsorted(spanning, names[in_dense]), cols[in_dense]), weights[in_dense])
+    out, best = _aggregate(cols[~in_dense], names[~in_dense], weights[~in_dense], width, with_weights=True)
+    if spanning.size:
+        top = dense.argmax(axis=0)
+        value = dense[top, np.arange(width)]
+        wins = (value > 0) & (value >= best)
+        out[wins], best[wins] = spanning[top[wins]], value[wins]
+    return out, best
+
+
+def _aggregate(cols: np.ndarray, codes: np.ndarray, weights: np.ndarray, width: int, with_weights: bool = False):
+    """Per column, the code with the largest summed weight (-1 where none); and that sum."""
+    out = np.full(width, -1, dtype=np.int64)
+    best = np.zeros(width)
+    keep = codes >= 0
+    if not keep.any():
+        return (out, best) if with_weights else out
+    cols, codes, weights = cols[keep], codes[keep], weights[keep]
+    m = int(codes.max()) + 1
+    keys, where = np.unique(cols * m + codes, return_inverse=True)
+    sums = np.bincount(where, weights=weights)
+    kcol = keys // m
+    order = np.lexsort((-sums, kcol))
+    first = np.r_[True, kcol[order][1:] != kcol[order][:-1]]
+    out[kcol[order][first]] = (keys % m)[order][first]
+    best[kcol[order][first]] = sums[order][first]
+    return (out, best) if with_weights else out
+
+
+@dataclass
+class Level:
+    """One pyramid level: ``bins`` bins of ``bin_ns`` from ``lo``, each with its dominant code and that
+    code's time in the bin."""
+
+    lo: float
+    bin_ns: float
+    codes: np.ndarray
+    weights: np.ndarray
+
+
+@dataclass
+class LaneIndex:
+    """One lane's columns, sorted by start (longer first on ties, so parents precede children)."""
+
+    name: str
+    rank: int
+    group: str  # host, device or comm
+    starts: np.ndarray
+    ends: np.ndarray
+    reach: np.ndarray  # running max of ends: events before searchsorted(reach, t0) all end by t0
+    codes: np.ndarray  # name codes into TimelineIndex.names
+    rows: np.ndarray  # positions in TimelineIndex.events, for the details of each event
+    depth: np.ndarray  # nesting depth (0: outermost)
+    union: Spans
+    union_cum: np.ndarray
+    levels: list[Level] = field(default_factory=list)
+
+    def window(self, t0: float, t1: float) -> tuple[int, int]:
+        """[i, j): the events that may overlap (t0, t1) (all that do; a few nested ones may not)."""
+        return int(np.searchsorted(self.reach, t0, side="right")), int(np.searchsorted(self.starts, t1, side="left"))
+
+    def busy(self, edges: np.ndarray) -> np.ndarray:
+        """Share of each column between consecutive ``edges`` covered by the lane's spans."""
+        cover = _cover(self.union.starts, self.union.ends, self.union_cum, edges)
+        return np.diff(cover) / np.diff(edges)
+
+    def dominant(self, t0: float, t1: float, width: int) -> np.ndarray:
+        i, j = self.window(t0, t1)
+        col_ns = (t1 - t0) / width
+        level = next((lv for lv in reversed(self.levels) if lv.bin_ns * 2 <= col_ns), None)
+        if j - i <= EXACT_LIMIT or level is None:
+            return _dominant(self.starts[i:j], self.ends[i:j], self.codes[i:j], t0, t1, width)[0]
+        a = max(int((t0 - level.lo) // level.bin_ns), 0)
+        b = min(int(np.ceil((t1 - level.lo) / level.bin_ns)), len(level.codes))
+        centres = level.lo + (np.arange(a, b) + 0.5) * level.bin_ns
+        cols = ((centres - t0) / col_ns).astype(np.int64)
+        inside = (cols >= 0) & (cols < width)
+        return _aggregate(cols[inside], level.codes[a:b][inside], level.weights[a:b][inside], width)
+
+    def gaps(self, t0: float, t1: float, min_ns: float) -> np.ndarray:
+        """(start, end) pairs of the holes between the lane's spans within (t0, t1), at least ``min_ns``."""
+        u = self.union
+        if len(u) < 2:
+            return np.empty((0, 2))
+        s, e = u.ends[:-1], u.starts[1:]
+        keep = (e > t0) & (s < t1) & (e - s >= min_ns)
+        return np.column_stack([s[keep], e[keep]])
+
+
+def _depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Nesting depth of spans sorted by start: how many earlier spans are still open at each start."""
+    closed = np.searchsorted(np.sort(ends), starts, side="right")
+    return np.maximum(np.arange(starts.size) - closed, 0)
+
+
+def _pyramid(starts, ends, codes) -> list[Level]:
+    """Bins from about BASE_EVENTS_PER_BIN events each, coarser by PYRAMID_FACTOR up to ~2k bins."""
+    n = starts.size
+    if n <= EXACT_LIMIT:
+        return []
+    lo, hi = float(starts[0]), float(ends.max())
+    bins = int(2 ** np.ceil(np.log2(max(n / BASE_EVENTS_PER_BIN, 2))))
+    bin_ns = (hi - lo) / bins
+    base, weight = _dominant(starts, ends, codes, lo, hi, bins)
+    levels = [Level(lo, bin_ns, base, weight)]
+    while len(levels[-1].codes) > 2048:
+        prev = levels[-1]
+        cols = np.arange(len(prev.codes)) // PYRAMID_FACTOR
+        width = int(np.ceil(len(prev.codes) / PYRAMID_FACTOR))
+        codes_up = _aggregate(cols, prev.codes, prev.weights, width)
+        # a coarse bin's weight: the time its finer bins gave its dominant code
+        agree = prev.codes == codes_up[cols]
+        weights_up = np.bincount(cols[agree], weights=prev.weights[agree], minlength=width)
+        levels.append(Level(lo, prev.bin_ns * PYRAMID_FACTOR, codes_up, weights_up))
+    return levels
+
+
+def _lane_group(kinds: pd.Series, device: int) -> str:
+    if bool((kinds == "comm").all()):
+        return "comm"
+    return "device" if device >= 0 else "host"
+
+
+@dataclass
+class TimelineIndex:
+    """Every lane of a trace, built once; :meth:`query` answers a view. Times are ns in the
+    trace's clock; ``origin`` (the first step's start) is time 0 in the answers, which are in ms."""
+
+    lanes: list[LaneIndex]
+    names: np.ndarray  # operator names by code
+    events: pd.DataFrame  # name, ts_ns, dur_ns, step, shapes, source of the indexed events
+    steps: pd.DataFrame  # rank, step, start_ns, end_ns
+    origin: int
+    lo: int
+    hi: int
+    series: list[dict] = field(default_factory=list)  # memory and counter lines: lane, label, unit, ts, values
+
+    @classmethod
+    def build(cls, trace: Trace) -> "TimelineIndex":
+        ev = trace.events
+        ev = ev[ev["kind"].isin(HOST_KINDS + DEVICE_WORK).to_numpy()]
+        ev = ev[~((ev["kind"] == "annotation") & ev["name"].astype(str).str.startswith("ProfilerStep#")).to_numpy()]
+        ev = ev.reset_index(drop=True)
+        names = np.asarray(ev["name"].cat.categories.astype(str)) if len(ev) else np.array([], dtype=object)
+        steps = trace.steps
+        ts = ev["ts_ns"].to_numpy()
+        end = ts + np.maximum(ev["dur_ns"].to_numpy(), 0)
+        origin = int(steps["start_ns"].min()) if len(steps) else int(ts.min()) if len(ts) else 0
+        lo = int(min(ts.min(), origin)) if len(ts) else origin
+        hi = int(max(end.max(), steps["end_ns"].max() if len(steps) else 0)) if len(ts) else origin + 1
+        lanes = []
+        codes_all = ev["name"].cat.codes.to_numpy().astype(np.int64) if len(ev) else np.empty(0, np.int64)
+        by_lane = ev.groupby([ev["rank"], ev["lane"].astype(str)], observed=True, sort=False)
+        order = []
+        for (rank, lane), rows in by_lane.indices.items():
+            group = _lane_group(ev["kind"].iloc[rows], int(ev["device"].iloc[rows].max()))
+            order.append((int(rank), {"host": 0, "device": 1, "comm": 2}[group], int(ts[rows].min()), lane, group, rows))
+        for rank, _, _, lane, group, rows in sorted(order, key=lambda o: o[:3]):
+            s, e = ts[rows], end[rows]
+            sort = np.lexsort((-e, s))
+            s, e, rows = s[sort], e[sort], rows[sort]
+            union = Spans.union_of(s, np.maximum(e, s + 1))
+            cum = np.concatenate([[0], np.cumsum(union.ends - union.starts)[:-1]]).astype(np.float64)
+            codes = codes_all[rows]
+            lanes.append(LaneIndex(lane, rank, group, s, e, np.maximum.accumulate(e), codes, rows, _depth(s, e),
+                                   union, cum, _pyramid(s, e, codes)))
+        details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind"]]
+        return cls(lanes, names, details, steps, origin, lo, hi, _series(trace))
+
+    def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
+        """The view from ``t0_ms`` to ``t1_ms`` (ms from :attr:`origin`) at ``width_px`` columns.
+
+        Returns a JSON-ready dict: ``t0``, ``t1``, ``width``, ``names`` (the operator names the
+        answer uses, by code) and ``lanes``, one per lane: ``mode`` "events" (``start``, ``end`` in
+        ms, ``name`` codes, ``depth``, ``id`` for :meth:`details`) or "columns" (``busy``: share of
+        each column the lane's spans cover, their union; ``dominant``: the code of the name with the
+        most time in it, -1 where idle); device lanes also carry ``gaps``, [start, end] ms of
+        idle holes of at least 2% of the view. ``series``: per memory/counter line, one value
+        per column (the column's maximum, else the last sample before it; None before the first).
+        """
+        width = max(int(width_px), 1)
+        t0 = self.origin + float(t0_ms) * 1e6
+        t1 = max(self.origin + float(t1_ms) * 1e6, t0 + width)  # at least 1 ns per column
+        edges = np.linspace(t0, t1, width + 1)
+        used: dict[int, int] = {}
+
+        def remap(codes: np.ndarray) -> list[int]:
+            out = np.full(codes.size, -1, dtype=np.int64)
+            valid = codes >= 0
+            for u in np.unique(codes[valid]):
+                used.setdefault(int(u), len(used))
+            if valid.any():
+                lookup = np.array(list(used.keys())), np.array(list(used.values()))
+                sorter = np.argsort(lookup[0])
+                out[valid] = lookup[1][sorter][np.searchsorted(lookup[0][sorter], codes[valid])]
+            return out.tolist()
+
+        ms = lambda ns: np.round((np.asarray(ns, dtype=np.float64) - self.origin) / 1e6, 6).tolist()  # noqa: E731
+        answer = []
+        chosen = range(len(self.lanes)) if lanes is None else lanes
+        limit = min(EVENTS_MAX_PER_LANE, width // 2)
+        for k in chosen:
+            lane = self.lanes[k]
+            i, j = lane.window(t0, t1)
+            part = {"lane": k}
+            inside = (lane.ends[i:j] > t0) if j - i <= limit else None
+            if inside is not None:
+                idx = np.arange(i, j)[inside]
+                part.update(mode="events", start=ms(lane.starts[idx]), end=ms(lane.ends[idx]),
+                            name=remap(lane.codes[idx]), depth=lane.depth[idx].tolist(), id=lane.rows[idx].tolist())
+            else:
+                part.update(mode="columns", busy=np.round(lane.busy(edges), 4).tolist(),
+                            dominant=remap(lane.dominant(t0, t1, width)))
+            if lane.group != "host":
+                part["gaps"] = [ms(g) for g in lane.gaps(t0, t1, GAP_MIN_FRACTION * (t1 - t0))]
+            answer.append(part)
+        return {"t0": (t0 - self.origin) / 1e6, "t1": (t1 - self.origin) / 1e6, "width": width,
+                "names": [str(self.names[c]) for c in used], "lanes": answer,
+                "series": [_series_columns(s, edges) for s in self.series]}
+
+    def details(self, row: int) -> dict:
+        """Name, duration, step, shapes and source of one event (an ``id`` of an events answer)."""
+        r = self.events.iloc[int(row)]
+        text = lambda v: "" if pd.isna(v) else str(v)  # noqa: E731
+        return {"name": str(r["name"]), "kind": str(r["kind"]), "start_ms": (int(r["ts_ns"]) - self.origin) / 1e6,
+                "dur_us": int(r["dur_ns"]) / 1e3, "step": int(r["step"]), "shapes": text(r["shapes"]),
+                "source": text(r["source"])}
+
+    def layout(self) -> dict:
+        """What the view draws once: lanes (name, rank, group, max depth), series, steps, extent (ms)."""
+        ms = lambda ns: (float(ns) - self.origin) / 1e6  # noqa: E731
+        return {"lanes": [{"name": ln.name, "rank": ln.rank, "group": ln.group,
+                           "depth": int(min(ln.depth.max(), 7)) if ln.depth.size else 0} for ln in self.lanes],
+                "series": [{"rank": s["rank"], "lane": s["lane"], "label": s["label"], "unit": s["unit"]}
+                           for s in self.series],
+                "steps": [{"rank": int(r.rank), "step": int(r.step), "start": ms(r.start_ns), "end": ms(r.end_ns)}
+                          for r in self.steps.itertuples()],
+                "extent": [ms(self.lo), ms(self.hi)]}
+
+
+def _series(trace: Trace) -> list[dict]:
+    """Memory (allocated MiB per device) and counter lines (one per counters group: bandwidths
+    summed, in GB/s; other units averaged over their names), sorted by time."""
+    out = []
+    for (rank, device), m in trace.memory.groupby(["rank", trace.memory["device"].astype(str)], observed=True):
+        m = m.sort_values("ts_ns")
+        out.append({"rank": int(rank), "lane": "memory", "label": f"{device} allocated", "unit": "MiB",
+                    "ts": m["ts_ns"].to_numpy(), "values": m["allocated_bytes"].to_numpy() / 2**20})
+    c = trace.counters
+    c = c[c["group"].astype(str).isin(COUNTER_GROUPS).to_numpy()]
+    c = c[((c["group"].astype(str) != "Host") | (c["name"].astype(str) == HOST_COUNTER)).to_numpy()]
+    for (rank, group), part in c.groupby(["rank", c["group"].astype(str)], observed=True):
+        unit = str(part["unit"].iat[0])
+        part = part[part["unit"].astype(str) == unit]
+        per_ts = part.groupby("ts_ns", sort=True)["value"]
+        values = per_ts.sum() / 2**30 if unit == "B/s" else per_ts.mean()
+        out.append({"rank": int(rank), "lane": group, "label": group, "unit": "GB/s" if unit == "B/s" else unit,
+                    "ts": values.index.to_numpy(), "values": values.to_numpy(dtype=np.float64)})
+    return out
+
+
+def _series_columns(series: dict, edges: np.ndarray) -> list:
+    """The series' maximum within each column; empty columns hold the last sample before them."""
+    ts, values = series["ts"], series["values"]
+    width = edges.size - 1
+    if ts.size == 0:
+        return [None] * width
+    a = np.searchsorted(ts, edges[:-1], side="left")
+    b = np.searchsorted(ts, edges[1:], side="left")
+    out = np.full(width, np.nan)
+    has = b > a
+    if has.any():
+        out[has] = _reduce_max(values, a[has], b[has])
+    before = a - 1
+    carry = (~has) & (before >= 0)
+    out[carry] = values[before[carry]]
+    return [None if np.isnan(v) else round(float(v), 4) for v in out]
+
+
+def _reduce_max(values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """max(values[a[k]:b[k]]) for non-empty, sorted, non-overlapping segments."""
+    bounds = np.unique(np.concatenate([a, b]))
+    bounds = bounds[bounds < values.size]
+    maxima = np.maximum.reduceat(values, bounds)
+    return maxima[np.searchsorted(bounds, a)]

@@ -204,8 +204,9 @@ def _lane_group(kinds: pd.Series, device: int) -> str:
 
 @dataclass
 class TimelineIndex:
-    """Every lane of a trace, built once; :meth:`query` answers a view. Times are ns in the
-    trace's clock; ``origin`` (the first step's start) is time 0 in the answers, which are in ms."""
+    """Every lane of a trace, built once; :meth:`query` answers a view. Times are ns from
+    ``origin`` (the first step's start, in the trace's clock), so float64 holds them to the ns
+    (an absolute clock near 1e18 ns would round to 256 ns); the answers are in ms from it."""
 
     lanes: list[LaneIndex]
     names: np.ndarray  # operator names by code
@@ -227,8 +228,9 @@ class TimelineIndex:
         ts = ev["ts_ns"].to_numpy()
         end = ts + np.maximum(ev["dur_ns"].to_numpy(), 0)
         origin = int(steps["start_ns"].min()) if len(steps) else int(ts.min()) if len(ts) else 0
-        lo = int(min(ts.min(), origin)) if len(ts) else origin
-        hi = int(max(end.max(), steps["end_ns"].max() if len(steps) else 0)) if len(ts) else origin + 1
+        ts, end = ts - origin, end - origin
+        lo = int(min(ts.min(), 0)) if len(ts) else 0
+        hi = int(max(end.max(), steps["end_ns"].max() - origin if len(steps) else 0)) if len(ts) else 1
         lanes = []
         codes_all = ev["name"].cat.codes.to_numpy().astype(np.int64) if len(ev) else np.empty(0, np.int64)
         by_lane = ev.groupby([ev["rank"], ev["lane"].astype(str)], observed=True, sort=False)
@@ -246,7 +248,7 @@ class TimelineIndex:
             lanes.append(LaneIndex(lane, rank, group, s, e, np.maximum.accumulate(e), codes, rows, _depth(s, e),
                                    union, cum, _pyramid(s, e, codes)))
         details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind"]]
-        return cls(lanes, names, details, steps, origin, lo, hi, _series(trace))
+        return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin))
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
         """The view from ``t0_ms`` to ``t1_ms`` (ms from :attr:`origin`) at ``width_px`` columns.
@@ -260,8 +262,8 @@ class TimelineIndex:
         per column (the column's maximum, else the last sample before it; None before the first).
         """
         width = max(int(width_px), 1)
-        t0 = self.origin + float(t0_ms) * 1e6
-        t1 = max(self.origin + float(t1_ms) * 1e6, t0 + width)  # at least 1 ns per column
+        t0 = float(t0_ms) * 1e6
+        t1 = max(float(t1_ms) * 1e6, t0 + width)  # at least 1 ns per column
         edges = np.linspace(t0, t1, width + 1)
         used: dict[int, int] = {}
 
@@ -276,7 +278,7 @@ class TimelineIndex:
                 out[valid] = lookup[1][sorter][np.searchsorted(lookup[0][sorter], codes[valid])]
             return out.tolist()
 
-        ms = lambda ns: np.round((np.asarray(ns, dtype=np.float64) - self.origin) / 1e6, 6).tolist()  # noqa: E731
+        ms = lambda ns: np.round(np.asarray(ns, dtype=np.float64) / 1e6, 6).tolist()  # noqa: E731
         answer = []
         chosen = range(len(self.lanes)) if lanes is None else lanes
         limit = min(EVENTS_MAX_PER_LANE, width // 2)
@@ -295,7 +297,7 @@ class TimelineIndex:
             if lane.group != "host":
                 part["gaps"] = [ms(g) for g in lane.gaps(t0, t1, GAP_MIN_FRACTION * (t1 - t0))]
             answer.append(part)
-        return {"t0": (t0 - self.origin) / 1e6, "t1": (t1 - self.origin) / 1e6, "width": width,
+        return {"t0": t0 / 1e6, "t1": t1 / 1e6, "width": width,
                 "names": [str(self.names[c]) for c in used], "lanes": answer,
                 "series": [_series_columns(s, edges) for s in self.series]}
 
@@ -309,24 +311,25 @@ class TimelineIndex:
 
     def layout(self) -> dict:
         """What the view draws once: lanes (name, rank, group, max depth), series, steps, extent (ms)."""
-        ms = lambda ns: (float(ns) - self.origin) / 1e6  # noqa: E731
+        ms = lambda ns: float(ns) / 1e6  # noqa: E731
         return {"lanes": [{"name": ln.name, "rank": ln.rank, "group": ln.group,
                            "depth": int(min(ln.depth.max(), 7)) if ln.depth.size else 0} for ln in self.lanes],
                 "series": [{"rank": s["rank"], "lane": s["lane"], "label": s["label"], "unit": s["unit"]}
                            for s in self.series],
-                "steps": [{"rank": int(r.rank), "step": int(r.step), "start": ms(r.start_ns), "end": ms(r.end_ns)}
+                "steps": [{"rank": int(r.rank), "step": int(r.step), "start": ms(r.start_ns - self.origin),
+                           "end": ms(r.end_ns - self.origin)}
                           for r in self.steps.itertuples()],
                 "extent": [ms(self.lo), ms(self.hi)]}
 
 
-def _series(trace: Trace) -> list[dict]:
+def _series(trace: Trace, origin: int) -> list[dict]:
     """Memory (allocated MiB per device) and counter lines (one per counters group: bandwidths
     summed, in GB/s; other units averaged over their names), sorted by time."""
     out = []
     for (rank, device), m in trace.memory.groupby(["rank", trace.memory["device"].astype(str)], observed=True):
         m = m.sort_values("ts_ns")
         out.append({"rank": int(rank), "lane": "memory", "label": f"{device} allocated", "unit": "MiB",
-                    "ts": m["ts_ns"].to_numpy(), "values": m["allocated_bytes"].to_numpy() / 2**20})
+                    "ts": m["ts_ns"].to_numpy() - origin, "values": m["allocated_bytes"].to_numpy() / 2**20})
     c = trace.counters
     c = c[c["group"].astype(str).isin(COUNTER_GROUPS).to_numpy()]
     c = c[((c["group"].astype(str) != "Host") | (c["name"].astype(str) == HOST_COUNTER)).to_numpy()]
@@ -336,7 +339,7 @@ def _series(trace: Trace) -> list[dict]:
         per_ts = part.groupby("ts_ns", sort=True)["value"]
         values = per_ts.sum() / 2**30 if unit == "B/s" else per_ts.mean()
         out.append({"rank": int(rank), "lane": group, "label": group, "unit": "GB/s" if unit == "B/s" else unit,
-                    "ts": values.index.to_numpy(), "values": values.to_numpy(dtype=np.float64)})
+                    "ts": values.index.to_numpy() - origin, "values": values.to_numpy(dtype=np.float64)})
     return out
 
 

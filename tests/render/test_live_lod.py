@@ -115,6 +115,9 @@ def test_idle_gaps_of_a_device_lane_are_the_holes_between_its_spans():
     index = TimelineIndex.build(_trace(device=[(0, 1000, "k"), (3000, 1000, "k"), (4050, 100, "k")]))
     part = index.query(0, 0.005, 100)["lanes"][0]
     assert part["gaps"] == [[0.001, 0.003]]  # the 50 ns hole is under 2% of the 5 us view
+    # a hole running past either edge of the view is still one
+    assert index.query(0.0005, 0.002, 100)["lanes"][0]["gaps"] == [[0.001, 0.003]]
+    assert index.query(0.002, 0.0035, 100)["lanes"][0]["gaps"] == [[0.001, 0.003]]
 
 
 def test_a_crowded_view_reads_the_dominant_operator_from_the_pyramid(monkeypatch):

@@ -30,14 +30,17 @@ HOST_COUNTER = "Process/CPU"
 
 
 def _cover(starts: np.ndarray, ends: np.ndarray, cum: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Union length of the disjoint sorted spans before each time ``x`` (float ns)."""
+    """Union length of the disjoint sorted spans (float64: searchsorted would otherwise convert the
+    whole array on every call) before each time ``x`` (float ns)."""
+    if len(starts) == 0:
+        return np.zeros_like(x, dtype=np.float64)
     k = np.searchsorted(starts, x, side="right") - 1
     safe = np.clip(k, 0, None)
-    inside = np.clip(x - starts[safe], 0, (ends - starts)[safe]) if len(starts) else np.zeros_like(x)
-    return np.where(k >= 0, cum[safe] + inside, 0.0) if len(starts) else np.zeros_like(x, dtype=np.float64)
+    inside = np.clip(x - starts[safe], 0, ends[safe] - starts[safe])
+    return np.where(k >= 0, cum[safe] + inside, 0.0)
 
 
-DENSE_LIMIT = 8_000_000  # (names spanning whole columns) x columns summed exactly up to this
+TABLE_LIMIT = 2_000_000  # (column, name) tables up to this many cells; beyond, sorted keys
 
 
 def _dominant(s: np.ndarray, e: np.ndarray, codes: np.ndarray, t0: float, t1: float,
@@ -46,7 +49,7 @@ def _dominant(s: np.ndarray, e: np.ndarray, codes: np.ndarray, t0: float, t1: fl
     (summed over its spans; -1 where nothing runs), and that time in ns.
 
     Spans' partial columns are summed per (column, code); the columns a span covers whole are
-    counted per code with a difference array. Beyond DENSE_LIMIT (the pyramid's fine bins), a
+    counted per code with a difference array. Beyond TABLE_LIMIT (the pyramid's fine bins), a
     whole-covered column goes to the span reaching furthest (the outermost of nested ops)."""
     col_ns = (t1 - t0) / width
     s, e = np.clip(s.astype(np.float64), t0, t1), np.clip(e.astype(np.float64), t0, t1)
@@ -63,7 +66,7 @@ def _dominant(s: np.ndarray, e: np.ndarray, codes: np.ndarray, t0: float, t1: fl
     names = np.concatenate([codes, codes[~same]])
     full = np.flatnonzero(c1 - 1 >= c0 + 1)
     spanning = np.unique(codes[full])
-    if full.size and spanning.size * width > DENSE_LIMIT:
+    if full.size and spanning.size * width > TABLE_LIMIT:
         out, best = _aggregate(cols, names, weights, width, with_weights=True)
         n = np.int64(s.size)
         paint = np.full(width + 1, -1, dtype=np.int64)
@@ -97,14 +100,24 @@ def _aggregate(cols: np.ndarray, codes: np.ndarray, weights: np.ndarray, width: 
     if not keep.any():
         return (out, best) if with_weights else out
     cols, codes, weights = cols[keep], codes[keep], weights[keep]
-    m = int(codes.max()) + 1
+    used, codes = np.unique(codes, return_inverse=True)
+    m = used.size
+    if width * m <= TABLE_LIMIT:  # a (column, code) table: no sort
+        table = np.bincount(cols * m + codes, weights=weights, minlength=width * m).reshape(width, m)
+        top = table.argmax(axis=1)
+        value = table[np.arange(width), top]
+        has = value > 0
+        out[has], best[has] = used[top[has]], value[has]
+        return (out, best) if with_weights else out
     keys, where = np.unique(cols * m + codes, return_inverse=True)
     sums = np.bincount(where, weights=weights)
     kcol = keys // m
-    order = np.lexsort((-sums, kcol))
-    first = np.r_[True, kcol[order][1:] != kcol[order][:-1]]
-    out[kcol[order][first]] = (keys % m)[order][first]
-    best[kcol[order][first]] = sums[order][first]
+    starts = np.flatnonzero(np.r_[True, kcol[1:] != kcol[:-1]])
+    peak = np.maximum.reduceat(sums, starts)
+    seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, keys.size]))
+    firsts = np.flatnonzero(sums == peak[seg])
+    firsts = firsts[np.r_[True, seg[firsts][1:] != seg[firsts][:-1]]]  # the first code reaching each column's peak
+    out[kcol[firsts]], best[kcol[firsts]] = used[keys[firsts] % m], sums[firsts]
     return (out, best) if with_weights else out
 
 
@@ -136,13 +149,18 @@ class LaneIndex:
     union_cum: np.ndarray
     levels: list[Level] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.union_f = (self.union.starts.astype(np.float64), self.union.ends.astype(np.float64))
+
     def window(self, t0: float, t1: float) -> tuple[int, int]:
-        """[i, j): the events that may overlap (t0, t1) (all that do; a few nested ones may not)."""
-        return int(np.searchsorted(self.reach, t0, side="right")), int(np.searchsorted(self.starts, t1, side="left"))
+        """[i, j): the events that may overlap (t0, t1) (all that do; a few nested ones may not).
+        Whole ns (int64, as the arrays: a float would convert them on every search)."""
+        return (int(np.searchsorted(self.reach, np.int64(np.floor(t0)), side="right")),
+                int(np.searchsorted(self.starts, np.int64(np.ceil(t1)), side="left")))
 
     def busy(self, edges: np.ndarray) -> np.ndarray:
         """Share of each column between consecutive ``edges`` covered by the lane's spans."""
-        cover = _cover(self.union.starts, self.union.ends, self.union_cum, edges)
+        cover = _cover(*self.union_f, self.union_cum, edges)
         return np.diff(cover) / np.diff(edges)
 
     def dominant(self, t0: float, t1: float, width: int) -> np.ndarray:
@@ -161,9 +179,9 @@ class LaneIndex:
     def gaps(self, t0: float, t1: float, min_ns: float) -> np.ndarray:
         """(start, end) pairs of the holes between the lane's spans within (t0, t1), at least ``min_ns``."""
         u = self.union
-        if len(u) < 2:
-            return np.empty((0, 2))
-        s, e = u.ends[:-1], u.starts[1:]
+        a = max(int(np.searchsorted(u.starts, np.int64(np.floor(t0)), side="right")) - 1, 0)
+        b = min(int(np.searchsorted(u.starts, np.int64(np.ceil(t1)), side="left")), len(u) - 1)
+        s, e = u.ends[a:b], u.starts[a + 1:b + 1]  # the holes after spans a .. b-1
         keep = (e > t0) & (s < t1) & (e - s >= min_ns)
         return np.column_stack([s[keep], e[keep]])
 
@@ -174,26 +192,64 @@ def _depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.maximum(np.arange(starts.size) - closed, 0)
 
 
-def _pyramid(starts, ends, codes) -> list[Level]:
-    """Bins from about BASE_EVENTS_PER_BIN events each, coarser by PYRAMID_FACTOR up to ~2k bins."""
-    n = starts.size
+def _longest(s, e, codes, lo: float, bin_ns: float, bins: int) -> np.ndarray:
+    """Per bin, the code of the span with the longest piece in it (-1 where none): the pyramid's
+    finest level, approximate where it matters least (bins far narrower than a pixel)."""
+    out = np.full(bins, -1, dtype=np.int64)
+    s, e = s.astype(np.float64), e.astype(np.float64)
+    c0 = np.clip(((s - lo) / bin_ns).astype(np.int64), 0, bins - 1)
+    c1 = np.clip(np.ceil((e - lo) / bin_ns).astype(np.int64) - 1, c0, bins - 1)
+    same = c0 == c1
+    first = np.where(same, e - s, lo + (c0 + 1) * bin_ns - s)
+    # (piece length, code) packed in one int64, so one maximum.at finds both
+    pack = lambda piece, code: (np.clip(piece, 0, 2**38 - 1).astype(np.int64) << 24) | code  # noqa: E731
+    best = np.full(bins, -1, dtype=np.int64)
+    np.maximum.at(best, c0, pack(first, codes))
+    np.maximum.at(best, c1[~same], pack((e - (lo + c1 * bin_ns))[~same], codes[~same]))
+    has = best >= 0
+    out[has] = best[has] & (2**24 - 1)
+    full = np.flatnonzero(c1 - 1 >= c0 + 1)
+    if full.size:
+        n = np.int64(s.size)
+        paint = np.full(bins + 1, -1, dtype=np.int64)
+        np.maximum.at(paint, c0[full] + 1, (c1[full] - 1) * n + full)
+        reach = np.maximum.accumulate(paint)[:bins]
+        covered = (reach >= 0) & (reach // n >= np.arange(bins))
+        out[covered] = codes[reach[covered] % n]
+    return out
+
+
+def _pyramid(lane: "LaneIndex") -> list[Level]:
+    """Bins of about BASE_EVENTS_PER_BIN events each, coarser by PYRAMID_FACTOR down to ~2k bins;
+    a bin's code is its finer bins' code with the most busy time, weighted by that time."""
+    n = lane.starts.size
     if n <= EXACT_LIMIT:
         return []
-    lo, hi = float(starts[0]), float(ends.max())
+    lo, hi = float(lane.starts[0]), float(lane.ends.max())
     bins = int(2 ** np.ceil(np.log2(max(n / BASE_EVENTS_PER_BIN, 2))))
     bin_ns = (hi - lo) / bins
-    base, weight = _dominant(starts, ends, codes, lo, hi, bins)
+    base = _longest(lane.starts, lane.ends, lane.codes, lo, bin_ns, bins)
+    weight = np.diff(_cover(*lane.union_f, lane.union_cum, lo + np.arange(bins + 1) * bin_ns))
     levels = [Level(lo, bin_ns, base, weight)]
     while len(levels[-1].codes) > 2048:
         prev = levels[-1]
         cols = np.arange(len(prev.codes)) // PYRAMID_FACTOR
         width = int(np.ceil(len(prev.codes) / PYRAMID_FACTOR))
         codes_up = _aggregate(cols, prev.codes, prev.weights, width)
-        # a coarse bin's weight: the time its finer bins gave its dominant code
-        agree = prev.codes == codes_up[cols]
-        weights_up = np.bincount(cols[agree], weights=prev.weights[agree], minlength=width)
+        weights_up = np.bincount(cols, weights=prev.weights, minlength=width)
         levels.append(Level(lo, prev.bin_ns * PYRAMID_FACTOR, codes_up, weights_up))
     return levels
+
+
+def _lane_rows(ev: pd.DataFrame):
+    """(rank, lane name, row positions) of each lane, from the category codes (no string keys)."""
+    lanes = ev["lane"].cat
+    key = ev["rank"].to_numpy().astype(np.int64) * (len(lanes.categories) + 1) + lanes.codes.to_numpy()
+    order = np.argsort(key, kind="stable")
+    first = np.flatnonzero(np.r_[True, key[order][1:] != key[order][:-1]]) if len(key) else np.empty(0, np.int64)
+    for a, b in zip(first, np.r_[first[1:], len(key)]):
+        rows = order[a:b]
+        yield int(ev["rank"].iat[rows[0]]), str(lanes.categories[lanes.codes.iat[rows[0]]]), rows
 
 
 def _lane_group(kinds: pd.Series, device: int) -> str:
@@ -221,7 +277,8 @@ class TimelineIndex:
     def build(cls, trace: Trace) -> "TimelineIndex":
         ev = trace.events
         ev = ev[ev["kind"].isin(HOST_KINDS + DEVICE_WORK).to_numpy()]
-        ev = ev[~((ev["kind"] == "annotation") & ev["name"].astype(str).str.startswith("ProfilerStep#")).to_numpy()]
+        marks = ev["name"].cat.categories.astype(str).str.startswith("ProfilerStep#")  # per name, not per event
+        ev = ev[~((ev["kind"] == "annotation") & ev["name"].isin(ev["name"].cat.categories[marks])).to_numpy()]
         ev = ev.reset_index(drop=True)
         names = np.asarray(ev["name"].cat.categories.astype(str)) if len(ev) else np.array([], dtype=object)
         steps = trace.steps
@@ -233,9 +290,8 @@ class TimelineIndex:
         hi = int(max(end.max(), steps["end_ns"].max() - origin if len(steps) else 0)) if len(ts) else 1
         lanes = []
         codes_all = ev["name"].cat.codes.to_numpy().astype(np.int64) if len(ev) else np.empty(0, np.int64)
-        by_lane = ev.groupby([ev["rank"], ev["lane"].astype(str)], observed=True, sort=False)
         order = []
-        for (rank, lane), rows in by_lane.indices.items():
+        for rank, lane, rows in _lane_rows(ev):
             group = _lane_group(ev["kind"].iloc[rows], int(ev["device"].iloc[rows].max()))
             order.append((int(rank), {"host": 0, "device": 1, "comm": 2}[group], int(ts[rows].min()), lane, group, rows))
         for rank, _, _, lane, group, rows in sorted(order, key=lambda o: o[:3]):
@@ -246,7 +302,8 @@ class TimelineIndex:
             cum = np.concatenate([[0], np.cumsum(union.ends - union.starts)[:-1]]).astype(np.float64)
             codes = codes_all[rows]
             lanes.append(LaneIndex(lane, rank, group, s, e, np.maximum.accumulate(e), codes, rows, _depth(s, e),
-                                   union, cum, _pyramid(s, e, codes)))
+                                   union, cum))
+            lanes[-1].levels = _pyramid(lanes[-1])
         details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind"]]
         return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin))
 
@@ -358,7 +415,7 @@ def _series_columns(series: dict, edges: np.ndarray) -> list:
     before = a - 1
     carry = (~has) & (before >= 0)
     out[carry] = values[before[carry]]
-    return [None if np.isnan(v) else round(float(v), 4) for v in out]
+    return [None if v != v else v for v in np.round(out, 4).tolist()]  # NaN (no sample yet) as null
 
 
 def _reduce_max(values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

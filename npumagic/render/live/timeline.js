@@ -37,7 +37,7 @@ function niceStep(span, target) {
 }
 
 function fmt(ms) {
-  return ms >= 1 ? `${ms.toFixed(ms >= 100 ? 0 : 2)} ms` : `${(ms * 1000).toFixed(ms >= 0.01 ? 1 : 3)} µs`;
+  return Math.abs(ms) >= 1 || ms === 0 ? `${ms.toFixed(Math.abs(ms) >= 100 ? 0 : 2)} ms` : `${(ms * 1000).toFixed(ms >= 0.01 ? 1 : 3)} µs`;
 }
 
 export default {
@@ -78,12 +78,20 @@ export default {
       g.setTransform(dpr, 0, 0, dpr, 0, 0);
       g.clearRect(0, 0, w, layout.height);
       drawn = 0;
-      // step bands
+      // step bands, each rank's within its own group of lanes, labelled at the group's top
+      const extent = new Map();
+      for (const row of layout.rows) {
+        const rank = row.kind === "lane" ? row.lane.rank : row.kind === "series" ? row.s.rank : row.rank;
+        const [a, b] = extent.get(rank) || [row.y, row.y + row.h];
+        extent.set(rank, [Math.min(a, row.y), Math.max(b, row.y + row.h)]);
+      }
+      const multi = extent.size > 1;
       frame.steps.forEach((s, i) => {
-        const a = Math.max(xOf(s.start), GUTTER), b = Math.min(xOf(s.end), w);
+        const a = Math.max(xOf(s.start), GUTTER), b = Math.min(xOf(s.end), w), [y0, y1] = extent.get(s.rank) || [AXIS, layout.height - AXIS];
         if (b <= a) return;
-        g.fillStyle = i % 2 ? "#eeeeee" : "#e2e2e2"; g.fillRect(a, AXIS, b - a, layout.height - 2 * AXIS);
-        g.fillStyle = "#444"; g.fillText(`step ${s.step}` + (frame.steps.some(o => o.rank !== s.rank) ? ` r${s.rank}` : ""), a + 3, AXIS - 6);
+        g.fillStyle = i % 2 ? "#eeeeee" : "#e2e2e2"; g.fillRect(a, y0, b - a, y1 - y0);
+        g.fillStyle = "#444";
+        if (b - a > 40) g.fillText(`step ${s.step}`, a + 3, multi ? y0 + 12 : AXIS - 6);
       });
       // time axis
       const step = niceStep(win.t1 - win.t0, 8);
@@ -91,7 +99,7 @@ export default {
       for (let t = Math.ceil(win.t0 / step) * step; t <= win.t1; t += step) {
         const x = xOf(t);
         g.beginPath(); g.moveTo(x, layout.height - AXIS); g.lineTo(x, layout.height - AXIS + 4); g.stroke();
-        g.fillText(fmt(t).replace(" ms", ""), x - 10, layout.height - 6);
+        g.fillText(+t.toFixed(6) + "", x - 10, layout.height - 6);
       }
       g.fillText("ms from the first step", 4, layout.height - 6);
       const byLane = new Map((tiles.lanes || []).map(p => [p.lane, p]));
@@ -100,7 +108,7 @@ export default {
       const tx = t => xOf(t);
       for (const row of layout.rows) {
         g.fillStyle = "#222";
-        if (row.kind === "rank") { g.font = "bold 11px sans-serif"; g.fillText(`rank ${row.rank}`, 4, row.y + 12); g.font = "11px sans-serif"; continue; }
+        if (row.kind === "rank") { g.font = "bold 11px sans-serif"; g.fillStyle = "#222"; g.fillText(`rank ${row.rank}`, 4, row.y + 12); g.font = "11px sans-serif"; continue; }
         if (row.kind === "series") { drawSeries(g, row, w); continue; }
         const label = row.lane.name.length > 30 ? row.lane.name.slice(0, 14) + "…" + row.lane.name.slice(-15) : row.lane.name;
         g.fillText(label, 4, row.y + 13);

@@ -24,6 +24,7 @@ BASE_EVENTS_PER_BIN = 8  # the pyramid's finest bins hold about this many events
 PYRAMID_FACTOR = 4
 EVENTS_MAX_PER_LANE = 1_000  # a lane sends its events, not columns, below min(this, pixels / 2)
 GAP_MIN_FRACTION = 0.02  # device idle gaps longer than this share of the view are marked
+MAX_WIDTH_PX = 8192  # a view wider than this (a browser's report gone wrong) is answered at this width
 # counter lanes, as the static timeline draws them (the host's: the profiled process's CPU share)
 COUNTER_GROUPS = ("HBM", "AI Core Freq", "Host")
 HOST_COUNTER = "Process/CPU"
@@ -318,7 +319,7 @@ class TimelineIndex:
         idle holes of at least 2% of the view. ``series``: per memory/counter line, one value
         per column (the column's maximum, else the last sample before it; None before the first).
         """
-        width = max(int(width_px), 1)
+        width = min(max(int(width_px), 1), MAX_WIDTH_PX)
         t0 = float(t0_ms) * 1e6
         t1 = max(float(t1_ms) * 1e6, t0 + width)  # at least 1 ns per column
         edges = np.linspace(t0, t1, width + 1)

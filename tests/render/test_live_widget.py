@@ -84,3 +84,16 @@ def test_outside_a_jupyter_kernel_the_timeline_is_the_static_figure():
     # THEN it is the PNG figure, and the widget only when asked for
     assert shown.figures[0].data[:4] == b"\x89PNG" and "<img" in shown._repr_mimebundle_()["text/html"]
     assert isinstance(timeline(_synthetic(2_000), live=True), TimelineWidget)
+
+
+def test_a_findings_where_opens_in_the_view():
+    widget = timeline_widget(_synthetic(4_000))
+    # a step named in the text
+    assert widget.show("slowest: step 2 (3.1 ms)") == "step 2"
+    step = next(s for s in widget.frame["steps"] if s["step"] == 2)
+    assert (widget.view["t0"], widget.view["t1"]) == (step["start"], step["end"])
+    # an operator: its longest event, with as much again either side
+    assert widget.show("aten::op x400 at train.py:12") == "aten::op"
+    assert widget.view["t1"] - widget.view["t0"] == pytest.approx(3 * 0.005)
+    with pytest.raises(ValueError, match="names no step and no operator"):
+        widget.show("nothing here")

@@ -6,10 +6,12 @@ the latest answer: a few thousand columns or events."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 from pathlib import Path
 
 import anywidget
+import numpy as np
 import traitlets
 
 from .lod import TimelineIndex
@@ -71,3 +73,28 @@ class TimelineWidget(anywidget.AnyWidget):
             steps = sorted({s["step"] for s in self.frame["steps"]})
             raise ValueError(f"no step {step}{'' if rank is None else f' on rank {rank}'}; the run has steps {steps}")
         self.zoom(found[0]["start"], found[0]["end"])
+
+    def show(self, where) -> str:
+        """Open a finding's "where" (a Finding, or its text) in the view: ``step N`` shows that
+        step; else the longest event of the longest operator name the text holds, with as much
+        again either side. Returns what was shown."""
+        text = str(getattr(where, "where", where))
+        step = re.search(r"\bstep (\d+)", text)
+        if step:
+            self.show_step(int(step.group(1)))
+            return f"step {step.group(1)}"
+        index = self.index
+        held = [k for k, name in enumerate(index.names) if name and name in text]
+        if not held:
+            raise ValueError(f"{text!r} names no step and no operator of this run")
+        code = max(held, key=lambda k: len(index.names[k]))
+        best = None
+        for lane in index.lanes:
+            mine = np.flatnonzero(lane.codes == code)
+            if mine.size:
+                k = mine[np.argmax(lane.ends[mine] - lane.starts[mine])]
+                if best is None or lane.ends[k] - lane.starts[k] > best[1] - best[0]:
+                    best = (int(lane.starts[k]), int(lane.ends[k]))
+        pad = max(best[1] - best[0], 1_000)
+        self.zoom((best[0] - pad) / 1e6, (best[1] + pad) / 1e6)
+        return str(index.names[code])

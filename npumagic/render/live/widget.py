@@ -46,6 +46,9 @@ class TimelineWidget(anywidget.AnyWidget):
     @traitlets.observe("view")
     def _answer(self, change) -> None:
         v = change["new"]
+        if not (np.isfinite(float(v.get("t0", np.nan))) and np.isfinite(float(v.get("t1", np.nan)))):
+            log.debug("timeline view %r ignored: no finite window", v)
+            return
         began = time.perf_counter()
         answer = self.index.query(float(v["t0"]), float(v["t1"]), int(v.get("width") or DEFAULT_WIDTH_PX))
         answer.update(seq=v.get("seq", 0), query_ms=round((time.perf_counter() - began) * 1e3, 2))

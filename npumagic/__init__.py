@@ -30,12 +30,21 @@ from .offline import parse_raw
 __version__ = "0.1.0"
 __all__ = ["Advice", "Comparison", "Finding", "NpumagicError", "Summary", "Trace", "TraceError", "Verdict", "advise",
            "analyze", "checklist", "compare", "load", "load_ipython_extension", "parse_raw", "step", "summarize",
-           "unload_ipython_extension"]
+           "timeline", "unload_ipython_extension"]
 
 
 def analyze(path: str | Path) -> Summary:
     """``summarize(load(path))``: the Summary of any supported profiler output."""
     return summarize(load(path))
+
+
+def timeline(source, **options):
+    """The timeline of a run report, Trace or profiler output path: a live widget (zoom and pan
+    answered by this kernel) in Jupyter, the static figure elsewhere; see
+    :func:`npumagic.render.live.frontend.timeline` for the options."""
+    from .render.live.frontend import timeline as live_timeline
+
+    return live_timeline(source, **options)
 
 
 def load_ipython_extension(ipython) -> None:

@@ -24,6 +24,7 @@ from .names import RULE as NAME_RULE
 from .names import check_name
 from .parallel import check_scheduler
 from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
+from .render.live.frontend import widget_frontend, with_live_timeline
 from .render.tables import runs_table, step_table
 from .render.views import view_range
 from .session import RunOutcome, Session
@@ -141,6 +142,8 @@ class NpuMagics(Magics):
     views = List(Enum(list(VIEWS)), default_value=["timeline", "steps"],
                  help=f"Figures drawn after each run, from: {', '.join(VIEWS)}.").tag(config=True)
     figure_format = Enum(["png", "svg"], default_value="png", help="Format of the figures shown and saved.").tag(config=True)
+    live = Bool(True, help="Show the timeline as a live widget (zoom and pan served by this kernel) where a widget "
+                           "front end is present; False: always the static figure (as --static).").tag(config=True)
     scheduler = Unicode("", help="Where %npuload reads and summarises the ranks of a many-rank job in parallel: a "
                                  "dask.distributed scheduler address (tcp://HOST:8786; its workers must see the same "
                                  "paths), 'local' (a local Dask cluster), 'serial' (this kernel), or '' (a local "
@@ -176,6 +179,7 @@ class NpuMagics(Magics):
     @magic_arguments()
     @_schedule_arguments
     @argument("--repeat-cell", action="store_true", help="run the cell body once per step (for cells without a loop)")
+    @argument("--static", action="store_true", help="the timeline as a static figure, even where a live widget shows")
     def npuprofile(self, line: str, cell: str):
         """Profile a training cell under a torch.profiler / torch_npu schedule.
 
@@ -235,7 +239,8 @@ class NpuMagics(Magics):
                                            replace=args.replace)
         except (RunNameTaken, NestedCaptureError, NpumagicError) as exc:
             raise UsageError(str(exc)) from None
-        report = self._report(outcome, quiet=args.quiet, plot=self.plot and not args.no_plot)
+        report = self._report(outcome, quiet=args.quiet, plot=self.plot and not args.no_plot,
+                              static=getattr(args, "static", False))
         if outcome.error is not None:
             left_out = (f"; step {', '.join(map(str, outcome.unfinished))}, cut short by the error, is left out"
                         if outcome.unfinished else "")
@@ -264,13 +269,20 @@ class NpuMagics(Magics):
 
         return body
 
-    def _report(self, outcome: RunOutcome, quiet: bool, plot: bool) -> RunReport:
+    def _report(self, outcome: RunOutcome, quiet: bool, plot: bool, static: bool = False) -> RunReport:
         figures = []
         if plot and outcome.summary is not None and outcome.trace is not None:
             figures = render_views(list(self.views), outcome.trace, outcome.summary,
                                    self.session.writable_figure_dir(outcome.run), outcome.run.name, self.figure_format)
         notes = [] if quiet else outcome.notes
-        return RunReport(outcome.run, outcome.summary, outcome.verdict, notes, figures)
+        report = RunReport(outcome.run, outcome.summary, outcome.verdict, notes, figures)
+        if report.figure("timeline") is not None and self._live(static):
+            report = with_live_timeline(report, outcome.trace, f"{outcome.run.name}: timeline")
+        return report
+
+    def _live(self, static: bool) -> bool:
+        """Whether the timeline shows as the live widget (else the PNG it always has too)."""
+        return self.live and not static and widget_frontend()
 
     @magic_arguments()
     @argument("run", nargs="?", default=None, help="run name, or -1/-2 for the latest runs (default the latest)")
@@ -285,6 +297,7 @@ class NpuMagics(Magics):
     @argument("--lanes", default=None, help="timeline: comma list of lane name parts to show")
     @argument("--rank", type=int, default=None, help="rank to draw (multi-rank runs)")
     @argument("--svg", action="store_true", help="SVG instead of PNG")
+    @argument("--static", action="store_true", help="the timeline as a static figure, even where a live widget shows")
     @line_magic
     def npushow(self, line: str):
         """Redraw any view of any run in the history (default: --timeline --steps).
@@ -303,9 +316,16 @@ class NpuMagics(Magics):
                        "lanes": [x for x in args.lanes.split(",") if x] if args.lanes else None}
             name = self.session.resolve(args.run)
             figures = self.session.figures(name, views, rank=args.rank, svg=args.svg, **options)
+            report = FigureReport(name, figures)
+            if "timeline" in views and self._live(args.static):
+                report = with_live_timeline(report, self.session.trace(name), f"{name}: timeline")
+                if options["window"] is not None:
+                    report.live.zoom(*options["window"])
+                elif options["steps"] is not None:
+                    report.live.zoom(*_step_window(report.live.frame["steps"], options["steps"]))
         except (NpumagicError, ValueError) as exc:
             raise UsageError(str(exc)) from None
-        return FigureReport(name, figures)
+        return report
 
     # -- history ------------------------------------------------------------------------------
     def _step_table(self, name: str | None):
@@ -332,6 +352,7 @@ class NpuMagics(Magics):
     @argument("path", help="a torch.profiler or torch_npu output directory (or trace file)")
     @argument("--name", default=None, help="run name (default: the directory's name; NAME-2, ... when taken)")
     @argument("--no-plot", action="store_true", help="draw no figures")
+    @argument("--static", action="store_true", help="the timeline as a static figure, even where a live widget shows")
     @argument("--rank", type=int, default=None, help="the rank described (read in full; default the lowest)")
     @argument("--every-rank", action="store_true",
               help="read every rank of a torch_npu job in full (by default, from 8 ranks on, each rank's "
@@ -355,7 +376,7 @@ class NpuMagics(Magics):
             outcome = self.session.load(args.path, name=args.name, every_rank=args.every_rank, rank=args.rank)
         except (NpumagicError, RunNameTaken) as exc:
             raise UsageError(str(exc)) from None
-        return self._report(outcome, quiet=False, plot=self.plot and not args.no_plot)
+        return self._report(outcome, quiet=False, plot=self.plot and not args.no_plot, static=args.static)
 
 
     # -- the checklist: advise, compare, baseline, record --------------------------------------
@@ -518,6 +539,12 @@ def assigned_cell_magic(lines: list[str]) -> list[str]:
         return lines
     var, magic, args = match.groups()
     return [f"{var} = get_ipython().run_cell_magic({magic!r}, {args!r}, {''.join(lines[1:])!r})\n", f"{var}\n"]
+
+
+def _step_window(steps: list[dict], wanted: tuple[int, int]) -> tuple[float, float]:
+    """(start, end) ms of steps FIRST..LAST in the live view's step list."""
+    shown = [s for s in steps if wanted[0] <= s["step"] <= wanted[1]]
+    return min(s["start"] for s in shown), max(s["end"] for s in shown)
 
 
 def _check_name(name: str) -> None:

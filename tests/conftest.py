@@ -141,7 +141,10 @@ def run_notebook(name: str, cwd: Path):
     from nbclient import NotebookClient
 
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+    # executed headless and exported (test_browser's HTML): the static timeline, as the README asks
+    # of `jupyter nbconvert --execute` (nbclient stores widget state, which HTML would show instead)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute(
+        env=dict(os.environ, NPUMAGIC_STATIC="1"))
     return nb
 
 

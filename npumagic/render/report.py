@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ..analysis.checklist import Verdict
 from ..analysis.metrics import Summary
 from ..records import Run
+from .live.frontend import live_bundle
 from .tables import Table, history_table, step_table
 from .text import comparison_html, comparison_text, verdict_html, verdict_text
 from .views import RenderedFigure
@@ -24,6 +25,8 @@ class RunReport:
     verdict: Verdict | None
     notes: list[str] = field(default_factory=list)
     figures: list[RenderedFigure] = field(default_factory=list)
+    live: object = None  # the live timeline widget, where a widget front end shows it (``r.live.show_step(3)``)
+    live_view: object = None  # the report as widgets: its HTML, the live timeline, the other figures
 
     @property
     def steps(self):
@@ -85,7 +88,7 @@ class RunReport:
         return "\n".join(parts)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        return {"text/plain": str(self), "text/html": self._repr_html_()}
+        return live_bundle({"text/plain": str(self), "text/html": self._repr_html_()}, self.live_view, include, exclude)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ class FigureReport:
 
     run: str
     figures: list[RenderedFigure]
+    live: object = None  # as RunReport's
+    live_view: object = None
 
     def __str__(self) -> str:
         return "\n".join(f"{self.run} {f.view}: {f.path or '(not saved)'}" for f in self.figures)
@@ -102,7 +107,8 @@ class FigureReport:
         p.text(str(self))
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        return {"text/plain": str(self), "text/html": "\n".join(f.html() for f in self.figures)}
+        return live_bundle({"text/plain": str(self), "text/html": "\n".join(f.html() for f in self.figures)},
+                           self.live_view, include, exclude)
 
 
 @dataclass(frozen=True)

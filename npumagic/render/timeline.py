@@ -17,10 +17,8 @@ from ..analysis.intervals import Spans
 from ..analysis.schema import DEVICE_WORK, Trace
 from ..errors import NpumagicError
 from .colors import KIND_COLORS, OTHER, kernel_colors
+from .live.lod import GAP_MIN_FRACTION, HOST_KINDS  # the live view's lanes and gaps are these too
 from .titles import wrap_title
-
-HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
-GAP_MIN_FRACTION = 0.02  # device idle gaps longer than this share of the view are marked
 FIGURE_WIDTH_IN = 11.5  # 1150 CSS pixels: fits a 1200 px notebook cell without scaling down
 BAR_HEIGHT = {"annotation": 0.25, "dataloader": 0.8, "sync": 0.8, "host_op": 0.8}
 # counter lanes under the memory lane: (counters group, y label), in drawing order

@@ -1,0 +1,4 @@
+"""The live timeline: a widget under the cell that asks the kernel for each view it shows.
+
+:mod:`.lod` is the level-of-detail index (pure numpy/pandas); :mod:`.widget` the anywidget
+class and its ES module; :mod:`.frontend` decides between the widget and the static figure."""

@@ -1,0 +1,96 @@
+"""Widget or picture: whether this process can show the live timeline, and the display objects
+that carry it. A live display still carries the static report as text/html, so a notebook saved
+without widget state (nbconvert, GitHub's renderer) shows the PNG timeline instead."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from ...analysis.schema import Trace
+
+STATIC_ENV = "NPUMAGIC_STATIC"  # set to 1: never a widget (e.g. for notebooks meant to be exported)
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def widget_frontend() -> bool:
+    """True where a widget can be shown: this process is a running Jupyter kernel (ipykernel's
+    kernel is up, so comms reach a front end) and anywidget is installed, and ``NPUMAGIC_STATIC``
+    is not set. A terminal IPython, a script and ``npumagic show`` get the static figure."""
+    if os.environ.get(STATIC_ENV, "") not in ("", "0"):
+        return False
+    kernelbase = sys.modules.get("ipykernel.kernelbase")  # imported by every running ipykernel
+    if kernelbase is None or not kernelbase.Kernel.initialized():
+        return False
+    try:
+        import anywidget  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def timeline_widget(trace: Trace, title: str = ""):
+    """A :class:`~.widget.TimelineWidget` over ``trace`` (its index is built here, once)."""
+    from .lod import TimelineIndex
+    from .widget import TimelineWidget
+
+    return TimelineWidget(TimelineIndex.build(trace), title=title)
+
+
+def with_live_timeline(report, trace: Trace, title: str = ""):
+    """``report`` (a RunReport or FigureReport) with the live timeline in place of its timeline
+    PNG where a widget shows, the PNG kept as its text/html fallback."""
+    import ipywidgets
+
+    widget = timeline_widget(trace, title)
+    others = [f for f in report.figures if f.view != "timeline"]
+    head = replace(report, figures=[])
+    parts = [] if not hasattr(head, "_header") else [ipywidgets.HTML(head._repr_html_())]
+    parts += [widget] + ([ipywidgets.HTML("\n".join(f.html() for f in others))] if others else [])
+    return replace(report, live=widget, live_view=ipywidgets.VBox(parts))
+
+
+def live_bundle(bundle: dict, live_view, include=None, exclude=None) -> dict:
+    """``bundle`` with the live view's widget added (a front end with widgets shows that first)."""
+    if live_view is None:
+        return bundle
+    widget = live_view._repr_mimebundle_(include=include, exclude=exclude) or {}
+    return {**bundle, **({WIDGET_MIME: widget[WIDGET_MIME]} if WIDGET_MIME in widget else {})}
+
+
+def timeline(source, *, rank: int | None = None, live: bool | None = None, title: str = "", **static_options):
+    """The timeline of a run, a trace, or a profiler output path: a live widget where a widget
+    front end is present (``live=None``: :func:`widget_frontend`), else the static figure.
+
+    Parameters
+    ----------
+    source : a Trace, a RunReport (``r = %%npuprofile ...``), or a path any reader takes.
+    rank : the static figure's rank (the widget shows every rank, one group each).
+    live : force the widget (True) or the figure (False).
+    static_options : the static figure's options (steps, window, lanes), as %npushow's.
+    """
+    trace = _trace_of(source)
+    if live if live is not None else widget_frontend():
+        return timeline_widget(trace, title)
+    from ..report import FigureReport
+    from ..timeline import timeline_figure
+    from ..views import RenderedFigure
+
+    figure = RenderedFigure.of("timeline", timeline_figure(trace, rank, title=title or None, **static_options))
+    return FigureReport(title or "timeline", [figure])
+
+
+def _trace_of(source) -> Trace:
+    from ...analysis import load
+    from ...errors import NpumagicError
+
+    if isinstance(source, Trace):
+        return source
+    run = getattr(source, "run", None)
+    if run is not None and getattr(run, "run_dir", None):
+        return load(run.run_dir)
+    if isinstance(source, (str, Path)):
+        return load(source)
+    raise NpumagicError(f"timeline: {type(source).__name__} is not a Trace, a run report or a profiler output path")

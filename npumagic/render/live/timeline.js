@@ -1,0 +1,254 @@
+// npumagic's live timeline: draws the kernel's answer for the visible window on a canvas and asks
+// for a new one on every zoom (wheel) or pan (drag). It never holds the trace: only the latest
+// answer, a few thousand columns or events. Double-click shows the whole run again.
+
+const GUTTER = 190, AXIS = 22, ROW = 18, DEPTH_ROW = 9, SERIES = 34, RANK_HEAD = 16;
+const GROUP_COLOR = {host: "#4c72b0", device: "#dd8452", comm: "#8172b3"};
+
+function colorOf(name) {
+  let h = 0;
+  for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
+  return `hsl(${h % 360},55%,${48 + (h >> 9) % 14}%)`;
+}
+
+function rowsOf(frame) {
+  // one group per rank: a header, its lanes (host lanes as tall as their nesting), then its series
+  const rows = [];
+  let y = AXIS;
+  const ranks = [...new Set(frame.lanes.map(l => l.rank).concat(frame.series.map(s => s.rank)))].sort((a, b) => a - b);
+  for (const rank of ranks) {
+    if (ranks.length > 1) { rows.push({kind: "rank", rank, y, h: RANK_HEAD}); y += RANK_HEAD; }
+    frame.lanes.forEach((lane, k) => {
+      if (lane.rank !== rank) return;
+      const h = lane.group === "host" ? ROW + DEPTH_ROW * Math.min(lane.depth, 4) : ROW;
+      rows.push({kind: "lane", k, lane, y, h}); y += h + 2;
+    });
+    frame.series.forEach((s, k) => {
+      if (s.rank !== rank) return;
+      rows.push({kind: "series", k, s, y, h: SERIES}); y += SERIES + 2;
+    });
+  }
+  return {rows, height: y + AXIS};
+}
+
+function niceStep(span, target) {
+  const raw = span / target, p = Math.pow(10, Math.floor(Math.log10(raw)));
+  return [1, 2, 5, 10].map(m => m * p).find(s => s >= raw) || raw;
+}
+
+function fmt(ms) {
+  return Math.abs(ms) >= 1 || ms === 0 ? `${ms.toFixed(Math.abs(ms) >= 100 ? 0 : 2)} ms` : `${(ms * 1000).toFixed(ms >= 0.01 ? 1 : 3)} µs`;
+}
+
+export default {
+  render({model, el}) {
+    const root = document.createElement("div");
+    root.className = "npumagic-live";
+    root.style.cssText = "position:relative;font:11px sans-serif;user-select:none;max-width:100%";
+    const bar = document.createElement("div");
+    bar.style.cssText = "color:#555;margin:2px 0 4px 0;white-space:nowrap;overflow:hidden;text-overflow:ellipsis";
+    const canvas = document.createElement("canvas");
+    canvas.style.cssText = "display:block;width:100%;cursor:grab";
+    const tip = document.createElement("div");
+    tip.className = "npumagic-tip";
+    tip.style.cssText = "position:absolute;display:none;pointer-events:none;background:#fffff4;border:1px solid #999;"
+      + "padding:3px 6px;max-width:520px;white-space:pre-wrap;box-shadow:1px 1px 3px #aaa;z-index:10";
+    root.append(bar, canvas, tip);
+    el.appendChild(root);
+
+    let frame = model.get("frame"), layout = rowsOf(frame);
+    let win = {t0: model.get("view").t0, t1: model.get("view").t1};
+    let seq = model.get("view").seq || 0, tiles = model.get("tiles"), drawn = 0;
+    let hoverId = null;
+
+    const plotWidth = () => Math.max(Math.floor(canvas.clientWidth || el.clientWidth || 1000) - GUTTER, 50);
+    const xOf = t => GUTTER + (t - win.t0) / (win.t1 - win.t0) * plotWidth();
+    const tOf = x => win.t0 + (x - GUTTER) / plotWidth() * (win.t1 - win.t0);
+
+    function ask() {
+      seq += 1;
+      model.set("view", {t0: win.t0, t1: win.t1, width: plotWidth(), seq});
+      model.save_changes();
+    }
+
+    function draw() {
+      const dpr = window.devicePixelRatio || 1, w = Math.floor(canvas.clientWidth || el.clientWidth || 1000);
+      canvas.width = w * dpr; canvas.height = layout.height * dpr; canvas.style.height = layout.height + "px";
+      const g = canvas.getContext("2d");
+      g.setTransform(dpr, 0, 0, dpr, 0, 0);
+      g.clearRect(0, 0, w, layout.height);
+      drawn = 0;
+      // step bands, each rank's within its own group of lanes, labelled at the group's top
+      const extent = new Map();
+      for (const row of layout.rows) {
+        const rank = row.kind === "lane" ? row.lane.rank : row.kind === "series" ? row.s.rank : row.rank;
+        const [a, b] = extent.get(rank) || [row.y, row.y + row.h];
+        extent.set(rank, [Math.min(a, row.y), Math.max(b, row.y + row.h)]);
+      }
+      const multi = extent.size > 1;
+      frame.steps.forEach((s, i) => {
+        const a = Math.max(xOf(s.start), GUTTER), b = Math.min(xOf(s.end), w), [y0, y1] = extent.get(s.rank) || [AXIS, layout.height - AXIS];
+        if (b <= a) return;
+        g.fillStyle = i % 2 ? "#eeeeee" : "#e2e2e2"; g.fillRect(a, y0, b - a, y1 - y0);
+        g.fillStyle = "#444";
+        if (b - a > 40) g.fillText(`step ${s.step}`, a + 3, multi ? y0 + 12 : AXIS - 6);
+      });
+      // time axis
+      const step = niceStep(win.t1 - win.t0, 8);
+      g.fillStyle = "#333"; g.strokeStyle = "#ccc";
+      for (let t = Math.ceil(win.t0 / step) * step; t <= win.t1; t += step) {
+        const x = xOf(t);
+        g.beginPath(); g.moveTo(x, layout.height - AXIS); g.lineTo(x, layout.height - AXIS + 4); g.stroke();
+        g.fillText(+t.toFixed(6) + "", x - 10, layout.height - 6);
+      }
+      g.fillText("ms from the first step", 4, layout.height - 6);
+      const byLane = new Map((tiles.lanes || []).map(p => [p.lane, p]));
+      const names = tiles.names || [];
+      // tiles answer a window that may lag the view: map their times to the current one
+      const tx = t => xOf(t);
+      for (const row of layout.rows) {
+        g.fillStyle = "#222";
+        if (row.kind === "rank") { g.font = "bold 11px sans-serif"; g.fillStyle = "#222"; g.fillText(`rank ${row.rank}`, 4, row.y + 12); g.font = "11px sans-serif"; continue; }
+        if (row.kind === "series") { drawSeries(g, row, w); continue; }
+        const label = row.lane.name.length > 30 ? row.lane.name.slice(0, 14) + "…" + row.lane.name.slice(-15) : row.lane.name;
+        g.fillText(label, 4, row.y + 13);
+        g.fillStyle = GROUP_COLOR[row.lane.group]; g.fillRect(GUTTER - 6, row.y + 2, 3, row.h - 4);
+        const part = byLane.get(row.k);
+        if (!part) continue;
+        g.save(); g.beginPath(); g.rect(GUTTER, row.y, w - GUTTER, row.h); g.clip();
+        if (part.mode === "events") {
+          for (let i = 0; i < part.start.length; i++) {
+            const a = tx(part.start[i]), b = Math.max(tx(part.end[i]), a + 1), d = Math.min(part.depth[i], 4);
+            g.fillStyle = colorOf(names[part.name[i]]);
+            g.fillRect(a, row.y + d * DEPTH_ROW, b - a, ROW - 2);
+            if (b - a > 40) { g.fillStyle = "#fff"; g.fillText(names[part.name[i]].slice(0, Math.floor((b - a) / 6)), a + 2, row.y + d * DEPTH_ROW + 12); }
+            drawn += 1;
+          }
+        } else {
+          const cw = (tx(tiles.t1) - tx(tiles.t0)) / part.busy.length;
+          for (let c = 0; c < part.busy.length; c++) {
+            if (part.busy[c] <= 0) continue;
+            let e = c;
+            while (e + 1 < part.busy.length && part.dominant[e + 1] === part.dominant[c] && Math.abs(part.busy[e + 1] - part.busy[c]) < 0.05) e++;
+            const h = Math.max((row.h - 2) * part.busy[c], 1);
+            g.fillStyle = part.dominant[c] >= 0 ? colorOf(names[part.dominant[c]]) : "#999";
+            g.fillRect(tx(tiles.t0) + c * cw, row.y + row.h - 1 - h, (e - c + 1) * cw, h);
+            drawn += 1; c = e;
+          }
+        }
+        for (const [a0, b0] of part.gaps || []) {
+          const a = tx(a0), b = tx(b0);
+          g.strokeStyle = "#000"; g.setLineDash([3, 2]); g.strokeRect(a, row.y + 1, b - a, row.h - 2); g.setLineDash([]);
+          const text = `idle ${fmt(b0 - a0)}`;
+          if (b - a > g.measureText(text).width + 8) { g.fillStyle = "#000"; g.fillText(text, (a + b) / 2 - g.measureText(text).width / 2, row.y + 13); }
+          drawn += 1;
+        }
+        g.restore();
+      }
+      root.dataset.t0 = win.t0; root.dataset.t1 = win.t1; root.dataset.items = drawn;
+      root.dataset.lanes = frame.lanes.length; root.dataset.answered = tiles.seq ?? -1;
+      bar.textContent = `${frame.title ? frame.title + " — " : ""}${fmt(win.t0)} … ${fmt(win.t1)} (${fmt(win.t1 - win.t0)} shown)`
+        + ` · ${drawn} items · answer ${tiles.query_ms ?? "?"} ms in the kernel · wheel: zoom, drag: pan, double-click: all`;
+    }
+
+    function drawSeries(g, row, w) {
+      g.fillStyle = "#222"; g.fillText(`${row.s.label} (${row.s.unit || "-"})`.slice(0, 30), 4, row.y + 13);
+      const values = (tiles.series || [])[row.k];
+      if (!values) return;
+      const finite = values.filter(v => v !== null);
+      if (!finite.length) return;
+      const lo = Math.min(0, ...finite), hi = Math.max(...finite) || 1;
+      const cw = (xOf(tiles.t1) - xOf(tiles.t0)) / values.length;
+      g.strokeStyle = "#2a7"; g.beginPath();
+      let on = false;
+      values.forEach((v, c) => {
+        if (v === null) { on = false; return; }
+        const x = xOf(tiles.t0) + (c + 0.5) * cw, y = row.y + row.h - 2 - (v - lo) / (hi - lo) * (row.h - 4);
+        on ? g.lineTo(x, y) : g.moveTo(x, y); on = true;
+      });
+      g.stroke(); drawn += 1;
+      g.fillStyle = "#777"; g.fillText(hi.toPrecision(3), GUTTER - 40, row.y + 10);
+    }
+
+    function hit(x, y) {
+      const row = layout.rows.find(r => y >= r.y && y < r.y + r.h);
+      if (!row || x < GUTTER) return null;
+      const t = tOf(x), names = tiles.names || [];
+      if (row.kind === "series") {
+        const values = (tiles.series || [])[row.k] || [];
+        const c = Math.floor((t - tiles.t0) / (tiles.t1 - tiles.t0) * values.length);
+        return values[c] == null ? null : {text: `${row.s.label}: ${values[c]} ${row.s.unit}`};
+      }
+      if (row.kind !== "lane") return null;
+      const part = (tiles.lanes || []).find(p => p.lane === row.k);
+      if (!part) return null;
+      for (const [a, b] of part.gaps || []) if (t >= a && t <= b) return {text: `${row.lane.name}\nidle ${fmt(b - a)}`};
+      if (part.mode === "events") {
+        let best = -1;
+        const depth = Math.floor((y - row.y) / DEPTH_ROW);
+        for (let i = 0; i < part.start.length; i++)
+          if (part.start[i] <= t && t <= part.end[i] && (best < 0 || Math.abs(part.depth[i] - depth) < Math.abs(part.depth[best] - depth))) best = i;
+        if (best < 0) return null;
+        return {id: part.id[best], text: `${names[part.name[best]]}\n${fmt(part.end[best] - part.start[best])}`};
+      }
+      const c = Math.floor((t - tiles.t0) / (tiles.t1 - tiles.t0) * part.busy.length);
+      if (!(part.busy[c] > 0)) return null;
+      const name = part.dominant[c] >= 0 ? names[part.dominant[c]] : "?";
+      return {text: `${name}\nmost of this pixel; busy ${(part.busy[c] * 100).toFixed(0)}% of ${fmt((tiles.t1 - tiles.t0) / part.busy.length)}\n(zoom in for the events)`};
+    }
+
+    function showTip(found, x, y) {
+      if (!found) { tip.style.display = "none"; return; }
+      tip.textContent = found.text;
+      tip.style.display = "block";
+      tip.style.left = Math.min(x + 12, (canvas.clientWidth || 800) - 300) + "px";
+      tip.style.top = y + 14 + bar.offsetHeight + "px";
+      if (found.id !== undefined && found.id !== hoverId) {
+        hoverId = found.id;
+        model.set("probe", {id: found.id}); model.save_changes();
+      }
+    }
+
+    let drag = null;
+    canvas.addEventListener("wheel", ev => {
+      ev.preventDefault();
+      const rect = canvas.getBoundingClientRect(), t = tOf(ev.clientX - rect.left);
+      const f = Math.pow(1.0015, ev.deltaY);
+      const span = Math.max((win.t1 - win.t0) * f, 1e-6);
+      const k = (t - win.t0) / (win.t1 - win.t0);
+      win = {t0: t - k * span, t1: t - k * span + span};
+      draw(); ask();
+    }, {passive: false});
+    canvas.addEventListener("mousedown", ev => { drag = {x: ev.clientX, win: {...win}}; canvas.style.cursor = "grabbing"; });
+    window.addEventListener("mouseup", () => { drag = null; canvas.style.cursor = "grab"; });
+    canvas.addEventListener("mousemove", ev => {
+      const rect = canvas.getBoundingClientRect(), x = ev.clientX - rect.left, y = ev.clientY - rect.top;
+      if (drag) {
+        const dt = (ev.clientX - drag.x) / plotWidth() * (drag.win.t1 - drag.win.t0);
+        win = {t0: drag.win.t0 - dt, t1: drag.win.t1 - dt};
+        draw(); ask(); return;
+      }
+      showTip(hit(x, y), x, y);
+    });
+    canvas.addEventListener("mouseleave", () => { tip.style.display = "none"; });
+    canvas.addEventListener("dblclick", () => { win = {t0: frame.extent[0], t1: frame.extent[1]}; draw(); ask(); });
+
+    model.on("change:tiles", () => { tiles = model.get("tiles"); draw(); });
+    model.on("change:view", () => {
+      const v = model.get("view");
+      if (v.seq > seq || v.t0 !== win.t0 || v.t1 !== win.t1) { seq = Math.max(seq, v.seq || 0); win = {t0: v.t0, t1: v.t1}; draw(); }
+    });
+    model.on("change:detail", () => {
+      const d = model.get("detail");
+      if (d.id !== hoverId || tip.style.display === "none") return;
+      tip.textContent = [d.name, `${fmt(d.dur_us / 1000)} from ${fmt(d.start_ms)}`, `step ${d.step}`,
+                         d.shapes && `shapes ${d.shapes}`, d.source && `source ${d.source}`].filter(Boolean).join("\n");
+    });
+    model.on("change:frame", () => { frame = model.get("frame"); layout = rowsOf(frame); draw(); });
+    const resize = new ResizeObserver(() => { draw(); if (Math.abs(plotWidth() - (tiles.width || 0)) > 2) ask(); });
+    resize.observe(root);
+    draw();
+    ask();
+    return () => resize.disconnect();
+  },
+};

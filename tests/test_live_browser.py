@@ -1,0 +1,224 @@
+"""The live timeline in a real JupyterLab, in Debian's chromium driven by Playwright: the widget
+appears under a %%npuprofile cell, a wheel zoom changes the visible window (and the kernel answers
+it), hovering a lane shows an operator's name, and a screenshot of the shared level1 job's view
+holds its lanes. Screenshots are kept in the test's tmp dir (the CI artifact)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from .conftest import ASCEND, ROOT, TRAIN_SETUP
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+GUTTER = 190  # timeline.js: the lane labels' width; the plot starts here
+
+
+def _browser() -> str:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no {CHROMIUM} (apt-get install -y chromium; .ci/run installs it)")
+    try:
+        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--version"], capture_output=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"{CHROMIUM} cannot start: {exc}")
+    return CHROMIUM
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _notebook(path: Path) -> None:
+    import nbformat
+
+    cells = ["%load_ext npumagic\n%config NpuMagics.output_dir = 'runs'\nimport torch\ntorch.manual_seed(0)" + TRAIN_SETUP,
+             "%%npuprofile --repeat-cell --wait 0 --warmup 1 --steps 2 --name live\ntrain_step()"]
+    if (ASCEND / "level1").exists():
+        cells.append(f"%npuload {ASCEND / 'level1'} --name level1")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab on localhost with a token, serving a folder holding the test notebook."""
+    pytest.importorskip("jupyterlab", reason="pip install jupyterlab (the test extra)")
+    pytest.importorskip("anywidget", reason="pip install anywidget (the live extra)")
+    home = tmp_path_factory.mktemp("lab")
+    _notebook(home / "live.ipynb")
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               JUPYTER_RUNTIME_DIR=str(home / ".runtime"), MPLBACKEND="Agg")
+    env.pop("NPUMAGIC_STATIC", None)
+    log = open(home / "lab.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+                               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={home}", "--allow-root",
+                               "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+                              cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            if server.poll() is not None:
+                break
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                time.sleep(1)
+        else:
+            pytest.fail(f"JupyterLab did not start: {(home / 'lab.log').read_text()[-2000:]}")
+        yield url, token, home
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(lab):
+    """The notebook open in chromium, every cell run; the page, and where screenshots go."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
+    browser_path = _browser()
+    url, token, home = lab
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=browser_path, args=FLAGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{url}/lab/tree/live.ipynb?token={token}", wait_until="domcontentloaded", timeout=120_000)
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+        page.wait_for_function("window.jupyterapp && window.jupyterapp.commands.hasCommand('notebook:run-all-cells')",
+                               timeout=120_000)
+        page.wait_for_function("document.querySelector('.jp-Notebook') && "
+                               "!document.querySelector('.jp-Notebook-ExecutionIndicator[data-status=\"busy\"]')",
+                               timeout=60_000)
+        time.sleep(2)  # the kernel's session settles before the cells are queued
+        news = page.get_by_role("button", name="No", exact=True)  # JupyterLab's news prompt would cover the view
+        if news.count():
+            news.first.click()
+        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        page.wait_for_selector(".npumagic-live", timeout=300_000)
+        yield page, home
+        browser.close()
+
+
+def _state(root) -> dict:
+    return root.evaluate("el => ({t0: +el.dataset.t0, t1: +el.dataset.t1, answered: +el.dataset.answered, "
+                         "items: +el.dataset.items, lanes: +el.dataset.lanes})")
+
+
+def _answered_since(page, root, seq: int) -> dict:
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        state = _state(root)
+        if state["answered"] > seq:
+            return state
+        page.wait_for_timeout(200)
+    pytest.fail(f"the kernel did not answer the view (last answer {seq})")
+
+
+def test_the_widget_appears_under_the_cell_and_is_answered_by_the_kernel(page):
+    page, _ = page
+    root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")
+    root.wait_for(timeout=60_000)
+    state = _answered_since(page, root, 0)
+    assert state["lanes"] >= 1 and state["t1"] > state["t0"] and state["items"] > 0
+    assert root.locator("canvas").bounding_box()["width"] > 600
+
+
+def test_a_wheel_zoom_changes_the_visible_window(page):
+    page, home = page
+    root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")
+    before = _answered_since(page, root, 0)
+    box = root.locator("canvas").bounding_box()
+    page.mouse.move(box["x"] + GUTTER + (box["width"] - GUTTER) / 2, box["y"] + 40)
+    page.mouse.wheel(0, -400)
+    after = _answered_since(page, root, int(before["answered"]))
+    assert after["t1"] - after["t0"] < 0.8 * (before["t1"] - before["t0"])
+    assert before["t0"] <= after["t0"] and after["t1"] <= before["t1"]
+    root.screenshot(path=str(home / "zoomed.png"))
+
+
+def test_hovering_a_lane_shows_an_operators_name(page):
+    page, _ = page
+    root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")
+    root.locator("canvas").dblclick()  # the whole run again
+    _answered_since(page, root, 0)
+    box = root.locator("canvas").bounding_box()
+    tip = root.locator(".npumagic-tip")
+    seen = []
+    for y in range(30, min(int(box["height"]) - 30, 200), 6):
+        for k in range(40):
+            page.mouse.move(box["x"] + GUTTER + 2 + k * (box["width"] - GUTTER - 4) / 40, box["y"] + y)
+            if tip.is_visible():
+                seen.append(tip.inner_text().splitlines()[0])
+                if re.search(r"\w::\w|\w\.\w", seen[-1]):
+                    return
+    pytest.fail(f"no operator name on hover; the tooltips read {seen[:10]}")
+
+
+def _colored_bands(png: Path) -> int:
+    """Horizontal bands of the plot area holding coloured (not grey) pixels: the drawn lanes."""
+    import numpy as np
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(png).convert("RGB"), dtype=np.int16)[:, GUTTER + 2:]
+    colored = (rgb.max(axis=2) - rgb.min(axis=2) > 60).sum(axis=1) > 3
+    return int((colored[1:] & ~colored[:-1]).sum() + colored[0])
+
+
+@pytest.mark.skipif(not (ASCEND / "level1").exists(), reason="needs ../shared/data/ascend/level1")
+def test_a_screenshot_of_the_level1_job_shows_its_lanes(page):
+    page, home = page
+    root = page.locator(".jp-Cell").nth(2).locator(".npumagic-live")
+    root.wait_for(timeout=120_000)
+    state = _answered_since(page, root, 0)
+    root.scroll_into_view_if_needed()
+    shot = home / "level1_live.png"
+    root.screenshot(path=str(shot))
+    assert state["lanes"] >= 6  # two ranks: host threads, streams, collectives
+    assert _colored_bands(shot) >= state["lanes"] // 2
+    (home / "level1_state.json").write_text(json.dumps(state))
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["saved-without-widget-state", "NPUMAGIC_STATIC=1"])
+def test_a_notebook_exported_to_html_shows_the_png_timeline(tmp_path, monkeypatch, static):
+    """Saved as JupyterLab saves it by default (no widget state), or executed with NPUMAGIC_STATIC=1
+    (what `jupyter nbconvert --execute` needs: it stores widget state), the HTML has the PNG."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbconvert import HTMLExporter
+
+    _notebook(tmp_path / "live.ipynb")
+    nb = nbformat.read(tmp_path / "live.ipynb", as_version=4)
+    nb.cells = nb.cells[:2]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    if static:
+        monkeypatch.setenv("NPUMAGIC_STATIC", "1")
+    else:
+        monkeypatch.delenv("NPUMAGIC_STATIC", raising=False)
+    # GIVEN the notebook executed in a real kernel (where widget_frontend() holds unless NPUMAGIC_STATIC)
+    NotebookClient(nb, timeout=600, kernel_name="python3", store_widget_state=static,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    data = nb.cells[1].outputs[-1]["data"]
+    assert ("application/vnd.jupyter.widget-view+json" in data) is not static
+    # WHEN it is exported to HTML
+    body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    # THEN the timeline is there as the PNG
+    assert re.search(r"<img alt=[\"']timeline[\"']", body)
+    assert '<script type="application/vnd.jupyter.widget-view+json">' not in body

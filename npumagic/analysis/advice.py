@@ -231,8 +231,11 @@ def _host_bound(s: Summary) -> list[Finding]:
     evidence.update(preparing_ms=_per_step_ms(s, "preparing_us"), free_share=s.share("free_us"))
     if s.meta.get("backend") == "npu":
         fix = NPU_HOST_BOUND_FIX
-    else:
+    elif _backend(s) in ("cuda", "rocm"):  # ROCm's torch captures HIP graphs through the same API
         fix = ("cut launch overhead: capture the step in CUDA graphs (torch.compile(model, mode='reduce-overhead')), "
+               "raise the batch size, and move Python work (logging, metric math) out of the step")
+    else:  # an accelerator without CUDA graphs (MTIA, XPU, ...): fewer, larger launches
+        fix = ("cut launch overhead: compile the step so fewer, fused operators are launched (torch.compile(model)), "
                "raise the batch size, and move Python work (logging, metric math) out of the step")
     title = (f"the device is idle {idle_ms:,.2f} ms per step ({idle:.0%}) waiting for the host; "
              f"{evidence['preparing_ms']:,.2f} ms pass before the first device task")

@@ -133,6 +133,12 @@ def test_every_device_backend_gets_a_compute_fix_of_its_own_not_the_cpus(backend
     assert "autocast('cpu'" not in fix and "set_num_threads" not in fix
 
 
+def test_an_accelerator_without_cuda_graphs_is_not_told_to_use_them():
+    host = next(f for f in npumagic.advise(shared_summary(CUDA / "hta_more" / "mtia_trace_single_rank"))
+                if f.category == "host_bound")
+    assert "CUDA graphs" not in host.fix and "torch.compile(model)" in host.fix
+
+
 def test_blackwell_tensor_core_kernels_count_as_tensor_cores():
     advice = npumagic.advise(shared_summary(CUDA / "tracelens" / "b200_eager"))
     assert not [f for f in advice if f.rule == "tensor_cores"]

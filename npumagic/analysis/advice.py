@@ -160,6 +160,15 @@ def _dataloader(s: Summary) -> list[Finding]:
     ms = _per_step_ms(s, "dataloader_us")
     title = f"the step waits {ms:,.2f} ms for the next batch ({share:.0%} of the step)"
     evidence = {"dataloader_ms": ms, "dataloader_share": share}
+    # at stake: the device's idle time while the host waits (it may still drain the last step's
+    # queue meanwhile); on the CPU, and where not measured, the wait itself
+    impact = share
+    if s.meta.get("device_mode") and s.steps.get("idle_dataloader_us") is not None and \
+            s.steps["idle_dataloader_us"].notna().any():
+        impact = s.share("idle_dataloader_us")
+        evidence["device_idle_share"] = impact
+        if impact < share - 0.01:
+            title += f"; the device idles {_per_step_ms(s, 'idle_dataloader_us'):,.2f} ms of it"
     host = _host_cpu(s)
     if host:
         evidence.update(host)
@@ -175,7 +184,7 @@ def _dataloader(s: Summary) -> list[Finding]:
                    "or RAM, pack small files into shards), and overlap more reads (prefetch_factor=4, more workers)")
         elif not n and host.get("main_thread_cpu_pct", 0) >= T.HOST_PINNED_PCT:
             title += f"; the training thread loads every batch itself ({host['main_thread_cpu_pct']:.0f}% of a core)"
-    return [Finding("dataloader", share, title, evidence, fix, iterator)]
+    return [Finding("dataloader", impact, title, evidence, fix, iterator)]
 
 
 def _tiny_per_step(s: Summary) -> float:

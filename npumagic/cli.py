@@ -20,6 +20,7 @@ VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix")
 
 
 def _load(args, path) -> Any:
+    _exists(path)
     from . import analysis
 
     # a progress bar on a terminal, never in --json mode (stdout must stay machine-readable)
@@ -27,6 +28,7 @@ def _load(args, path) -> Any:
 
 
 def _summary(args, path, rank=None):
+    _exists(path)
     from . import parallel
 
     # many ranks: an outline of each rank with one rank in full, or every rank as a parallel task
@@ -34,6 +36,14 @@ def _summary(args, path, rank=None):
     return parallel.analyze(path, rank=rank, scheduler=getattr(args, "scheduler", None),
                             progress=not getattr(args, "json", False) and sys.stderr.isatty(),
                             every_rank=getattr(args, "every_rank", False) or getattr(args, "all", False))
+
+
+def _exists(path) -> None:
+    """A missing path is refused before pandas is imported (the reader says the same, later)."""
+    if not Path(path).exists():
+        from .errors import TraceError
+
+        raise TraceError(path, "no such file or directory")
 
 
 def _records(frame, limit: int | None = None) -> list[dict]:
@@ -57,10 +67,10 @@ def _clean(value):
 
 
 def _analyze(args) -> int:
+    summary = _summary(args, args.path, args.rank)
     from .analysis.checklist import checklist
     from .render.tables import kernel_table, rank_caption, rank_table
 
-    summary = _summary(args, args.path, args.rank)
     verdict = checklist(summary)
     if args.json:
         _print_json(_clean({"path": str(args.path), "meta": summary.meta, "headline": summary.headline,
@@ -80,9 +90,10 @@ def _analyze(args) -> int:
 
 
 def _advise(args) -> int:
+    summary = _summary(args, args.path, args.rank)
     from .analysis.advice import advise_run
 
-    advice = advise_run(_summary(args, args.path, args.rank), str(args.path), every_rank=args.all, low=args.all)
+    advice = advise_run(summary, str(args.path), every_rank=args.all, low=args.all)
     if args.json:
         _print_json(_clean({"path": str(args.path), "findings": [f.as_dict() for f in advice],
                             "low_findings_not_shown": advice.hidden_low, "steps_inferred": advice.steps_inferred,
@@ -95,10 +106,11 @@ def _advise(args) -> int:
 
 
 def _compare(args) -> int:
-    from .analysis.compare import compare
-
+    _exists(args.path_b)  # both refused before either is read
     a = _summary(args, args.path_a, args.rank_a)
     b = _summary(args, args.path_b, args.rank_b)
+    from .analysis.compare import compare
+
     name_a, name_b = Path(args.path_a).name, Path(args.path_b).name
     if name_a == name_b:  # e.g. two rank0_ascend_pt directories: say which is which
         name_a, name_b = (f"{Path(p).parent.name}/{Path(p).name}" for p in (args.path_a, args.path_b))
@@ -115,11 +127,8 @@ def _compare(args) -> int:
 
 
 def _show(args) -> int:
-    from . import analysis
-    from .render.views import build_view, view_range
+    from .ranges import view_range
 
-    trace = _load(args, args.path)
-    summary = analysis.summarize(trace, rank=args.rank)
     view = next((v for v in VIEWS if getattr(args, v)), "timeline")
     options = {}
     if view == "timeline":
@@ -127,6 +136,11 @@ def _show(args) -> int:
             options["steps"] = view_range(args.step_range, int, "--step-range")
         if args.zoom:
             options["window"] = view_range(args.zoom, float, "--zoom")
+    trace = _load(args, args.path)
+    from . import analysis
+    from .render.views import build_view
+
+    summary = analysis.summarize(trace, rank=args.rank)
     fig = build_view(view, trace, summary, title=f"{Path(args.path).name}: {view}", **options)
     out = Path(args.output)
     out = out if out.suffix else out.with_name(out.name + ".png")  # what savefig writes; said as written
@@ -136,9 +150,9 @@ def _show(args) -> int:
 
 
 def _runs(args) -> int:
+    out = _output_dir(args)
     from .render.tables import runs_table
 
-    out = _output_dir(args)
     store = _history(out)
     if store is None:
         print(f"no runs in {out}")
@@ -152,9 +166,10 @@ def _runs(args) -> int:
 
 
 def _export(args) -> int:
+    out = _output_dir(args)
     from .render.export import render_markdown, write_log
 
-    store = _history(_output_dir(args))
+    store = _history(out)
     runs = store.runs() if store is not None else []
     if args.md or args.csv:
         write_log(runs, md=args.md, csv=args.csv)
@@ -269,7 +284,7 @@ def _output_dir(args) -> str:
         raise NpumagicError(f"two output directories given, {args.dir} and --out {args.out}: give one")
     out = args.dir if args.dir is not None else args.out
     if out is None and not Path(OUTPUT_DIR).exists():
-        from .history import DB_NAME
+        from .names import DB_NAME
 
         hint = f"; the demo's is here: npumagic {args.command} {DEMO_DIR}" if Path(DEMO_DIR, DB_NAME).is_file() else ""
         raise NpumagicError(f"no ./{OUTPUT_DIR} here (the magics' default output directory): give the directory "

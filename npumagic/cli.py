@@ -73,10 +73,9 @@ def _analyze(args) -> int:
 
     verdict = checklist(summary)
     if args.json:
-        _print_json(_clean({"path": str(args.path), "meta": summary.meta, "headline": summary.headline,
-                            "verdict": verdict.as_dict(), "steps": _records(summary.steps),
-                            "kernels": _records(summary.kernels, args.top), "ranks": _records(summary.ranks),
-                            "comm": _records(summary.comm), "memory": _records(summary.memory)}))
+        from .jsonout import analyze_doc
+
+        _print_json(analyze_doc(summary, verdict, args.path, args.top))
         return 0
     print(summary)
     print()
@@ -95,11 +94,9 @@ def _advise(args) -> int:
 
     advice = advise_run(summary, str(args.path), every_rank=args.all, low=args.all)
     if args.json:
-        _print_json(_clean({"path": str(args.path), "findings": [f.as_dict() for f in advice],
-                            "low_findings_not_shown": advice.hidden_low, "steps_inferred": advice.steps_inferred,
-                            "bottleneck": advice.lead.category if advice.lead else "",
-                            **({"untrusted": advice.untrusted} if advice.untrusted else {}),
-                            **({"otherwise": advice.otherwise} if advice.otherwise else {})}))
+        from .jsonout import advice_doc
+
+        _print_json(advice_doc(advice, args.path))
     else:
         print(advice)
     return 0
@@ -116,11 +113,9 @@ def _compare(args) -> int:
         name_a, name_b = (f"{Path(p).parent.name}/{Path(p).name}" for p in (args.path_a, args.path_b))
     cmp = compare(a, b, name_a, name_b)
     if args.json:
-        _print_json(_clean({"a": str(args.path_a), "b": str(args.path_b), "speedup": cmp.speedup, "ci": list(cmp.ci),
-                            "p_value": cmp.p_value, "significant": cmp.significant, "verdict": cmp.sentence(),
-                            "decided_by": cmp.decided_by or None,
-                            "explained_by": cmp.explained_by.column if cmp.explained_by else None, "changed": cmp.changed,
-                            "breakdown": _records(cmp.breakdown), "kernels": _records(cmp.kernels, 50)}))
+        from .jsonout import comparison_doc
+
+        _print_json(comparison_doc(cmp, args.path_a, args.path_b))
     else:
         print(cmp)
     return 0
@@ -145,7 +140,12 @@ def _show(args) -> int:
     out = Path(args.output)
     out = out if out.suffix else out.with_name(out.name + ".png")  # what savefig writes; said as written
     fig.savefig(out, dpi=args.dpi)
-    print(f"wrote {out}")
+    if args.json:
+        from .jsonout import show_doc
+
+        _print_json(show_doc(args.path, view, out, summary, options))
+    else:
+        print(f"wrote {out}")
     return 0
 
 
@@ -154,12 +154,13 @@ def _runs(args) -> int:
     from .render.tables import runs_table
 
     store = _history(out)
-    if store is None:
-        print(f"no runs in {out}")
-        return 0
-    table = store.table()
+    table = store.table() if store is not None else None
     if args.json:
-        print(table.to_json(orient="records", date_format="iso"))
+        from .jsonout import runs_doc
+
+        _print_json(runs_doc(table, out))
+    elif table is None:
+        print(f"no runs in {out}")
     else:
         print(runs_table(table).to_text() if len(table) else f"no runs in {out}")
     return 0
@@ -173,7 +174,11 @@ def _export(args) -> int:
     runs = store.runs() if store is not None else []
     if args.md or args.csv:
         write_log(runs, md=args.md, csv=args.csv)
-    else:
+    if args.json:
+        from .jsonout import export_doc
+
+        _print_json(export_doc(runs, out, [p for p in (args.md, args.csv) if p]))
+    elif not (args.md or args.csv):
         print(render_markdown(runs))
     return 0
 
@@ -255,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-range", default=None, help="timeline: steps FIRST:LAST")
     p.add_argument("--zoom", default=None, help="timeline: START_MS:END_MS from the first step")
     p.add_argument("--dpi", type=dpi, default=110, help="image resolution, 20 to 600 (default 110)")
+    p.add_argument("--json", action="store_true", help="machine-readable output: the file written and the view's data")
     p = add("runs", _runs, "list the run history of an output directory")
     _output_dir_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -262,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     _output_dir_arguments(p)
     p.add_argument("--md", default=None, help="write Markdown here (default: print it)")
     p.add_argument("--csv", default=None, help="write CSV here")
+    p.add_argument("--json", action="store_true", help="machine-readable output: the log, and the files written")
     p = add("demo", _demo, "profile a small CPU training loop through the magics in a real IPython shell")
     p.add_argument("--out", default=DEMO_DIR, help=f"output directory (default ./{DEMO_DIR})")
     return parser

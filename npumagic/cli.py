@@ -192,6 +192,17 @@ def _history(out: str):
     return HistoryStore(out, create=False)
 
 
+def _mcp(args) -> int:
+    try:
+        from .mcp_server import serve
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "mcp":
+            raise
+        raise NpumagicError("npumagic mcp needs the MCP Python SDK: pip install 'npumagic[mcp]'") from None
+    serve(args.out)
+    return 0
+
+
 def _demo(args) -> int:
     from .demo import run_demo
 
@@ -269,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--md", default=None, help="write Markdown here (default: print it)")
     p.add_argument("--csv", default=None, help="write CSV here")
     p.add_argument("--json", action="store_true", help="machine-readable output: the log, and the files written")
+    p = add("mcp", _mcp, "serve these analyses to coding assistants: a Model Context Protocol server over stdio")
+    p.add_argument("--out", default=OUTPUT_DIR, help=f"output directory whose runs the tools may name (default "
+                                                     f"./{OUTPUT_DIR}); the server writes nowhere else")
     p = add("demo", _demo, "profile a small CPU training loop through the magics in a real IPython shell")
     p.add_argument("--out", default=DEMO_DIR, help=f"output directory (default ./{DEMO_DIR})")
     return parser

@@ -29,7 +29,7 @@ def probe(*argv: str, cwd=None) -> tuple[int, list[str], str]:
     return status, heavy, "\n".join(said)
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["analyze", "--help"], ["show", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["analyze", "--help"], ["show", "--help"], ["mcp", "--help"]])
 def test_help_imports_nothing_heavy(argv):
     status, heavy, _ = probe(*argv)
     assert (status, heavy) == (0, [])
@@ -60,3 +60,10 @@ def test_the_public_api_loads_on_first_use():
             "print(before, npumagic.Summary.__name__, npumagic.checklist.__module__, 'analyze' in dir(npumagic))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert done.stdout.split() == ["[]", "Summary", "npumagic.analysis.checklist", "True"]
+
+
+def test_mcp_without_the_sdk_says_how_to_install_it():
+    code = "import sys; sys.modules['mcp'] = None; from npumagic.cli import main; sys.exit(main(['mcp']))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == "npumagic: error: npumagic mcp needs the MCP Python SDK: pip install 'npumagic[mcp]'\n"

@@ -198,7 +198,7 @@ def _mcp(args) -> int:
     except ImportError as exc:
         if (exc.name or "").partition(".")[0] != "mcp":
             raise
-        raise NpumagicError("npumagic mcp needs the MCP Python SDK: pip install 'npumagic[mcp]'") from None
+        raise NpumagicError("npumagic mcp needs the MCP Python SDK (2.x): pip install 'npumagic[mcp]'") from None
     serve(args.out)
     return 0
 

@@ -66,4 +66,4 @@ def test_mcp_without_the_sdk_says_how_to_install_it():
     code = "import sys; sys.modules['mcp'] = None; from npumagic.cli import main; sys.exit(main(['mcp']))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr == "npumagic: error: npumagic mcp needs the MCP Python SDK: pip install 'npumagic[mcp]'\n"
+    assert done.stderr == "npumagic: error: npumagic mcp needs the MCP Python SDK (2.x): pip install 'npumagic[mcp]'\n"

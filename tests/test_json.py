@@ -32,7 +32,7 @@ def history(tmp_path_factory):
     return out
 
 
-def test_analyze_json(tmp_path):
+def test_analyze_json():
     doc = npumagic_json("analyze", str(need(LEVEL1)), "--top", "3")
     assert (doc["schema"], doc["kind"]) == (SCHEMA, "analyze")
     assert doc["verdict"]["bottleneck"] == "communication" and len(doc["kernels"]) == 3

@@ -17,15 +17,27 @@ Offline, on an output directory collected elsewhere::
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .analysis import Summary, Trace, load, summarize
-from .analysis.advice import Advice, Finding, advise
-from .analysis.checklist import Verdict, checklist
-from .analysis.compare import Comparison, compare
-from .capture.steps import step
 from .errors import NpumagicError, TraceError
-from .offline import parse_raw
+
+if TYPE_CHECKING:
+    from .analysis import Summary, Trace, load, summarize
+    from .analysis.advice import Advice, Finding, advise
+    from .analysis.checklist import Verdict, checklist
+    from .analysis.compare import Comparison, compare
+    from .capture.steps import step
+    from .offline import parse_raw
+
+# The public API loads on first use (as render/ does), so `import npumagic` and the CLI's --help
+# and argument errors answer without importing pandas, numpy, torch or matplotlib.
+_WHERE = {"Summary": "analysis", "Trace": "analysis", "load": "analysis", "summarize": "analysis",
+          "Advice": "analysis.advice", "Finding": "analysis.advice", "advise": "analysis.advice",
+          "Verdict": "analysis.checklist", "checklist": "analysis.checklist",
+          "Comparison": "analysis.compare", "compare": "analysis.compare", "step": "capture.steps",
+          "parse_raw": "offline"}
 
 __version__ = "0.1.0"
 __all__ = ["Advice", "Comparison", "Finding", "NpumagicError", "Summary", "Trace", "TraceError", "Verdict", "advise",
@@ -33,8 +45,22 @@ __all__ = ["Advice", "Comparison", "Finding", "NpumagicError", "Summary", "Trace
            "timeline", "unload_ipython_extension"]
 
 
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
+
 def analyze(path: str | Path) -> Summary:
     """``summarize(load(path))``: the Summary of any supported profiler output."""
+    from .analysis import load, summarize
+
     return summarize(load(path))
 
 

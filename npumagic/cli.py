@@ -20,6 +20,7 @@ VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix")
 
 
 def _load(args, path) -> Any:
+    _exists(path)
     from . import analysis
 
     # a progress bar on a terminal, never in --json mode (stdout must stay machine-readable)
@@ -27,6 +28,7 @@ def _load(args, path) -> Any:
 
 
 def _summary(args, path, rank=None):
+    _exists(path)
     from . import parallel
 
     if getattr(args, "parse_raw", False):
@@ -40,6 +42,14 @@ def _summary(args, path, rank=None):
     return parallel.analyze(path, rank=rank, scheduler=getattr(args, "scheduler", None),
                             progress=not getattr(args, "json", False) and sys.stderr.isatty(),
                             every_rank=getattr(args, "every_rank", False) or getattr(args, "all", False))
+
+
+def _exists(path) -> None:
+    """A missing path is refused before pandas is imported (the reader says the same, later)."""
+    if not Path(path).exists():
+        from .errors import TraceError
+
+        raise TraceError(path, "no such file or directory")
 
 
 def _records(frame, limit: int | None = None) -> list[dict]:
@@ -63,16 +73,15 @@ def _clean(value):
 
 
 def _analyze(args) -> int:
+    summary = _summary(args, args.path, args.rank)
     from .analysis.checklist import checklist
     from .render.tables import kernel_table, rank_caption, rank_table
 
-    summary = _summary(args, args.path, args.rank)
     verdict = checklist(summary)
     if args.json:
-        _print_json(_clean({"path": str(args.path), "meta": summary.meta, "headline": summary.headline,
-                            "verdict": verdict.as_dict(), "steps": _records(summary.steps),
-                            "kernels": _records(summary.kernels, args.top), "ranks": _records(summary.ranks),
-                            "comm": _records(summary.comm), "memory": _records(summary.memory)}))
+        from .jsonout import analyze_doc
+
+        _print_json(analyze_doc(summary, verdict, args.path, args.top))
         return 0
     print(summary)
     print()
@@ -86,46 +95,41 @@ def _analyze(args) -> int:
 
 
 def _advise(args) -> int:
+    summary = _summary(args, args.path, args.rank)
     from .analysis.advice import advise_run
 
-    advice = advise_run(_summary(args, args.path, args.rank), str(args.path), every_rank=args.all, low=args.all)
+    advice = advise_run(summary, str(args.path), every_rank=args.all, low=args.all)
     if args.json:
-        _print_json(_clean({"path": str(args.path), "findings": [f.as_dict() for f in advice],
-                            "low_findings_not_shown": advice.hidden_low, "steps_inferred": advice.steps_inferred,
-                            "bottleneck": advice.lead.category if advice.lead else "",
-                            **({"untrusted": advice.untrusted} if advice.untrusted else {}),
-                            **({"otherwise": advice.otherwise} if advice.otherwise else {})}))
+        from .jsonout import advice_doc
+
+        _print_json(advice_doc(advice, args.path))
     else:
         print(advice)
     return 0
 
 
 def _compare(args) -> int:
-    from .analysis.compare import compare
-
+    _exists(args.path_b)  # both refused before either is read
     a = _summary(args, args.path_a, args.rank_a)
     b = _summary(args, args.path_b, args.rank_b)
+    from .analysis.compare import compare
+
     name_a, name_b = Path(args.path_a).name, Path(args.path_b).name
     if name_a == name_b:  # e.g. two rank0_ascend_pt directories: say which is which
         name_a, name_b = (f"{Path(p).parent.name}/{Path(p).name}" for p in (args.path_a, args.path_b))
     cmp = compare(a, b, name_a, name_b)
     if args.json:
-        _print_json(_clean({"a": str(args.path_a), "b": str(args.path_b), "speedup": cmp.speedup, "ci": list(cmp.ci),
-                            "p_value": cmp.p_value, "significant": cmp.significant, "verdict": cmp.sentence(),
-                            "decided_by": cmp.decided_by or None,
-                            "explained_by": cmp.explained_by.column if cmp.explained_by else None, "changed": cmp.changed,
-                            "breakdown": _records(cmp.breakdown), "kernels": _records(cmp.kernels, 50)}))
+        from .jsonout import comparison_doc
+
+        _print_json(comparison_doc(cmp, args.path_a, args.path_b))
     else:
         print(cmp)
     return 0
 
 
 def _show(args) -> int:
-    from . import analysis
-    from .render.views import build_view, view_range
+    from .ranges import view_range
 
-    trace = _load(args, args.path)
-    summary = analysis.summarize(trace, rank=args.rank)
     view = next((v for v in VIEWS if getattr(args, v)), "timeline")
     options = {}
     if view == "timeline":
@@ -133,38 +137,54 @@ def _show(args) -> int:
             options["steps"] = view_range(args.step_range, int, "--step-range")
         if args.zoom:
             options["window"] = view_range(args.zoom, float, "--zoom")
+    trace = _load(args, args.path)
+    from . import analysis
+    from .render.views import build_view
+
+    summary = analysis.summarize(trace, rank=args.rank)
     fig = build_view(view, trace, summary, title=f"{Path(args.path).name}: {view}", **options)
     out = Path(args.output)
     out = out if out.suffix else out.with_name(out.name + ".png")  # what savefig writes; said as written
     fig.savefig(out, dpi=args.dpi)
-    print(f"wrote {out}")
+    if args.json:
+        from .jsonout import show_doc
+
+        _print_json(show_doc(args.path, view, out, summary, options))
+    else:
+        print(f"wrote {out}")
     return 0
 
 
 def _runs(args) -> int:
+    out = _output_dir(args)
     from .render.tables import runs_table
 
-    out = _output_dir(args)
     store = _history(out)
-    if store is None:
-        print(f"no runs in {out}")
-        return 0
-    table = store.table()
+    table = store.table() if store is not None else None
     if args.json:
-        print(table.to_json(orient="records", date_format="iso"))
+        from .jsonout import runs_doc
+
+        _print_json(runs_doc(table, out))
+    elif table is None:
+        print(f"no runs in {out}")
     else:
         print(runs_table(table).to_text() if len(table) else f"no runs in {out}")
     return 0
 
 
 def _export(args) -> int:
+    out = _output_dir(args)
     from .render.export import render_markdown, write_log
 
-    store = _history(_output_dir(args))
+    store = _history(out)
     runs = store.runs() if store is not None else []
     if args.md or args.csv:
         write_log(runs, md=args.md, csv=args.csv)
-    else:
+    if args.json:
+        from .jsonout import export_doc
+
+        _print_json(export_doc(runs, out, [p for p in (args.md, args.csv) if p]))
+    elif not (args.md or args.csv):
         print(render_markdown(runs))
     return 0
 
@@ -176,6 +196,17 @@ def _history(out: str):
     if Path(out).is_dir() and not (Path(out) / DB_NAME).exists():
         return None
     return HistoryStore(out, create=False)
+
+
+def _mcp(args) -> int:
+    try:
+        from .mcp_server import serve
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "mcp":
+            raise
+        raise NpumagicError("npumagic mcp needs the MCP Python SDK (2.x): pip install 'npumagic[mcp]'") from None
+    serve(args.out)
+    return 0
 
 
 def _demo(args) -> int:
@@ -254,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-range", default=None, help="timeline: steps FIRST:LAST")
     p.add_argument("--zoom", default=None, help="timeline: START_MS:END_MS from the first step")
     p.add_argument("--dpi", type=dpi, default=110, help="image resolution, 20 to 600 (default 110)")
+    p.add_argument("--json", action="store_true", help="machine-readable output: the file written and the view's data")
     p = add("runs", _runs, "list the run history of an output directory")
     _output_dir_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -261,6 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     _output_dir_arguments(p)
     p.add_argument("--md", default=None, help="write Markdown here (default: print it)")
     p.add_argument("--csv", default=None, help="write CSV here")
+    p.add_argument("--json", action="store_true", help="machine-readable output: the log, and the files written")
+    p = add("mcp", _mcp, "serve these analyses to coding assistants: a Model Context Protocol server over stdio")
+    p.add_argument("--out", default=OUTPUT_DIR, help=f"output directory whose runs the tools may name (default "
+                                                     f"./{OUTPUT_DIR}); the server writes nowhere else")
     p = add("demo", _demo, "profile a small CPU training loop through the magics in a real IPython shell")
     p.add_argument("--out", default=DEMO_DIR, help=f"output directory (default ./{DEMO_DIR})")
     return parser
@@ -283,7 +319,7 @@ def _output_dir(args) -> str:
         raise NpumagicError(f"two output directories given, {args.dir} and --out {args.out}: give one")
     out = args.dir if args.dir is not None else args.out
     if out is None and not Path(OUTPUT_DIR).exists():
-        from .history import DB_NAME
+        from .names import DB_NAME
 
         hint = f"; the demo's is here: npumagic {args.command} {DEMO_DIR}" if Path(DEMO_DIR, DB_NAME).is_file() else ""
         raise NpumagicError(f"no ./{OUTPUT_DIR} here (the magics' default output directory): give the directory "

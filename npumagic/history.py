@@ -29,10 +29,9 @@ from .analysis.persist import FORMAT as SUMMARY_FORMAT
 from .analysis.persist import READABLE as READABLE_SUMMARY_FORMATS
 from .analysis.persist import dump_summary, load_summary
 from .errors import NpumagicError
-from .names import check_name
+from .names import DB_NAME, check_name  # noqa: F401  (DB_NAME: imported from here too)
 from .records import Run, when
 
-DB_NAME = "history.sqlite"
 AUTO_NAME = re.compile(r"^run(\d+)$")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (

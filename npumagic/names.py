@@ -8,6 +8,7 @@ import re
 
 from .errors import NpumagicError
 
+DB_NAME = "history.sqlite"  # the history in an output directory (here, so the CLI names it without pandas)
 RUN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 RULE = "letters, digits, '_', '-' or '.', starting with a letter or '_', at most 64 characters"
 

@@ -103,7 +103,7 @@ def test_runs_and_export_read_a_real_history(tmp_path, capsys):
     session = Session(tmp_path)
     session.load(need(ASCEND / "level0" / "rank0_ascend_pt"), name="cluster0")
     assert main(["runs", "--out", str(tmp_path), "--json"]) == 0
-    runs = json.loads(capsys.readouterr().out)
+    runs = json.loads(capsys.readouterr().out)["runs"]
     assert runs[0]["name"] == "cluster0" and runs[0]["bottleneck"] == "communication"
     md = tmp_path / "log.md"
     assert main(["export", "--out", str(tmp_path), "--md", str(md)]) == 0
@@ -121,7 +121,7 @@ def test_runs_and_export_take_the_directory_as_the_other_commands_take_their_pat
     Session(tmp_path / "npumagic_demo").load(need(CUDA / "alexnet_sync"), name="sample")
     monkeypatch.chdir(tmp_path)
     assert main(["runs", "npumagic_demo", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["name"] == "sample"
+    assert json.loads(capsys.readouterr().out)["runs"][0]["name"] == "sample"
     assert main(["export", "npumagic_demo"]) == 0 and "## sample" in capsys.readouterr().out
     # without one, and no ./npumagic_runs: the error names the demo's directory, which is here
     assert main(["runs"]) == 2

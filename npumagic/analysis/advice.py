@@ -81,6 +81,12 @@ class Advice:
         return pd.DataFrame([f.as_dict() for f in self.findings],
                             columns=["category", "severity", "impact", "title", "fix", "where", "rule", "evidence"])
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document ``npumagic advise --json`` prints (``schema`` versioned)."""
+        from ..jsonout import advice_doc
+
+        return advice_doc(self)
+
     def __str__(self) -> str:
         from ..render.text import advice_text
 

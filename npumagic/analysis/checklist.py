@@ -29,6 +29,12 @@ class Verdict:
         return {"bottleneck": self.bottleneck, "evidence": self.evidence, "next_change": self.next_change,
                 "steps": [list(s) for s in self.steps], "findings": [f.as_dict() for f in self.advice]}
 
+    def to_dict(self) -> dict[str, Any]:
+        """``as_dict()`` as a versioned JSON document (the ``schema`` field)."""
+        from ..jsonout import verdict_doc
+
+        return verdict_doc(self)
+
     def __str__(self) -> str:
         from ..render.text import verdict_text
 

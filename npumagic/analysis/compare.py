@@ -295,6 +295,12 @@ class Comparison:
                     f"({test}); {self.noise.describe()}")
         return f"step-time ratio {self.a}/{self.b} {self.speedup:.2f}x, {test}; {self.noise.describe()}"
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document ``npumagic compare --json`` prints (``schema`` versioned)."""
+        from ..jsonout import comparison_doc
+
+        return comparison_doc(self)
+
     def __str__(self) -> str:
         from ..render.text import comparison_text
 

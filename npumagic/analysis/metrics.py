@@ -154,6 +154,12 @@ class Summary:
             out["host_workers"] = float(self.host["workers"].max())
         return out
 
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
+        """The JSON document of the summary (``schema`` versioned; ``top``: kernels listed)."""
+        from ..jsonout import summary_doc
+
+        return summary_doc(self, top)
+
     # -- display (built by npumagic.render.text) ---------------------------------------------
     def __str__(self) -> str:
         from ..render.text import summary_text

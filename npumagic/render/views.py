@@ -4,7 +4,6 @@ figure becomes PNG or SVG bytes. The same functions serve the magics and the CLI
 from __future__ import annotations
 
 import io
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +13,8 @@ from matplotlib.figure import Figure
 
 from ..analysis.metrics import Summary
 from ..analysis.schema import Trace
-from ..errors import NpumagicError
 from ..names import file_stem
+from ..ranges import view_range  # noqa: F401  (the magics and CLI import it from here)
 from .charts import comm_figure, kernels_figure, matrix_figure, memory_figure, steps_figure
 from .timeline import timeline_figure
 
@@ -110,22 +109,6 @@ def render_views(views: list[str], trace: Trace | None, summary: Summary, save_d
             path = save_dir / f"{file_stem(prefix)}_{view}{figure_suffix(rank, shown)}.{fmt}"
         out.append(RenderedFigure.of(view, fig, fmt, path))
     return out
-
-
-def view_range(text: str | None, kind, option: str):
-    """``FIRST:LAST`` of ``--step-range``/``--zoom`` as a pair of ``kind``; None for None.
-    A malformed or reversed range raises NpumagicError naming the option."""
-    if text is None:
-        return None
-    try:
-        a, b = (kind(x) for x in str(text).split(":"))
-    except ValueError:
-        raise NpumagicError(f"{option} takes FIRST:LAST, got {text!r}") from None
-    if not all(math.isfinite(x) and abs(x) < 1e12 for x in (a, b)):  # 1e400 is inf; 1e12 ms is 30 years
-        raise NpumagicError(f"{option} {text!r}: FIRST and LAST must be finite numbers below 1e12")
-    if b < a:
-        raise NpumagicError(f"{option} {text!r}: the end comes before the start")
-    return a, b
 
 
 def figure_suffix(rank: int | None, options: dict) -> str:

@@ -1,0 +1,145 @@
+"""The JSON documents of npumagic's results: what ``--json`` prints, what the result objects'
+``.to_dict()`` return and what the MCP server attaches to its answers, built in one place.
+
+Every document is one JSON object whose ``schema`` field names its version (:data:`SCHEMA`) and
+whose ``kind`` says which document it is; a later version adds fields and bumps the number only
+when one is renamed or removed. Figures keep their units in their names (``_us``, ``_ms``,
+``_pct``; ``_share`` and ``device_util`` are fractions of the step, 0..1), and the JSON is strict:
+NaN and infinity become null."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "npumagic/1"
+
+
+def document(kind: str, **fields: Any) -> dict[str, Any]:
+    """A versioned, JSON-ready document: ``{"schema": SCHEMA, "kind": kind, **fields}``."""
+    return clean({"schema": SCHEMA, "kind": kind, **fields})
+
+
+def clean(value: Any) -> Any:
+    """Plain JSON values, recursively: NaN/inf -> None, numpy scalars and arrays -> numbers and
+    lists, tuples -> lists, paths -> strings (anything else stays as it is; :func:`dumps`
+    writes it with ``str``)."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # numpy scalar or array
+        value = value.tolist()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k if k is None or isinstance(k, (str, int, float, bool)) else str(k): clean(v)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [clean(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, default=str, indent=2, allow_nan=False)
+
+
+def records(frame, limit: int | None = None) -> list[dict[str, Any]]:
+    """A DataFrame's rows as JSON objects (its first ``limit`` rows when given)."""
+    if frame is None:
+        return []
+    frame = frame.head(limit) if limit else frame
+    return json.loads(frame.to_json(orient="records", date_format="iso"))
+
+
+def _left(frame, limit: int | None) -> int:
+    return max(0, len(frame) - limit) if limit else 0
+
+
+# -- the analysis objects -------------------------------------------------------------------
+def summary_fields(summary, top: int | None = None) -> dict[str, Any]:
+    """A Summary's figures: its meta, headline and tables (``top`` kernels, the count of the
+    rest in ``kernels_left_out``)."""
+    return {"meta": summary.meta, "headline": summary.headline, "steps": records(summary.steps),
+            "kernels": records(summary.kernels, top), "kernels_left_out": _left(summary.kernels, top),
+            "ranks": records(summary.ranks), "comm": records(summary.comm), "memory": records(summary.memory)}
+
+
+def summary_doc(summary, top: int | None = None) -> dict[str, Any]:
+    return document("summary", **summary_fields(summary, top))
+
+
+def verdict_doc(verdict) -> dict[str, Any]:
+    return document("verdict", **verdict.as_dict())
+
+
+def analyze_doc(summary, verdict, path: str, top: int | None = None) -> dict[str, Any]:
+    """``npumagic analyze --json``: the summary's figures and the checklist verdict."""
+    return document("analyze", path=str(path), **summary_fields(summary, top), verdict=verdict.as_dict())
+
+
+def advice_fields(advice) -> dict[str, Any]:
+    return {"findings": [f.as_dict() for f in advice], "low_findings_not_shown": advice.hidden_low,
+            "steps_inferred": advice.steps_inferred, "bottleneck": advice.lead.category if advice.lead else "",
+            **({"untrusted": advice.untrusted} if advice.untrusted else {}),
+            **({"otherwise": advice.otherwise} if advice.otherwise else {}),
+            **({"ranks_left": advice.ranks_left} if advice.ranks_left else {})}
+
+
+def advice_doc(advice, path: str | None = None) -> dict[str, Any]:
+    """``npumagic advise --json``: the findings, most important first."""
+    return document("advice", path=str(path if path is not None else advice.run), **advice_fields(advice))
+
+
+COMPARE_KERNELS = 50  # the kernel deltas a comparison document lists (the rest are counted)
+
+
+def comparison_doc(cmp, a: str | None = None, b: str | None = None) -> dict[str, Any]:
+    """``npumagic compare --json``: the significance verdict, its evidence and the deltas.
+    ``a``/``b`` the paths compared (default the comparison's own names)."""
+    return document(
+        "comparison", a=str(a if a is not None else cmp.a), b=str(b if b is not None else cmp.b),
+        name_a=cmp.a, name_b=cmp.b, speedup=cmp.speedup, ci=list(cmp.ci), p_value=cmp.p_value,
+        significant=cmp.significant, verdict=cmp.sentence(), decided_by=cmp.decided_by or None,
+        explained_by=cmp.explained_by.column if cmp.explained_by else None, changed=cmp.changed,
+        median_a_us=cmp.median_a_us, median_b_us=cmp.median_b_us, steps_a=cmp.n_a, steps_b=cmp.n_b,
+        **({"untrusted": cmp.untrusted} if cmp.untrusted else {}),
+        breakdown=records(cmp.breakdown), kernels=records(cmp.kernels, COMPARE_KERNELS),
+        kernels_left_out=_left(cmp.kernels, COMPARE_KERNELS))
+
+
+# -- the history ------------------------------------------------------------------------------
+def runs_doc(table, out: str) -> dict[str, Any]:
+    """``npumagic runs --json``: the runs of an output directory, one object per run."""
+    return document("runs", out=str(out), runs=records(table) if table is not None else [])
+
+
+def run_record(run) -> dict[str, Any]:
+    """One run of the troubleshooting log: its facts, headline figures, verdict (with its
+    findings) and the user's note."""
+    from .records import when
+
+    created = when(run.created)
+    return {"name": run.name, "created": created.isoformat() if created is not None else None, "status": run.status,
+            "kind": run.kind, "backend": run.backend, "device": run.device, "source": run.source,
+            "run_dir": run.run_dir, "note": run.note, "message": run.message, "headline": run.headline,
+            "verdict": run.verdict}
+
+
+def export_doc(runs, out: str, written: list[str] = ()) -> dict[str, Any]:
+    """``npumagic export --json``: the troubleshooting log, and the files written (--md/--csv)."""
+    return document("export", out=str(out), written=[str(w) for w in written], runs=[run_record(r) for r in runs])
+
+
+# what each view draws, from the Summary
+VIEW_TABLES = {"timeline": "steps", "steps": "steps", "kernels": "kernels", "memory": "memory", "comm": "comm",
+               "matrix": "matrix"}
+
+
+def show_doc(path: str, view: str, written: str, summary, options: dict[str, Any]) -> dict[str, Any]:
+    """``npumagic show --json``: the image written and the table the view draws."""
+    table = VIEW_TABLES[view]
+    return document("show", path=str(path), view=view, written=str(written), rank=summary.meta.get("rank"),
+                    options={"step_range" if k == "steps" else "zoom_ms" if k == "window" else k: list(v)
+                             for k, v in options.items()},
+                    table=table, data=records(getattr(summary, table)))

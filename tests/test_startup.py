@@ -1,0 +1,69 @@
+"""The CLI starts in a blink: --help and every command's argument errors answer without
+importing pandas, numpy, torch or matplotlib (each checked in a fresh process)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("pandas", "numpy", "torch", "matplotlib")
+# runs the CLI as the console script does, then says on stderr's last line which heavy modules it imported
+PROBE = f"""
+import json, sys
+from npumagic.cli import main
+try:
+    status = main(sys.argv[1:])
+except SystemExit as exit:
+    status = exit.code
+print(json.dumps([status, sorted(m for m in {HEAVY!r} if m in sys.modules)]), file=sys.stderr)
+"""
+
+
+def probe(*argv: str, cwd=None) -> tuple[int, list[str], str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, cwd=cwd, timeout=120)
+    *said, last = done.stderr.strip().splitlines()
+    status, heavy = json.loads(last)
+    return status, heavy, "\n".join(said)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["analyze", "--help"], ["show", "--help"], ["mcp", "--help"]])
+def test_help_imports_nothing_heavy(argv):
+    status, heavy, _ = probe(*argv)
+    assert (status, heavy) == (0, [])
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["analyze"], "required: path"),
+    (["analyze", "x", "--top", "z"], "invalid int value"),
+    (["analyze", "/no/such/trace"], "/no/such/trace: no such file or directory"),
+    (["advise", "/no/such/trace"], "/no/such/trace: no such file or directory"),
+    (["compare", ".", "/no/such/trace"], "/no/such/trace: no such file or directory"),
+    (["show", "/no/such/trace", "-o", "x.png"], "/no/such/trace: no such file or directory"),
+    (["show", ".", "-o", "x.png", "--step-range", "3:1"], "the end comes before the start"),
+    (["show", ".", "-o", "x.png", "--dpi", "5"], "5 is not from 20 to 600"),
+    (["runs"], "no ./npumagic_runs here"),
+    (["runs", "a", "--out", "b"], "two output directories"),
+    (["export", "a", "--out", "b"], "two output directories"),
+    (["demo", "--bogus"], "unrecognized arguments"),
+])
+def test_argument_errors_import_nothing_heavy(argv, said, tmp_path):
+    status, heavy, stderr = probe(*argv, cwd=tmp_path)
+    assert status == 2 and said in stderr
+    assert heavy == []
+
+
+def test_the_public_api_loads_on_first_use():
+    code = ("import sys, npumagic; before = [m for m in ('pandas', 'numpy') if m in sys.modules]; "
+            "print(before, npumagic.Summary.__name__, npumagic.checklist.__module__, 'analyze' in dir(npumagic))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.split() == ["[]", "Summary", "npumagic.analysis.checklist", "True"]
+
+
+def test_mcp_without_the_sdk_says_how_to_install_it():
+    code = "import sys; sys.modules['mcp'] = None; from npumagic.cli import main; sys.exit(main(['mcp']))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == "npumagic: error: npumagic mcp needs the MCP Python SDK (2.x): pip install 'npumagic[mcp]'\n"

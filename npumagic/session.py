@@ -107,10 +107,13 @@ class Session:
                                 "would be read with; choose a new or empty folder")
         choice = self.backend_choice()
         backend = choice.backend
-        reserved = self.store.reserve(name, next_free=True, backend=backend.name, device=backend.device_name,
-                                      source=source, arguments=arguments or options.as_dict(),
-                                      environment=self.environment(), versions=backend.versions())
-        try:  # from here on the run is recorded whatever happens: never left 'running'
+        fields = dict(backend=backend.name, device=backend.device_name, source=source,
+                      arguments=arguments or options.as_dict(), environment=self.environment(),
+                      versions=backend.versions())
+        reserved = None
+        try:  # from the reservation on the run is recorded whatever happens: never left 'running'
+            with held_interrupts():  # a Ctrl-C right after the row is committed lands below, in this try
+                reserved = self.store.reserve(name, next_free=True, **fields)
             run_dir = Path(out).resolve() if out else self.output_dir / reserved
             owned = _make_run_dir(run_dir)
             self.store.update(reserved, run_dir=str(run_dir), run_dir_owned=owned)
@@ -129,7 +132,8 @@ class Session:
                     notes.append(f"{name} is taken: this run is {reserved} (--replace to overwrite {name})")
             return self._record(reserved, result.status, run_dir, result, notes)
         except BaseException as exc:
-            self._close(reserved, exc)
+            if reserved is not None:
+                self._close(reserved, exc)
             raise
 
     def _close(self, name: str, exc: BaseException) -> None:
@@ -184,15 +188,18 @@ class Session:
                 raise NpumagicError(f"rank {rank} not in trace; ranks: {trace.ranks}")
             meta = trace.meta
         wanted = name or _name_for(path)
-        name = self.store.reserve(wanted, next_free=True, kind="load", backend=meta.get("backend"),
-                                  device=meta.get("device_name"), source=f"%npuload {path}",
-                                  arguments={"path": str(path)}, environment=meta.get("environment", {}))
+        name = None
         try:
+            with held_interrupts():  # as in profile(): the committed row is closed whatever follows
+                name = self.store.reserve(wanted, next_free=True, kind="load", backend=meta.get("backend"),
+                                          device=meta.get("device_name"), source=f"%npuload {path}",
+                                          arguments={"path": str(path)}, environment=meta.get("environment", {}))
             self.store.update(name, run_dir=str(path))
             notes = [f"{wanted} is taken: this run is {name}"] if name != wanted else []
             return self._record(name, "ok", path, None, notes, trace=trace, summary=summary, rank=rank)
         except BaseException as exc:
-            self._close(name, exc)
+            if name is not None:
+                self._close(name, exc)
             raise
 
     def _record(self, name: str, status: str, run_dir: Path, result: CaptureResult | None, notes: list[str],

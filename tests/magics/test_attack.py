@@ -1,0 +1,62 @@
+"""The last cases of issue 31's attack, as the user meets them in a real shell with the real CPU
+profiler: interrupts that landed between two writes, and what a hostile history or output
+directory holds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+FAST = "--repeat-cell --wait 0 --warmup 0 --steps 1 --no-plot --quiet"
+
+
+def _runs(shell):
+    return shell.run_line_magic("npuruns", "").data.set_index("name")
+
+
+@pytest.fixture
+def kernel_sigint():
+    """SIGINT handled as a kernel handles it (a test worker may not)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_a_ctrl_c_just_after_the_run_is_reserved_records_it_interrupted(trainer, monkeypatch, kernel_sigint):
+    # GIVEN a real Ctrl-C arriving the moment the run's row is committed (4-27 ms into the cell)
+    from npumagic.history import HistoryStore
+
+    reserve = HistoryStore.reserve
+
+    def reserve_then_ctrl_c(self, *args, **kwargs):
+        name = reserve(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return name
+
+    monkeypatch.setattr(HistoryStore, "reserve", reserve_then_ctrl_c)
+    # WHEN the cell is profiled
+    result = trainer.run_cell(f"%%npuprofile {FAST} --name early\ntrain_step()")
+    monkeypatch.undo()
+    # THEN it fails with the interrupt and the run is interrupted, not 'running' for the kernel's life
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert _runs(trainer).loc["early", "status"] == "interrupted"
+
+
+def test_a_ctrl_c_while_the_host_sampler_starts_is_the_error_raised(trainer, monkeypatch):
+    # GIVEN a Ctrl-C landing inside Thread.start() of the host sampler (the thread never started)
+    start = threading.Thread.start
+
+    def interrupted_start(self):
+        if self.name == "npumagic-host-sampler":
+            raise KeyboardInterrupt
+        return start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    result = trainer.run_cell(f"%%npuprofile {FAST} --name sampler\ntrain_step()")
+    monkeypatch.undo()
+    # THEN the user's interrupt is raised (not "cannot join thread before it is started")
+    assert isinstance(result.error_in_exec, KeyboardInterrupt), result.error_in_exec
+    assert _runs(trainer).loc["sampler", "status"] == "interrupted"

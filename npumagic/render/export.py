@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..errors import NpumagicError
 from ..records import Run, when
+from ..safeio import write_atomic
 
 LOG_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "step_median_ms", "device_util", "bottleneck",
                "next_change", "findings", "note", "run_dir"]
@@ -95,11 +96,10 @@ def _number(value: object) -> bool:
 def write_log(runs: list[Run], md: str | Path | None = None, csv: str | Path | None = None) -> None:
     """Write the troubleshooting log of ``runs`` as Markdown and/or CSV (the magics and the CLI
     both export through this); an unwritable file raises NpumagicError naming it."""
-    for path, write in ((md, lambda p: Path(p).write_text(render_markdown(runs), encoding="utf-8")),
-                        (csv, lambda p: log_table(runs).to_csv(p, index=False))):
+    for path, render in ((md, lambda: render_markdown(runs)), (csv, lambda: log_table(runs).to_csv(index=False))):
         if path is None:
             continue
         try:
-            write(path)
+            write_atomic(path, render())  # an interrupt or a full disk leaves an existing file whole
         except OSError as exc:
             raise NpumagicError(f"cannot write {path}: {exc.strerror or exc}") from None

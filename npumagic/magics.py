@@ -167,6 +167,7 @@ class NpuMagics(Magics):
             except NpumagicError as exc:  # a history that is not a database, an output_dir that is a file, ...
                 raise UsageError(str(exc)) from None
         self._session.scheduler = self.scheduler
+        self._session.settle()  # a run whose end could not be written (a full disk) is written now
         return self._session
 
     # -- capture ------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from .analysis.metrics import Summary
 from .capture import CaptureOptions, CaptureResult, capture, choose_backend, ensure_idle
 from .capture.backends import BackendChoice, environment_snapshot
 from .errors import NpumagicError
-from .history import DB_NAME, HistoryStore
+from .history import DB_NAME, HistoryStore, UnknownRun
 from .interrupts import held_interrupts
 from .records import Run
 from .names import check_name, file_stem
@@ -62,6 +62,7 @@ class Session:
         self._summaries: dict[str, Summary] = {}
         self._trace: tuple[str, analysis.Trace] | None = None  # the latest one only: traces can be large
         self.baseline: str | None = None
+        self._unclosed: dict[str, tuple[str, str]] = {}  # runs whose end could not be written: (status, message)
         self.scheduler = ""  # where many-rank imports run (see npumagic.parallel)
 
     # -- backend ------------------------------------------------------------------------------
@@ -140,12 +141,29 @@ class Session:
         """Record a run whose capture or recording was cut short (an unwritable output, a second
         Ctrl-C during the profiler's export, a failure anywhere) as interrupted or failed."""
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        message = f"{type(exc).__name__}: {exc}"[:2000]
         with held_interrupts():  # another Ctrl-C (a burst of them) waits until the status is written
             try:
                 if self.store.get(name).status == "running":
-                    self.store.finish(name, status, message=f"{type(exc).__name__}: {exc}"[:2000])
+                    self.store.finish(name, status, message=message)
             except Exception:  # noqa: BLE001 - the original exception is the one to raise
+                self._unclosed[name] = (status, message)  # written by settle() once the history can be
                 log.debug("could not record %s as %s", name, status, exc_info=True)
+
+    def settle(self) -> None:
+        """Write the statuses that could not be written when their run ended (a full disk, a
+        locked history): a run of this live kernel is never left 'running' once the history
+        can be written again. Called before each magic."""
+        for name, (status, message) in list(self._unclosed.items()):
+            try:
+                if self.store.get(name).status == "running":
+                    self.store.finish(name, status, message=message)
+            except UnknownRun:
+                pass  # removed meanwhile
+            except Exception:  # noqa: BLE001 - still not writable: the next magic tries again
+                log.debug("could not record %s as %s yet", name, status, exc_info=True)
+                return
+            del self._unclosed[name]
 
     def _take_over(self, name: str, new: str, run_dir: Path, moved: bool) -> Path:
         """Remove run ``name`` and give ``new`` its name (and its default directory, whose old

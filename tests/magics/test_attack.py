@@ -60,3 +60,21 @@ def test_a_ctrl_c_while_the_host_sampler_starts_is_the_error_raised(trainer, mon
     # THEN the user's interrupt is raised (not "cannot join thread before it is started")
     assert isinstance(result.error_in_exec, KeyboardInterrupt), result.error_in_exec
     assert _runs(trainer).loc["sampler", "status"] == "interrupted"
+
+
+def test_a_run_ended_on_a_full_disk_is_written_once_the_history_can_be(trainer):
+    # GIVEN a cell during which the disk fills up: the profiler's trace and the run's status
+    # cannot be written (a real RLIMIT_FSIZE, so every write past 16 bytes fails)
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    trainer.run_line_magic("npuruns", "")  # the history exists before the disk fills
+    try:
+        result = trainer.run_cell(f"%%npuprofile {FAST} --name full\nimport resource\n"
+                                  f"resource.setrlimit(resource.RLIMIT_FSIZE, (16, {hard}))\ntrain_step()")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert not result.success
+    # WHEN space is free again and the user lists the runs THEN the run has ended, not 'running'
+    status = _runs(trainer).loc["full", "status"]
+    assert status == "failed", status

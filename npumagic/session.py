@@ -479,13 +479,23 @@ class Session:
         real, root = Path(os.path.realpath(path)), Path(os.path.realpath(self.output_dir))
         if root not in real.parents:
             raise refuse(f"it is not inside the output directory {root}")
-        if (real / DB_NAME).exists() or any(Path(os.path.realpath(r.run_dir)) == real
-                                            for r in self.store.runs() if r.run_dir and r.name != run.name):
-            raise refuse("it holds the history or another run's output")
+        if (real / DB_NAME).exists() or any(p == real or real in p.parents for p in self._kept_folders(run)):
+            raise refuse("it holds the history, npumagic's figures folder or another run's files")
         try:
             shutil.rmtree(real)
         except OSError as exc:
             raise NpumagicError(f"could not delete {real} ({exc.strerror or exc}); the run is kept") from None
+
+
+    def _kept_folders(self, removed: Run) -> list[Path]:
+        """What deleting a run's folder must leave: the figures folder of imported runs, and every
+        other run's output and figures (real paths)."""
+        kept = [self.output_dir / "figures"]
+        for r in self.store.runs():
+            if r.name != removed.name:
+                kept += [Path(r.run_dir)] if r.run_dir else []
+                kept.append(self.figure_dir(r))
+        return [Path(os.path.realpath(p)) for p in kept]
 
 
 def _holds_output(folder: Path) -> bool:

@@ -78,3 +78,30 @@ def test_a_run_ended_on_a_full_disk_is_written_once_the_history_can_be(trainer):
     # WHEN space is free again and the user lists the runs THEN the run has ended, not 'running'
     status = _runs(trainer).loc["full", "status"]
     assert status == "failed", status
+
+
+def _refused(shell, line: str, match: str):
+    from IPython.core.error import UsageError
+
+    result = shell.run_cell(f"%{line}")
+    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
+    assert match in str(result.error_in_exec)
+
+
+def test_rm_files_keeps_npumagics_figures_folder(trainer, tmp_path):
+    # GIVEN a run written with --out OUTPUT_DIR/figures (the folder imported runs' figures go to)
+    assert trainer.run_cell(f"%%npuprofile {FAST} --name r1 --out runs/figures\ntrain_step()").success
+    (tmp_path / "runs" / "figures" / "imported").mkdir()
+    # WHEN it is removed with its files THEN that folder is refused and kept
+    _refused(trainer, "npurm r1 --files", "npumagic's figures folder")
+    assert (tmp_path / "runs" / "figures" / "imported").is_dir()
+
+
+def test_rm_files_keeps_another_runs_output_inside_the_folder(trainer, tmp_path):
+    # GIVEN run r2 whose --out lies inside run r1's folder
+    assert trainer.run_cell(f"%%npuprofile {FAST} --name r1\ntrain_step()").success
+    assert trainer.run_cell(f"%%npuprofile {FAST} --name r2 --out runs/r1/inner\ntrain_step()").success
+    # WHEN r1 is removed with its files THEN it is refused and r2's traces stay
+    _refused(trainer, "npurm r1 --files", "another run's files")
+    assert any((tmp_path / "runs" / "r1" / "inner").rglob("*.pt.trace.json"))
+    assert "r1" in _runs(trainer).index

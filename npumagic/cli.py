@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import NpumagicError
+from .terminal import SafeStream
 
 # render.views.VIEWS, spelled out so parsing the command line does not import matplotlib
 VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix")
@@ -285,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; return the exit status (2 on bad input)."""
     args = build_parser().parse_args(argv)
     python_format, warnings.formatwarning = warnings.formatwarning, _one_line_warning  # printed ones only
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeStream(sys.stdout), SafeStream(sys.stderr)  # no trace's escape reaches the terminal
     try:
         status = args.func(args)
         sys.stdout.flush()  # here, not at exit: a reader that has gone is met inside this try
@@ -297,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         warnings.formatwarning = python_format
+        sys.stdout, sys.stderr = streams
 
 
 if __name__ == "__main__":

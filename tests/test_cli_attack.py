@@ -39,3 +39,39 @@ def test_export_on_a_full_disk_leaves_the_existing_file_whole(tmp_path):
     assert proc.stderr.startswith(f"npumagic: error: cannot write {old}") and proc.stderr.count("\n") == 1
     assert old.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.csv", "runs"]
+
+
+ESCAPES = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\\x1b[2J\x9b31m\r\u202e"
+
+
+def test_runs_and_export_print_no_escape_sequence_from_a_note(tmp_path):
+    # GIVEN a note holding OSC 52 (clipboard), OSC 8 (a hidden link), a screen clear and a bidi override
+    _history(tmp_path / "runs", {"r1": f"before{ESCAPES}after"})
+    for command in (["runs", tmp_path / "runs"], ["export", tmp_path / "runs"]):
+        # WHEN it is listed on a terminal
+        proc = _cli(*command)
+        # THEN the text is there, its control characters are not
+        assert proc.returncode == 0, proc.stderr
+        assert "before" in proc.stdout
+        assert not any(c in proc.stdout for c in "\x1b\x07\x9b\r\u202e"), (command, proc.stdout)
+
+
+def test_analyze_prints_no_escape_sequence_from_a_trace(tmp_path):
+    # GIVEN a genuine CUDA trace whose kernel and device names were given escape sequences
+    import gzip
+    import json
+
+    from .conftest import CUDA, need
+
+    source = next(need(CUDA / "alexnet_sync").glob("*.json.gz"))
+    trace = json.loads(gzip.decompress(source.read_bytes()))
+    for event in trace["traceEvents"]:
+        if event.get("cat") == "kernel":
+            event["name"] = ESCAPES + event["name"]
+    for props in trace.get("deviceProperties", []):
+        props["name"] = ESCAPES + str(props.get("name"))
+    path = tmp_path / "hostile.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    proc = _cli("analyze", path)
+    assert proc.returncode == 0, proc.stderr
+    assert not any(c in proc.stdout + proc.stderr for c in "\x1b\x07\x9b\r\u202e"), proc.stdout

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ..analysis.checklist import Verdict
 from ..analysis.metrics import Summary
 from ..records import Run
+from ..terminal import terminal_safe
 from .tables import Table, history_table, step_table
 from .text import comparison_html, comparison_text, verdict_html, verdict_text
 from .views import RenderedFigure
@@ -59,6 +60,7 @@ class RunReport:
         steps = v.steps[:-1] + [(title, f'{text}; add your conclusion with %npunote {self.run.name} "..."')]
         return Verdict(v.bottleneck, v.evidence, steps, v.next_change, v.advice)
 
+    @terminal_safe
     def __str__(self) -> str:
         parts = [self._header()]
         parts += [f"  note: {n}" for n in self.notes]
@@ -95,6 +97,7 @@ class FigureReport:
     run: str
     figures: list[RenderedFigure]
 
+    @terminal_safe
     def __str__(self) -> str:
         return "\n".join(f"{self.run} {f.view}: {f.path or '(not saved)'}" for f in self.figures)
 
@@ -123,6 +126,7 @@ class CompareReport:
     def __dir__(self):
         return sorted(set(super().__dir__()) | {n for n in dir(self.comparison) if not n.startswith("_")})
 
+    @terminal_safe
     def __str__(self) -> str:
         return comparison_text(self.comparison) + (f"\n\nfigure: {self.figure.path}" if self.figure and self.figure.path else "")
 
@@ -142,6 +146,7 @@ class KernelHistory:
     table: object
     figure: RenderedFigure | None = None
 
+    @terminal_safe
     def __str__(self) -> str:
         return history_table(self.table, self.kernel).to_text()
 

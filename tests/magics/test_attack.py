@@ -105,3 +105,10 @@ def test_rm_files_keeps_another_runs_output_inside_the_folder(trainer, tmp_path)
     _refused(trainer, "npurm r1 --files", "another run's files")
     assert any((tmp_path / "runs" / "r1" / "inner").rglob("*.pt.trace.json"))
     assert "r1" in _runs(trainer).index
+
+
+def test_npuruns_text_shows_no_escape_sequence_from_a_note(trainer):
+    assert trainer.run_cell(f"%%npuprofile {FAST} --name r1\ntrain_step()").success
+    trainer.run_line_magic("npunote", "r1 'see \x1b]52;c;cm0gLXJmIH4=\x07 \x1b[2J here'")
+    text = str(trainer.run_line_magic("npuruns", ""))
+    assert "see" in text and "here" in text and "\x1b" not in text and "\x07" not in text

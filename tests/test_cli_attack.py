@@ -7,6 +7,8 @@ import resource
 import subprocess
 import sys
 
+import pytest
+
 from npumagic.history import HistoryStore
 
 
@@ -75,3 +77,22 @@ def test_analyze_prints_no_escape_sequence_from_a_trace(tmp_path):
     proc = _cli("analyze", path)
     assert proc.returncode == 0, proc.stderr
     assert not any(c in proc.stdout + proc.stderr for c in "\x1b\x07\x9b\r\u202e"), proc.stdout
+
+
+@pytest.mark.parametrize("prefix", ["=", "+", "-", "@", "\t", "\r"], ids=["eq", "plus", "minus", "at", "tab", "cr"])
+def test_export_csv_writes_formula_prefixes_as_text(tmp_path, prefix):
+    # GIVEN a note and a device name a spreadsheet would run as a formula
+    import csv
+
+    payload = f'{prefix}HYPERLINK("http://evil","x")'
+    store = HistoryStore(tmp_path / "runs")
+    store.reserve("r1", backend="cpu", device=payload)
+    store.finish("r1", "ok")
+    store.update("r1", note=payload)
+    # WHEN the log is exported as CSV
+    proc = _cli("export", tmp_path / "runs", "--csv", tmp_path / "log.csv")
+    assert proc.returncode == 0, proc.stderr
+    # THEN each cell reads as text (a leading quote), nothing else changed
+    row = next(csv.DictReader((tmp_path / "log.csv").open(newline="")))
+    assert row["note"] == row["device"] == "'" + payload
+    assert row["name"] == "r1" and row["status"] == "ok"

@@ -85,6 +85,18 @@ def fenced(text: str, lang: str = "") -> list[str]:
     return [f"{fence}{lang}", text, fence]
 
 
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def inert_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each text cell that a spreadsheet would run as a formula (it starts with
+    ``= + - @``, a tab or CR) prefixed with ``'``, so it shows as the text it is."""
+    def inert(value: object) -> object:
+        return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA) else value
+
+    return frame.apply(lambda column: column if pd.api.types.is_numeric_dtype(column) else column.map(inert))
+
+
 def _iso(stamp: pd.Timestamp | None) -> str | None:
     return stamp.isoformat() if stamp is not None else None
 
@@ -96,7 +108,8 @@ def _number(value: object) -> bool:
 def write_log(runs: list[Run], md: str | Path | None = None, csv: str | Path | None = None) -> None:
     """Write the troubleshooting log of ``runs`` as Markdown and/or CSV (the magics and the CLI
     both export through this); an unwritable file raises NpumagicError naming it."""
-    for path, render in ((md, lambda: render_markdown(runs)), (csv, lambda: log_table(runs).to_csv(index=False))):
+    for path, render in ((md, lambda: render_markdown(runs)),
+                         (csv, lambda: inert_cells(log_table(runs)).to_csv(index=False))):
         if path is None:
             continue
         try:

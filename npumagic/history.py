@@ -219,6 +219,9 @@ class HistoryStore:
         if self.directory.exists() and not self.directory.is_dir():
             raise HistoryError(f"{self.directory}: is a file, not a directory; the output directory holds "
                                f"{DB_NAME} and one folder per run (set NpuMagics.output_dir or --out to a directory)")
+        if self.path.is_symlink():  # planted in a shared folder: it would turn another file into a history
+            raise HistoryError(f"{self.path}: is a symbolic link; npumagic uses only a history it created "
+                               "(a plain file): remove the link or choose another output directory")
         if self.path.exists() and not self.path.is_file():
             raise HistoryError(f"{self.path}: is not a file; expected npumagic's SQLite history")
         if not create:
@@ -235,6 +238,7 @@ class HistoryStore:
                 db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
                 try:
                     db.execute("PRAGMA busy_timeout=30000")
+                    self._check_ours(db)  # before WAL mode or a table is written into someone else's database
                     db.execute("PRAGMA journal_mode=WAL")  # readers never block the writer (several kernels)
                 finally:
                     db.close()
@@ -246,6 +250,16 @@ class HistoryStore:
                 raise HistoryError(f"{self.directory}: cannot create the output directory ({exc.strerror or exc})") \
                     from None
             self._open_readonly()
+
+    def _check_ours(self, db: sqlite3.Connection) -> None:
+        """Raise HistoryError for a database npumagic did not create: one with tables but not
+        npumagic's ``runs`` table (another application's, left in or linked into the folder)."""
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        columns = {r[1] for r in db.execute("PRAGMA table_info(runs)")}
+        if tables and not {"name", "status", "created"} <= columns:
+            raise HistoryError(f"{self.path}: another application's SQLite database, not an npumagic history "
+                               f"(tables: {', '.join(sorted(tables)[:5])}); it is left as it is: move it aside or "
+                               "choose another output directory")
 
     def _open_readonly(self) -> None:
         """Read-only: sees what a live kernel just wrote (WAL); where even that needs to write

@@ -24,6 +24,7 @@ from .errors import NpumagicError
 from .history import DB_NAME, HistoryStore, UnknownRun
 from .interrupts import held_interrupts
 from .records import Run
+from .safeio import linked
 from .names import check_name, file_stem
 
 if TYPE_CHECKING:
@@ -116,6 +117,9 @@ class Session:
             with held_interrupts():  # a Ctrl-C right after the row is committed lands below, in this try
                 reserved = self.store.reserve(name, next_free=True, **fields)
             run_dir = Path(out).resolve() if out else self.output_dir / reserved
+            if linked(run_dir, self.output_dir):  # planted in a shared output directory: would write elsewhere
+                raise NpumagicError(f"{run_dir}: a symbolic link inside the output directory {self.output_dir}; "
+                                    "npumagic writes no run through one: remove it or choose another --out")
             owned = _make_run_dir(run_dir)
             self.store.update(reserved, run_dir=str(run_dir), run_dir_owned=owned)
             notes = [str(choice)] + backend.notes(options)
@@ -458,6 +462,8 @@ class Session:
         """:meth:`figure_dir`, created; None where it cannot be written (figures are then shown,
         not saved)."""
         path = self.figure_dir(run)
+        if linked(path, self.output_dir):  # a link planted in the output directory: figures are shown only
+            return None
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError:

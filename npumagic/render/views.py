@@ -16,6 +16,7 @@ from ..analysis.metrics import Summary
 from ..analysis.schema import Trace
 from ..errors import NpumagicError
 from ..names import file_stem
+from ..safeio import write_atomic
 from .charts import comm_figure, kernels_figure, matrix_figure, memory_figure, steps_figure
 from .timeline import timeline_figure
 
@@ -78,7 +79,7 @@ class RenderedFigure:
         data = figure_bytes(fig, fmt)
         if path is not None:
             try:
-                path.write_bytes(data)
+                write_atomic(path, data)  # a link planted at the name is replaced, not written through
             except OSError:
                 path = None
         return cls(view, data, fmt, path, display_width(fig))

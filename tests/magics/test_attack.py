@@ -10,6 +10,8 @@ import threading
 
 import pytest
 
+from ..conftest import TRAIN_SETUP as TRAIN
+
 FAST = "--repeat-cell --wait 0 --warmup 0 --steps 1 --no-plot --quiet"
 
 
@@ -112,3 +114,60 @@ def test_npuruns_text_shows_no_escape_sequence_from_a_note(trainer):
     trainer.run_line_magic("npunote", "r1 'see \x1b]52;c;cm0gLXJmIH4=\x07 \x1b[2J here'")
     text = str(trainer.run_line_magic("npuruns", ""))
     assert "see" in text and "here" in text and "\x1b" not in text and "\x07" not in text
+
+
+# -- planted links and databases in a shared output directory ------------------------------------
+def test_a_compare_figure_planted_as_a_link_is_replaced_not_written_through(plots, tmp_path):
+    plots.run_cell(TRAIN)
+    for name in ("r1", "r2"):
+        assert plots.run_cell(f"%%npuprofile {FAST.replace(' --no-plot', '')} --name {name}\ntrain_step()").success
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone else's file")
+    (tmp_path / "runs" / "compare_r1_vs_r2.png").symlink_to(victim)
+    assert plots.run_cell("%npucompare r1 r2").success
+    assert victim.read_text() == "someone else's file"
+    png = tmp_path / "runs" / "compare_r1_vs_r2.png"
+    assert not png.is_symlink() and png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_run_folder_planted_as_a_link_receives_no_trace(trainer, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "r1").symlink_to(elsewhere, target_is_directory=True)
+    _refused(trainer, "%npuprofile --repeat-cell --wait 0 --warmup 0 --steps 1 --no-plot --name r1\ntrain_step()",
+             "symbolic link")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_figures_folder_planted_as_a_link_receives_no_figure(plots, tmp_path):
+    from ..conftest import CUDA, need
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "runs" / "figures").mkdir(parents=True)
+    (tmp_path / "runs" / "figures" / "imp").symlink_to(elsewhere, target_is_directory=True)
+    assert plots.run_cell(f"%npuload {need(CUDA / 'alexnet_sync')} --name imp").success
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("linked", [True, False], ids=["link", "file"])
+def test_another_applications_database_is_never_adopted_as_the_history(shell, tmp_path, linked):
+    import sqlite3
+
+    other = tmp_path / "app.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE accounts (id INTEGER, owner TEXT)")
+    db.close()
+    before = other.read_bytes()
+    (tmp_path / "runs").mkdir()
+    history = tmp_path / "runs" / "history.sqlite"
+    if linked:
+        history.symlink_to(other)
+    else:
+        other.rename(history)
+        other = history
+    result = shell.run_cell("%npuruns")
+    assert result.error_in_exec is not None and "npumagic" in str(result.error_in_exec)
+    assert "Traceback" not in str(result.error_in_exec)
+    assert other.read_bytes() == before  # no tables, no user_version, no WAL mode written into it

@@ -96,3 +96,36 @@ def test_export_csv_writes_formula_prefixes_as_text(tmp_path, prefix):
     row = next(csv.DictReader((tmp_path / "log.csv").open(newline="")))
     assert row["note"] == row["device"] == "'" + payload
     assert row["name"] == "r1" and row["status"] == "ok"
+
+
+@pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\n\r\n", (3 * 2**29).to_bytes(8, "little")],
+                         ids=["silent", "garbage", "huge-frame"])
+def test_a_scheduler_port_that_is_no_scheduler_is_one_clear_error(answer):
+    # GIVEN a port that accepts and then says nothing, garbage, or a 1.5 GiB frame length
+    import socket
+    import threading
+
+    from .conftest import ASCEND, need
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    held = []
+
+    def serve():
+        conn, _ = server.accept()
+        held.append(conn)
+        if answer:
+            conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        # WHEN a two-rank job is sent to it
+        proc = _cli("analyze", need(ASCEND / "level0"), "--scheduler", f"tcp://127.0.0.1:{port}")
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+    # THEN one line names the address and what went wrong, exit 2
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"npumagic: error: the Dask scheduler tcp://127.0.0.1:{port} ")
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 from traitlets import Bool, Enum, List, TraitError, Unicode, validate
@@ -418,13 +418,18 @@ class NpuMagics(Magics):
         return None
 
     @line_magic
+    @no_var_expand  # IPython's $var/{var} expansion is quadratic in the line: a 1 MB note never returned
     def npunote(self, line: str):
-        """Attach your conclusion to a run (shown by %npuruns and in %npuexport).
+        """Attach your conclusion to a run (shown by %npuruns and in %npuexport), as written
+        (``$`` and ``{}`` are kept, not expanded), at most 20000 characters.
 
         Usage: ``%npunote RUN "num_workers=4 fixed the input stall"``
         """
         import shlex
 
+        if len(line) > MAX_NOTE_CHARS:
+            raise UsageError(f"a note holds at most {MAX_NOTE_CHARS} characters (this one has {len(line)}); "
+                             "keep the conclusion and put the rest in a file beside the run")
         try:
             parts = shlex.split(line)
         except ValueError as exc:
@@ -501,6 +506,7 @@ class NpuMagics(Magics):
         return None
 
 
+MAX_NOTE_CHARS = 20_000  # a conclusion, not a log: bounds what is parsed, stored and rendered
 _ASSIGNED_CELL = re.compile(r"^([A-Za-z_]\w*)\s*=\s*%%(npuprofile)\b[ \t]*(.*?)\s*$")
 
 

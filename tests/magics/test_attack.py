@@ -171,3 +171,16 @@ def test_another_applications_database_is_never_adopted_as_the_history(shell, tm
     assert result.error_in_exec is not None and "npumagic" in str(result.error_in_exec)
     assert "Traceback" not in str(result.error_in_exec)
     assert other.read_bytes() == before  # no tables, no user_version, no WAL mode written into it
+
+
+def test_a_note_is_kept_as_written_and_bounded(trainer):
+    from IPython.core.error import UsageError
+
+    assert trainer.run_cell(f"%%npuprofile {FAST} --name r1\ntrain_step()").success
+    trainer.run_cell("x = 'expanded'")
+    # a note is taken as written: IPython's $x / {x} expansion (quadratic in the line) is not applied
+    trainer.run_line_magic("npunote", 'r1 "costs $x and {x}"')
+    assert _runs(trainer).loc["r1", "note"] == "costs $x and {x}"
+    # a note past 20000 characters is refused before it is parsed (a 1 MB one never returned)
+    with pytest.raises(UsageError, match="at most 20000 characters"):
+        trainer.run_line_magic("npunote", 'r1 "' + "word " * 6000 + '"')

@@ -129,3 +129,41 @@ def test_a_scheduler_port_that_is_no_scheduler_is_one_clear_error(answer):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"npumagic: error: the Dask scheduler tcp://127.0.0.1:{port} ")
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def _hostile_copy(tmp_path, change) -> str:
+    """A genuine CUDA trace (alexnet_sync) with ``change(trace)`` applied, as a file."""
+    import gzip
+    import json
+
+    from .conftest import CUDA, need
+
+    trace = json.loads(gzip.decompress(next(need(CUDA / "alexnet_sync").glob("*.json.gz")).read_bytes()))
+    change(trace)
+    path = tmp_path / "hostile.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    return str(path)
+
+
+def _every_kernel_minus_zero(trace):
+    for event in trace["traceEvents"]:
+        if event.get("cat") == "kernel":
+            event["dur"] = -0.0
+
+
+def _device_properties(**values):
+    def change(trace):
+        for props in trace["deviceProperties"]:
+            props.update(values)
+    return change
+
+
+@pytest.mark.parametrize("change", [_every_kernel_minus_zero, _device_properties(name=5),
+                                    _device_properties(name=["x"]), _device_properties(computeMajor="seven"),
+                                    _device_properties(totalGlobalMem="lots")],
+                         ids=["dur-minus-zero", "name-int", "name-list", "compute-major-text", "memory-text"])
+@pytest.mark.parametrize("command", ["analyze", "advise"])
+def test_odd_values_in_a_trace_are_read_not_a_traceback(tmp_path, change, command):
+    proc = _cli(command, _hostile_copy(tmp_path, change))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr

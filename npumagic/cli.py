@@ -127,6 +127,8 @@ def _show(args) -> int:
         if args.zoom:
             options["window"] = view_range(args.zoom, float, "--zoom")
     fig = build_view(view, trace, summary, title=f"{Path(args.path).name}: {view}", **options)
+    if not args.output.strip():
+        raise NpumagicError("-o/--output is empty: give the image file to write (e.g. -o timeline.png)")
     out = Path(args.output)
     out = out if out.suffix else out.with_name(out.name + ".png")  # what savefig writes; said as written
     fig.savefig(out, dpi=args.dpi)
@@ -298,6 +300,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (NpumagicError, ValueError, OSError) as exc:
         print(f"npumagic: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT, no traceback
+        print("npumagic: interrupted", file=sys.stderr)
+        return 130
     finally:
         warnings.formatwarning = python_format
         sys.stdout, sys.stderr = streams

@@ -167,3 +167,35 @@ def test_odd_values_in_a_trace_are_read_not_a_traceback(tmp_path, change, comman
     proc = _cli(command, _hostile_copy(tmp_path, change))
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_ctrl_c_is_one_line_and_exit_130():
+    # GIVEN the CLI waiting inside a command (on a scheduler port that says nothing)
+    import signal
+    import socket
+
+    from .conftest import ASCEND, need
+
+    server = socket.create_server(("127.0.0.1", 0))
+    proc = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "analyze", str(need(ASCEND / "level0")),
+                             "--scheduler", f"tcp://127.0.0.1:{server.getsockname()[1]}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        conn, _ = server.accept()  # it is inside main() now
+        # WHEN the user presses Ctrl-C
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        conn.close()
+    finally:
+        server.close()
+        proc.kill()
+    # THEN one line, exit 130, no KeyboardInterrupt traceback
+    assert proc.returncode == 130, err
+    assert err == "npumagic: interrupted\n"
+
+
+def test_show_with_an_empty_output_name_is_one_clear_error():
+    from .conftest import CUDA, need
+
+    proc = _cli("show", need(CUDA / "alexnet_sync"), "-o", "")
+    assert proc.returncode == 2 and proc.stderr.startswith("npumagic: error: -o/--output is empty"), proc.stderr

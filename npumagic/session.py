@@ -196,6 +196,12 @@ class Session:
         if name is not None:
             check_name(name)
         path = Path(path).expanduser().resolve()
+        try:
+            str(path).encode("utf-8")  # the history keeps paths as UTF-8 text
+        except UnicodeEncodeError:
+            shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+            raise NpumagicError(f"{shown}: the path is not UTF-8 text (bytes from another encoding), so the history "
+                                "cannot keep it; rename the folder or link it under a UTF-8 name") from None
         # raises TraceError before anything is stored; many ranks (an outline, or Dask): only a Summary
         if parallel.reads_apart(path, self.scheduler, every_rank):
             try:
@@ -540,5 +546,10 @@ _TRACE_SUFFIX = re.compile(r"(\.pt\.trace)?\.json(\.gz)?$")
 def _name_for(path: Path) -> str:
     """A run name from a directory or trace file name: ``level1``, ``rank0_ascend_pt``."""
     stem = _TRACE_SUFFIX.sub("", path.name) if path.is_file() else path.name
-    name = re.sub(r"[^\w.-]+", "_", stem).strip("._-")[:64]
-    return name if name and (name[0].isalpha() or name[0] == "_") else f"run_{name}" if name else "loaded"
+    # ASCII only (a run name becomes part of paths), and no ".." (日本語 and a..b gave invalid names)
+    name = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]+", "_", stem)).strip("._-")[:60]
+    name = name if name and (name[0].isalpha() or name[0] == "_") else f"run_{name}" if name else "loaded"
+    try:
+        return check_name(name)
+    except NpumagicError:
+        return "loaded"

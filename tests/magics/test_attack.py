@@ -184,3 +184,43 @@ def test_a_note_is_kept_as_written_and_bounded(trainer):
     # a note past 20000 characters is refused before it is parsed (a 1 MB one never returned)
     with pytest.raises(UsageError, match="at most 20000 characters"):
         trainer.run_line_magic("npunote", 'r1 "' + "word " * 6000 + '"')
+
+
+# -- %npuload of odd folder names, and of a folder with more than traces --------------------------
+def _trace_folder(where):
+    import shutil
+
+    from ..conftest import CUDA, need
+
+    where.mkdir()
+    for f in need(CUDA / "alexnet_sync").iterdir():
+        shutil.copy(f, where)
+    return where
+
+
+@pytest.mark.parametrize("folder, name", [("日本語", "loaded"), ("a..b", "a.b")], ids=["japanese", "dots"])
+def test_npuload_derives_a_valid_name_from_any_folder_name(shell, tmp_path, folder, name):
+    _trace_folder(tmp_path / folder)
+    result = shell.run_cell(f"%npuload {folder}/")
+    assert result.success, result.error_in_exec
+    assert name in _runs(shell).index
+
+
+def test_npuload_of_a_folder_whose_name_is_not_utf8_is_one_clear_error(shell, tmp_path):
+    import os
+
+    from IPython.core.error import UsageError
+
+    folder = os.fsdecode(b"bad\xff")
+    _trace_folder(tmp_path / folder)
+    result = shell.run_cell(f"%npuload {folder}/")
+    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
+    assert "bad\\xff: the path is not UTF-8" in str(result.error_in_exec)
+
+
+def test_a_config_json_beside_the_trace_is_not_read_as_one(shell, tmp_path):
+    folder = _trace_folder(tmp_path / "job")
+    (folder / "config.json").write_text('{"model": "bert", "lr": 0.1}')
+    result = shell.run_cell("%npuload job --name job")
+    assert result.success, result.error_in_exec
+    assert _runs(shell).loc["job", "status"] == "ok"

@@ -199,3 +199,44 @@ def test_show_with_an_empty_output_name_is_one_clear_error():
 
     proc = _cli("show", need(CUDA / "alexnet_sync"), "-o", "")
     assert proc.returncode == 2 and proc.stderr.startswith("npumagic: error: -o/--output is empty"), proc.stderr
+
+
+HOSTILE = {"status": 5, "created": "yesterday", "name": b"\xff", "kind": 7,
+           "headline": '{"steps": "x", "step_median_us": "y", "device_util": [1]}',
+           "verdict": '{"bottleneck": 5, "findings": [1, "x", {"severity": 1}], "steps": [5, [1]]}',
+           "note": b"\x00\xff", "source": b"\xff", "run_dir": 5, "steps_seen": "many", "dataloaders": '[1, "x"]'}
+
+
+@pytest.mark.parametrize("column", sorted(HOSTILE))
+def test_a_hostile_history_row_does_not_stop_the_others_from_listing(tmp_path, column):
+    # GIVEN a history where one run's row holds a value of the wrong type (edited by another tool)
+    import sqlite3
+
+    runs = tmp_path / "runs"
+    store = HistoryStore(runs)
+    for name in ("good1", "bad", "good2"):
+        store.reserve(name, backend="cpu")
+        store.finish(name, "ok", headline={"steps": 3, "step_median_us": 1000.0})
+    with sqlite3.connect(store.path) as db:
+        db.execute(f"UPDATE runs SET {column} = ? WHERE name = 'bad'", (HOSTILE[column],))
+    db.close()
+    # WHEN it is listed and exported THEN every run is there, no traceback
+    for command in (["runs"], ["runs", "--json"], ["export"], ["export", "--csv", tmp_path / "log.csv"]):
+        proc = _cli(command[0], runs, *command[1:])
+        assert proc.returncode == 0, (command, proc.stderr)
+        shown = proc.stdout if len(command) == 1 or command[1] == "--json" else (tmp_path / "log.csv").read_text()
+        assert "good1" in shown and "good2" in shown, command
+
+
+def test_a_note_that_is_no_utf8_text_does_not_stop_the_listing(tmp_path):
+    import sqlite3
+
+    store = HistoryStore(tmp_path / "runs")
+    for name in ("good1", "bad"):
+        store.reserve(name)
+        store.finish(name, "ok")
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE runs SET note = CAST(x'41ff42' AS TEXT) WHERE name = 'bad'")
+    db.close()
+    proc = _cli("runs", tmp_path / "runs")
+    assert proc.returncode == 0 and "good1" in proc.stdout and "bad" in proc.stdout, proc.stderr

@@ -224,3 +224,57 @@ def test_a_config_json_beside_the_trace_is_not_read_as_one(shell, tmp_path):
     result = shell.run_cell("%npuload job --name job")
     assert result.success, result.error_in_exec
     assert _runs(shell).loc["job", "status"] == "ok"
+
+
+# -- bounded memory ----------------------------------------------------------------------------
+def _stored_summary(shell, tmp_path, change):
+    """Profile run r1, then replace its stored Summary with ``change(stored bytes)``."""
+    import sqlite3
+
+    assert shell.run_cell(f"%%npuprofile {FAST} --name r1\ntrain_step()").success
+    with sqlite3.connect(tmp_path / "runs" / "history.sqlite") as db:
+        (data,) = db.execute("SELECT data FROM summaries").fetchone()
+        db.execute("UPDATE summaries SET data = ?", (change(data),))
+    db.close()
+
+
+def _peak_during(shell, line: str) -> tuple[int, object]:
+    import tracemalloc
+
+
+    shell.magics_manager.registry["NpuMagics"]._session._summaries.clear()  # read from the history
+    tracemalloc.start()
+    try:
+        result = shell.run_cell(line)
+        return tracemalloc.get_traced_memory()[1], result
+    finally:
+        tracemalloc.stop()
+
+
+def _zlib_bomb(_data: bytes) -> bytes:
+    import zlib
+
+    packer = zlib.compressobj(9)
+    parts = [packer.compress(b'{"format": 2, "summary": {"meta": "')]
+    zeros = b"0" * 2**20
+    parts += [packer.compress(zeros) for _ in range(512)]  # 512 MiB inflated, 0.5 MB stored
+    return b"".join(parts) + packer.compress(b'"}}') + packer.flush()
+
+
+def _claims_rows(data: bytes) -> bytes:
+    import json
+    import zlib
+
+    doc = json.loads(zlib.decompress(data))
+    doc["summary"]["steps"]["rows"] = 12_000_000
+    return zlib.compress(json.dumps(doc).encode())
+
+
+@pytest.mark.parametrize("change", [_zlib_bomb, _claims_rows], ids=["zlib-bomb", "claimed-rows"])
+def test_a_hostile_stored_summary_is_refused_before_its_memory_is_spent(trainer, tmp_path, change):
+    # GIVEN a run whose stored Summary was replaced by a zlib bomb or claims 12 million steps
+    _stored_summary(trainer, tmp_path, change)
+    # WHEN it is advised on THEN the Summary is re-read from the run's trace, in bounded memory
+    peak, result = _peak_during(trainer, "%npuadvise r1")
+    assert result.success, result.error_in_exec
+    assert peak < 200 * 2**20, f"{peak / 2**20:.0f} MiB"

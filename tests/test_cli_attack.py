@@ -240,3 +240,26 @@ def test_a_note_that_is_no_utf8_text_does_not_stop_the_listing(tmp_path):
     db.close()
     proc = _cli("runs", tmp_path / "runs")
     assert proc.returncode == 0 and "good1" in proc.stdout and "bad" in proc.stdout, proc.stderr
+
+
+def test_show_matrix_of_thousands_of_rank_pairs_draws_a_bounded_figure(tmp_path):
+    # GIVEN a genuine torch_npu rank whose communication_matrix.json lists 3000 rank pairs
+    import json
+    import shutil
+
+    from .conftest import ASCEND, need
+
+    rank = tmp_path / "rank0_ascend_pt"
+    shutil.copytree(need(ASCEND / "level1" / "rank0_ascend_pt"), rank)
+    rank.chmod(0o755)
+    matrix = rank / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json"
+    matrix.chmod(0o644)
+    pairs = {f"{i}-{10**9 + i}": {"Transport Type": "HCCS", "Transit Size(MB)": 1.0, "Transit Time(ms)": 0.1}
+             for i in range(3000)}
+    matrix.write_text(json.dumps({"step50": {"collective": {"allreduce-middle@1": pairs}, "p2p": {}}}))
+    # WHEN its matrix is drawn THEN a figure of screen size is written (the first 256 ranks each way)
+    proc = _cli("show", rank, "--matrix", "-o", tmp_path / "matrix.png")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from PIL import Image
+
+    assert max(Image.open(tmp_path / "matrix.png").size) <= 11 * 600

@@ -27,3 +27,20 @@ def test_a_syntax_error_near_the_start_is_refused_without_a_repair_pass_per_cut(
     with pytest.raises(TraceError, match=r"semicolon\.pt\.trace\.json.*expected ',' or '\]'"):
         npumagic.load(path)
     assert scans == []
+
+
+def test_a_long_unterminated_string_is_refused_in_memory_near_its_size(tmp_path):
+    # GIVEN a trace cut inside a 4 MiB string (a malformed export)
+    import tracemalloc
+
+    path = tmp_path / "cut.pt.trace.json"
+    path.write_bytes(b'{"traceEvents": [{"name": "x", "ph": "X", "ts": 1, "dur": 1}, {"name": "' + b"a" * 2**22)
+    # WHEN it is read THEN one error says it may be truncated, without 130x its size in memory
+    tracemalloc.start()
+    try:
+        with pytest.raises(TraceError, match="truncated"):
+            npumagic.load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**22, f"{peak / 2**20:.0f} MiB"

@@ -63,7 +63,8 @@ class Session:
         self._summaries: dict[str, Summary] = {}
         self._trace: tuple[str, analysis.Trace] | None = None  # the latest one only: traces can be large
         self.baseline: str | None = None
-        self._unclosed: dict[str, tuple[str, str]] = {}  # runs whose end could not be written: (status, message)
+        self._unclosed: dict[str, tuple[str, str]] = {}  # runs whose end is not written yet: (status, message)
+        self._busy = False  # recording a run (its row is 'running' on purpose)
         self.scheduler = ""  # where many-rank imports run (see npumagic.parallel)
 
     # -- backend ------------------------------------------------------------------------------
@@ -112,10 +113,9 @@ class Session:
         fields = dict(backend=backend.name, device=backend.device_name, source=source,
                       arguments=arguments or options.as_dict(), environment=self.environment(),
                       versions=backend.versions())
-        reserved = None
+        reserved, self._busy = None, True
         try:  # from the reservation on the run is recorded whatever happens: never left 'running'
-            with held_interrupts():  # a Ctrl-C right after the row is committed lands below, in this try
-                reserved = self.store.reserve(name, next_free=True, **fields)
+            reserved = self._reserve(name, next_free=True, **fields)
             run_dir = Path(out).resolve() if out else self.output_dir / reserved
             if linked(run_dir, self.output_dir):  # planted in a shared output directory: would write elsewhere
                 raise NpumagicError(f"{run_dir}: a symbolic link inside the output directory {self.output_dir}; "
@@ -130,6 +130,7 @@ class Session:
                     run_dir = self._take_over(name, reserved, run_dir, moved=out is None)
                     result.run_dir = run_dir
                     notes.append(f"replaced the earlier run {name}")
+                    self._unclosed[name] = self._unclosed.pop(reserved)
                     reserved = name
                 elif replace:
                     notes.append(f"{name} kept: this run {result.status}; it is recorded as {reserved}")
@@ -140,6 +141,17 @@ class Session:
             if reserved is not None:
                 self._close(reserved, exc)
             raise
+        finally:
+            self._busy = False
+
+    def _reserve(self, name: str | None, **fields) -> str:
+        """``store.reserve`` with Ctrl-C held (one right after the row is committed lands in the
+        caller's try that closes the run), the run remembered as open: should even its closing be
+        cut short (a burst of Ctrl-C), :meth:`settle` records it as interrupted."""
+        with held_interrupts():
+            reserved = self.store.reserve(name, **fields)
+            self._unclosed[reserved] = ("interrupted", "KeyboardInterrupt: the run's end was never recorded")
+        return reserved
 
     def _close(self, name: str, exc: BaseException) -> None:
         """Record a run whose capture or recording was cut short (an unwritable output, a second
@@ -150,6 +162,7 @@ class Session:
             try:
                 if self.store.get(name).status == "running":
                     self.store.finish(name, status, message=message)
+                self._unclosed.pop(name, None)
             except Exception:  # noqa: BLE001 - the original exception is the one to raise
                 self._unclosed[name] = (status, message)  # written by settle() once the history can be
                 log.debug("could not record %s as %s", name, status, exc_info=True)
@@ -157,7 +170,9 @@ class Session:
     def settle(self) -> None:
         """Write the statuses that could not be written when their run ended (a full disk, a
         locked history): a run of this live kernel is never left 'running' once the history
-        can be written again. Called before each magic."""
+        can be written again. Called before each magic (not while one records a run)."""
+        if self._busy:
+            return
         for name, (status, message) in list(self._unclosed.items()):
             try:
                 if self.store.get(name).status == "running":
@@ -216,12 +231,11 @@ class Session:
                 raise NpumagicError(f"rank {rank} not in trace; ranks: {trace.ranks}")
             meta = trace.meta
         wanted = name or _name_for(path)
-        name = None
-        try:
-            with held_interrupts():  # as in profile(): the committed row is closed whatever follows
-                name = self.store.reserve(wanted, next_free=True, kind="load", backend=meta.get("backend"),
-                                          device=meta.get("device_name"), source=f"%npuload {path}",
-                                          arguments={"path": str(path)}, environment=meta.get("environment", {}))
+        name, self._busy = None, True
+        try:  # as in profile(): the committed row is closed whatever follows
+            name = self._reserve(wanted, next_free=True, kind="load", backend=meta.get("backend"),
+                                 device=meta.get("device_name"), source=f"%npuload {path}",
+                                 arguments={"path": str(path)}, environment=meta.get("environment", {}))
             self.store.update(name, run_dir=str(path))
             notes = [f"{wanted} is taken: this run is {name}"] if name != wanted else []
             return self._record(name, "ok", path, None, notes, trace=trace, summary=summary, rank=rank)
@@ -229,6 +243,8 @@ class Session:
             if name is not None:
                 self._close(name, exc)
             raise
+        finally:
+            self._busy = False
 
     def _record(self, name: str, status: str, run_dir: Path, result: CaptureResult | None, notes: list[str],
                 trace: "analysis.Trace | None" = None, summary: Summary | None = None,
@@ -266,6 +282,7 @@ class Session:
             message=message, headline=summary.headline if summary is not None else {},
             verdict=verdict.as_dict() if verdict is not None else {},
         )
+        self._unclosed.pop(name, None)
         if self.baseline is None and summary is not None and status == "ok" and result is not None:
             self.baseline = name  # a capture of this session, never an imported job
         if trace is not None:

@@ -278,3 +278,27 @@ def test_a_hostile_stored_summary_is_refused_before_its_memory_is_spent(trainer,
     peak, result = _peak_during(trainer, "%npuadvise r1")
     assert result.success, result.error_in_exec
     assert peak < 200 * 2**20, f"{peak / 2**20:.0f} MiB"
+
+
+def test_a_ctrl_c_cutting_the_closing_short_is_recorded_at_the_next_magic(trainer, monkeypatch, kernel_sigint):
+    # GIVEN a Ctrl-C while the run is recorded, and another landing just as npumagic starts to
+    # record that (before it holds Ctrl-C back: a late burst of clicks on the interrupt button)
+    from npumagic.session import Session
+
+    def cut_short(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Session, "_record", cut_short)
+    monkeypatch.setattr(Session, "_close", cut_short)
+    result = trainer.run_cell(f"%%npuprofile {FAST} --name late\ntrain_step()")
+    monkeypatch.undo()
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    # WHEN the user runs the next magic THEN the run is interrupted, not 'running' for the kernel's life
+    assert _runs(trainer).loc["late", "status"] == "interrupted"
+
+
+def test_a_magic_inside_the_profiled_cell_leaves_the_live_run_running(trainer):
+    cell = "train_step()\nseen = get_ipython().run_line_magic('npuruns', '').data.set_index('name').loc['live', 'status']"
+    assert trainer.run_cell(f"%%npuprofile {FAST} --name live\n{cell}").success
+    assert trainer.user_ns["seen"] == "running"
+    assert _runs(trainer).loc["live", "status"] == "ok"

@@ -56,6 +56,10 @@ def test_runs_and_export_print_no_escape_sequence_from_a_note(tmp_path):
         assert proc.returncode == 0, proc.stderr
         assert "before" in proc.stdout
         assert not any(c in proc.stdout for c in "\x1b\x07\x9b\r\u202e"), (command, proc.stdout)
+    # nor in a Markdown log, which `cat log.md` shows on a terminal
+    assert _cli("export", tmp_path / "runs", "--md", tmp_path / "log.md").returncode == 0
+    text = (tmp_path / "log.md").read_text()
+    assert "before" in text and not any(c in text for c in "\x1b\x07\x9b\r\u202e")
 
 
 def test_analyze_prints_no_escape_sequence_from_a_trace(tmp_path):

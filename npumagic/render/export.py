@@ -11,6 +11,7 @@ import pandas as pd
 from ..errors import NpumagicError
 from ..records import Run, when
 from ..safeio import write_atomic
+from ..terminal import safe_text
 
 LOG_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "step_median_ms", "device_util", "bottleneck",
                "next_change", "findings", "note", "run_dir"]
@@ -37,7 +38,8 @@ def render_markdown(runs: list[Run], title: str = "npumagic troubleshooting log"
     """Each run as a Markdown section: facts, note, checklist table, findings, cell source.
 
     Everything that comes from a trace, a note or a cell is escaped: it cannot start a heading,
-    close a table cell, inject HTML or end the code fence around the cell source."""
+    close a table cell, inject HTML or end the code fence around the cell source, and its control
+    characters cannot reach the terminal that shows the file."""
     out = [f"# {md(title)}", ""]
     for r in runs:
         h, v = r.headline, r.verdict
@@ -59,7 +61,7 @@ def render_markdown(runs: list[Run], title: str = "npumagic troubleshooting log"
         if r.source:
             out += ["", *fenced(r.source.strip(), "python")]
         out.append("")
-    return "\n".join(out)
+    return safe_text("\n".join(out))
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")

@@ -302,3 +302,13 @@ def test_a_magic_inside_the_profiled_cell_leaves_the_live_run_running(trainer):
     assert trainer.run_cell(f"%%npuprofile {FAST} --name live\n{cell}").success
     assert trainer.user_ns["seen"] == "running"
     assert _runs(trainer).loc["live", "status"] == "ok"
+
+
+def test_an_error_naming_a_hostile_file_name_shows_no_escape_sequence(shell, tmp_path):
+    # GIVEN a folder whose name holds a screen clear and OSC 52 (no trace in it)
+    folder = tmp_path / "job\x1b[2J\x1b]52;c;cm0=\x07"
+    folder.mkdir()
+    result = shell.run_cell("%npuload " + folder.name)
+    assert result.error_in_exec is not None
+    message = str(result.error_in_exec)
+    assert "no profiler output found" in message and "\x1b" not in message and "\x07" not in message

@@ -1,7 +1,7 @@
 """``npumagic`` command line: the same analyses as the magics, offline, on output directories
 collected elsewhere (e.g. a torch_npu job on a cluster), plus the demo.
 
-Exit status: 0 on success, 2 on bad input (one line on stderr naming the file)."""
+Exit status: 0 on success, 2 on bad input (one line on stderr naming the file), 130 on Ctrl-C."""
 
 from __future__ import annotations
 

@@ -260,9 +260,10 @@ class HistoryStore:
         if self.directory.exists() and not self.directory.is_dir():
             raise HistoryError(f"{self.directory}: is a file, not a directory; the output directory holds "
                                f"{DB_NAME} and one folder per run (set NpuMagics.output_dir or --out to a directory)")
-        if self.path.is_symlink():  # planted in a shared folder: it would turn another file into a history
-            raise HistoryError(f"{self.path}: is a symbolic link; npumagic uses only a history it created "
-                               "(a plain file): remove the link or choose another output directory")
+        for path in (self.path, *(self.path.with_name(DB_NAME + end) for end in ("-wal", "-shm", "-journal"))):
+            if path.is_symlink():  # planted in a shared folder: SQLite would write through it
+                raise HistoryError(f"{path}: is a symbolic link; npumagic uses only a history it created "
+                                   "(plain files): remove the link or choose another output directory")
         if self.path.exists() and not self.path.is_file():
             raise HistoryError(f"{self.path}: is not a file; expected npumagic's SQLite history")
         if not create:

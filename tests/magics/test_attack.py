@@ -173,6 +173,16 @@ def test_another_applications_database_is_never_adopted_as_the_history(shell, tm
     assert other.read_bytes() == before  # no tables, no user_version, no WAL mode written into it
 
 
+def test_a_planted_wal_link_is_not_written_through(shell, tmp_path):
+    victim = tmp_path / "victim.bin"
+    victim.write_bytes(b"someone else's file")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "history.sqlite-wal").symlink_to(victim)
+    result = shell.run_cell("%npuruns")
+    assert result.error_in_exec is not None and "symbolic link" in str(result.error_in_exec)
+    assert victim.read_bytes() == b"someone else's file"
+
+
 def test_a_note_is_kept_as_written_and_bounded(trainer):
     from IPython.core.error import UsageError
 

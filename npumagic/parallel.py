@@ -268,7 +268,8 @@ def _probe(scheduler: str) -> None:
         return  # tls, ws, ...: Dask's own connection checks them
     host, _, port = rest.rpartition(":")
     refuse = lambda why: NpumagicError(f"the Dask scheduler {scheduler} {why}")  # noqa: E731
-    with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as sock:  # OSError: unreachable
+    # an unreachable address raises OSError here: the caller's "cannot reach" error
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as sock:
         try:
             (size,) = struct.unpack("<Q", _read_exactly(sock, 8))
             if not 0 < size <= MAX_HANDSHAKE_BYTES:

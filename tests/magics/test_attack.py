@@ -308,7 +308,8 @@ def test_a_ctrl_c_cutting_the_closing_short_is_recorded_at_the_next_magic(traine
 
 
 def test_a_magic_inside_the_profiled_cell_leaves_the_live_run_running(trainer):
-    cell = "train_step()\nseen = get_ipython().run_line_magic('npuruns', '').data.set_index('name').loc['live', 'status']"
+    cell = ("train_step()\n"
+            "seen = get_ipython().run_line_magic('npuruns', '').data.set_index('name').loc['live', 'status']")
     assert trainer.run_cell(f"%%npuprofile {FAST} --name live\n{cell}").success
     assert trainer.user_ns["seen"] == "running"
     assert _runs(trainer).loc["live", "status"] == "ok"

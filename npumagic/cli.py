@@ -1,7 +1,7 @@
 """``npumagic`` command line: the same analyses as the magics, offline, on output directories
 collected elsewhere (e.g. a torch_npu job on a cluster), plus the demo.
 
-Exit status: 0 on success, 2 on bad input (one line on stderr naming the file)."""
+Exit status: 0 on success, 2 on bad input (one line on stderr naming the file), 130 on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import NpumagicError
+from .terminal import SafeStream, safe_text
 
 # render.views.VIEWS, spelled out so parsing the command line does not import matplotlib
 VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix")
@@ -143,6 +144,8 @@ def _show(args) -> int:
 
     summary = analysis.summarize(trace, rank=args.rank)
     fig = build_view(view, trace, summary, title=f"{Path(args.path).name}: {view}", **options)
+    if not args.output.strip():
+        raise NpumagicError("-o/--output is empty: give the image file to write (e.g. -o timeline.png)")
     out = Path(args.output)
     out = out if out.suffix else out.with_name(out.name + ".png")  # what savefig writes; said as written
     fig.savefig(out, dpi=args.dpi)
@@ -330,13 +333,16 @@ def _output_dir(args) -> str:
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     """Warnings as the CLI's other messages read (``npumagic: warning: ...``), not Python's
     ``file:line: UserWarning:`` form with a line of npumagic's source under it."""
-    return f"npumagic: warning: {message}\n"
+    return f"npumagic: warning: {safe_text(message)}\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; return the exit status (2 on bad input)."""
     args = build_parser().parse_args(argv)
     python_format, warnings.formatwarning = warnings.formatwarning, _one_line_warning  # printed ones only
+    # no escape sequence from a trace reaches the terminal; stderr's messages are made safe where
+    # they are written (the progress bar there needs its carriage returns)
+    stdout, sys.stdout = sys.stdout, SafeStream(sys.stdout)
     try:
         status = args.func(args)
         sys.stdout.flush()  # here, not at exit: a reader that has gone is met inside this try
@@ -345,10 +351,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 1
     except (NpumagicError, ValueError, OSError) as exc:
-        print(f"npumagic: error: {exc}", file=sys.stderr)
+        print(f"npumagic: error: {safe_text(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT, no traceback
+        print("npumagic: interrupted", file=sys.stderr)
+        return 130
     finally:
         warnings.formatwarning = python_format
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

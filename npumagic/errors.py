@@ -4,7 +4,13 @@ from __future__ import annotations
 
 
 class NpumagicError(Exception):
-    """Base class of every error npumagic raises on purpose."""
+    """Base class of every error npumagic raises on purpose. Its message is shown on terminals
+    and names inputs (file names, trace strings): control characters in it read as U+FFFD."""
+
+    def __str__(self) -> str:
+        from .terminal import safe_text
+
+        return safe_text(super().__str__())
 
 
 class TraceError(NpumagicError, ValueError):

@@ -17,6 +17,7 @@ import re
 import socket
 import sqlite3
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -110,20 +111,60 @@ class UnknownRun(NpumagicError, KeyError):
         return self.args[0]
 
 
+_TEXT_FIELDS = ("name", "kind", "status", "backend", "device", "source", "run_dir", "message", "note")
+
+
 def _run(row: sqlite3.Row) -> Run:
     """A stored row as a :class:`~npumagic.records.Run` (a 'running' row whose process is gone
-    reads as crashed)."""
+    reads as crashed). A value of the wrong type (a history edited by hand or by another tool)
+    reads as text where text is kept, and as missing where a number or a structure is."""
     d = {k: row[k] for k in row.keys() if k in _RUN_FIELDS}
     for key in ("arguments", "environment", "versions", "headline", "verdict", "dataloaders"):
         d[key] = _decode(d.get(key), [] if key == "dataloaders" else {})
-    d["run_dir_owned"] = bool(d.get("run_dir_owned") or 0)
+    for key in _TEXT_FIELDS:
+        d[key] = _text(d.get(key))
+    d["name"], d["kind"], d["status"] = d["name"] or "?", d["kind"] or "profile", d["status"] or "?"
+    for key in ("created", "finished"):
+        d[key] = d.get(key) if _is_number(d.get(key)) else None
+    d["steps_seen"] = d.get("steps_seen") if isinstance(d.get("steps_seen"), int) else None
+    d["headline"] = {k: v for k, v in d["headline"].items() if _is_number(v)}
+    d["verdict"] = _clean_verdict(d["verdict"])
+    d["dataloaders"] = [x for x in d["dataloaders"] if isinstance(x, dict)]
+    d["run_dir_owned"] = d.get("run_dir_owned") in (1, True)
     if d["status"] == "running" and not _alive(row["pid"], row["host"], _get(row, "pid_started")):
         d["status"] = "crashed"  # its kernel died mid-capture
     return Run(**d)
 
 
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _clean_verdict(verdict: dict) -> dict:
+    """A stored verdict with the shapes render reads: text where text is read, findings as dicts
+    of text, checklist steps as [title, text]."""
+    out = {k: v for k, v in verdict.items() if k not in ("bottleneck", "next_change", "steps", "findings")}
+    for key in ("bottleneck", "next_change"):
+        if isinstance(verdict.get(key), str):
+            out[key] = verdict[key]
+    steps = verdict.get("steps")
+    out["steps"] = [[str(x) for x in s[:2]] for s in steps if isinstance(s, list)] if isinstance(steps, list) else []
+    findings = verdict.get("findings")
+    out["findings"] = [{**f, **{k: str(f.get(k, "")) for k in ("severity", "category", "title", "fix")}}
+                       for f in findings if isinstance(f, dict)] if isinstance(findings, list) else []
+    return out
+
+
 def _get(row: sqlite3.Row, key: str) -> Any:
     return row[key] if key in row.keys() else None
+
+
+def _lenient_text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
 
 
 def _decode(text: Any, empty: Any) -> Any:
@@ -218,6 +259,10 @@ class HistoryStore:
         if self.directory.exists() and not self.directory.is_dir():
             raise HistoryError(f"{self.directory}: is a file, not a directory; the output directory holds "
                                f"{DB_NAME} and one folder per run (set NpuMagics.output_dir or --out to a directory)")
+        for path in (self.path, *(self.path.with_name(DB_NAME + end) for end in ("-wal", "-shm", "-journal"))):
+            if path.is_symlink():  # planted in a shared folder: SQLite would write through it
+                raise HistoryError(f"{path}: is a symbolic link; npumagic uses only a history it created "
+                                   "(plain files): remove the link or choose another output directory")
         if self.path.exists() and not self.path.is_file():
             raise HistoryError(f"{self.path}: is not a file; expected npumagic's SQLite history")
         if not create:
@@ -234,6 +279,7 @@ class HistoryStore:
                 db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
                 try:
                     db.execute("PRAGMA busy_timeout=30000")
+                    self._check_ours(db)  # before WAL mode or a table is written into someone else's database
                     db.execute("PRAGMA journal_mode=WAL")  # readers never block the writer (several kernels)
                 finally:
                     db.close()
@@ -245,6 +291,16 @@ class HistoryStore:
                 raise HistoryError(f"{self.directory}: cannot create the output directory ({exc.strerror or exc})") \
                     from None
             self._open_readonly()
+
+    def _check_ours(self, db: sqlite3.Connection) -> None:
+        """Raise HistoryError for a database npumagic did not create: one with tables but not
+        npumagic's ``runs`` table (another application's, left in or linked into the folder)."""
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        columns = {r[1] for r in db.execute("PRAGMA table_info(runs)")}
+        if tables and not {"name", "status", "created"} <= columns:
+            raise HistoryError(f"{self.path}: another application's SQLite database, not an npumagic history "
+                               f"(tables: {', '.join(sorted(tables)[:5])}); it is left as it is: move it aside or "
+                               "choose another output directory")
 
     def _open_readonly(self) -> None:
         """Read-only: sees what a live kernel just wrote (WAL); where even that needs to write
@@ -307,6 +363,7 @@ class HistoryStore:
             else:
                 db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             db.row_factory = sqlite3.Row
+            db.text_factory = _lenient_text  # a text value that is no UTF-8 must not fail the whole query
             try:
                 if not self.readonly:
                     db.execute("PRAGMA foreign_keys=ON")
@@ -412,7 +469,14 @@ class HistoryStore:
 
     def runs(self) -> list[Run]:
         with self._connect() as db:
-            return [_run(r) for r in db.execute("SELECT * FROM runs ORDER BY id")]
+            rows = db.execute("SELECT * FROM runs ORDER BY id").fetchall()
+        runs = []
+        for row in rows:  # a row that cannot be read is left out, never the others with it
+            try:
+                runs.append(_run(row))
+            except (TypeError, ValueError, AttributeError) as exc:
+                warnings.warn(f"{self.path}: run row {row['id']!r} left out: it cannot be read ({exc})")
+        return runs
 
     def names(self, other_live_kernels: bool = True) -> list[str]:
         """Run names, oldest first; without ``other_live_kernels``, leaving out the runs of another
@@ -456,7 +520,7 @@ class HistoryStore:
                               "ORDER BY runs.id, steps.step").fetchall()
         out: dict[str, list[float]] = {}
         for name, wall in rows:
-            out.setdefault(name, []).append(wall)
+            out.setdefault(name, []).append(wall if _is_number(wall) else np.nan)  # a stored value of another type
         return {k: np.asarray(v, dtype=float) for k, v in out.items()}
 
     def steps(self, name: str) -> pd.DataFrame:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 from traitlets import Bool, Enum, List, TraitError, Unicode, validate
@@ -171,6 +171,7 @@ class NpuMagics(Magics):
             except NpumagicError as exc:  # a history that is not a database, an output_dir that is a file, ...
                 raise UsageError(str(exc)) from None
         self._session.scheduler = self.scheduler
+        self._session.settle()  # a run whose end could not be written (a full disk) is written now
         return self._session
 
     # -- capture ------------------------------------------------------------------------------
@@ -444,13 +445,18 @@ class NpuMagics(Magics):
         return None
 
     @line_magic
+    @no_var_expand  # IPython's $var/{var} expansion is quadratic in the line: a 1 MB note never returned
     def npunote(self, line: str):
-        """Attach your conclusion to a run (shown by %npuruns and in %npuexport).
+        """Attach your conclusion to a run (shown by %npuruns and in %npuexport), as written
+        (``$`` and ``{}`` are kept, not expanded), at most 20000 characters.
 
         Usage: ``%npunote RUN "num_workers=4 fixed the input stall"``
         """
         import shlex
 
+        if len(line) > MAX_NOTE_CHARS:
+            raise UsageError(f"a note holds at most {MAX_NOTE_CHARS} characters (this one has {len(line)}); "
+                             "keep the conclusion and put the rest in a file beside the run")
         try:
             parts = shlex.split(line)
         except ValueError as exc:
@@ -527,6 +533,7 @@ class NpuMagics(Magics):
         return None
 
 
+MAX_NOTE_CHARS = 20_000  # a conclusion, not a log: bounds what is parsed, stored and rendered
 _ASSIGNED_CELL = re.compile(r"^([A-Za-z_]\w*)\s*=\s*%%(npuprofile)\b[ \t]*(.*?)\s*$")
 
 

@@ -227,6 +227,7 @@ def _run_on_dask(fmt: str, groups: list[list[Path]], scheduler: str, progress: b
             cluster = _local_cluster(len(groups))
             client = Client(cluster)
         else:
+            _probe(scheduler)
             client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError, ValueError) as exc:
         if cluster is not None:
@@ -249,6 +250,54 @@ def _run_on_dask(fmt: str, groups: list[list[Path]], scheduler: str, progress: b
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+MAX_HANDSHAKE_BYTES = 2**20  # a scheduler's handshake is a few hundred bytes
+
+
+def _probe(scheduler: str) -> None:
+    """Check that a tcp:// ``scheduler`` speaks first as a Dask scheduler does (its handshake: an
+    8-byte length, then that many bytes) within :data:`CONNECT_TIMEOUT_S`; NpumagicError
+    otherwise. Dask itself would wait forever on a port that accepts and never answers, and
+    allocate whatever length an HTTP server or other service sends back (exabytes)."""
+    import socket
+    import struct
+
+    scheme, _, rest = scheduler.rpartition("://")
+    if scheme not in ("", "tcp"):
+        return  # tls, ws, ...: Dask's own connection checks them
+    host, _, port = rest.rpartition(":")
+    refuse = lambda why: NpumagicError(f"the Dask scheduler {scheduler} {why}")  # noqa: E731
+    # an unreachable address raises OSError here: the caller's "cannot reach" error
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as sock:
+        try:
+            (size,) = struct.unpack("<Q", _read_exactly(sock, 8))
+            if not 0 < size <= MAX_HANDSHAKE_BYTES:
+                raise refuse(f"answered with something that is no Dask handshake (a frame of {size} bytes): is it "
+                             "another service's port?")
+            _read_exactly(sock, size)
+        except TimeoutError:
+            raise refuse(f"did not answer within {CONNECT_TIMEOUT_S} s (it accepted the connection but sent nothing, "
+                         "as an HTTP server or a stopped process does): is it the scheduler's port?") from None
+        except OSError as exc:
+            raise refuse(f"closed the connection before its handshake ({exc.strerror or exc})") from None
+
+
+def _read_exactly(sock, n: int) -> bytes:
+    """``n`` bytes from ``sock``, all within its timeout (a peer sending a byte at a time too)."""
+    import time
+
+    deadline, data = time.monotonic() + sock.gettimeout(), b""
+    while len(data) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        sock.settimeout(left)
+        more = sock.recv(min(n - len(data), 2**16))
+        if not more:
+            raise ConnectionError("end of stream")
+        data += more
+    return data
 
 
 def _local_cluster(n_tasks: int):

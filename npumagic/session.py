@@ -23,9 +23,10 @@ from .analysis.metrics import Summary
 from .capture import CaptureOptions, CaptureResult, capture, choose_backend, ensure_idle
 from .capture.backends import BackendChoice, environment_snapshot
 from .errors import NpumagicError
-from .history import DB_NAME, HistoryStore
+from .history import DB_NAME, HistoryStore, UnknownRun
 from .interrupts import held_interrupts
 from .records import Run
+from .safeio import linked
 from .names import check_name, file_stem
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ class Session:
         self._summaries: dict[str, Summary] = {}
         self._trace: tuple[str, analysis.Trace] | None = None  # the latest one only: traces can be large
         self.baseline: str | None = None
+        self._unclosed: dict[str, tuple[str, str]] = {}  # runs whose end is not written yet: (status, message)
+        self._busy = False  # recording a run (its row is 'running' on purpose)
         self.scheduler = ""  # where many-rank imports run (see npumagic.parallel)
 
     # -- backend ------------------------------------------------------------------------------
@@ -109,11 +112,16 @@ class Session:
                                 "would be read with; choose a new or empty folder")
         choice = self.backend_choice()
         backend = choice.backend
-        reserved = self.store.reserve(name, next_free=True, backend=backend.name, device=backend.device_name,
-                                      source=source, arguments=arguments or options.as_dict(),
-                                      environment=self.environment(), versions=backend.versions())
-        try:  # from here on the run is recorded whatever happens: never left 'running'
+        fields = dict(backend=backend.name, device=backend.device_name, source=source,
+                      arguments=arguments or options.as_dict(), environment=self.environment(),
+                      versions=backend.versions())
+        reserved, self._busy = None, True
+        try:  # from the reservation on the run is recorded whatever happens: never left 'running'
+            reserved = self._reserve(name, next_free=True, **fields)
             run_dir = Path(out).resolve() if out else self.output_dir / reserved
+            if linked(run_dir, self.output_dir):  # planted in a shared output directory: would write elsewhere
+                raise NpumagicError(f"{run_dir}: a symbolic link inside the output directory {self.output_dir}; "
+                                    "npumagic writes no run through one: remove it or choose another --out")
             owned = _make_run_dir(run_dir)
             self.store.update(reserved, run_dir=str(run_dir), run_dir_owned=owned)
             notes = [str(choice)] + backend.notes(options)
@@ -124,6 +132,7 @@ class Session:
                     run_dir = self._take_over(name, reserved, run_dir, moved=out is None)
                     result.run_dir = run_dir
                     notes.append(f"replaced the earlier run {name}")
+                    self._unclosed[name] = self._unclosed.pop(reserved)
                     reserved = name
                 elif replace:
                     notes.append(f"{name} kept: this run {result.status}; it is recorded as {reserved}")
@@ -131,19 +140,51 @@ class Session:
                     notes.append(f"{name} is taken: this run is {reserved} (--replace to overwrite {name})")
             return self._record(reserved, result.status, run_dir, result, notes)
         except BaseException as exc:
-            self._close(reserved, exc)
+            if reserved is not None:
+                self._close(reserved, exc)
             raise
+        finally:
+            self._busy = False
+
+    def _reserve(self, name: str | None, **fields) -> str:
+        """``store.reserve`` with Ctrl-C held (one right after the row is committed lands in the
+        caller's try that closes the run), the run remembered as open: should even its closing be
+        cut short (a burst of Ctrl-C), :meth:`settle` records it as interrupted."""
+        with held_interrupts():
+            reserved = self.store.reserve(name, **fields)
+            self._unclosed[reserved] = ("interrupted", "KeyboardInterrupt: the run's end was never recorded")
+        return reserved
 
     def _close(self, name: str, exc: BaseException) -> None:
         """Record a run whose capture or recording was cut short (an unwritable output, a second
         Ctrl-C during the profiler's export, a failure anywhere) as interrupted or failed."""
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        message = f"{type(exc).__name__}: {exc}"[:2000]
         with held_interrupts():  # another Ctrl-C (a burst of them) waits until the status is written
             try:
                 if self.store.get(name).status == "running":
-                    self.store.finish(name, status, message=f"{type(exc).__name__}: {exc}"[:2000])
+                    self.store.finish(name, status, message=message)
+                self._unclosed.pop(name, None)
             except Exception:  # noqa: BLE001 - the original exception is the one to raise
+                self._unclosed[name] = (status, message)  # written by settle() once the history can be
                 log.debug("could not record %s as %s", name, status, exc_info=True)
+
+    def settle(self) -> None:
+        """Write the statuses that could not be written when their run ended (a full disk, a
+        locked history): a run of this live kernel is never left 'running' once the history
+        can be written again. Called before each magic (not while one records a run)."""
+        if self._busy:
+            return
+        for name, (status, message) in list(self._unclosed.items()):
+            try:
+                if self.store.get(name).status == "running":
+                    self.store.finish(name, status, message=message)
+            except UnknownRun:
+                pass  # removed meanwhile
+            except Exception:  # noqa: BLE001 - still not writable: the next magic tries again
+                log.debug("could not record %s as %s yet", name, status, exc_info=True)
+                return
+            del self._unclosed[name]
 
     def _take_over(self, name: str, new: str, run_dir: Path, moved: bool) -> Path:
         """Remove run ``name`` and give ``new`` its name (and its default directory, whose old
@@ -172,6 +213,12 @@ class Session:
         if name is not None:
             check_name(name)
         path = Path(path).expanduser().resolve()
+        try:
+            str(path).encode("utf-8")  # the history keeps paths as UTF-8 text
+        except UnicodeEncodeError:
+            shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+            raise NpumagicError(f"{shown}: the path is not UTF-8 text (bytes from another encoding), so the history "
+                                "cannot keep it; rename the folder or link it under a UTF-8 name") from None
         # raises TraceError before anything is stored; many ranks (an outline, or Dask): only a Summary
         if parallel.reads_apart(path, self.scheduler, every_rank):
             try:
@@ -186,16 +233,20 @@ class Session:
                 raise NpumagicError(f"rank {rank} not in trace; ranks: {trace.ranks}")
             meta = trace.meta
         wanted = name or _name_for(path)
-        name = self.store.reserve(wanted, next_free=True, kind="load", backend=meta.get("backend"),
-                                  device=meta.get("device_name"), source=f"%npuload {path}",
-                                  arguments={"path": str(path)}, environment=meta.get("environment", {}))
-        try:
+        name, self._busy = None, True
+        try:  # as in profile(): the committed row is closed whatever follows
+            name = self._reserve(wanted, next_free=True, kind="load", backend=meta.get("backend"),
+                                 device=meta.get("device_name"), source=f"%npuload {path}",
+                                 arguments={"path": str(path)}, environment=meta.get("environment", {}))
             self.store.update(name, run_dir=str(path))
             notes = [f"{wanted} is taken: this run is {name}"] if name != wanted else []
             return self._record(name, "ok", path, None, notes, trace=trace, summary=summary, rank=rank)
         except BaseException as exc:
-            self._close(name, exc)
+            if name is not None:
+                self._close(name, exc)
             raise
+        finally:
+            self._busy = False
 
     def _record(self, name: str, status: str, run_dir: Path, result: CaptureResult | None, notes: list[str],
                 trace: "analysis.Trace | None" = None, summary: Summary | None = None,
@@ -238,6 +289,7 @@ class Session:
             message=message, headline=summary.headline if summary is not None else {},
             verdict=verdict.as_dict() if verdict is not None else {},
         )
+        self._unclosed.pop(name, None)
         if self.baseline is None and summary is not None and status == "ok" and result is not None:
             self.baseline = name  # a capture of this session, never an imported job
         if trace is not None:
@@ -443,6 +495,8 @@ class Session:
         """:meth:`figure_dir`, created; None where it cannot be written (figures are then shown,
         not saved)."""
         path = self.figure_dir(run)
+        if linked(path, self.output_dir):  # a link planted in the output directory: figures are shown only
+            return None
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError:
@@ -464,13 +518,23 @@ class Session:
         real, root = Path(os.path.realpath(path)), Path(os.path.realpath(self.output_dir))
         if root not in real.parents:
             raise refuse(f"it is not inside the output directory {root}")
-        if (real / DB_NAME).exists() or any(Path(os.path.realpath(r.run_dir)) == real
-                                            for r in self.store.runs() if r.run_dir and r.name != run.name):
-            raise refuse("it holds the history or another run's output")
+        if (real / DB_NAME).exists() or any(p == real or real in p.parents for p in self._kept_folders(run)):
+            raise refuse("it holds the history, npumagic's figures folder or another run's files")
         try:
             shutil.rmtree(real)
         except OSError as exc:
             raise NpumagicError(f"could not delete {real} ({exc.strerror or exc}); the run is kept") from None
+
+
+    def _kept_folders(self, removed: Run) -> list[Path]:
+        """What deleting a run's folder must leave: the figures folder of imported runs, and every
+        other run's output and figures (real paths)."""
+        kept = [self.output_dir / "figures"]
+        for r in self.store.runs():
+            if r.name != removed.name:
+                kept += [Path(r.run_dir)] if r.run_dir else []
+                kept.append(self.figure_dir(r))
+        return [Path(os.path.realpath(p)) for p in kept]
 
 
 def _holds_output(folder: Path) -> bool:
@@ -509,5 +573,10 @@ _TRACE_SUFFIX = re.compile(r"(\.pt\.trace)?\.json(\.gz)?$")
 def _name_for(path: Path) -> str:
     """A run name from a directory or trace file name: ``level1``, ``rank0_ascend_pt``."""
     stem = _TRACE_SUFFIX.sub("", path.name) if path.is_file() else path.name
-    name = re.sub(r"[^\w.-]+", "_", stem).strip("._-")[:64]
-    return name if name and (name[0].isalpha() or name[0] == "_") else f"run_{name}" if name else "loaded"
+    # ASCII only (a run name becomes part of paths), and no ".." (日本語 and a..b gave invalid names)
+    name = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]+", "_", stem)).strip("._-")[:60]
+    name = name if name and (name[0].isalpha() or name[0] == "_") else f"run_{name}" if name else "loaded"
+    try:
+        return check_name(name)
+    except NpumagicError:
+        return "loaded"

@@ -388,8 +388,11 @@ def _small_ops(s: Summary) -> list[Finding]:
     if k.empty or not len(s.steps):
         return []
     tiny = k[k["mean_us"] < T.TINY_KERNEL_US]
+    total = float(k["total_us"].sum())
+    if not total > 0:  # every kernel of zero length (a trace with dur 0 or -0.0): no share to judge
+        return []
     per_step = float(tiny["count"].sum()) / len(s.steps)
-    share = float(tiny["total_us"].sum()) / float(k["total_us"].sum())
+    share = float(tiny["total_us"].sum()) / total
     if share < T.SMALL_OP_SHARE or per_step < T.SMALL_OP_MIN_PER_STEP:
         return []
     # Name the user's operators: view and metadata ops (aten::t, as_strided, ...) cost nothing to

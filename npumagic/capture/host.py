@@ -203,8 +203,9 @@ class HostSampler:
         if self._stopping.is_set():
             return
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="npumagic-host-sampler", daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._run, name="npumagic-host-sampler", daemon=True)
+            thread.start()
+            self._thread = thread  # only once started: a Ctrl-C inside start() leaves nothing for stop() to join
         with self._lock:
             if not self._active.is_set():
                 self._sample()  # opens the interval at once, not one period late

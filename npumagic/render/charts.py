@@ -112,6 +112,10 @@ def plot_comm(ax, trace: Trace) -> dict:
     return {"ranks": rows}
 
 
+MATRIX_LABELS = 32  # rank labels per axis of the communication matrix
+MATRIX_RANKS = 256  # ranks per axis drawn in the communication matrix figure
+
+
 def plot_matrix(ax, table: pd.DataFrame) -> dict:
     """Heatmap of the communication matrix: source rank (rows) x destination rank (columns),
     bandwidth in GB/s, each cell labelled; pairs without a recorded transfer stay blank."""
@@ -122,8 +126,12 @@ def plot_matrix(ax, table: pd.DataFrame) -> dict:
         return {"image": None, "cells": 0}
     values = table.to_numpy(dtype=float)
     image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto")
-    ax.set_xticks(range(values.shape[1]), [str(c) for c in table.columns], fontsize=8)
-    ax.set_yticks(range(values.shape[0]), [str(r) for r in table.index], fontsize=8)
+    # every rank labelled up to MATRIX_LABELS of them; beyond, evenly spaced ones (thousands of
+    # labels cost minutes of layout)
+    columns = range(0, values.shape[1], -(-values.shape[1] // MATRIX_LABELS))
+    rows = range(0, values.shape[0], -(-values.shape[0] // MATRIX_LABELS))
+    ax.set_xticks(columns, [str(table.columns[j]) for j in columns], fontsize=8)
+    ax.set_yticks(rows, [str(table.index[i]) for i in rows], fontsize=8)
     ax.set_xlabel("destination rank")
     ax.set_ylabel("source rank")
     labels = []
@@ -186,10 +194,15 @@ def memory_figure(summary: Summary, title: str = "") -> Figure:
 
 def matrix_figure(summary: Summary, title: str = "") -> Figure:
     """Standalone figure of :func:`plot_matrix` for ``summary.comm_matrix``."""
-    table = summary.comm_matrix
-    fig = Figure(figsize=(2.5 + 0.55 * max(len(table.columns), 4), 1.5 + 0.45 * max(len(table), 2)), layout="constrained")
+    whole = summary.comm_matrix
+    table = whole.iloc[:MATRIX_RANKS, :MATRIX_RANKS]  # a heatmap of thousands of ranks is unreadable and costs GBs
+    cut = (f" (first {len(table)} of {len(whole)} source, {len(table.columns)} of {len(whole.columns)} destination "
+           "ranks; all in summary.comm_matrix)") if table.shape != whole.shape else ""
+    # grows with the ranks up to a screen's size: 3000 rank pairs asked for a 1650-inch canvas
+    fig = Figure(figsize=(min(2.5 + 0.55 * max(len(table.columns), 4), FIGURE_WIDTH_IN),
+                          min(1.5 + 0.45 * max(len(table), 2), FIGURE_WIDTH_IN)), layout="constrained")
     plot_matrix(fig.add_subplot(), table)
-    fig.suptitle(title or "communication matrix (GB/s)", fontsize=10, x=0.01, ha="left")
+    fig.suptitle((title or "communication matrix (GB/s)") + cut, fontsize=10, x=0.01, ha="left")
     return fig
 
 

@@ -10,6 +10,8 @@ import pandas as pd
 
 from ..errors import NpumagicError
 from ..records import Run, when
+from ..safeio import write_atomic
+from ..terminal import safe_text
 
 LOG_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "step_median_ms", "device_util", "bottleneck",
                "next_change", "findings", "note", "run_dir"]
@@ -36,7 +38,8 @@ def render_markdown(runs: list[Run], title: str = "npumagic troubleshooting log"
     """Each run as a Markdown section: facts, note, checklist table, findings, cell source.
 
     Everything that comes from a trace, a note or a cell is escaped: it cannot start a heading,
-    close a table cell, inject HTML or end the code fence around the cell source."""
+    close a table cell, inject HTML or end the code fence around the cell source, and its control
+    characters cannot reach the terminal that shows the file."""
     out = [f"# {md(title)}", ""]
     for r in runs:
         h, v = r.headline, r.verdict
@@ -58,7 +61,7 @@ def render_markdown(runs: list[Run], title: str = "npumagic troubleshooting log"
         if r.source:
             out += ["", *fenced(r.source.strip(), "python")]
         out.append("")
-    return "\n".join(out)
+    return safe_text("\n".join(out))
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
@@ -84,6 +87,18 @@ def fenced(text: str, lang: str = "") -> list[str]:
     return [f"{fence}{lang}", text, fence]
 
 
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def inert_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each text cell that a spreadsheet would run as a formula (it starts with
+    ``= + - @``, a tab or CR) prefixed with ``'``, so it shows as the text it is."""
+    def inert(value: object) -> object:
+        return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA) else value
+
+    return frame.apply(lambda column: column if pd.api.types.is_numeric_dtype(column) else column.map(inert))
+
+
 def _iso(stamp: pd.Timestamp | None) -> str | None:
     return stamp.isoformat() if stamp is not None else None
 
@@ -95,11 +110,11 @@ def _number(value: object) -> bool:
 def write_log(runs: list[Run], md: str | Path | None = None, csv: str | Path | None = None) -> None:
     """Write the troubleshooting log of ``runs`` as Markdown and/or CSV (the magics and the CLI
     both export through this); an unwritable file raises NpumagicError naming it."""
-    for path, write in ((md, lambda p: Path(p).write_text(render_markdown(runs), encoding="utf-8")),
-                        (csv, lambda p: log_table(runs).to_csv(p, index=False))):
+    for path, render in ((md, lambda: render_markdown(runs)),
+                         (csv, lambda: inert_cells(log_table(runs)).to_csv(index=False))):
         if path is None:
             continue
         try:
-            write(path)
+            write_atomic(path, render())  # an interrupt or a full disk leaves an existing file whole
         except OSError as exc:
             raise NpumagicError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -10,6 +10,7 @@ from ..analysis.checklist import Verdict
 from ..analysis.metrics import Summary
 from ..records import Run
 from .live.frontend import live_bundle
+from ..terminal import terminal_safe
 from .tables import Table, history_table, step_table
 from .text import comparison_html, comparison_text, verdict_html, verdict_text
 from .views import RenderedFigure
@@ -62,6 +63,7 @@ class RunReport:
         steps = v.steps[:-1] + [(title, f'{text}; add your conclusion with %npunote {self.run.name} "..."')]
         return Verdict(v.bottleneck, v.evidence, steps, v.next_change, v.advice)
 
+    @terminal_safe
     def __str__(self) -> str:
         parts = [self._header()]
         parts += [f"  note: {n}" for n in self.notes]
@@ -100,6 +102,7 @@ class FigureReport:
     live: object = None  # as RunReport's
     live_view: object = None
 
+    @terminal_safe
     def __str__(self) -> str:
         return "\n".join(f"{self.run} {f.view}: {f.path or '(not saved)'}" for f in self.figures)
 
@@ -129,6 +132,7 @@ class CompareReport:
     def __dir__(self):
         return sorted(set(super().__dir__()) | {n for n in dir(self.comparison) if not n.startswith("_")})
 
+    @terminal_safe
     def __str__(self) -> str:
         return comparison_text(self.comparison) + (f"\n\nfigure: {self.figure.path}" if self.figure and self.figure.path else "")
 
@@ -148,6 +152,7 @@ class KernelHistory:
     table: object
     figure: RenderedFigure | None = None
 
+    @terminal_safe
     def __str__(self) -> str:
         return history_table(self.table, self.kernel).to_text()
 

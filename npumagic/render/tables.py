@@ -12,6 +12,8 @@ from typing import Callable
 
 import pandas as pd
 
+from ..terminal import terminal_safe
+
 NAME_CHARS = 44  # a shortened name in HTML: about 300 px of a 1200 px notebook cell
 MAX_COLUMNS = 9  # at most this many columns are shown: they fit a 1200 px cell beside one name
 TABLE_CSS = [
@@ -136,6 +138,7 @@ class Table:
     def _repr_html_(self) -> str:
         return self.styler().to_html()
 
+    @terminal_safe
     def to_text(self, width: int | None = None) -> str:
         """The shown table as aligned text, names shortened so lines fit ``width`` characters
         (default: the terminal's width); an optional name column (a kernel's type) is left out

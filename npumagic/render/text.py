@@ -7,6 +7,7 @@ import html
 
 from ..analysis.advice import steps_inferred
 from ..analysis.checklist import busy_label
+from ..terminal import terminal_safe
 from .tables import advice_table, breakdown_table, kernel_diff_table, step_table
 
 
@@ -40,6 +41,7 @@ def _inferred(summary) -> str:
     return INFERRED_STEP if steps_inferred(summary) else ""
 
 
+@terminal_safe
 def summary_text(summary) -> str:
     lines = [summary_headline(summary)] + ([_inferred(summary)] if _inferred(summary) else [])
     if len(summary.steps):
@@ -54,6 +56,7 @@ def summary_html(summary) -> str:
 
 
 # -- Verdict ----------------------------------------------------------------------------------
+@terminal_safe
 def verdict_text(verdict) -> str:
     width = max(len(title) for title, _ in verdict.steps)
     return "\n".join(f"{i}. {title:<{width}}  {text}" for i, (title, text) in enumerate(verdict.steps, 1))
@@ -70,6 +73,7 @@ def verdict_html(verdict) -> str:
 
 
 # -- Findings and Advice -------------------------------------------------------------------------
+@terminal_safe
 def finding_text(finding) -> str:
     ranks = getattr(finding, "ranks", ())
     figures = getattr(finding, "figures_of", None)
@@ -110,6 +114,7 @@ def lead_text(advice) -> str:
     return f"{judged.label or judged.category}: {judged.title}\n    fix: {judged.fix}"
 
 
+@terminal_safe
 def advice_text(advice) -> str:
     head = f"npumagic advice{' for ' + advice.run if advice.run else ''}: "
     note = f"\n{hidden_note(advice)}" if hidden_note(advice) else ""
@@ -135,6 +140,7 @@ def advice_html(advice) -> str:
 
 
 # -- Comparison -----------------------------------------------------------------------------------
+@terminal_safe
 def comparison_text(comparison, top: int = 10) -> str:
     c = comparison
     lines = [c.sentence(), "", breakdown_table(c).to_text()]

@@ -15,6 +15,7 @@ from ..analysis.metrics import Summary
 from ..analysis.schema import Trace
 from ..names import file_stem
 from ..ranges import view_range  # noqa: F401  (the magics and CLI import it from here)
+from ..safeio import write_atomic
 from .charts import comm_figure, kernels_figure, matrix_figure, memory_figure, steps_figure
 from .timeline import timeline_figure
 
@@ -77,7 +78,7 @@ class RenderedFigure:
         data = figure_bytes(fig, fmt)
         if path is not None:
             try:
-                path.write_bytes(data)
+                write_atomic(path, data)  # a link planted at the name is replaced, not written through
             except OSError:
                 path = None
         return cls(view, data, fmt, path, display_width(fig))

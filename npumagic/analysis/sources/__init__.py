@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...errors import TraceError
+from ...errors import NpumagicError, TraceError
 from .. import schema
 from ..schema import Trace, sort_counters
 from . import ascend, kineto
+from ._inflate import open_trace
 from .host import FILE_NAME as HOST_FILE
 from .host import read_host
 
@@ -42,8 +43,8 @@ def detect(path: str | Path) -> tuple[str, list[Path]]:
     if ranks:
         return "ascend", ranks
     traces = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
-    if traces:
-        return "kineto", traces
+    if traces:  # a config.json beside the traces is none of them; with no trace at all, the error names each
+        return "kineto", [p for p in traces if _looks_like_trace(p)] or traces
     nested = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(KINETO_FILES))
     if nested:
         return "kineto", nested
@@ -54,6 +55,20 @@ def detect(path: str | Path) -> tuple[str, list[Path]]:
     what = f"it holds {', '.join(found)}" if found else "it is empty"
     raise TraceError(path, f"no profiler output found ({what}); expected *.pt.trace.json files "
                            "or torch_npu *_ascend_pt directories with ASCEND_PROFILER_OUTPUT/")
+
+
+SNIFF_BYTES = 2**20  # Kineto writes its small header (schemaVersion, deviceProperties, ...) first
+
+
+def _looks_like_trace(path: Path) -> bool:
+    """Whether a *.json[.gz] file starts as a Chrome trace: an event array, or an object with a
+    ``traceEvents`` key in its first MiB."""
+    try:
+        with open_trace(path) as fh:
+            head = fh.read(SNIFF_BYTES)
+    except (OSError, NpumagicError):
+        return True  # unreadable: let the reader name what is wrong with it
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[" or b'"traceEvents"' in head
 
 
 def _progress_bar_class():

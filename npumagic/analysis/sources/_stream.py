@@ -34,7 +34,8 @@ _ARRAY_END = re.compile(rb"\}\s*\]")
 _BOM = b"\xef\xbb\xbf"
 # a JSON string (kept as it is) or a bare non-finite number, which is no JSON but which Kineto wrote
 # before 2021 (kineto#105: "memory bandwidth (GB/s)": inf for a zero-length copy)
-_STRING_OR_NONFINITE = re.compile(rb'"(?:[^"\\]|\\.)*"|-?\b(?:inf|Infinity|nan|NaN)\b')
+# (unrolled, possessive: the alternation form kept a backtracking entry per character, 130x the text)
+_STRING_OR_NONFINITE = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|-?\b(?:inf|Infinity|nan|NaN)\b')
 _raw_object = msgspec.json.Decoder(RawTrace)
 _syntax = msgspec.json.Decoder(list[msgspec.Raw])
 
@@ -140,20 +141,28 @@ class EventStream:
         return None
 
     def _cut(self, buf: bytes) -> tuple[list, int] | None:
-        """The events before the last event boundary in ``buf`` and where they end, or None."""
-        end = len(buf)
+        """The events before the last event boundary in ``buf`` and where they end, or None.
+        A syntax error inside the events (not one the cut made) moves the search before it, and
+        with no boundary left before it is the error: reading more text cannot mend it."""
+        end, broken = len(buf), None
         for _ in range(TRIES):
             pos = buf.rfind(b"}", 0, end)
             while pos >= 0 and not _BOUNDARY_AFTER.match(buf, pos + 1):
                 pos = buf.rfind(b"}", 0, pos)
             if pos < 0:
-                return None
+                break
             try:
                 return self._decode_events(b"[" + buf[:pos + 1] + b"]"), pos + 1
             except msgspec.ValidationError:
                 raise  # a complete event of the wrong shape: a real error
-            except msgspec.DecodeError:
-                end = pos  # the "}" was inside a string or a nested object
+            except msgspec.DecodeError as exc:
+                at = _syntax_error_at(exc)
+                if at is not None and at <= pos:  # text index at is buf[at - 1]: before the cut's "]"
+                    end, broken = at - 1, exc
+                else:
+                    end = pos  # the "}" was inside a string or a nested object
+        if broken is not None and pos < 0:
+            raise _not_json(self.path, str(broken))
         return None
 
     def _last(self, buf: bytes) -> tuple[list, int]:
@@ -168,7 +177,7 @@ class EventStream:
             except msgspec.DecodeError:
                 continue
         try:
-            _syntax.decode(_repaired(b"[" + buf)[0])
+            self._lenient(_syntax, b"[" + buf)
             problem = "no end of the event array"
         except msgspec.DecodeError as exc:
             problem = str(exc)
@@ -195,8 +204,8 @@ class EventStream:
         except msgspec.ValidationError:
             raise  # well-formed, of the wrong shape: nothing to repair
         except msgspec.DecodeError as exc:
-            if "truncated" in str(exc):  # a cut inside a string or a file cut short: nothing to repair
-                raise
+            if "truncated" in str(exc) or not _repairable(exc, text):  # the repair scans the whole text:
+                raise  # only where a non-finite number or a byte that is no UTF-8 made it fail
             fixed, nonfinite, not_utf8 = _repaired(text)
             if not (nonfinite or not_utf8):
                 raise
@@ -215,6 +224,27 @@ class EventStream:
             raise _not_json(self.path, str(exc)) from None
         except RecursionError:
             raise TraceError(self.path, "JSON nested too deeply to be a Chrome trace") from None
+
+
+_AT_BYTE = re.compile(r"\(byte (\d+)\)")
+_NONFINITE_WORD = re.compile(rb"inf|Infinity|nan|NaN")
+
+
+def _syntax_error_at(exc: msgspec.DecodeError) -> int | None:
+    """Where text that is no JSON fails (msgspec's "(byte N)"); None where the text is only cut
+    short or a complete array is followed by more (what a cut can cause)."""
+    text = str(exc)
+    found = _AT_BYTE.search(text)
+    return int(found.group(1)) if found and "trailing characters" not in text else None
+
+
+def _repairable(exc: msgspec.DecodeError, text: bytes) -> bool:
+    """Whether :func:`_repaired` may mend what made ``text`` fail: bytes that are no UTF-8, or a
+    bare inf/nan where the decoder stopped."""
+    at = _syntax_error_at(exc)
+    if at is None:
+        return "UTF-8" in str(exc) or "utf-8" in str(exc)
+    return _NONFINITE_WORD.search(text, max(0, at - 16), at + 16) is not None
 
 
 def _not_json(path: Path, problem: str) -> TraceError:

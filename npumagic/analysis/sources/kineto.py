@@ -243,11 +243,18 @@ def _backend(events: pd.DataFrame, devices: list[str], mtia: bool = False) -> st
 def _meta(header: RawTrace, rank: int, path: Path) -> dict[str, Any]:
     props = header.deviceProperties or []
     dist = header.distributedInfo or {}
-    return {"devices": [p.get("name") for p in props if isinstance(p, dict) and p.get("name")][:1],
-            "memory": (props[0].get("totalGlobalMem") if props and isinstance(props[0], dict) else None),
-            "compute_major": (props[0].get("computeMajor") if props and isinstance(props[0], dict) else None),
+    first = props[0] if props and isinstance(props[0], dict) else {}
+    return {"devices": [p["name"] for p in props if isinstance(p, dict) and isinstance(p.get("name"), str)
+                        and p["name"]][:1],
+            "memory": _count(first.get("totalGlobalMem")),  # a value of another type: not recorded
+            "compute_major": _count(first.get("computeMajor")),
             "world_size": small_int(dist.get("world_size"), path, "distributedInfo.world_size", default=1) or 1,
             "rank": rank, "base_time_ns": _base_time(header.baseTimeNanoseconds)}
+
+
+def _count(value) -> int | None:
+    """A device property that must be a non-negative integer; None for anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63 else None
 
 
 def _base_time(value) -> int:

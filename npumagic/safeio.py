@@ -1,0 +1,50 @@
+"""Writing output files so that nothing already there is lost and no planted link is followed.
+
+A file is written to a new temporary file beside it and renamed over the old one: an interrupt
+or a full disk leaves the old file whole, and a symbolic link planted at the file's name (in a
+shared or unpacked output directory) is replaced, never written through."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+
+def write_atomic(path: str | Path, data: bytes | str, encoding: str = "utf-8") -> None:
+    """Write ``data`` to ``path`` whole or not at all (OSError when it cannot be written)."""
+    path = Path(path)
+    if isinstance(data, str):
+        data = data.encode(encoding)
+    if path.is_dir():
+        raise IsADirectoryError(21, "Is a directory", str(path))
+    tmp = path.with_name(f".{path.name[:200]}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def linked(path: str | Path, root: str | Path) -> bool:
+    """Whether ``path`` (inside ``root``) leaves ``root`` through a symbolic link: any of its
+    components below ``root``, the last one included, is a link, or it resolves elsewhere."""
+    path, root = Path(os.path.abspath(path)), Path(os.path.abspath(root))
+    if path != root and root not in path.parents:
+        return False  # not under root: the user chose it
+    for part in (path, *path.parents):
+        if part == root:
+            break
+        if part.is_symlink():
+            return True
+    real_root = Path(os.path.realpath(root))
+    real = Path(os.path.realpath(path))
+    return real != real_root and real_root not in real.parents

@@ -1,0 +1,42 @@
+"""Text shown in a terminal, made inert: a trace's kernel names, a note or a cell's source can
+hold escape sequences (OSC 52 writes the clipboard, OSC 8 hides a link, CSI clears the screen)
+and bidirectional overrides that reorder what is read. Every text output passes through
+:func:`safe_text` (the CLI's streams through :class:`SafeStream`)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Callable, TextIO
+
+# C0 controls but tab and newline, DEL, C1 controls (0x9b is an 8-bit CSI), bidi overrides
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+REPLACEMENT = "\ufffd"
+
+
+def safe_text(text: object) -> str:
+    """``text`` as a string with every control character replaced by U+FFFD."""
+    return _UNSAFE.sub(REPLACEMENT, str(text))
+
+
+def terminal_safe(func: Callable[..., str]) -> Callable[..., str]:
+    """Decorate a function returning text for a terminal so that its result is :func:`safe_text`."""
+
+    @functools.wraps(func)
+    def safe(*args, **kwargs) -> str:
+        return safe_text(func(*args, **kwargs))
+
+    return safe
+
+
+class SafeStream:
+    """A text stream that writes :func:`safe_text` of what it is given to ``stream``."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(safe_text(text))
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)

@@ -1,0 +1,46 @@
+"""Readers under issue 31's attack: one damaged byte in a genuine trace is one bounded error."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+import npumagic
+from npumagic.analysis.sources import _stream
+from npumagic.errors import TraceError
+
+from ..conftest import CUDA, need
+
+
+def test_a_syntax_error_near_the_start_is_refused_without_a_repair_pass_per_cut(tmp_path, monkeypatch):
+    # GIVEN a genuine trace with one ',' between two events changed to ';' near the start
+    text = gzip.decompress(next(need(CUDA / "alexnet_sync").glob("*.json.gz")).read_bytes())
+    comma = text.find(b"},", text.find(b"traceEvents") + 2000)
+    path = tmp_path / "semicolon.pt.trace.json"
+    path.write_bytes(text[:comma + 1] + b";" + text[comma + 2:])
+    scans = []
+    repaired = _stream._repaired
+    monkeypatch.setattr(_stream, "_repaired", lambda t: scans.append(len(t)) or repaired(t))
+    # WHEN it is read THEN one error names the file and where, and the whole text was never
+    # rescanned for inf/nan (one scan per candidate cut and block: minutes on a 26 MB trace)
+    with pytest.raises(TraceError, match=r"semicolon\.pt\.trace\.json.*expected ',' or '\]'"):
+        npumagic.load(path)
+    assert scans == []
+
+
+def test_a_long_unterminated_string_is_refused_in_memory_near_its_size(tmp_path):
+    # GIVEN a trace cut inside a 4 MiB string (a malformed export)
+    import tracemalloc
+
+    path = tmp_path / "cut.pt.trace.json"
+    path.write_bytes(b'{"traceEvents": [{"name": "x", "ph": "X", "ts": 1, "dur": 1}, {"name": "' + b"a" * 2**22)
+    # WHEN it is read THEN one error says it may be truncated, without 130x its size in memory
+    tracemalloc.start()
+    try:
+        with pytest.raises(TraceError, match="truncated"):
+            npumagic.load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**22, f"{peak / 2**20:.0f} MiB"

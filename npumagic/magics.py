@@ -15,6 +15,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 from traitlets import Bool, Enum, List, TraitError, Unicode, validate
 
+from .analysis.ab import MAX_STEPS as AB_MAX_STEPS
+from .analysis.ab import THRESHOLD as AB_THRESHOLD
 from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError
 from .capture.options import HOST_SYS
 from .errors import NpumagicError
@@ -131,7 +133,7 @@ def _split_statement(line: str, magic) -> tuple[str, str]:
 @magics_class
 class NpuMagics(Magics):
     """npumagic's magics: %%npuprofile, %npusteps, %npuruns, %npuload, %npushow, %npuadvise,
-    %npucompare, %npubaseline, %npunote, %npurm, %npuhistory, %npuexport."""
+    %npucompare, %npuab, %npubaseline, %npunote, %npurm, %npuhistory, %npuexport."""
 
     output_dir = Unicode("npumagic_runs", help="Where runs and their history (history.sqlite) are kept.").tag(config=True)
     backend = Enum(["", "npu", "cuda", "cpu"], default_value="",
@@ -399,6 +401,51 @@ class NpuMagics(Magics):
         except NpumagicError as exc:
             raise UsageError(str(exc)) from None
         return CompareReport(comparison, figure)
+
+    @magic_arguments()
+    @argument("a", help="the reference: a zero-argument callable in the namespace (one training step)")
+    @argument("b", help="the variant: a zero-argument callable in the namespace")
+    @argument("--threshold", type=float, default=100 * AB_THRESHOLD, metavar="PCT",
+              help=f"smallest step-time change that counts, in percent (default {100 * AB_THRESHOLD:g})")
+    @argument("--max-steps", type=int, default=AB_MAX_STEPS, metavar="N",
+              help=f"budget of timed steps, both sides together (default {AB_MAX_STEPS})")
+    @argument("--warmup", type=int, default=2, help="untimed calls of each before timing (default 2)")
+    @argument("--seed", type=int, default=None, help="seed of the random block orders")
+    @line_magic
+    def npuab(self, line: str):
+        """Decide between two variants in this warm kernel: alternate A and B in randomised ABBA
+        blocks (drift and neighbours hit both alike) and stop as soon as the 95% interval of the
+        step-time ratio lies beyond --threshold either way, or within it; or after --max-steps.
+
+        Returns the result: ``r = %npuab a b`` then ``r.significant``, ``r.speedup`` (A/B),
+        ``r.ci``, ``r.steps``, ``r.decided``, ``r.to_dict()``.
+
+        Examples::
+
+            %npuab step_fp32 step_bf16
+            %npuab old_step new_step --threshold 2 --max-steps 400
+        """
+        args = _parse(self.npuab, line)
+        variants = [self._callable(args.a), self._callable(args.b)]
+        if args.a == args.b:
+            raise UsageError(f"both sides are {args.a!r}; name two callables")
+        if not 0 < args.threshold < 100:
+            raise UsageError(f"--threshold {args.threshold:g}: a percentage above 0 and below 100")
+        if args.max_steps < 12:
+            raise UsageError(f"--max-steps {args.max_steps}: at least 12 (three ABBA blocks)")
+        if args.warmup < 0:
+            raise UsageError(f"--warmup {args.warmup}: 0 or more")
+        from .capture.alternate import interleave
+
+        return interleave(*variants, (args.a, args.b), args.threshold / 100, args.max_steps, args.warmup, args.seed)
+
+    def _callable(self, name: str):
+        if name not in self.shell.user_ns:
+            raise UsageError(f"{name!r} is not defined in the namespace; define a zero-argument function for one step")
+        fn = self.shell.user_ns[name]
+        if not callable(fn):
+            raise UsageError(f"{name!r} is a {type(fn).__name__}, not callable; give a zero-argument function")
+        return fn
 
     @line_magic
     def npubaseline(self, line: str):

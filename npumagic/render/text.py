@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import html
 
+import numpy as np
+
 from ..analysis.advice import steps_inferred
 from ..analysis.checklist import busy_label
 from .tables import advice_table, breakdown_table, kernel_diff_table, step_table
@@ -149,3 +151,24 @@ def comparison_html(comparison, figure_html: str = "", top: int = 15) -> str:
     if len(c.kernels):
         parts.append(kernel_diff_table(c, top)._repr_html_())
     return "\n".join(parts)
+
+
+
+# -- Interleaved A/B ----------------------------------------------------------------------------
+def _ab_rows(result) -> list[tuple[str, str, str, int]]:
+    """(variant, median, min, steps) of each side that ran."""
+    return [(name, _ms(1e6 * float(np.median(times))), _ms(1e6 * float(times.min())), int(times.size))
+            for name, times in ((result.a, result.times_a), (result.b, result.times_b)) if times.size]
+
+
+def ab_text(result) -> str:
+    rows = [f"{'variant':<16}{'median':>14}{'min':>14}{'steps':>7}"]
+    rows += [f"{name[:15]:<16}{median:>14}{low:>14}{n:>7}" for name, median, low, n in _ab_rows(result)]
+    return "\n".join([result.sentence(), ""] + rows)
+
+
+def ab_html(result) -> str:
+    cells = "".join(f"<tr><td>{html.escape(name)}</td><td>{median}</td><td>{low}</td><td>{n}</td></tr>"
+                    for name, median, low, n in _ab_rows(result))
+    return (f"<p><b>{html.escape(result.sentence())}</b></p><table><tr><th>variant</th><th>median</th><th>min</th>"
+            f"<th>steps</th></tr>{cells}</table>")

@@ -1,7 +1,8 @@
 """``npumagic`` command line: the same analyses as the magics, offline, on output directories
 collected elsewhere (e.g. a torch_npu job on a cluster), plus the demo.
 
-Exit status: 0 on success, 2 on bad input (one line on stderr naming the file)."""
+Exit status: 0 on success, 2 on bad input (one line on stderr naming the file); ``compare
+--fail-if-slower`` and ``check`` exit 1 when they find a regression."""
 
 from __future__ import annotations
 
@@ -92,24 +93,71 @@ def _advise(args) -> int:
     return 0
 
 
-def _compare(args) -> int:
-    from .analysis.compare import compare
+def _side(args, store, ref: str, rank):
+    """(Summary, name, record) of one side of ``compare``: a run of ``--history`` by name, else a path."""
+    if store is not None and store.exists(ref):
+        from .session import run_context
 
-    a = _summary(args, args.path_a, args.rank_a)
-    b = _summary(args, args.path_b, args.rank_b)
-    name_a, name_b = Path(args.path_a).name, Path(args.path_b).name
+        run = store.get(ref)
+        summary = store.summary(ref)
+        if summary is None:  # recorded before summaries were stored: its files, if they are left
+            if not run.run_dir or not Path(run.run_dir).exists():
+                raise NpumagicError(f"run {ref!r}: no summary in the history and its output {run.run_dir} is gone")
+            summary = _summary(args, run.run_dir, rank)
+        return summary, ref, run_context(run)
+    if store is not None and not Path(ref).exists():
+        known = ", ".join(store.names()) or "none yet"
+        raise NpumagicError(f"{ref}: neither a run of {args.history} (known: {known}) nor a path")
+    return _summary(args, ref, rank), None, None
+
+
+def _compare(args) -> int:
+    from .analysis.compare import Noise, compare
+
+    store = None
+    if args.history is not None:
+        from .history import HistoryStore
+
+        store = HistoryStore(args.history, create=False)
+    a, run_a, context_a = _side(args, store, args.path_a, args.rank_a)
+    b, run_b, context_b = _side(args, store, args.path_b, args.rank_b)
+    name_a, name_b = run_a or Path(args.path_a).name, run_b or Path(args.path_b).name
     if name_a == name_b:  # e.g. two rank0_ascend_pt directories: say which is which
         name_a, name_b = (f"{Path(p).parent.name}/{Path(p).name}" for p in (args.path_a, args.path_b))
-    cmp = compare(a, b, name_a, name_b)
+    noise = Noise()
+    if run_a and run_b:  # replicates in the history measure the run-to-run noise
+        from .session import history_noise
+
+        noise = history_noise(store, (run_a, run_b))
+    cmp = compare(a, b, name_a, name_b, context_a, context_b, noise=noise)
+    failed = args.fail_if_slower is not None and _slower_beyond(cmp, args.fail_if_slower)
     if args.json:
+        gate = None if args.fail_if_slower is None else {"fail_if_slower_pct": args.fail_if_slower, "failed": failed}
         _print_json(_clean({"a": str(args.path_a), "b": str(args.path_b), "speedup": cmp.speedup, "ci": list(cmp.ci),
                             "p_value": cmp.p_value, "significant": cmp.significant, "verdict": cmp.sentence(),
                             "decided_by": cmp.decided_by or None,
                             "explained_by": cmp.explained_by.column if cmp.explained_by else None, "changed": cmp.changed,
-                            "breakdown": _records(cmp.breakdown), "kernels": _records(cmp.kernels, 50)}))
+                            "gate": gate, "breakdown": _records(cmp.breakdown), "kernels": _records(cmp.kernels, 50)}))
     else:
         print(cmp)
-    return 0
+        if args.fail_if_slower is not None:
+            print(f"\n{'FAIL' if failed else 'pass'}: --fail-if-slower {args.fail_if_slower:g}%: {name_b} is "
+                  + (f"significantly slower than {name_a}, by {1 / cmp.speedup - 1:.1%}" if failed else
+                     f"not significantly slower than {name_a} by more than that"))
+    return 1 if failed else 0
+
+
+def _slower_beyond(cmp, pct: float) -> bool:
+    """The CI gate: B significantly slower than A (the comparison's own verdict, run-to-run noise
+    included) and its median step longer by more than ``pct`` percent."""
+    return bool(cmp.significant and cmp.speedup < 1 and 1 / cmp.speedup - 1 > pct / 100)
+
+
+def percent(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 1000:
+        raise argparse.ArgumentTypeError(f"{text} is not a percentage from 0 to 1000")
+    return value
 
 
 def _show(args) -> int:
@@ -222,8 +270,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _scheduler_argument(p)
     p = add("compare", _compare, "compare two outputs: step time with a 95%% CI, breakdown and kernel deltas")
-    p.add_argument("path_a", help="the reference")
-    p.add_argument("path_b", help="the run to check")
+    p.add_argument("path_a", help="the reference: an output path, or a run name of --history")
+    p.add_argument("path_b", help="the run to check: an output path, or a run name of --history")
+    p.add_argument("--history", default=None, metavar="DIR",
+                   help="an output directory of the magics: A and B may name its runs (replicates there measure "
+                        "the run-to-run noise)")
+    p.add_argument("--fail-if-slower", type=percent, default=None, metavar="PCT",
+                   help="CI gate: exit 1 when B is significantly slower than A by more than PCT percent")
     p.add_argument("--rank-a", type=int, default=None, help="rank of the reference to compare (default the lowest)")
     p.add_argument("--rank-b", type=int, default=None, help="rank of the run to check (default the lowest)")
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -309,20 +309,11 @@ class Session:
         """Between-run noise from the history's replicates: finished runs with the same
         configuration (cell source, options, environment, versions, backend, device, DataLoader
         settings), on the backend and device of ``names``."""
-        runs = [r for r in self.store.runs() if r.status == "ok" and r.kind == "profile"]
-        wanted = {(r.backend, r.device) for r in runs if r.name in names}
-        walls = self.store.step_walls()
-        groups: dict[str, list] = {}
-        for r in runs:
-            if (r.backend, r.device) in wanted and len(walls.get(r.name, ())):
-                groups.setdefault(_configuration(r), []).append(walls[r.name])
-        return between_run_noise(list(groups.values()))
+        return history_noise(self.store, names)
 
     def context(self, name: str) -> dict:
         """A run's record as the comparison's "what changed" section reads it."""
-        run = self.store.get(name)
-        return {"source": run.source, "arguments": run.arguments, "environment": run.environment,
-                "versions": run.versions, "backend": run.backend, "device": run.device, "dataloaders": run.dataloaders}
+        return run_context(self.store.get(name))
 
     # -- the checklist's later steps ------------------------------------------------------------
     def compare_pair(self, a: str | None, b: str | None) -> tuple[str, str]:
@@ -483,6 +474,24 @@ def _make_run_dir(run_dir: Path) -> bool:
         raise NpumagicError(f"{run_dir}: cannot write the run's profiler output here ({exc.strerror or exc}); "
                             "choose another --out or NpuMagics.output_dir") from None
     return True
+
+def history_noise(store: HistoryStore, names) -> Noise:
+    """:meth:`Session.noise` of any history (the CLI reads one it does not own)."""
+    runs = [r for r in store.runs() if r.status == "ok" and r.kind == "profile"]
+    wanted = {(r.backend, r.device) for r in runs if r.name in names}
+    walls = store.step_walls()
+    groups: dict[str, list] = {}
+    for r in runs:
+        if (r.backend, r.device) in wanted and len(walls.get(r.name, ())):
+            groups.setdefault(_configuration(r), []).append(walls[r.name])
+    return between_run_noise(list(groups.values()))
+
+
+def run_context(run: Run) -> dict:
+    """A run's record as the comparison's "what changed" section reads it."""
+    return {"source": run.source, "arguments": run.arguments, "environment": run.environment,
+            "versions": run.versions, "backend": run.backend, "device": run.device, "dataloaders": run.dataloaders}
+
 
 def _configuration(run: Run) -> str:
     """What makes two runs replicates: everything recorded about how they ran but the name."""

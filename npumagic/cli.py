@@ -160,6 +160,42 @@ def percent(text: str) -> float:
     return value
 
 
+def _check(args) -> int:
+    import numpy as np
+
+    from .session import history_band
+
+    store = _history(args.history) if Path(args.history).is_dir() else None
+    if store is None:
+        raise NpumagicError(f"--history {args.history}: no history there (the output directory of the magics)")
+    if store.exists(args.run):
+        name, like = args.run, args.run
+        walls = store.steps(name)["wall_us"].to_numpy(float)
+        band = history_band(store, like, include=False)
+    elif Path(args.run).exists():
+        done = [r.name for r in store.runs() if r.status == "ok" and r.kind == "profile"]
+        like = args.like or (done[-1] if done else None)
+        if like is None:
+            raise NpumagicError(f"{args.history}: no finished run to learn a band from")
+        name, walls = str(args.run), _summary(args, args.run).steps["wall_us"].to_numpy(float)
+        band = history_band(store, like, include=True)
+    else:
+        known = ", ".join(store.names()) or "none yet"
+        raise NpumagicError(f"{args.run}: neither a run of {args.history} (known: {known}) nor a path")
+    if band is None:
+        raise NpumagicError(f"{name}: fewer than 2 earlier finished runs of {like}'s configuration in {args.history}: "
+                            "no band to check against yet")
+    if not walls.size:
+        raise NpumagicError(f"{name}: no steps to check")
+    alert = band.check(float(np.median(walls)))
+    if args.json:
+        _print_json(_clean({"run": name, "like": like, **alert.to_dict()}))
+    else:
+        print(f"{'ALERT' if alert.outside else 'ok'}: {name}: median step {alert.median_us / 1000:,.2f} ms, "
+              f"{alert.sentence()} (runs of {like}'s configuration)")
+    return 1 if alert.outside else 0
+
+
 def _show(args) -> int:
     from . import analysis
     from .render.views import build_view, view_range
@@ -281,6 +317,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank-b", type=int, default=None, help="rank of the run to check (default the lowest)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _scheduler_argument(p)
+    p = add("check", _check, "check a run against the band learned from the earlier runs of its configuration "
+                              "(exit 1 outside it, 0 inside)")
+    p.add_argument("run", metavar="RUN_OR_DIR", help="a run name of --history, or a profiler output path")
+    p.add_argument("--history", default=OUTPUT_DIR, metavar="DIR",
+                   help=f"the magics' output directory holding the earlier runs (default ./{OUTPUT_DIR})")
+    p.add_argument("--like", default=None, metavar="RUN",
+                   help="for a path: the run whose configuration's runs give the band (default the latest finished)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("show", _show, "draw one view of an output to an image file (default the timeline)")
     p.add_argument("path", help=PATH_HELP)
     views = p.add_mutually_exclusive_group()

@@ -411,6 +411,8 @@ class NpuMagics(Magics):
               help=f"budget of timed steps, both sides together (default {AB_MAX_STEPS})")
     @argument("--warmup", type=int, default=2, help="untimed calls of each before timing (default 2)")
     @argument("--seed", type=int, default=None, help="seed of the random block orders")
+    @argument("--profile", action="store_true", help="then profile 3 steps of each as two runs of the history and "
+                                                     "show where the difference goes (their comparison)")
     @line_magic
     def npuab(self, line: str):
         """Decide between two variants in this warm kernel: alternate A and B in randomised ABBA
@@ -424,6 +426,7 @@ class NpuMagics(Magics):
 
             %npuab step_fp32 step_bf16
             %npuab old_step new_step --threshold 2 --max-steps 400
+            %npuab old_step new_step --profile
         """
         args = _parse(self.npuab, line)
         variants = [self._callable(args.a), self._callable(args.b)]
@@ -437,7 +440,27 @@ class NpuMagics(Magics):
             raise UsageError(f"--warmup {args.warmup}: 0 or more")
         from .capture.alternate import interleave
 
-        return interleave(*variants, (args.a, args.b), args.threshold / 100, args.max_steps, args.warmup, args.seed)
+        result = interleave(*variants, (args.a, args.b), args.threshold / 100, args.max_steps, args.warmup, args.seed)
+        return self._ab_profiles(result, variants) if args.profile else result
+
+    def _ab_profiles(self, result, variants):
+        """The interleaved result with the comparison of 3 profiled steps of each variant."""
+        import dataclasses
+
+        __tracebackhide__ = True  # noqa: F841
+        options = CaptureOptions(wait=0, warmup=1, steps=3, repeat_cell=True)
+        runs = []
+        try:
+            for fn, name in zip(variants, (result.a, result.b)):
+                outcome = self.session.profile(fn, options, name=name if _valid_name(name) else None,
+                                               source=f"{name}()", arguments=dict(options.as_dict(), name=name))
+                if outcome.error is not None:
+                    raise outcome.error
+                runs.append(outcome.run.name)
+            comparison = self.session.compare(*runs)
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
+        return dataclasses.replace(result, comparison=comparison)
 
     def _callable(self, name: str):
         if name not in self.shell.user_ns:
@@ -559,6 +582,14 @@ def assigned_cell_magic(lines: list[str]) -> list[str]:
         return lines
     var, magic, args = match.groups()
     return [f"{var} = get_ipython().run_cell_magic({magic!r}, {args!r}, {''.join(lines[1:])!r})\n", f"{var}\n"]
+
+
+def _valid_name(name: str) -> bool:
+    try:
+        check_name(name)
+    except NpumagicError:
+        return False
+    return True
 
 
 def _check_name(name: str) -> None:

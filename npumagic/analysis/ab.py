@@ -64,7 +64,8 @@ class ABResult:
     above 1, B is faster); ``ci`` its interval at the final look (Bonferroni-corrected 95%);
     ``steps`` the timed calls of both sides (warm-up excluded); ``decided``: the interval lies
     beyond the threshold (``significant``) or within it; ``more_steps`` an estimate of the steps
-    that would have decided an undecided result."""
+    that would have decided an undecided result; ``comparison`` (with ``--profile``) the
+    breakdown of the difference from a few profiled steps of each."""
 
     a: str
     b: str
@@ -80,6 +81,7 @@ class ABResult:
     times_a: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # seconds, in order
     times_b: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     order: str = field(repr=False, default="")  # "abba baab ..." as run
+    comparison: object = field(repr=False, default=None)  # --profile: a Comparison of a few profiled steps of each
 
     @property
     def median_a(self) -> float:

@@ -164,11 +164,21 @@ def _ab_rows(result) -> list[tuple[str, str, str, int]]:
 def ab_text(result) -> str:
     rows = [f"{'variant':<16}{'median':>14}{'min':>14}{'steps':>7}"]
     rows += [f"{name[:15]:<16}{median:>14}{low:>14}{n:>7}" for name, median, low, n in _ab_rows(result)]
+    if result.comparison is not None:
+        rows += ["", _profiled(result), comparison_text(result.comparison)]
     return "\n".join([result.sentence(), ""] + rows)
+
+
+def _profiled(result) -> str:
+    c = result.comparison
+    return (f"where the difference goes (profiled {c.n_a} steps of each as runs {c.a} and {c.b}; the verdict above is "
+            "the interleaved one):")
 
 
 def ab_html(result) -> str:
     cells = "".join(f"<tr><td>{html.escape(name)}</td><td>{median}</td><td>{low}</td><td>{n}</td></tr>"
                     for name, median, low, n in _ab_rows(result))
+    profiled = ("" if result.comparison is None else
+                f"<p>{html.escape(_profiled(result))}</p>" + comparison_html(result.comparison))
     return (f"<p><b>{html.escape(result.sentence())}</b></p><table><tr><th>variant</th><th>median</th><th>min</th>"
-            f"<th>steps</th></tr>{cells}</table>")
+            f"<th>steps</th></tr>{cells}</table>{profiled}")

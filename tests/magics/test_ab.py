@@ -77,3 +77,14 @@ def test_bad_input_is_refused_before_anything_runs(variants, line, match):
 def test_a_failing_variant_fails_the_cell(variants):
     result = variants.run_cell("%npuab fast broken")
     assert isinstance(result.error_in_exec, RuntimeError)
+
+
+def test_profile_records_a_few_steps_of_each_and_shows_where_the_difference_goes(variants):
+    result = variants.run_line_magic("npuab", "slow fast --max-steps 40 --seed 0 --profile")
+    assert result.significant
+    cmp = result.comparison
+    assert (cmp.a, cmp.b, cmp.n_a, cmp.n_b) == ("slow", "fast", 3, 3) and cmp.speedup > 1
+    assert list(variants.run_line_magic("npuruns", "").data["name"]) == ["slow", "fast"]
+    text = str(result)
+    assert text.startswith("fast is ") and "profiled 3 steps of each as runs slow and fast" in text
+    assert "free (neither computing nor communicating)" in text  # the breakdown of the difference

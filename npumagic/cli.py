@@ -131,20 +131,40 @@ def _compare(args) -> int:
         noise = history_noise(store, (run_a, run_b))
     cmp = compare(a, b, name_a, name_b, context_a, context_b, noise=noise)
     failed = args.fail_if_slower is not None and _slower_beyond(cmp, args.fail_if_slower)
+    operators = _by_operator(args, store) if args.by_operator else None
     if args.json:
         gate = None if args.fail_if_slower is None else {"fail_if_slower_pct": args.fail_if_slower, "failed": failed}
         _print_json(_clean({"a": str(args.path_a), "b": str(args.path_b), "speedup": cmp.speedup, "ci": list(cmp.ci),
                             "p_value": cmp.p_value, "significant": cmp.significant, "verdict": cmp.sentence(),
                             "decided_by": cmp.decided_by or None,
                             "explained_by": cmp.explained_by.column if cmp.explained_by else None, "changed": cmp.changed,
-                            "gate": gate, "breakdown": _records(cmp.breakdown), "kernels": _records(cmp.kernels, 50)}))
+                            "gate": gate, "breakdown": _records(cmp.breakdown), "kernels": _records(cmp.kernels, 50),
+                            **({"operators": _records(operators)} if operators is not None else {})}))
     else:
         print(cmp)
+        if operators is not None:
+            from .render.text import operator_match_text
+
+            print()
+            print(operator_match_text(operators, name_a, name_b))
         if args.fail_if_slower is not None:
             print(f"\n{'FAIL' if failed else 'pass'}: --fail-if-slower {args.fail_if_slower:g}%: {name_b} is "
                   + (f"significantly slower than {name_a}, by {1 / cmp.speedup - 1:.1%}" if failed else
                      f"not significantly slower than {name_a} by more than that"))
     return 1 if failed else 0
+
+
+def _by_operator(args, store):
+    """Both sides' device time matched by framework operator (the traces are re-read)."""
+    from .analysis.crossbackend import match_operators, operator_device_time
+
+    def side(ref: str, rank):
+        path = store.get(ref).run_dir if store is not None and store.exists(ref) else ref
+        if not path or not Path(path).exists():
+            raise NpumagicError(f"{ref}: --by-operator needs its trace files, and {path} is gone")
+        return operator_device_time(_load(args, path).events, rank)
+
+    return match_operators(side(args.path_a, args.rank_a), side(args.path_b, args.rank_b))
 
 
 def _slower_beyond(cmp, pct: float) -> bool:
@@ -311,6 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--history", default=None, metavar="DIR",
                    help="an output directory of the magics: A and B may name its runs (replicates there measure "
                         "the run-to-run noise)")
+    p.add_argument("--by-operator", action="store_true",
+                   help="also match device time by framework operator (aten op), e.g. a CUDA run against a torch_npu run")
     p.add_argument("--fail-if-slower", type=percent, default=None, metavar="PCT",
                    help="CI gate: exit 1 when B is significantly slower than A by more than PCT percent")
     p.add_argument("--rank-a", type=int, default=None, help="rank of the reference to compare (default the lowest)")

@@ -182,3 +182,17 @@ def ab_html(result) -> str:
                 f"<p>{html.escape(_profiled(result))}</p>" + comparison_html(result.comparison))
     return (f"<p><b>{html.escape(result.sentence())}</b></p><table><tr><th>variant</th><th>median</th><th>min</th>"
             f"<th>steps</th></tr>{cells}</table>{profiled}")
+
+
+# -- Across hardware ----------------------------------------------------------------------------
+def operator_match_text(table, a: str, b: str, top: int = 15) -> str:
+    """The per-operator device time of two runs (see :func:`~npumagic.analysis.crossbackend.match_operators`)."""
+    head = f"{'operator (device time per step)':<40}{a[:14]:>16}{b[:14]:>16}{'B/A':>8}{'calls A':>9}{'calls B':>9}"
+    rows = [head]
+    for r in table.head(top).itertuples(index=False):
+        ratio = "-" if r.b_over_a != r.b_over_a else f"{r.b_over_a:.2f}x"
+        rows.append(f"{r.operator[:39]:<40}{_ms(r.device_a_us):>16}{_ms(r.device_b_us):>16}{ratio:>8}"
+                    f"{r.calls_a:>9.0f}{r.calls_b:>9.0f}")
+    if len(table) > top:
+        rows.append(f"... {len(table) - top} more operators")
+    return "\n".join(rows)

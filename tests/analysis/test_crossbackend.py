@@ -63,3 +63,20 @@ def test_match_orders_by_the_larger_time():
     b = pd.DataFrame({"operator": ["y", "z"], "calls": [1, 1], "kernels": [1, 2], "device_us": [30.0, 5.0]})
     table = match_operators(a, b)
     assert list(table["operator"]) == ["y", "x", "z"] and table.loc[0, "b_over_a"] == 30.0
+
+
+# msprof-analyze 26.2.0's compare_tools (performance_compare.py V100 LEVEL1 --enable_operator_compare
+# --disable_module), its OperatorCompareStatistic sheet for the torch_npu side: device ms of
+# the top-level torch operators it matched. Its top level is any torch operator (autograd's
+# evaluate_function, the DDP reducer, Optimizer.step), ours the outermost aten op: where the two
+# hold the same kernels, the times agree.
+@pytest.mark.parametrize("ours, msprof_ms", [
+    (["aten::to"], 0.844977),
+    (["aten::max_pool2d_with_indices_backward"], 0.554291),  # MaxPool2DWithIndicesBackward0
+    (["aten::copy_"], 0.540611),  # torch.distributed.ddp.reducer::copy_bucket_to_grad
+    (["aten::threshold_backward"], 0.115462),  # ReluBackward0
+    (["aten::_foreach_add_", "aten::_foreach_add", "aten::_foreach_mul_"], 2.264945),  # Optimizer.step#SGD.step
+])
+def test_torch_npu_operator_times_agree_with_msprof_analyze(ours, msprof_ms):
+    table = operator_device_time(shared_trace(need(LEVEL1)).events).set_index("operator")
+    assert table.loc[ours, "device_us"].sum() / 1000 == pytest.approx(msprof_ms, abs=2e-6)

@@ -88,3 +88,11 @@ def test_profile_records_a_few_steps_of_each_and_shows_where_the_difference_goes
     text = str(result)
     assert text.startswith("fast is ") and "profiled 3 steps of each as runs slow and fast" in text
     assert "free (neither computing nor communicating)" in text  # the breakdown of the difference
+
+
+def test_on_the_cpu_no_device_is_synchronised(variants):
+    # torch is imported and has run steps, but no CUDA or NPU device was initialised
+    from npumagic.capture.alternate import device_sync
+
+    variants.run_line_magic("npuab", "slow fast --max-steps 12 --seed 0")
+    assert device_sync() is None

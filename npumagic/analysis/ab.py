@@ -15,7 +15,11 @@ an unadjusted 95% interval would call identical variants different far more than
 time; the union bound holds for any dependence between looks, needs no assumption on the
 distribution beyond the t interval's own, and costs little because geometric looks are few
 (about 10 for 1000 steps). An always-valid confidence sequence would allow a look after every
-block, but those assume a known variance bound, which step times do not have.
+block, but those assume a known variance bound, which step times do not have. Measured by
+simulation (400 experiments of identical variants, ``tests/analysis/test_ab.py``): 3.8% called
+different with no threshold at all; with one call in three stretched 1.5-3x by a neighbour, 5.5%
+with no threshold (a t interval on a few heavy-tailed blocks is slightly liberal) and 3.5%
+at a 2% threshold.
 
 Decisions, with ``t = log(1 + threshold)``: the interval lies above ``t`` (B faster) or below
 ``-t`` (B slower): significant; it lies within ``(-t, t)``: no difference beyond the threshold;

@@ -1,7 +1,8 @@
 """``npumagic`` command line: the same analyses as the magics, offline, on output directories
 collected elsewhere (e.g. a torch_npu job on a cluster), plus the demo.
 
-Exit status: 0 on success, 2 on bad input (one line on stderr naming the file), 130 on Ctrl-C."""
+Exit status: 0 on success, 2 on bad input (one line on stderr naming the file), 130 on Ctrl-C;
+``compare --fail-if-slower`` and ``check`` exit 1 when they find a regression."""
 
 from __future__ import annotations
 
@@ -109,23 +110,130 @@ def _advise(args) -> int:
     return 0
 
 
-def _compare(args) -> int:
-    _exists(args.path_b)  # both refused before either is read
-    a = _summary(args, args.path_a, args.rank_a)
-    b = _summary(args, args.path_b, args.rank_b)
-    from .analysis.compare import compare
+def _side(args, store, ref: str, rank):
+    """(Summary, name, record) of one side of ``compare``: a run of ``--history`` by name, else a path."""
+    if store is not None and store.exists(ref):
+        from .session import run_context
 
-    name_a, name_b = Path(args.path_a).name, Path(args.path_b).name
+        run = store.get(ref)
+        summary = store.summary(ref)
+        if summary is None:  # recorded before summaries were stored: its files, if they are left
+            if not run.run_dir or not Path(run.run_dir).exists():
+                raise NpumagicError(f"run {ref!r}: no summary in the history and its output {run.run_dir} is gone")
+            summary = _summary(args, run.run_dir, rank)
+        return summary, ref, run_context(run)
+    if store is not None and not Path(ref).exists():
+        known = ", ".join(store.names()) or "none yet"
+        raise NpumagicError(f"{ref}: neither a run of {args.history} (known: {known}) nor a path")
+    return _summary(args, ref, rank), None, None
+
+
+def _compare(args) -> int:
+    from .analysis.compare import Noise, compare
+
+    store = None
+    if args.history is not None:
+        from .history import HistoryStore
+
+        store = HistoryStore(args.history, create=False)
+    a, run_a, context_a = _side(args, store, args.path_a, args.rank_a)
+    b, run_b, context_b = _side(args, store, args.path_b, args.rank_b)
+    name_a, name_b = run_a or Path(args.path_a).name, run_b or Path(args.path_b).name
     if name_a == name_b:  # e.g. two rank0_ascend_pt directories: say which is which
         name_a, name_b = (f"{Path(p).parent.name}/{Path(p).name}" for p in (args.path_a, args.path_b))
-    cmp = compare(a, b, name_a, name_b)
-    if args.json:
-        from .jsonout import comparison_doc
+    noise = Noise()
+    if run_a and run_b:  # replicates in the history measure the run-to-run noise
+        from .session import history_noise
 
-        _print_json(comparison_doc(cmp, args.path_a, args.path_b))
+        noise = history_noise(store, (run_a, run_b))
+    cmp = compare(a, b, name_a, name_b, context_a, context_b, noise=noise)
+    failed = args.fail_if_slower is not None and _slower_beyond(cmp, args.fail_if_slower)
+    operators = _by_operator(args, store) if args.by_operator else None
+    if args.json:
+        from .jsonout import comparison_doc, records
+
+        doc = comparison_doc(cmp, args.path_a, args.path_b)
+        doc["gate"] = None if args.fail_if_slower is None else {"fail_if_slower_pct": args.fail_if_slower,
+                                                                "failed": failed}
+        if operators is not None:
+            doc["operators"] = records(operators)
+        _print_json(doc)
     else:
         print(cmp)
-    return 0
+        if operators is not None:
+            from .render.text import operator_match_text
+
+            print()
+            print(operator_match_text(operators, name_a, name_b))
+        if args.fail_if_slower is not None:
+            print(f"\n{'FAIL' if failed else 'pass'}: --fail-if-slower {args.fail_if_slower:g}%: {name_b} is "
+                  + (f"significantly slower than {name_a}, by {1 / cmp.speedup - 1:.1%}" if failed else
+                     f"not significantly slower than {name_a} by more than that"))
+    return 1 if failed else 0
+
+
+def _by_operator(args, store):
+    """Both sides' device time matched by framework operator (the traces are re-read)."""
+    from .analysis.crossbackend import match_operators, operator_device_time
+
+    def side(ref: str, rank):
+        path = store.get(ref).run_dir if store is not None and store.exists(ref) else ref
+        if not path or not Path(path).exists():
+            raise NpumagicError(f"{ref}: --by-operator needs its trace files, and {path} is gone")
+        return operator_device_time(_load(args, path).events, rank)
+
+    return match_operators(side(args.path_a, args.rank_a), side(args.path_b, args.rank_b))
+
+
+def _slower_beyond(cmp, pct: float) -> bool:
+    """The CI gate: B significantly slower than A (the comparison's own verdict, run-to-run noise
+    included) and its median step longer by more than ``pct`` percent."""
+    return bool(cmp.significant and cmp.speedup < 1 and 1 / cmp.speedup - 1 > pct / 100)
+
+
+def percent(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 1000:
+        raise argparse.ArgumentTypeError(f"{text} is not a percentage from 0 to 1000")
+    return value
+
+
+def _check(args) -> int:
+    import numpy as np
+
+    from .session import history_band
+
+    store = _history(args.history) if Path(args.history).is_dir() else None
+    if store is None:
+        raise NpumagicError(f"--history {args.history}: no history there (the output directory of the magics)")
+    if store.exists(args.run):
+        name, like = args.run, args.run
+        walls = store.steps(name)["wall_us"].to_numpy(float)
+        band = history_band(store, like, include=False)
+    elif Path(args.run).exists():
+        done = [r.name for r in store.runs() if r.status == "ok" and r.kind == "profile"]
+        like = args.like or (done[-1] if done else None)
+        if like is None:
+            raise NpumagicError(f"{args.history}: no finished run to learn a band from")
+        name, walls = str(args.run), _summary(args, args.run).steps["wall_us"].to_numpy(float)
+        band = history_band(store, like, include=True)
+    else:
+        known = ", ".join(store.names()) or "none yet"
+        raise NpumagicError(f"{args.run}: neither a run of {args.history} (known: {known}) nor a path")
+    if band is None:
+        raise NpumagicError(f"{name}: fewer than 2 earlier finished runs of {like}'s configuration in {args.history}: "
+                            "no band to check against yet")
+    if not walls.size:
+        raise NpumagicError(f"{name}: no steps to check")
+    alert = band.check(float(np.median(walls)))
+    if args.json:
+        from .jsonout import document
+
+        _print_json(document("check", run=name, like=like, **alert.to_dict()))
+    else:
+        print(f"{'ALERT' if alert.outside else 'ok'}: {name}: median step {alert.median_us / 1000:,.2f} ms, "
+              f"{alert.sentence()} (runs of {like}'s configuration)")
+    return 1 if alert.outside else 0
 
 
 def _show(args) -> int:
@@ -272,12 +380,27 @@ def build_parser() -> argparse.ArgumentParser:
     _scheduler_argument(p)
     _parse_raw_argument(p)
     p = add("compare", _compare, "compare two outputs: step time with a 95%% CI, breakdown and kernel deltas")
-    p.add_argument("path_a", help="the reference")
-    p.add_argument("path_b", help="the run to check")
+    p.add_argument("path_a", help="the reference: an output path, or a run name of --history")
+    p.add_argument("path_b", help="the run to check: an output path, or a run name of --history")
+    p.add_argument("--history", default=None, metavar="DIR",
+                   help="an output directory of the magics: A and B may name its runs (replicates there measure "
+                        "the run-to-run noise)")
+    p.add_argument("--by-operator", action="store_true",
+                   help="also match device time by framework operator (aten op), e.g. a CUDA run against a torch_npu run")
+    p.add_argument("--fail-if-slower", type=percent, default=None, metavar="PCT",
+                   help="CI gate: exit 1 when B is significantly slower than A by more than PCT percent")
     p.add_argument("--rank-a", type=int, default=None, help="rank of the reference to compare (default the lowest)")
     p.add_argument("--rank-b", type=int, default=None, help="rank of the run to check (default the lowest)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _scheduler_argument(p)
+    p = add("check", _check, "check a run against the band learned from the earlier runs of its configuration "
+                              "(exit 1 outside it, 0 inside)")
+    p.add_argument("run", metavar="RUN_OR_DIR", help="a run name of --history, or a profiler output path")
+    p.add_argument("--history", default=OUTPUT_DIR, metavar="DIR",
+                   help=f"the magics' output directory holding the earlier runs (default ./{OUTPUT_DIR})")
+    p.add_argument("--like", default=None, metavar="RUN",
+                   help="for a path: the run whose configuration's runs give the band (default the latest finished)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("show", _show, "draw one view of an output to an image file (default the timeline)")
     p.add_argument("path", help=PATH_HELP)
     views = p.add_mutually_exclusive_group()

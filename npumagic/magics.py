@@ -15,6 +15,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 from traitlets import Bool, Enum, List, TraitError, Unicode, validate
 
+from .analysis.ab import MAX_STEPS as AB_MAX_STEPS
+from .analysis.ab import THRESHOLD as AB_THRESHOLD
 from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError
 from .capture.options import HOST_SYS
 from .errors import NpumagicError
@@ -133,7 +135,7 @@ def _split_statement(line: str, magic) -> tuple[str, str]:
 @magics_class
 class NpuMagics(Magics):
     """npumagic's magics: %%npuprofile, %npusteps, %npuruns, %npuload, %npushow, %npuadvise,
-    %npucompare, %npubaseline, %npunote, %npurm, %npuhistory, %npuexport."""
+    %npucompare, %npuab, %npubaseline, %npunote, %npurm, %npuhistory, %npuexport."""
 
     output_dir = Unicode("npumagic_runs", help="Where runs and their history (history.sqlite) are kept.").tag(config=True)
     backend = Enum(["", "npu", "cuda", "cpu"], default_value="",
@@ -428,6 +430,74 @@ class NpuMagics(Magics):
             raise UsageError(str(exc)) from None
         return CompareReport(comparison, figure)
 
+    @magic_arguments()
+    @argument("a", help="the reference: a zero-argument callable in the namespace (one training step)")
+    @argument("b", help="the variant: a zero-argument callable in the namespace")
+    @argument("--threshold", type=float, default=100 * AB_THRESHOLD, metavar="PCT",
+              help=f"smallest step-time change that counts, in percent (default {100 * AB_THRESHOLD:g})")
+    @argument("--max-steps", type=int, default=AB_MAX_STEPS, metavar="N",
+              help=f"budget of timed steps, both sides together (default {AB_MAX_STEPS})")
+    @argument("--warmup", type=int, default=2, help="untimed calls of each before timing (default 2)")
+    @argument("--seed", type=int, default=None, help="seed of the random block orders")
+    @argument("--profile", action="store_true", help="then profile 3 steps of each as two runs of the history and "
+                                                     "show where the difference goes (their comparison)")
+    @line_magic
+    def npuab(self, line: str):
+        """Decide between two variants in this warm kernel: alternate A and B in randomised ABBA
+        blocks (drift and neighbours hit both alike) and stop as soon as the 95% interval of the
+        step-time ratio lies beyond --threshold either way, or within it; or after --max-steps.
+
+        Returns the result: ``r = %npuab a b`` then ``r.significant``, ``r.speedup`` (A/B),
+        ``r.ci``, ``r.steps``, ``r.decided``, ``r.to_dict()``.
+
+        Examples::
+
+            %npuab step_fp32 step_bf16
+            %npuab old_step new_step --threshold 2 --max-steps 400
+            %npuab old_step new_step --profile
+        """
+        args = _parse(self.npuab, line)
+        variants = [self._callable(args.a), self._callable(args.b)]
+        if args.a == args.b:
+            raise UsageError(f"both sides are {args.a!r}; name two callables")
+        if not 0 < args.threshold < 100:
+            raise UsageError(f"--threshold {args.threshold:g}: a percentage above 0 and below 100")
+        if args.max_steps < 12:
+            raise UsageError(f"--max-steps {args.max_steps}: at least 12 (three ABBA blocks)")
+        if args.warmup < 0:
+            raise UsageError(f"--warmup {args.warmup}: 0 or more")
+        from .capture.alternate import interleave
+
+        result = interleave(*variants, (args.a, args.b), args.threshold / 100, args.max_steps, args.warmup, args.seed)
+        return self._ab_profiles(result, variants) if args.profile else result
+
+    def _ab_profiles(self, result, variants):
+        """The interleaved result with the comparison of 3 profiled steps of each variant."""
+        import dataclasses
+
+        __tracebackhide__ = True  # noqa: F841
+        options = CaptureOptions(wait=0, warmup=1, steps=3, repeat_cell=True)
+        runs = []
+        try:
+            for fn, name in zip(variants, (result.a, result.b)):
+                outcome = self.session.profile(fn, options, name=name if _valid_name(name) else None,
+                                               source=f"{name}()", arguments=dict(options.as_dict(), name=name))
+                if outcome.error is not None:
+                    raise outcome.error
+                runs.append(outcome.run.name)
+            comparison = self.session.compare(*runs)
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
+        return dataclasses.replace(result, comparison=comparison)
+
+    def _callable(self, name: str):
+        if name not in self.shell.user_ns:
+            raise UsageError(f"{name!r} is not defined in the namespace; define a zero-argument function for one step")
+        fn = self.shell.user_ns[name]
+        if not callable(fn):
+            raise UsageError(f"{name!r} is a {type(fn).__name__}, not callable; give a zero-argument function")
+        return fn
+
     @line_magic
     def npubaseline(self, line: str):
         """Show or set the baseline later runs are verified against.
@@ -552,6 +622,14 @@ def _step_window(steps: list[dict], wanted: tuple[int, int]) -> tuple[float, flo
     """(start, end) ms of steps FIRST..LAST in the live view's step list."""
     shown = [s for s in steps if wanted[0] <= s["step"] <= wanted[1]]
     return min(s["start"] for s in shown), max(s["end"] for s in shown)
+
+
+def _valid_name(name: str) -> bool:
+    try:
+        check_name(name)
+    except NpumagicError:
+        return False
+    return True
 
 
 def _check_name(name: str) -> None:

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
 import pandas as pd
 
 from . import analysis, parallel
 from .analysis.advice import Advice, advise_run
+from .analysis.alerts import Alert, Band, learn_band
 from .analysis.checklist import Verdict, checklist
 from .analysis.compare import Comparison, Noise, between_run_noise, compare
 from .analysis.metrics import Summary
@@ -281,13 +283,17 @@ class Session:
             notes.append(f"analysis failed ({type(exc).__name__}: {exc}); the raw output is kept in {run_dir}")
             message = f"{type(exc).__name__}: {exc}"
             log.debug("analysis failed", exc_info=True)
+        alert = self._alert(name, summary) if status == "ok" and result is not None else None
+        if alert is not None:
+            notes.append(("alert: " if alert.outside else "") + f"median step {alert.sentence()}")
+            message = "; ".join(m for m in (message, notes[-1]) if m)
         self.store.finish(
             name, status, dataloaders=result.dataloaders if result else [],
             kernels=summary.kernels if summary is not None else None,
             steps=summary.steps if summary is not None else None, summary=summary,
             steps_seen=result.steps if result else (len(summary.steps) if summary is not None else None),
             message=message, headline=summary.headline if summary is not None else {},
-            verdict=verdict.as_dict() if verdict is not None else {},
+            verdict=dict(verdict.as_dict(), alert=alert.to_dict() if alert else None) if verdict is not None else {},
         )
         self._unclosed.pop(name, None)
         if self.baseline is None and summary is not None and status == "ok" and result is not None:
@@ -295,6 +301,16 @@ class Session:
         if trace is not None:
             self._trace = (name, trace)
         return RunOutcome(self.store.get(name), summary, verdict, result, notes, trace, unfinished)
+
+    def _alert(self, name: str, summary: Summary | None) -> Alert | None:
+        """This run's median step against the band of the earlier runs of its configuration."""
+        if summary is None or not len(summary.steps):
+            return None
+        try:
+            band = history_band(self.store, name, include=False)
+        except NpumagicError:
+            return None
+        return band.check(float(summary.steps["wall_us"].median())) if band is not None else None
 
     # -- reading ------------------------------------------------------------------------------
     def resolve(self, name: str | None) -> str:
@@ -371,20 +387,11 @@ class Session:
         """Between-run noise from the history's replicates: finished runs with the same
         configuration (cell source, options, environment, versions, backend, device, DataLoader
         settings), on the backend and device of ``names``."""
-        runs = [r for r in self.store.runs() if r.status == "ok" and r.kind == "profile"]
-        wanted = {(r.backend, r.device) for r in runs if r.name in names}
-        walls = self.store.step_walls()
-        groups: dict[str, list] = {}
-        for r in runs:
-            if (r.backend, r.device) in wanted and len(walls.get(r.name, ())):
-                groups.setdefault(_configuration(r), []).append(walls[r.name])
-        return between_run_noise(list(groups.values()))
+        return history_noise(self.store, names)
 
     def context(self, name: str) -> dict:
         """A run's record as the comparison's "what changed" section reads it."""
-        run = self.store.get(name)
-        return {"source": run.source, "arguments": run.arguments, "environment": run.environment,
-                "versions": run.versions, "backend": run.backend, "device": run.device, "dataloaders": run.dataloaders}
+        return run_context(self.store.get(name))
 
     # -- the checklist's later steps ------------------------------------------------------------
     def compare_pair(self, a: str | None, b: str | None) -> tuple[str, str]:
@@ -557,6 +564,37 @@ def _make_run_dir(run_dir: Path) -> bool:
         raise NpumagicError(f"{run_dir}: cannot write the run's profiler output here ({exc.strerror or exc}); "
                             "choose another --out or NpuMagics.output_dir") from None
     return True
+
+def history_noise(store: HistoryStore, names) -> Noise:
+    """:meth:`Session.noise` of any history (the CLI reads one it does not own)."""
+    runs = [r for r in store.runs() if r.status == "ok" and r.kind == "profile"]
+    wanted = {(r.backend, r.device) for r in runs if r.name in names}
+    walls = store.step_walls()
+    groups: dict[str, list] = {}
+    for r in runs:
+        if (r.backend, r.device) in wanted and len(walls.get(r.name, ())):
+            groups.setdefault(_configuration(r), []).append(walls[r.name])
+    return between_run_noise(list(groups.values()))
+
+
+def history_band(store: HistoryStore, like: str, include: bool) -> Band | None:
+    """The band learned from the finished runs with run ``like``'s configuration recorded before
+    it (and ``like`` itself with ``include``); None with too few."""
+    runs = store.runs()
+    i = next((k for k, r in enumerate(runs) if r.name == like), None)
+    if i is None:
+        store.get(like)  # raises UnknownRun with the known names
+    config, walls = _configuration(runs[i]), store.step_walls()
+    medians = [float(np.median(walls[r.name])) for r in runs[: i + 1 if include else i]
+               if r.status == "ok" and r.kind == "profile" and len(walls.get(r.name, ())) and _configuration(r) == config]
+    return learn_band(medians)
+
+
+def run_context(run: Run) -> dict:
+    """A run's record as the comparison's "what changed" section reads it."""
+    return {"source": run.source, "arguments": run.arguments, "environment": run.environment,
+            "versions": run.versions, "backend": run.backend, "device": run.device, "dataloaders": run.dataloaders}
+
 
 def _configuration(run: Run) -> str:
     """What makes two runs replicates: everything recorded about how they ran but the name."""

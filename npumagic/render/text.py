@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import html
 
+import numpy as np
+
 from ..analysis.advice import steps_inferred
 from ..analysis.checklist import busy_label
 from ..terminal import terminal_safe
@@ -169,3 +171,48 @@ def comparison_html(comparison, figure_html: str = "", top: int = 15) -> str:
     if len(c.kernels):
         parts.append(kernel_diff_table(c, top)._repr_html_())
     return "\n".join(parts)
+
+
+
+# -- Interleaved A/B ----------------------------------------------------------------------------
+def _ab_rows(result) -> list[tuple[str, str, str, int]]:
+    """(variant, median, min, steps) of each side that ran."""
+    return [(name, _ms(1e6 * float(np.median(times))), _ms(1e6 * float(times.min())), int(times.size))
+            for name, times in ((result.a, result.times_a), (result.b, result.times_b)) if times.size]
+
+
+def ab_text(result) -> str:
+    rows = [f"{'variant':<16}{'median':>14}{'min':>14}{'steps':>7}"]
+    rows += [f"{name[:15]:<16}{median:>14}{low:>14}{n:>7}" for name, median, low, n in _ab_rows(result)]
+    if result.comparison is not None:
+        rows += ["", _profiled(result), comparison_text(result.comparison)]
+    return "\n".join([result.sentence(), ""] + rows)
+
+
+def _profiled(result) -> str:
+    c = result.comparison
+    return (f"where the difference goes (profiled {c.n_a} steps of each as runs {c.a} and {c.b}; the verdict above is "
+            "the interleaved one):")
+
+
+def ab_html(result) -> str:
+    cells = "".join(f"<tr><td>{html.escape(name)}</td><td>{median}</td><td>{low}</td><td>{n}</td></tr>"
+                    for name, median, low, n in _ab_rows(result))
+    profiled = ("" if result.comparison is None else
+                f"<p>{html.escape(_profiled(result))}</p>" + comparison_html(result.comparison))
+    return (f"<p><b>{html.escape(result.sentence())}</b></p><table><tr><th>variant</th><th>median</th><th>min</th>"
+            f"<th>steps</th></tr>{cells}</table>{profiled}")
+
+
+# -- Across hardware ----------------------------------------------------------------------------
+def operator_match_text(table, a: str, b: str, top: int = 15) -> str:
+    """The per-operator device time of two runs (see :func:`~npumagic.analysis.crossbackend.match_operators`)."""
+    head = f"{'operator (device time per step)':<40}{a[:14]:>16}{b[:14]:>16}{'B/A':>8}{'calls A':>9}{'calls B':>9}"
+    rows = [head]
+    for r in table.head(top).itertuples(index=False):
+        ratio = "-" if r.b_over_a != r.b_over_a else f"{r.b_over_a:.2f}x"
+        rows.append(f"{r.operator[:39]:<40}{_ms(r.device_a_us):>16}{_ms(r.device_b_us):>16}{ratio:>8}"
+                    f"{r.calls_a:>9.0f}{r.calls_b:>9.0f}")
+    if len(table) > top:
+        rows.append(f"... {len(table) - top} more operators")
+    return "\n".join(rows)

@@ -1,0 +1,86 @@
+"""The interleaved A/B test on synthetic step times: its false-call rate by simulation, a 2x
+change decided, and a drift that fools back-to-back runs but not the interleaved ones."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from npumagic.analysis.ab import alternate, looks
+from npumagic.analysis.compare import ALPHA, MIN_EFFECT, step_test
+
+
+def _steps(rng, ratio=1.0, sigma=0.05, drift=0.0, outliers=0.0):
+    """A measure() of lognormal steps: B takes 1/ratio of A; each call slower by ``drift`` than the
+    one before (both sides); a share ``outliers`` of calls stretched 1.5-3x (a busy neighbour)."""
+    calls = [0]
+
+    def measure(side: str) -> float:
+        calls[0] += 1
+        base = (1.0 if side == "a" else 1.0 / ratio) * (1 + drift * calls[0])
+        spike = rng.uniform(1.5, 3.0) if rng.random() < outliers else 1.0
+        return base * spike * math.exp(rng.normal(0, sigma))
+
+    return measure
+
+
+@pytest.mark.parametrize("threshold, outliers", [(0.0, 0.0), (0.0, 0.05), (0.02, 0.0), (0.02, 0.05), (0.02, 0.3)])
+def test_identical_variants_are_called_different_at_most_5_percent_of_the_time(threshold, outliers):
+    # GIVEN 400 experiments of two identical variants (threshold 0: any difference counts, the
+    # hardest case for a test that looks after every few blocks)
+    rng = np.random.default_rng(34)
+    # WHEN each runs to a decision or 100 steps
+    calls = [alternate(_steps(rng, outliers=outliers), threshold, 100, rng).significant for _ in range(400)]
+    # THEN at most 5% are called different (the Bonferroni-corrected looks keep the nominal rate)
+    assert np.mean(calls) <= 0.05
+
+
+def test_a_2x_change_is_decided_early_with_its_size():
+    rng = np.random.default_rng(1)
+    result = alternate(_steps(rng, ratio=2.0, sigma=0.1), 0.05, 200, rng)
+    assert result.decided and result.significant and result.steps < 200
+    assert 1.5 <= result.speedup <= 2.5 and result.ci[0] > 1.05
+    assert result.sentence().startswith("B is 2.0x faster than A")
+
+
+def test_no_difference_beyond_the_threshold_is_decided_when_the_interval_fits_inside_it():
+    rng = np.random.default_rng(2)
+    result = alternate(_steps(rng, sigma=0.01), 0.05, 400, rng)
+    assert result.decided and not result.significant
+    assert 1 / 1.05 < result.ci[0] <= result.ci[1] < 1.05
+    assert result.sentence().startswith("no difference beyond 5% between A and B")
+
+
+def test_an_undecided_result_says_how_many_more_steps_would_decide():
+    rng = np.random.default_rng(3)
+    result = alternate(_steps(rng, sigma=0.3), 0.05, 40, rng)
+    assert not result.decided and result.steps == 40 and result.more_steps > 0
+    assert f"about {result.more_steps} more steps would decide" in result.sentence()
+
+
+def test_a_drift_fools_back_to_back_runs_but_not_the_interleaved_test():
+    # GIVEN identical variants on a machine that slows by 5% of the first step a call (both sides alike)
+    rng = np.random.default_rng(4)
+    interleaved = alternate(_steps(rng, sigma=0.02, drift=0.05), 0.02, 80, rng)
+    # back to back: 20 steps of A, then 20 of B, judged as %npucompare judges two runs
+    measure = _steps(rng, sigma=0.02, drift=0.05)
+    a = np.array([measure("a") for _ in range(20)])
+    b = np.array([measure("b") for _ in range(20)])
+    test = step_test(a, b)
+    back_to_back = test.p_value < ALPHA and abs(math.log(np.median(a) / np.median(b))) >= math.log1p(MIN_EFFECT)
+    # THEN back to back calls B slower, interleaved does not call a difference
+    assert back_to_back and np.median(b) > np.median(a)
+    assert not interleaved.significant
+
+
+def test_looks_are_geometric_and_end_at_the_budget():
+    assert looks(50) == [3, 5, 8, 12, 18, 27, 41, 50]
+    assert looks(2) == []
+
+
+@pytest.mark.parametrize("kwargs, match", [({"max_steps": 8}, "at least 12"), ({"threshold": -0.1}, "0 or more")])
+def test_bad_budgets_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        alternate(lambda side: 1.0, **kwargs)

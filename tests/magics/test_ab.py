@@ -1,0 +1,98 @@
+"""%npuab in a real shell: two variants of a tiny training step alternated in one warm kernel."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.error import UsageError
+
+VARIANTS = """
+import time
+calls = 0
+def slow():
+    time.sleep(0.02); train_step()
+def fast():
+    time.sleep(0.01); train_step()
+def fast_too():
+    time.sleep(0.01); train_step()
+def drifting():
+    '''The machine slows down as it goes: each call sleeps 0.5 ms longer than the one before.'''
+    global calls
+    calls += 1
+    time.sleep(0.005 + 0.0005 * calls); train_step()
+drifting_too = drifting
+def broken():
+    raise RuntimeError("boom")
+"""
+
+
+@pytest.fixture
+def variants(trainer):
+    assert trainer.run_cell(VARIANTS).success
+    return trainer
+
+
+def test_a_2x_difference_is_decided_before_the_budget_with_its_size(variants):
+    result = variants.run_line_magic("npuab", "slow fast --max-steps 200 --seed 0")
+    assert result.decided and result.significant and result.steps < 200
+    assert 1.5 <= result.speedup <= 2.5  # sleeps only overshoot: the ratio of 20 to 10 ms is pulled towards 1
+    assert str(result).startswith("fast is ") and "faster than slow" in str(result)
+    assert result.to_dict()["significant"] is True and "<table>" in result._repr_html_()
+    assert variants.user_ns["iterations"] == result.steps + 2 * 2  # every timed call and the warm-up ran a step
+
+
+def test_identical_variants_are_never_significant(variants):
+    result = variants.run_line_magic("npuab", "fast fast_too --max-steps 40 --seed 0")
+    assert not result.significant
+    assert str(result).startswith(("no difference beyond 5% between fast and fast_too", "undecided between"))
+
+
+def test_a_drift_fools_back_to_back_runs_but_not_the_interleaved_test(variants):
+    # GIVEN one step that slows with every call, run back to back as two profiled runs
+    for name, step in (("first", "drifting"), ("second", "drifting_too")):
+        ran = variants.run_cell(f"%npusteps --wait 0 --warmup 2 --steps 8 --no-plot --quiet --name {name} {step}()")
+        assert ran.success, ran.error_in_exec
+    back_to_back = variants.run_line_magic("npucompare", "first second --no-plot").comparison
+    # WHEN the same step is alternated with itself
+    interleaved = variants.run_line_magic("npuab", "drifting drifting_too --max-steps 40 --seed 0")
+    # THEN the back-to-back comparison calls the second run slower; the interleaved one does not
+    assert back_to_back.significant and back_to_back.speedup < 1
+    assert not interleaved.significant
+
+
+@pytest.mark.parametrize("line, match", [
+    ("nothing fast", "'nothing' is not defined"),
+    ("calls fast", "'calls' is a int, not callable"),
+    ("fast fast", "both sides are 'fast'"),
+    ("slow fast --threshold 0", "--threshold 0"),
+    ("slow fast --max-steps 8", "at least 12"),
+    ("slow", "required: b"),
+])
+def test_bad_input_is_refused_before_anything_runs(variants, line, match):
+    with pytest.raises(UsageError, match=match):
+        variants.run_line_magic("npuab", line)
+    assert variants.run_cell(f"%npuab {line}").error_in_exec is not None
+    assert variants.user_ns["iterations"] == 0
+
+
+def test_a_failing_variant_fails_the_cell(variants):
+    result = variants.run_cell("%npuab fast broken")
+    assert isinstance(result.error_in_exec, RuntimeError)
+
+
+def test_profile_records_a_few_steps_of_each_and_shows_where_the_difference_goes(variants):
+    result = variants.run_line_magic("npuab", "slow fast --max-steps 40 --seed 0 --profile")
+    assert result.significant
+    cmp = result.comparison
+    assert (cmp.a, cmp.b, cmp.n_a, cmp.n_b) == ("slow", "fast", 3, 3) and cmp.speedup > 1
+    assert list(variants.run_line_magic("npuruns", "").data["name"]) == ["slow", "fast"]
+    text = str(result)
+    assert text.startswith("fast is ") and "profiled 3 steps of each as runs slow and fast" in text
+    assert "free (neither computing nor communicating)" in text  # the breakdown of the difference
+
+
+def test_on_the_cpu_no_device_is_synchronised(variants):
+    # torch is imported and has run steps, but no CUDA or NPU device was initialised
+    from npumagic.capture.alternate import device_sync
+
+    variants.run_line_magic("npuab", "slow fast --max-steps 12 --seed 0")
+    assert device_sync() is None

@@ -129,13 +129,16 @@ def _side(args, store, ref: str, rank):
 
 
 def _compare(args) -> int:
-    from .analysis.compare import Noise, compare
-
     store = None
     if args.history is not None:
         from .history import HistoryStore
 
         store = HistoryStore(args.history, create=False)
+    else:  # a missing side is said before the other is read, and before pandas is imported
+        _exists(args.path_a)
+        _exists(args.path_b)
+    from .analysis.compare import Noise, compare
+
     a, run_a, context_a = _side(args, store, args.path_a, args.rank_a)
     b, run_b, context_b = _side(args, store, args.path_b, args.rank_b)
     name_a, name_b = run_a or Path(args.path_a).name, run_b or Path(args.path_b).name

@@ -83,6 +83,21 @@ def need(path: Path) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def _shared_machine(monkeypatch):
+    """The suite's other worker keeps a core busy, which calls a real capture contended and its
+    comparisons never significant: tests judge other mechanics on known effects with the check
+    off. The trust tests (tests/magics/test_trust.py, tests/analysis/test_verdict.py) turn it
+    back on with :func:`trust_checked`."""
+    monkeypatch.setenv("NPUMAGIC_CONTENDED_WAIT_PCT", "100")
+
+
+@pytest.fixture
+def trust_checked(monkeypatch):
+    """The contention check at its default threshold."""
+    monkeypatch.delenv("NPUMAGIC_CONTENDED_WAIT_PCT")
+
+
 @pytest.fixture
 def shell(tmp_path, monkeypatch):
     """The IPython shell with npumagic loaded, its history in a fresh directory."""

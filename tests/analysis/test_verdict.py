@@ -173,7 +173,7 @@ def _host_samples(summary, others_core_pct: float, wait_pct: float, own_pct: flo
     return dataclasses.replace(summary, host=host)
 
 
-def test_a_contended_run_says_so_and_its_comparison_is_not_significant():
+def test_a_contended_run_says_so_and_its_comparison_is_not_significant(trust_checked):
     base = shared_summary(CUDA / "ns_resolution")
     # the other core fully used by another process, and this thread never waiting: not contended
     quiet, busy = _host_samples(base, 100.0, 1.0), _host_samples(base, 110.0, 30.0)

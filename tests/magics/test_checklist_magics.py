@@ -19,14 +19,6 @@ def slow_step(delay):
 """
 
 
-@pytest.fixture(autouse=True)
-def _shared_machine(monkeypatch):
-    # these tests judge the comparison's mechanics on large, known effects; the suite's other
-    # worker keeps a core busy, which would call every run contended (tests/magics/test_trust.py
-    # checks that a contended run is never significant)
-    monkeypatch.setenv("NPUMAGIC_CONTENDED_WAIT_PCT", "100")
-
-
 def _profile(shell, name, statement, steps=8):
     result = shell.run_cell(f"%npusteps --wait 0 --warmup 2 --steps {steps} --no-plot --quiet --name {name} {statement}")
     assert result.success, result.error_in_exec

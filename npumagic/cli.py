@@ -161,6 +161,66 @@ def _export(args) -> int:
     return 0
 
 
+def _run(args) -> int:
+    from .capture import CaptureOptions
+    from .render import RunReport
+    from .session import Session
+
+    from .capture.launch import check_command
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    check_command(command)
+    options = CaptureOptions(wait=args.wait, warmup=args.warmup, steps=args.steps, repeat=args.repeat,
+                             skip_first=args.skip_first, activities=_items(args.activities), memory=args.memory,
+                             shapes=args.shapes, stack=args.stack, modules=args.modules, level=args.level,
+                             aic_metrics=args.aic_metrics, export=_items(args.export) or ("text",),
+                             host=not args.no_host)
+    session = Session(args.out or OUTPUT_DIR, backend=args.backend)
+    outcome, ended = session.run_command(command, options, name=args.name)
+    _print_run(outcome)
+    return ended.exit_status
+
+
+def _print_run(outcome) -> None:
+    """The run as the magics show it, in text: notes, step table, rank table, checklist."""
+    from .render import RunReport
+    from .render.tables import rank_caption, rank_table
+
+    sys.stdout.flush()
+    print(RunReport(outcome.run, outcome.summary, outcome.verdict, outcome.notes))
+    if outcome.summary is not None and len(outcome.summary.ranks) > 1:
+        print()
+        print(rank_table(outcome.summary.ranks, rank_caption(outcome.summary)).to_text())
+    sys.stdout.flush()
+
+
+def _items(text: str | None) -> tuple[str, ...] | None:
+    return tuple(x.strip().lower() for x in text.split(",") if x.strip()) if text else None
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    """``npumagic run``'s options: the schedule and recording options of %%npuprofile."""
+    p.add_argument("--wait", type=int, default=1, help="steps to wait before warming up (default 1)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up steps, traced and discarded (default 1)")
+    p.add_argument("--steps", type=int, default=3, help="active steps recorded per cycle (default 3)")
+    p.add_argument("--repeat", type=int, default=1, help="cycles of wait+warmup+steps (default 1)")
+    p.add_argument("--skip-first", type=int, default=0, help="steps skipped before the first cycle (default 0)")
+    p.add_argument("--name", default=None, help="run name (default run1, run2, ...; NAME-2, ... when taken)")
+    p.add_argument("--out", default=None, metavar="OUTPUT_DIR",
+                   help=f"output directory: the history and one folder per run (default ./{OUTPUT_DIR})")
+    p.add_argument("--backend", choices=("npu", "cuda", "cpu"), default=None, help="force a backend (default the best)")
+    p.add_argument("--activities", default=None, help="comma list of cpu, cuda, npu (default: what the backend has)")
+    p.add_argument("--memory", action="store_true", help="record memory allocations (profile_memory)")
+    p.add_argument("--shapes", action="store_true", help="record input shapes (record_shapes)")
+    p.add_argument("--stack", action="store_true", help="record Python stacks (with_stack)")
+    p.add_argument("--modules", action="store_true", help="record the nn.Module hierarchy (with_modules)")
+    p.add_argument("--level", type=int, default=0, help="torch_npu profiler level 0, 1 or 2 (default 0)")
+    p.add_argument("--aic-metrics", default=None, help="torch_npu AI Core metrics (e.g. PipeUtilization)")
+    p.add_argument("--export", default=None, help="torch_npu: comma list of text, db (default text)")
+    p.add_argument("--no-host", action="store_true", help="do not sample the host's CPU and memory")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the command to run, unmodified")
+
+
 def _history(out: str):
     """The history of ``out``, opened read-only; None for an output directory without one."""
     from .history import DB_NAME, HistoryStore
@@ -245,6 +305,10 @@ def build_parser() -> argparse.ArgumentParser:
     _output_dir_arguments(p)
     p.add_argument("--md", default=None, help="write Markdown here (default: print it)")
     p.add_argument("--csv", default=None, help="write CSV here")
+    p = add("run", _run, "run a command unmodified (python train.py, torchrun ...) under the scheduled capture: "
+                         "the trace of each rank, the step table, the checklist, and a run in the history; exits "
+                         "with the command's own status")
+    _run_arguments(p)
     p = add("demo", _demo, "profile a small CPU training loop through the magics in a real IPython shell")
     p.add_argument("--out", default=DEMO_DIR, help=f"output directory (default ./{DEMO_DIR})")
     return parser

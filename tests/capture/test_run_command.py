@@ -1,0 +1,138 @@
+"""`npumagic run -- CMD`: real commands in real processes, the capture injected at start-up,
+the run recorded in the history, npumagic exiting with the command's own status."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from npumagic.history import HistoryStore
+
+TRAIN = textwrap.dedent("""
+    import sys, torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 16), torch.randn(8, 1)
+    for i in range(8):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step(); opt.zero_grad()
+    print("trained", flush=True)
+""")
+
+
+def npumagic(*args: str, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "npumagic.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, **kwargs)
+
+
+def script(tmp_path: Path, body: str, name: str = "train.py") -> Path:
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+def runs(out: Path, cwd: Path) -> list[dict]:
+    listed = npumagic("runs", str(out), "--json", cwd=cwd)
+    assert listed.returncode == 0, listed.stderr
+    return json.loads(listed.stdout)
+
+
+def test_a_plain_script_is_captured_and_recorded(tmp_path):
+    # GIVEN a training script that knows nothing of npumagic
+    script(tmp_path, TRAIN)
+    # WHEN npumagic runs it
+    done = npumagic("run", "--out", "out", "--name", "plain", "--", sys.executable, "train.py", cwd=tmp_path,
+                    env={**os.environ, "OMP_NUM_THREADS": "1"})
+    # THEN the script ran as usual, its trace is in the run directory, the step table and the
+    # checklist are printed, and the run is in the history with its command, folder and environment
+    assert done.returncode == 0, done.stderr
+    assert "trained" in done.stdout
+    assert "per-step time" in done.stdout and "1. Baseline" in done.stdout
+    assert len(list((tmp_path / "out" / "plain").glob("*.pt.trace.json"))) == 1
+    (run,) = runs(tmp_path / "out", tmp_path)
+    assert (run["name"], run["status"], run["steps"]) == ("plain", "ok", 3)
+    stored = HistoryStore(tmp_path / "out", create=False).get("plain")
+    assert stored.arguments["command"] == [sys.executable, "train.py"]
+    assert stored.arguments["cwd"] == str(tmp_path) and stored.arguments["ranks"] == [0]
+    assert stored.environment["OMP_NUM_THREADS"] == "1"
+    assert stored.source.endswith("train.py") and stored.backend == "cpu"
+
+
+def test_a_script_that_exits_3_makes_npumagic_exit_3_and_the_run_failed(tmp_path):
+    script(tmp_path, TRAIN + "sys.exit(3)\n")
+    done = npumagic("run", "--out", "out", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    (run,) = runs(tmp_path / "out", tmp_path)
+    assert (run["status"], run["steps"]) == ("failed", 3)  # what it recorded before it exited is kept
+
+
+def test_a_script_that_raises_is_failed_with_its_error(tmp_path):
+    script(tmp_path, TRAIN + "1 / 0\n")
+    done = npumagic("run", "--out", "out", "--name", "boom", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "ZeroDivisionError" in done.stderr  # the script's own traceback, untouched
+    assert runs(tmp_path / "out", tmp_path)[0]["status"] == "failed"
+    assert "ZeroDivisionError: division by zero" in HistoryStore(tmp_path / "out", create=False).get("boom").message
+
+
+def test_ctrl_c_reaches_the_script_and_the_run_is_interrupted(tmp_path):
+    # GIVEN a long training loop run by npumagic in its own process group (as a terminal runs it)
+    script(tmp_path, TRAIN.replace("range(8)", "range(100000)").replace(
+        "opt.step(); opt.zero_grad()", "opt.step(); opt.zero_grad()\n    if i == 10: open('ready', 'w').close()"))
+    proc = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "run", "--out", "out", "--name", "stopped", "--",
+                             sys.executable, "train.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "ready").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    # WHEN Ctrl-C is pressed: the terminal sends SIGINT to the whole group
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    # THEN the script stops with its KeyboardInterrupt, npumagic exits as a shell reports it,
+    # and the run is recorded as interrupted, with the window it completed
+    assert "KeyboardInterrupt" in err
+    assert proc.returncode == 128 + signal.SIGINT, err
+    (run,) = runs(tmp_path / "out", tmp_path)
+    assert (run["status"], run["steps"]) == ("interrupted", 3)
+
+
+def test_a_command_that_never_steps_imports_nothing_and_is_no_steps(tmp_path):
+    # torchrun's launcher and helpers are such interpreters: they must not pay for npumagic
+    done = npumagic("run", "--out", "out", "--", sys.executable, "-c",
+                    "import sys; print(sorted(m for m in sys.modules if m.startswith(('npumagic', 'torch'))))",
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "[]"
+    assert runs(tmp_path / "out", tmp_path)[0]["status"] == "no-steps"
+
+
+def test_an_existing_sitecustomize_still_runs(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import builtins; builtins.CHAINED = True\n")
+    script(tmp_path, "print('chained', CHAINED)\n" + TRAIN)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    done = npumagic("run", "--out", "out", "--", sys.executable, "train.py", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "chained True" in done.stdout
+    assert runs(tmp_path / "out", tmp_path)[0]["status"] == "ok"
+
+
+@pytest.mark.parametrize("argv, says", [(["--", "no-such-program-xyz"], "command not found: 'no-such-program-xyz'"),
+                                        ([], "no command given"),
+                                        (["--steps", "0", "--", "true"], "--steps must be >= 1")])
+def test_bad_input_is_exit_2_with_one_line(tmp_path, argv, says):
+    done = npumagic("run", "--out", "out", *argv, cwd=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"npumagic: error: {says}")
+    assert not (tmp_path / "out").exists()  # refused before anything was recorded

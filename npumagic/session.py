@@ -251,7 +251,8 @@ class Session:
                     trace, seen = trace.first_steps(result.recorded), trace.steps["step"].tolist()
                     unfinished = sorted(set(seen) - set(trace.steps["step"]))
                     ended = "failed" if result.error is not None else "ended"
-                    notes.append(f"step {', '.join(map(str, unfinished))} left out: the cell {ended} inside it")
+                    if unfinished:  # several ranks: each has its steps, none is left out
+                        notes.append(f"step {', '.join(map(str, unfinished))} left out: the cell {ended} inside it")
             if trace is not None:
                 summary = analysis.summarize(trace, rank=rank)
             if summary is not None:

@@ -136,3 +136,47 @@ def test_bad_input_is_exit_2_with_one_line(tmp_path, argv, says):
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"npumagic: error: {says}")
     assert not (tmp_path / "out").exists()  # refused before anything was recorded
+
+
+DDP = textwrap.dedent("""
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 16), torch.randn(8, 1)
+    for i in range(7):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step(); opt.zero_grad()
+    print("rank", dist.get_rank(), "trained", flush=True)
+    dist.destroy_process_group()
+""")
+
+
+def torchrun() -> list[str]:
+    beside = Path(sys.executable).with_name("torchrun")  # the console script of this environment
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def test_a_torchrun_job_gives_one_trace_per_rank_and_a_two_rank_run(tmp_path):
+    # GIVEN an unmodified DistributedDataParallel script on gloo
+    script(tmp_path, DDP)
+    # WHEN npumagic runs it through torchrun with two ranks (torchrun hands PYTHONPATH on)
+    done = npumagic("run", "--out", "out", "--name", "ddp", "--", *torchrun(), "--standalone", "--nproc-per-node", "2",
+                    "train.py", cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    # THEN each rank wrote its own trace (the launcher none), the run reads as two ranks, and
+    # the rank table is printed with both
+    assert done.returncode == 0, done.stderr
+    assert "rank 0 trained" in done.stdout and "rank 1 trained" in done.stdout
+    assert len(list((tmp_path / "out" / "ddp").glob("*.pt.trace.json"))) == 2
+    stored = HistoryStore(tmp_path / "out", create=False)
+    assert stored.get("ddp").arguments["ranks"] == [0, 1]
+    summary = stored.summary("ddp")
+    assert summary.ranks["rank"].tolist() == [0, 1] and (summary.ranks["steps"] == 3).all()
+    table = done.stdout[done.stdout.index("\nranks"):].splitlines()
+    assert [line.split()[:2] for line in table[3:5]] == [["0", "3"], ["1", "3"]]
+    assert "left out" not in done.stdout
+    (run,) = runs(tmp_path / "out", tmp_path)
+    assert (run["status"], run["steps"]) == ("ok", 3)

@@ -120,7 +120,7 @@ def _split_statement(line: str, magic) -> tuple[str, str]:
     while i < len(tokens) and tokens[i].group().startswith("-"):
         action = parser._option_string_actions.get(tokens[i].group().split("=")[0])
         if action is None:
-            raise UsageError(f"unknown option {tokens[i].group()!r}; see %npusteps?")
+            raise UsageError(f"unknown option {tokens[i].group()!r}; see %{getattr(magic, '__name__', 'npusteps')}?")
         takes_value = action.nargs != 0 and "=" not in tokens[i].group()
         i += 2 if takes_value else 1
     if i >= len(tokens):
@@ -130,7 +130,7 @@ def _split_statement(line: str, magic) -> tuple[str, str]:
 
 @magics_class
 class NpuMagics(Magics):
-    """npumagic's magics: %%npuprofile, %npusteps, %npuruns, %npuload, %npushow, %npuadvise,
+    """npumagic's magics: %%npuprofile, %npusteps, %npurun, %npuruns, %npuload, %npushow, %npuadvise,
     %npucompare, %npubaseline, %npunote, %npurm, %npuhistory, %npuexport."""
 
     output_dir = Unicode("npumagic_runs", help="Where runs and their history (history.sqlite) are kept.").tag(config=True)
@@ -219,6 +219,54 @@ class NpuMagics(Magics):
         if args.run:
             raise UsageError("--run shows a recorded run; it cannot be combined with a statement")
         return self._profile(args, statement, repeat_cell=True, source=statement, line=line)
+
+    @magic_arguments()
+    @_schedule_arguments
+    @argument("script", nargs="*", help="the script and its arguments")
+    @line_magic
+    def npurun(self, line: str):
+        """Run a Python script unmodified in a child process under the profiler schedule, as
+        ``npumagic run`` does: its output streams into the cell, then the run shows as after
+        ``%%npuprofile``. Steps end at each ``optimizer.step()`` (or ``npumagic.step()`` in the
+        script) and count from the first one. Interrupting the cell stops the script (it gets
+        the Ctrl-C) and records the run as interrupted.
+
+        Examples::
+
+            %npurun --steps 3 --name script_base train.py --lr 0.1
+            %npucompare cell_base script_base
+        """
+        import shlex
+
+        __tracebackhide__ = True  # noqa: F841
+        option_text, rest = _split_statement(line, self.npurun)
+        args = _parse(self.npurun, option_text)
+        if args.out is not None or args.replace:
+            raise UsageError("--out/--replace: %npurun records the script's run in NpuMagics.output_dir/NAME")
+        try:
+            argv = shlex.split(rest)
+        except ValueError as exc:
+            raise UsageError(f"{exc} in: {rest.strip()}") from None
+        if not argv:
+            raise UsageError("give the script: %npurun [options] script.py [args]")
+        if not Path(argv[0]).is_file():
+            raise UsageError(f"no such script: {argv[0]!r} (from {Path.cwd()})")
+        if args.name is not None:
+            _check_name(args.name)
+        options = _options(args, repeat_cell=False)
+        try:
+            outcome, ended = self.session.run_command([sys.executable, *argv], options, name=args.name,
+                                                      output=sys.stdout, forward_interrupt=True)
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
+        report = self._report(outcome, quiet=args.quiet, plot=self.plot and not args.no_plot)
+        if outcome.error is None:
+            return report
+        from IPython.display import display
+
+        display(report)  # what the script did before it stopped
+        print(f"npumagic: {outcome.run.name} recorded as {outcome.run.status}: {outcome.error}", file=sys.stderr)
+        raise KeyboardInterrupt if ended.status == "interrupted" else outcome.error
 
     def _profile(self, args, code: str, repeat_cell: bool, source: str, line: str):
         __tracebackhide__ = True  # noqa: F841 - a failing cell's traceback starts at the user's code

@@ -75,8 +75,8 @@ class Ended:
 
     def describe(self) -> str:
         if self.returncode < 0:
-            return f"it was stopped by {signal.Signals(-self.returncode).name}"
-        return f"it exited with status {self.returncode}"
+            return f"was stopped by {signal.Signals(-self.returncode).name}"
+        return f"exited with status {self.returncode}"
 
 
 def run(argv: list[str], env: dict[str, str], output: IO[str] | None = None,
@@ -152,7 +152,7 @@ def collect(run_dir: Path, options: CaptureOptions, ended: Ended | None, found: 
     result = CaptureResult(status, steps, got, ended.seconds if ended else 0.0, run_dir, error,
                            dataloaders=[d for i, d in enumerate(loaders) if d not in loaders[:i]])
     if ended is not None and status != "ok":
-        result.messages.append(f"{ended.describe()}" + (f" ({lead['error']})" if lead.get("error") else ""))
+        result.messages.append(f"the command {ended.describe()}" + (f" ({lead['error']})" if lead.get("error") else ""))
     if status == "ok" and not found:
         result.status = "no-steps"
         result.messages.append("no step boundary seen: no Python process of the command called optimizer.step() or "

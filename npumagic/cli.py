@@ -176,9 +176,28 @@ def _run(args) -> int:
                              aic_metrics=args.aic_metrics, export=_items(args.export) or ("text",),
                              host=not args.no_host)
     session = Session(args.out or OUTPUT_DIR, backend=args.backend)
+    if args.on_demand:
+        from .on_demand import run_on_demand
+
+        def started(job_dir) -> None:
+            print(f"npumagic: on demand: `npumagic trigger {job_dir} --steps N` captures the job's next N steps",
+                  file=sys.stderr, flush=True)
+
+        _, ended = run_on_demand(session, command, options, name=args.name, shown=_print_run, started=started)
+        return ended.exit_status
     outcome, ended = session.run_command(command, options, name=args.name)
     _print_run(outcome)
     return ended.exit_status
+
+
+def _trigger(args) -> int:
+    from .capture.launch import job_info, trigger
+
+    steps = args.steps if args.steps is not None else int(job_info(args.run_dir).get("steps") or 3)
+    ident = trigger(Path(args.run_dir), steps)
+    print(f"npumagic: trigger {ident} sent: the job captures its next {steps} steps (after its --wait and --warmup) "
+          f"into {Path(args.run_dir) / f'trigger-{ident}'}")
+    return 0
 
 
 def _print_run(outcome) -> None:
@@ -218,6 +237,9 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aic-metrics", default=None, help="torch_npu AI Core metrics (e.g. PipeUtilization)")
     p.add_argument("--export", default=None, help="torch_npu: comma list of text, db (default text)")
     p.add_argument("--no-host", action="store_true", help="do not sample the host's CPU and memory")
+    p.add_argument("--on-demand", action="store_true",
+                   help="arm the capture idle: nothing is recorded until `npumagic trigger JOB_DIR` asks for the next "
+                        "steps (each trigger a run in the history)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the command to run, unmodified")
 
 
@@ -309,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "the trace of each rank, the step table, the checklist, and a run in the history; exits "
                          "with the command's own status")
     _run_arguments(p)
+    p = add("trigger", _trigger, "make a job started with `npumagic run --on-demand` capture its next steps")
+    p.add_argument("run_dir", metavar="JOB_DIR", help="the folder `npumagic run --on-demand` printed")
+    p.add_argument("--steps", type=int, default=None, help="active steps to record (default the job's --steps)")
     p = add("demo", _demo, "profile a small CPU training loop through the magics in a real IPython shell")
     p.add_argument("--out", default=DEMO_DIR, help=f"output directory (default ./{DEMO_DIR})")
     return parser

@@ -130,8 +130,8 @@ def _split_statement(line: str, magic) -> tuple[str, str]:
 
 @magics_class
 class NpuMagics(Magics):
-    """npumagic's magics: %%npuprofile, %npusteps, %npurun, %npuruns, %npuload, %npushow, %npuadvise,
-    %npucompare, %npubaseline, %npunote, %npurm, %npuhistory, %npuexport."""
+    """npumagic's magics: %%npuprofile, %npusteps, %npurun, %npuattach, %npuruns, %npuload, %npushow,
+    %npuadvise, %npucompare, %npubaseline, %npunote, %npurm, %npuhistory, %npuexport."""
 
     output_dir = Unicode("npumagic_runs", help="Where runs and their history (history.sqlite) are kept.").tag(config=True)
     backend = Enum(["", "npu", "cuda", "cpu"], default_value="",
@@ -267,6 +267,28 @@ class NpuMagics(Magics):
         display(report)  # what the script did before it stopped
         print(f"npumagic: {outcome.run.name} recorded as {outcome.run.status}: {outcome.error}", file=sys.stderr)
         raise KeyboardInterrupt if ended.status == "interrupted" else outcome.error
+
+    @magic_arguments()
+    @argument("job_dir", help="the folder `npumagic run --on-demand` printed")
+    @argument("--steps", type=int, default=None, help="active steps to record (default the job's --steps)")
+    @argument("--timeout", type=float, default=600, help="seconds to wait for the window (default 600)")
+    @line_magic
+    def npuattach(self, line: str):
+        """Make a job started with ``npumagic run --on-demand`` (on this machine) capture its
+        next steps, wait until that window is a run in the job's history, and show its step
+        table (the job's output directory is this kernel's, else its path is printed).
+
+        Example: ``%npuattach npumagic_runs/job --steps 5``
+        """
+        from .on_demand import attach
+
+        args = _parse(self.npuattach, line)
+        try:
+            out, name = attach(args.job_dir, args.steps, timeout=args.timeout)
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
+        print(f"npumagic: {name} recorded in {out}")
+        return self._step_table(name) if out == self.session.output_dir else None
 
     def _profile(self, args, code: str, repeat_cell: bool, source: str, line: str):
         __tracebackhide__ = True  # noqa: F841 - a failing cell's traceback starts at the user's code

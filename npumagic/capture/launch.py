@@ -180,15 +180,20 @@ def job_info(run_dir: Path) -> dict:
                             f"printed, holding {JOB_FILE})") from None
 
 
+def job_alive(job: dict) -> bool:
+    """Whether the npumagic process of an on-demand job (:func:`job_info`) still runs."""
+    import psutil
+
+    return psutil.pid_exists(int(job.get("pid", 0)))
+
+
 def trigger(run_dir: Path, steps: int) -> int:
     """Ask the on-demand job of ``run_dir`` to capture its next ``steps`` steps; return the
     trigger's id (its window is ``RUN_DIR/trigger-ID``)."""
-    import psutil
-
     if steps < 1:
         raise NpumagicError(f"--steps must be >= 1, got {steps}")
     job = job_info(run_dir)
-    if not psutil.pid_exists(job["pid"]):
+    if not job_alive(job):
         raise NpumagicError(f"{run_dir}: its job ({shlex.join(job['command'])}) has ended")
     taken = [int(p.name.split("-", 1)[1]) for p in Path(run_dir).glob(TRIGGER_DIR.format("*"))
              if p.name.split("-", 1)[1].isdigit()]

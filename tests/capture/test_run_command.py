@@ -180,3 +180,60 @@ def test_a_torchrun_job_gives_one_trace_per_rank_and_a_two_rank_run(tmp_path):
     assert "left out" not in done.stdout
     (run,) = runs(tmp_path / "out", tmp_path)
     assert (run["status"], run["steps"]) == ("ok", 3)
+
+
+LOOP = textwrap.dedent("""
+    import os, time, torch
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 16), torch.randn(8, 1)
+    for i in range(100000):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step(); opt.zero_grad()
+        time.sleep(0.002)
+        if i == 5: open("ready", "w").close()
+        if os.path.exists("stop"): break
+""")
+
+
+def wait_for(condition, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_an_on_demand_job_triggered_twice_gives_two_runs_of_exactly_n_steps(tmp_path):
+    # GIVEN a job started on demand: armed, idle
+    script(tmp_path, LOOP)
+    job = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "run", "--on-demand", "--out", "out", "--name", "job",
+                            "--", sys.executable, "train.py"], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (tmp_path / "ready").exists() or job.poll() is not None, "the job to train")
+        assert not list((tmp_path / "out" / "job").rglob("*.pt.trace.json"))  # idle: nothing recorded
+        store = tmp_path / "out" / "history.sqlite"
+        for n in (1, 2):
+            # WHEN it is triggered, and triggered again once that window is recorded
+            sent = npumagic("trigger", "out/job", "--steps", "2", cwd=tmp_path)
+            assert sent.returncode == 0, sent.stderr
+            assert f"trigger {n} sent" in sent.stdout
+            wait_for(lambda: store.exists() and len(HistoryStore(tmp_path / "out", create=False).names()) == n,
+                     f"window {n} to be recorded")
+        (tmp_path / "stop").touch()
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    # THEN the job ran on, and the history has two runs of exactly 2 steps each
+    assert job.returncode == 0, err
+    listed = runs(tmp_path / "out", tmp_path)
+    assert [(r["name"], r["status"], r["steps"]) for r in listed] == [("job.1", "ok", 2), ("job.2", "ok", 2)]
+    assert "npumagic trigger" in err and out.count("per-step time") == 2
+
+
+def test_a_trigger_without_an_on_demand_job_is_exit_2(tmp_path):
+    done = npumagic("trigger", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"npumagic: error: {tmp_path}: no on-demand job here")

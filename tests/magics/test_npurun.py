@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 from npumagic.capture.launch import CommandEnded
 from npumagic.history import HistoryStore
 
-from ..capture.test_run_command import TRAIN
+from ..capture.test_run_command import LOOP, TRAIN, wait_for
 from ..conftest import TRAIN_SETUP
 
 
@@ -78,3 +78,23 @@ def test_bad_input_is_a_usage_error_before_anything_runs(shell, tmp_path, line, 
         shell.run_line_magic("npurun", line)
     assert isinstance(shell.run_cell(f"%npurun {line}").error_in_exec, UsageError)
     assert not (tmp_path / "runs").exists()
+
+
+def test_npuattach_captures_the_next_steps_of_an_on_demand_job(shell, tmp_path):
+    # GIVEN a job started on demand into this kernel's output directory
+    (tmp_path / "train.py").write_text(LOOP)
+    job = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "run", "--on-demand", "--out", "runs", "--name", "job",
+                            "--", sys.executable, "train.py"], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (tmp_path / "ready").exists() or job.poll() is not None, "the job to train")
+        # WHEN the notebook attaches for 2 steps
+        table = shell.run_line_magic("npuattach", "runs/job --steps 2 --timeout 120")
+    finally:
+        (tmp_path / "stop").touch()
+        job.communicate(timeout=120)
+    # THEN the window is a run of this kernel's history, shown as its step table
+    assert len(table.data) == 2
+    assert shell.run_line_magic("npuruns", "").data["name"].tolist() == ["job.1"]
+    with pytest.raises(UsageError, match="has ended"):
+        shell.run_line_magic("npuattach", "runs/job")

@@ -118,6 +118,8 @@ def _split_statement(line: str, magic) -> tuple[str, str]:
     tokens = list(_SHELL_WORD.finditer(line))
     i = 0
     while i < len(tokens) and tokens[i].group().startswith("-"):
+        if tokens[i].group() == "--":  # the end of the options, as on a command line
+            return line[: tokens[i].start()], line[tokens[i].end():]
         action = parser._option_string_actions.get(tokens[i].group().split("=")[0])
         if action is None:
             raise UsageError(f"unknown option {tokens[i].group()!r}; see %{getattr(magic, '__name__', 'npusteps')}?")

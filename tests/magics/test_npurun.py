@@ -26,8 +26,8 @@ def test_a_script_run_shows_like_a_cell_and_compares_with_one(shell, tmp_path, c
     assert shell.run_cell(TRAIN_SETUP).success
     cell = shell.run_cell("%%npuprofile --name cell --repeat-cell --steps 3\ntrain_step()")
     assert cell.success, cell.error_in_exec
-    # WHEN the script runs through %npurun
-    result = shell.run_cell("r = %npurun --name script train.py")
+    # WHEN the script runs through %npurun ("--" ends the options, as on a command line)
+    result = shell.run_cell("r = %npurun --name script -- train.py")
     # THEN its output is in the cell, the run shows as a cell's does, and it compares with the cell run
     assert result.success, result.error_in_exec
     assert "trained" in capsys.readouterr().out

@@ -1,7 +1,9 @@
 """``npumagic`` command line: the same analyses as the magics, offline, on output directories
-collected elsewhere (e.g. a torch_npu job on a cluster), plus the demo.
+collected elsewhere (e.g. a torch_npu job on a cluster); ``run`` and ``trigger`` to capture an
+unmodified script or torchrun job (see :mod:`npumagic.capture.launch`); and the demo.
 
-Exit status: 0 on success, 2 on bad input (one line on stderr naming the file)."""
+Exit status: 0 on success, 2 on bad input (one line on stderr naming the file); ``run`` exits
+with its command's status."""
 
 from __future__ import annotations
 

@@ -118,6 +118,10 @@ class Injected:
         self.loaders: list[dict] = []
         self.error: str | None = None
         self.boundaries = 0
+        self.broken = False  # a failure in the capture: this process records nothing more
+        self.stopped: str | None = None  # why
+        self.trigger: int | None = None
+        self.window_options = self.options
 
     # -- arming -----------------------------------------------------------------------------
     def install(self) -> None:
@@ -157,6 +161,27 @@ class Injected:
 
     def _boundary(self, explicit: bool) -> None:
         self.boundaries += 1
+        if self.broken:
+            return
+        try:
+            self._step(explicit)
+        except Exception as exc:  # noqa: BLE001 - the training goes on; the run says why it has no trace
+            self._give_up(f"{type(exc).__name__}: {exc}")
+
+    def _give_up(self, why: str) -> None:
+        """Stop capturing in this process for good, saying why once, and keep the training going."""
+        self.broken, self.stopped = True, why
+        print(f"npumagic: capture stopped in this process ({why}); the training goes on unprofiled", file=sys.stderr)
+        clock, self.clock = self.clock, None
+        if clock is not None:
+            try:
+                clock.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        self.window_dir = self.window_dir or self.run_dir
+        self._write("done", clock)
+
+    def _step(self, explicit: bool) -> None:
         clock = self.clock
         if clock is None:
             if self.config.on_demand:
@@ -187,6 +212,8 @@ class Injected:
         self._start(self.run_dir / TRIGGER_DIR.format(trigger), options, explicit=False, trigger=trigger)
 
     def _start(self, run_dir: Path, options: CaptureOptions, explicit: bool, trigger: int | None = None) -> None:
+        if _profiler_running():
+            raise RuntimeError("the script runs its own torch.profiler session; starting npumagic's would end it")
         if self.backend is None:
             from .backends import choose_backend
 
@@ -238,14 +265,24 @@ class Injected:
         if clock is None and path.exists() and state == "done":
             payload = json.loads(path.read_text())
         else:
+            backend = self.backend
             payload = {"pid": os.getpid(), "host": socket.gethostname(), "rank": rank(), "trigger": self.trigger,
-                       "backend": self.backend.name, "device": self.backend.device_name,
-                       "versions": self.backend.versions(), "notes": self.notes, "started": self.started,
+                       "backend": getattr(backend, "name", None), "device": getattr(backend, "device_name", None),
+                       "versions": backend.versions() if backend else {}, "notes": self.notes, "started": self.started,
                        "steps": steps or 0, "recorded": recorded(self.window_options, steps or 0),
                        "wanted": self.window_options.recorded_steps}
-        payload.update(state=state, error=self.error, dataloaders=list(self.loaders), boundaries=self.boundaries,
+        payload.update(state=state, error=self.error, stopped=self.stopped, dataloaders=list(self.loaders), boundaries=self.boundaries,
                        finished=time.time())
         write_json(path, payload)
+
+
+def _profiler_running() -> bool:
+    import torch
+
+    try:
+        return bool(torch._C._autograd._profiler_enabled())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def _tuple(value) -> tuple | None:

@@ -153,7 +153,13 @@ def collect(run_dir: Path, options: CaptureOptions, ended: Ended | None, found: 
                            dataloaders=[d for i, d in enumerate(loaders) if d not in loaders[:i]])
     if ended is not None and status != "ok":
         result.messages.append(f"the command {ended.describe()}" + (f" ({lead['error']})" if lead.get("error") else ""))
-    if status == "ok" and not found:
+    stopped = [r["stopped"] for r in found if r.get("stopped")]
+    if stopped:
+        result.messages.append(f"the capture stopped in {len(stopped)} process{'es' if len(stopped) > 1 else ''} "
+                               f"and the command ran on unprofiled: {stopped[0]}")
+    if status == "ok" and stopped and not result.trace_files:
+        result.status = "no-trace"
+    elif status == "ok" and not found:
         result.status = "no-steps"
         result.messages.append("no step boundary seen: no Python process of the command called optimizer.step() or "
                                "npumagic.step() (npumagic arms Python interpreters started with its PYTHONPATH)")

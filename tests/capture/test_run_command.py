@@ -237,3 +237,18 @@ def test_a_trigger_without_an_on_demand_job_is_exit_2(tmp_path):
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"npumagic: error: {tmp_path}: no on-demand job here")
+
+
+def test_a_script_with_its_own_profiler_trains_on_and_keeps_its_trace(tmp_path):
+    # GIVEN a script that profiles itself with torch.profiler around its whole loop
+    script(tmp_path, TRAIN.replace("for i in range(8):", "from torch.profiler import profile\n"
+                                   "with profile() as own:\n  for i in range(8):")
+           + "print('own events', len(own.events()) > 0)\n")
+    # WHEN npumagic runs it
+    done = npumagic("run", "--out", "out", "--", sys.executable, "train.py", cwd=tmp_path)
+    # THEN npumagic stands aside: the script finishes with its own profile, and the run says why it has no trace
+    assert done.returncode == 0, done.stderr
+    assert "trained" in done.stdout and "own events True" in done.stdout
+    assert "runs its own torch.profiler session" in done.stderr
+    (run,) = runs(tmp_path / "out", tmp_path)
+    assert run["status"] == "no-trace"

@@ -1,8 +1,9 @@
 """The capture inside a command that ``npumagic run`` starts, armed at interpreter start-up by
 the bootstrap's sitecustomize (see :mod:`npumagic.capture.launch`).
 
-The bootstrap calls :func:`arm_from_environment` once the script has imported
-``torch.optim``: the optimizer step hook is registered then. The first step boundary (``optimizer.step()`` or ``npumagic.step()``) starts the
+The bootstrap arms it at the first ``optimizer.step()``, or when the script imports npumagic
+(to call ``npumagic.step()``): an interpreter that never does (torchrun's launcher, a DataLoader
+worker) never imports npumagic. The first step boundary (``optimizer.step()`` or ``npumagic.step()``) starts the
 clock, as the start of a ``%%npuprofile`` cell does: the script's set-up before it (imports,
 model building) is not a step. From there the schedule runs as in a cell. Each process writes
 what it saw as JSON into ``RUN_DIR/npumagic_processes/PID.json`` when its window closes and
@@ -124,15 +125,22 @@ class Injected:
         self.window_options = self.options
 
     # -- arming -----------------------------------------------------------------------------
-    def install(self) -> None:
-        """Hook the optimizers (torch.optim.optimizer has just been imported: the bootstrap
-        calls this then), and the DataLoader once it is imported."""
-        _steps.optimizer_hook(self)
+    def install(self, hook: bool = True, seen_loaders: list = ()) -> None:
+        """Hook the optimizers (unless the caller's own hook calls :meth:`optimizer_step`, as
+        the bootstrap's does), npumagic.step(), and the DataLoader; ``seen_loaders``: the
+        DataLoaders iterated before (the bootstrap notes them)."""
+        if hook:
+            _steps.optimizer_hook(self)
         loaders = sys.modules.get("torch.utils.data.dataloader")
         if loaders is not None and hasattr(loaders, "DataLoader"):
             self._watch_loaders(loaders)
         else:
             sys.meta_path.insert(0, _AfterImport("torch.utils.data.dataloader", self._watch_loaders))
+        from .dataloaders import describe
+
+        for loader in seen_loaders:
+            if describe(loader) not in self.loaders:
+                self.loaders.append(describe(loader))
         _steps.activate(self)  # npumagic.step() in the script reaches explicit_step()
         hook = sys.excepthook
 
@@ -305,11 +313,12 @@ def _read_id(path: Path) -> int | None:
         return None
 
 
-def arm_from_environment() -> Injected | None:
-    """Arm this interpreter from :data:`ENV` (set by ``npumagic run``); None where it is unset."""
+def arm_from_environment(hook: bool = True, seen_loaders: list = ()) -> Injected | None:
+    """Arm this interpreter from :data:`ENV` (set by ``npumagic run``); None where it is unset.
+    ``hook`` and ``seen_loaders``: see :meth:`Injected.install`."""
     text = os.environ.get(ENV)
     if not text:
         return None
     injected = Injected(Config.from_env(text))
-    injected.install()
+    injected.install(hook=hook, seen_loaders=seen_loaders)
     return injected

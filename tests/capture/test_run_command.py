@@ -105,14 +105,29 @@ def test_ctrl_c_reaches_the_script_and_the_run_is_interrupted(tmp_path):
     assert (run["status"], run["steps"]) == ("interrupted", 3)
 
 
-def test_a_command_that_never_steps_imports_nothing_and_is_no_steps(tmp_path):
-    # torchrun's launcher and helpers are such interpreters: they must not pay for npumagic
+def test_an_interpreter_that_imports_torch_but_never_steps_does_not_import_npumagic(tmp_path):
+    # torchrun's launcher and DataLoader workers are such interpreters: they must not pay for npumagic
     done = npumagic("run", "--out", "out", "--", sys.executable, "-c",
-                    "import sys; print(sorted(m for m in sys.modules if m.startswith(('npumagic', 'torch'))))",
+                    "import sys, torch; print(sorted(m for m in sys.modules if m.startswith('npumagic')))",
                     cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "[]"
     assert runs(tmp_path / "out", tmp_path)[0]["status"] == "no-steps"
+
+
+def test_a_loop_without_an_optimizer_is_captured_at_its_npumagic_step_calls(tmp_path):
+    script(tmp_path, textwrap.dedent("""
+        import torch, npumagic
+        model = torch.nn.Linear(16, 1)
+        for i in range(8):
+            with torch.no_grad():
+                model(torch.randn(8, 16))
+            npumagic.step()
+    """))
+    done = npumagic("run", "--out", "out", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (run,) = runs(tmp_path / "out", tmp_path)
+    assert (run["status"], run["steps"]) == ("ok", 3)
 
 
 def test_an_existing_sitecustomize_still_runs(tmp_path):
@@ -252,3 +267,14 @@ def test_a_script_with_its_own_profiler_trains_on_and_keeps_its_trace(tmp_path):
     assert "runs its own torch.profiler session" in done.stderr
     (run,) = runs(tmp_path / "out", tmp_path)
     assert run["status"] == "no-trace"
+
+
+def test_the_dataloader_iterated_before_the_first_step_is_recorded(tmp_path):
+    # the loop's `for batch in loader` starts before the first optimizer.step() arms the capture
+    script(tmp_path, TRAIN.replace("for i in range(8):", "loader = torch.utils.data.DataLoader("
+                                   "torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)\n"
+                                   "for i, (x, y) in enumerate(loader):"))
+    done = npumagic("run", "--out", "out", "--name", "loaded", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (loader,) = HistoryStore(tmp_path / "out", create=False).get("loaded").dataloaders
+    assert (loader["batch_size"], loader["num_workers"], loader["dataset"]) == (8, 0, "TensorDataset")

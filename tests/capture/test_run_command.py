@@ -278,3 +278,45 @@ def test_the_dataloader_iterated_before_the_first_step_is_recorded(tmp_path):
     assert done.returncode == 0, done.stderr
     (loader,) = HistoryStore(tmp_path / "out", create=False).get("loaded").dataloaders
     assert (loader["batch_size"], loader["num_workers"], loader["dataset"]) == (8, 0, "TensorDataset")
+
+
+DDP_LOOP = textwrap.dedent("""
+    import os, time, torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    model = DistributedDataParallel(torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y, stop = torch.randn(8, 16), torch.randn(8, 1), torch.zeros(1)
+    for i in range(100000):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step(); opt.zero_grad()
+        time.sleep(0.002)
+        if i == 5 and dist.get_rank() == 0: open("ready", "w").close()
+        stop[0] = float(os.path.exists("stop")); dist.all_reduce(stop)  # both ranks stop at the same step
+        if stop[0] > 0: break
+    dist.destroy_process_group()
+""")
+
+
+def test_a_triggered_torchrun_job_records_one_window_of_both_ranks(tmp_path):
+    script(tmp_path, DDP_LOOP)
+    job = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "run", "--on-demand", "--out", "out", "--name", "ddp",
+                            "--", *torchrun(), "--standalone", "--nproc-per-node", "2", "train.py"], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        wait_for(lambda: (tmp_path / "ready").exists() or job.poll() is not None, "the job to train")
+        assert npumagic("trigger", "out/ddp", "--steps", "2", cwd=tmp_path).returncode == 0
+        wait_for(lambda: (tmp_path / "out" / "history.sqlite").exists()
+                 and len(HistoryStore(tmp_path / "out", create=False).names()) == 1, "the window to be recorded")
+        (tmp_path / "stop").touch()
+        _, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, err
+    stored = HistoryStore(tmp_path / "out", create=False)
+    assert stored.get("ddp.1").arguments["ranks"] == [0, 1]
+    assert stored.summary("ddp.1").ranks["steps"].tolist() == [2, 2]
+    assert len(list((tmp_path / "out" / "ddp" / "trigger-1").glob("*.pt.trace.json"))) == 2

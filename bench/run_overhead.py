@@ -91,7 +91,8 @@ def main() -> None:
             cells = []
             for clock in ("wall", "cpu"):
                 mine, base = medians[(label, clock)], medians[("plain python", clock)]
-                cells.append(f"{statistics.median(mine) * 1e6:>9.1f}{statistics.median(m / b for m, b in zip(mine, base)):>7.3f}")
+                ratio = statistics.median(m / b for m, b in zip(mine, base))
+                cells.append(f"{statistics.median(mine) * 1e6:>9.1f}{ratio:>7.3f}")
             print(f"{label:<46}{''.join(cells)}")
         print(f"({args.rounds} rounds of {args.iterations} iterations; ratio: median over rounds of variant / plain of "
               "the same round; target within 3%)")

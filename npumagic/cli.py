@@ -165,7 +165,6 @@ def _export(args) -> int:
 
 def _run(args) -> int:
     from .capture import CaptureOptions
-    from .render import RunReport
     from .session import Session
 
     from .capture.launch import check_command

@@ -260,7 +260,8 @@ class Injected:
             try:
                 self._end_window()
             except BaseException as exc:  # noqa: BLE001 - the record must still be written
-                self.error = self.error or f"the profiler did not finish writing its trace ({type(exc).__name__}: {exc})"
+                self.error = self.error or (f"the profiler did not finish writing its trace "
+                                            f"({type(exc).__name__}: {exc})")
                 self._write("done", clock)
         elif self.window_dir is not None and not self.config.on_demand:
             self._write("done", None)  # the steps seen after the window
@@ -279,7 +280,8 @@ class Injected:
                        "versions": backend.versions() if backend else {}, "notes": self.notes, "started": self.started,
                        "steps": steps or 0, "recorded": recorded(self.window_options, steps or 0),
                        "wanted": self.window_options.recorded_steps}
-        payload.update(state=state, error=self.error, stopped=self.stopped, dataloaders=list(self.loaders), boundaries=self.boundaries,
+        payload.update(state=state, error=self.error, stopped=self.stopped, dataloaders=list(self.loaders),
+                       boundaries=self.boundaries,
                        finished=time.time())
         write_json(path, payload)
 

@@ -159,7 +159,8 @@ DDP = textwrap.dedent("""
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)))
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    model = DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(8, 16), torch.randn(8, 1)
     for i in range(7):
@@ -271,8 +272,8 @@ def test_a_script_with_its_own_profiler_trains_on_and_keeps_its_trace(tmp_path):
 
 def test_the_dataloader_iterated_before_the_first_step_is_recorded(tmp_path):
     # the loop's `for batch in loader` starts before the first optimizer.step() arms the capture
-    script(tmp_path, TRAIN.replace("for i in range(8):", "loader = torch.utils.data.DataLoader("
-                                   "torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)\n"
+    data = "torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randn(64, 1))"
+    script(tmp_path, TRAIN.replace("for i in range(8):", f"loader = torch.utils.data.DataLoader({data}, batch_size=8)\n"
                                    "for i, (x, y) in enumerate(loader):"))
     done = npumagic("run", "--out", "out", "--name", "loaded", "--", sys.executable, "train.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

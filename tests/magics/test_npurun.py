@@ -83,8 +83,8 @@ def test_bad_input_is_a_usage_error_before_anything_runs(shell, tmp_path, line, 
 def test_npuattach_captures_the_next_steps_of_an_on_demand_job(shell, tmp_path):
     # GIVEN a job started on demand into this kernel's output directory
     (tmp_path / "train.py").write_text(LOOP)
-    job = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "run", "--on-demand", "--out", "runs", "--name", "job",
-                            "--", sys.executable, "train.py"], cwd=tmp_path, stdout=subprocess.PIPE,
+    job = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "run", "--on-demand", "--out", "runs", "--name",
+                            "job", "--", sys.executable, "train.py"], cwd=tmp_path, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (tmp_path / "ready").exists() or job.poll() is not None, "the job to train")

@@ -86,13 +86,15 @@ def run(argv: list[str], env: dict[str, str], output: IO[str] | None = None,
     ``output``: copy the command's stdout and stderr there line by line (default: they are this
     process's). ``tick``: called about every 0.2 s while it runs. A Ctrl-C is the command's: a
     terminal sends it to the whole process group, so npumagic only notes it and keeps waiting
-    while the command stops; with ``forward_interrupt`` (a notebook kernel, where only npumagic's
-    process is interrupted) npumagic sends the command its SIGINT itself.
+    while the command stops. With ``forward_interrupt`` (a notebook kernel) the command runs in a
+    process group of its own and npumagic sends it the SIGINT it gets, once: Jupyter interrupts
+    the kernel's whole group, which would otherwise give the command a second one in the middle
+    of its clean-up.
     """
     started = time.perf_counter()
     pipe = subprocess.PIPE if output is not None else None
     proc = subprocess.Popen(argv, env=env, stdout=pipe, stderr=subprocess.STDOUT if pipe else None,
-                            text=True, errors="replace", bufsize=1)
+                            text=True, errors="replace", bufsize=1, start_new_session=forward_interrupt)
     pump = None
     if output is not None:
         pump = threading.Thread(target=_copy, args=(proc.stdout, output), daemon=True)
@@ -117,6 +119,9 @@ def run(argv: list[str], env: dict[str, str], output: IO[str] | None = None,
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+        if proc.poll() is None:  # npumagic itself is failing (or a kernel shutting down): no orphan left
+            proc.kill()
+            proc.wait()
         if pump is not None:
             pump.join(timeout=5)
     return Ended(proc.returncode, bool(interrupted), time.perf_counter() - started)

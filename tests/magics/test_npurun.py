@@ -7,9 +7,11 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
+import psutil
 import pytest
 from IPython.core.error import UsageError
 
@@ -98,3 +100,38 @@ def test_npuattach_captures_the_next_steps_of_an_on_demand_job(shell, tmp_path):
     assert shell.run_line_magic("npuruns", "").data["name"].tolist() == ["job.1"]
     with pytest.raises(UsageError, match="has ended"):
         shell.run_line_magic("npuattach", "runs/job")
+
+
+def test_a_jupyter_interrupt_of_the_kernels_group_reaches_the_script_once(shell, tmp_path):
+    # GIVEN a script that saves a checkpoint on Ctrl-C, taking a moment: a second SIGINT would cut that short
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import time, torch
+        model = torch.nn.Linear(16, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        try:
+            for i in range(5000):
+                model(torch.randn(8, 16)).sum().backward()
+                opt.step(); opt.zero_grad()
+                if i == 10: open("ready", "w").close()
+        except KeyboardInterrupt:
+            time.sleep(1)
+            open("saved", "w").close()
+            raise
+    """))
+
+    def interrupt():  # Jupyter's stop button: SIGINT to every process in the kernel's process group
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        mine = os.getpgid(0)
+        os.kill(os.getpid(), signal.SIGINT)
+        for child in psutil.Process().children(recursive=True):
+            if os.getpgid(child.pid) == mine:
+                child.send_signal(signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    # WHEN the cell is interrupted
+    result = shell.run_cell("%npurun --name saved train.py")
+    # THEN the script got one SIGINT: its clean-up ran to the end, and the cell stopped
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert (tmp_path / "saved").exists()

@@ -1,8 +1,10 @@
 """``npumagic`` command line: the same analyses as the magics, offline, on output directories
-collected elsewhere (e.g. a torch_npu job on a cluster), plus the demo.
+collected elsewhere (e.g. a torch_npu job on a cluster); ``run`` and ``trigger`` to capture an
+unmodified script or torchrun job (see :mod:`npumagic.capture.launch`); and the demo.
 
 Exit status: 0 on success, 2 on bad input (one line on stderr naming the file), 130 on Ctrl-C;
-``compare --fail-if-slower`` and ``check`` exit 1 when they find a regression."""
+``compare --fail-if-slower`` and ``check`` exit 1 when they find a regression; ``run`` exits
+with its command's status."""
 
 from __future__ import annotations
 
@@ -303,6 +305,105 @@ def _export(args) -> int:
     return 0
 
 
+def _run(args) -> int:
+    from .capture import CaptureOptions
+    from .session import Session
+
+    from .capture.launch import check_command
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    check_command(command)
+    options = CaptureOptions(wait=args.wait, warmup=args.warmup, steps=args.steps, repeat=args.repeat,
+                             skip_first=args.skip_first, activities=_items(args.activities), memory=args.memory,
+                             shapes=args.shapes, stack=args.stack, modules=args.modules, level=args.level,
+                             aic_metrics=args.aic_metrics, export=_items(args.export) or ("text",),
+                             host=not args.no_host)
+    session = Session(args.out or OUTPUT_DIR, backend=args.backend)
+    # with --json, stdout holds the one document: the command's own output goes to stderr
+    output = sys.stderr if args.json else None
+    shown = None if args.json else _print_run
+    if args.on_demand:
+        from .on_demand import run_on_demand
+
+        def started(job_dir) -> None:
+            print(f"npumagic: on demand: `npumagic trigger {job_dir} --steps N` captures the job's next N steps",
+                  file=sys.stderr, flush=True)
+
+        outcomes, ended = run_on_demand(session, command, options, name=args.name, output=output, shown=shown,
+                                        started=started)
+    else:
+        outcome, ended = session.run_command(command, options, name=args.name, output=output)
+        outcomes = [outcome]
+        if shown is not None:
+            shown(outcome)
+    if args.json:
+        from .jsonout import command_doc
+
+        _print_json(command_doc(command, outcomes, ended))
+    return ended.exit_status
+
+
+def _trigger(args) -> int:
+    from .capture.launch import job_info, trigger
+
+    steps = args.steps if args.steps is not None else int(job_info(args.run_dir).get("steps") or 3)
+    ident = trigger(Path(args.run_dir), steps)
+    into = Path(args.run_dir) / f"trigger-{ident}"
+    if args.json:
+        from .jsonout import trigger_doc
+
+        _print_json(trigger_doc(args.run_dir, ident, steps, into))
+        return 0
+    print(f"npumagic: trigger {ident} sent: the job captures its next {steps} steps (after its --wait and --warmup) "
+          f"into {into}")
+    return 0
+
+
+def _print_run(outcome) -> None:
+    """The run as the magics show it, in text: notes, step table, rank table, checklist."""
+    from .render import RunReport
+    from .render.tables import rank_caption, rank_table
+
+    sys.stdout.flush()
+    print(RunReport(outcome.run, outcome.summary, outcome.verdict, outcome.notes))
+    if outcome.summary is not None and len(outcome.summary.ranks) > 1:
+        print()
+        print(rank_table(outcome.summary.ranks, rank_caption(outcome.summary)).to_text())
+    sys.stdout.flush()
+
+
+def _items(text: str | None) -> tuple[str, ...] | None:
+    return tuple(x.strip().lower() for x in text.split(",") if x.strip()) if text else None
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    """``npumagic run``'s options: the schedule and recording options of %%npuprofile."""
+    p.add_argument("--wait", type=int, default=1, help="steps to wait before warming up (default 1)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up steps, traced and discarded (default 1)")
+    p.add_argument("--steps", type=int, default=3, help="active steps recorded per cycle (default 3)")
+    p.add_argument("--repeat", type=int, default=1, help="cycles of wait+warmup+steps (default 1)")
+    p.add_argument("--skip-first", type=int, default=0, help="steps skipped before the first cycle (default 0)")
+    p.add_argument("--name", default=None, help="run name (default run1, run2, ...; NAME-2, ... when taken)")
+    p.add_argument("--out", default=None, metavar="OUTPUT_DIR",
+                   help=f"output directory: the history and one folder per run (default ./{OUTPUT_DIR})")
+    p.add_argument("--backend", choices=("npu", "cuda", "cpu"), default=None, help="force a backend (default the best)")
+    p.add_argument("--activities", default=None, help="comma list of cpu, cuda, npu (default: what the backend has)")
+    p.add_argument("--memory", action="store_true", help="record memory allocations (profile_memory)")
+    p.add_argument("--shapes", action="store_true", help="record input shapes (record_shapes)")
+    p.add_argument("--stack", action="store_true", help="record Python stacks (with_stack)")
+    p.add_argument("--modules", action="store_true", help="record the nn.Module hierarchy (with_modules)")
+    p.add_argument("--level", type=int, default=0, help="torch_npu profiler level 0, 1 or 2 (default 0)")
+    p.add_argument("--aic-metrics", default=None, help="torch_npu AI Core metrics (e.g. PipeUtilization)")
+    p.add_argument("--export", default=None, help="torch_npu: comma list of text, db (default text)")
+    p.add_argument("--no-host", action="store_true", help="do not sample the host's CPU and memory")
+    p.add_argument("--on-demand", action="store_true",
+                   help="arm the capture idle: nothing is recorded until `npumagic trigger JOB_DIR` asks for the next "
+                        "steps (each trigger a run in the history)")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output on stdout (the command's own output goes to stderr)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the command to run, unmodified")
+
+
 def _history(out: str):
     """The history of ``out``, opened read-only; None for an output directory without one."""
     from .history import DB_NAME, HistoryStore
@@ -426,6 +527,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("mcp", _mcp, "serve these analyses to coding assistants: a Model Context Protocol server over stdio")
     p.add_argument("--out", default=OUTPUT_DIR, help=f"output directory whose runs the tools may name (default "
                                                      f"./{OUTPUT_DIR}); the server writes nowhere else")
+    p = add("run", _run, "run a command unmodified (python train.py, torchrun ...) under the scheduled capture: "
+                         "the trace of each rank, the step table, the checklist, and a run in the history; exits "
+                         "with the command's own status")
+    _run_arguments(p)
+    p = add("trigger", _trigger, "make a job started with `npumagic run --on-demand` capture its next steps")
+    p.add_argument("run_dir", metavar="JOB_DIR", help="the folder `npumagic run --on-demand` printed")
+    p.add_argument("--steps", type=int, default=None, help="active steps to record (default the job's --steps)")
+    p.add_argument("--json", action="store_true", help="machine-readable output: the trigger sent")
     p = add("demo", _demo, "profile a small CPU training loop through the magics in a real IPython shell")
     p.add_argument("--out", default=DEMO_DIR, help=f"output directory (default ./{DEMO_DIR})")
     return parser

@@ -126,6 +126,27 @@ def run_record(run) -> dict[str, Any]:
             "verdict": run.verdict}
 
 
+def run_outcome(outcome) -> dict[str, Any]:
+    """One recorded capture: the run, its step and rank tables and the checklist verdict."""
+    summary = outcome.summary
+    return {**run_record(outcome.run), "notes": list(outcome.notes),
+            "steps": records(summary.steps) if summary is not None else [],
+            "ranks": records(summary.ranks) if summary is not None else [],
+            "checklist": outcome.verdict.as_dict() if outcome.verdict is not None else None}
+
+
+def command_doc(command: list[str], outcomes, ended) -> dict[str, Any]:
+    """``npumagic run --json``: the command, how it ended, and each run it recorded (one, or one
+    per trigger of an on-demand job)."""
+    return document("run", command=list(command), status=ended.status, exit_status=ended.exit_status,
+                    seconds=ended.seconds, runs=[run_outcome(o) for o in outcomes])
+
+
+def trigger_doc(job_dir: str, ident: int, steps: int, into: str) -> dict[str, Any]:
+    """``npumagic trigger --json``: the trigger sent and where its window will be written."""
+    return document("trigger", job_dir=str(job_dir), id=ident, steps=steps, into=str(into))
+
+
 def export_doc(runs, out: str, written: list[str] = ()) -> dict[str, Any]:
     """``npumagic export --json``: the troubleshooting log, and the files written (--md/--csv)."""
     return document("export", out=str(out), written=[str(w) for w in written], runs=[run_record(r) for r in runs])

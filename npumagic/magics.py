@@ -122,9 +122,11 @@ def _split_statement(line: str, magic) -> tuple[str, str]:
     tokens = list(_SHELL_WORD.finditer(line))
     i = 0
     while i < len(tokens) and tokens[i].group().startswith("-"):
+        if tokens[i].group() == "--":  # the end of the options, as on a command line
+            return line[: tokens[i].start()], line[tokens[i].end():]
         action = parser._option_string_actions.get(tokens[i].group().split("=")[0])
         if action is None:
-            raise UsageError(f"unknown option {tokens[i].group()!r}; see %npusteps?")
+            raise UsageError(f"unknown option {tokens[i].group()!r}; see %{getattr(magic, '__name__', 'npusteps')}?")
         takes_value = action.nargs != 0 and "=" not in tokens[i].group()
         i += 2 if takes_value else 1
     if i >= len(tokens):
@@ -134,8 +136,8 @@ def _split_statement(line: str, magic) -> tuple[str, str]:
 
 @magics_class
 class NpuMagics(Magics):
-    """npumagic's magics: %%npuprofile, %npusteps, %npuruns, %npuload, %npushow, %npuadvise,
-    %npucompare, %npuab, %npubaseline, %npunote, %npurm, %npuhistory, %npuexport."""
+    """npumagic's magics: %%npuprofile, %npusteps, %npurun, %npuattach, %npuruns, %npuload, %npushow,
+    %npuadvise, %npucompare, %npuab, %npubaseline, %npunote, %npurm, %npuhistory, %npuexport."""
 
     output_dir = Unicode("npumagic_runs", help="Where runs and their history (history.sqlite) are kept.").tag(config=True)
     backend = Enum(["", "npu", "cuda", "cpu"], default_value="",
@@ -227,6 +229,76 @@ class NpuMagics(Magics):
         if args.run:
             raise UsageError("--run shows a recorded run; it cannot be combined with a statement")
         return self._profile(args, statement, repeat_cell=True, source=statement, line=line)
+
+    @magic_arguments()
+    @_schedule_arguments
+    @argument("script", nargs="*", help="the script and its arguments")
+    @line_magic
+    def npurun(self, line: str):
+        """Run a Python script unmodified in a child process under the profiler schedule, as
+        ``npumagic run`` does: its output streams into the cell, then the run shows as after
+        ``%%npuprofile``. Steps end at each ``optimizer.step()`` (or ``npumagic.step()`` in the
+        script) and count from the first one. Interrupting the cell stops the script (it gets
+        the Ctrl-C) and records the run as interrupted.
+
+        Examples::
+
+            %npurun --steps 3 --name script_base train.py --lr 0.1
+            %npucompare cell_base script_base
+        """
+        import shlex
+
+        __tracebackhide__ = True  # noqa: F841
+        option_text, rest = _split_statement(line, self.npurun)
+        args = _parse(self.npurun, option_text)
+        if args.out is not None or args.replace:
+            raise UsageError("--out/--replace: %npurun records the script's run in NpuMagics.output_dir/NAME")
+        try:
+            argv = shlex.split(rest)
+        except ValueError as exc:
+            raise UsageError(f"{exc} in: {rest.strip()}") from None
+        if not argv:
+            raise UsageError("give the script: %npurun [options] script.py [args]")
+        if not Path(argv[0]).is_file():
+            raise UsageError(f"no such script: {argv[0]!r} (from {Path.cwd()})")
+        if args.name is not None:
+            _check_name(args.name)
+        options = _options(args, repeat_cell=False)
+        try:
+            outcome, ended = self.session.run_command([sys.executable, *argv], options, name=args.name,
+                                                      output=sys.stdout, forward_interrupt=True)
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
+        report = self._report(outcome, quiet=args.quiet, plot=self.plot and not args.no_plot)
+        if outcome.error is None:
+            return report
+        from IPython.display import display
+
+        display(report)  # what the script did before it stopped
+        print(f"npumagic: {outcome.run.name} recorded as {outcome.run.status}: {outcome.error}", file=sys.stderr)
+        raise KeyboardInterrupt if ended.status == "interrupted" else outcome.error
+
+    @magic_arguments()
+    @argument("job_dir", help="the folder `npumagic run --on-demand` printed")
+    @argument("--steps", type=int, default=None, help="active steps to record (default the job's --steps)")
+    @argument("--timeout", type=float, default=600, help="seconds to wait for the window (default 600)")
+    @line_magic
+    def npuattach(self, line: str):
+        """Make a job started with ``npumagic run --on-demand`` (on this machine) capture its
+        next steps, wait until that window is a run in the job's history, and show its step
+        table (the job's output directory is this kernel's, else its path is printed).
+
+        Example: ``%npuattach npumagic_runs/job --steps 5``
+        """
+        from .on_demand import attach
+
+        args = _parse(self.npuattach, line)
+        try:
+            out, name = attach(args.job_dir, args.steps, timeout=args.timeout)
+        except NpumagicError as exc:
+            raise UsageError(str(exc)) from None
+        print(f"npumagic: {name} recorded in {out}")
+        return self._step_table(name) if out == self.session.output_dir else None
 
     def _profile(self, args, code: str, repeat_cell: bool, source: str, line: str):
         __tracebackhide__ = True  # noqa: F841 - a failing cell's traceback starts at the user's code

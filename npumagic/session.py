@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import os
 import re
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from .safeio import linked
 from .names import check_name, file_stem
 
 if TYPE_CHECKING:
+    from .capture.launch import Ended
     from .render.views import RenderedFigure
 
 log = logging.getLogger(__name__)
@@ -157,6 +159,46 @@ class Session:
             self._unclosed[reserved] = ("interrupted", "KeyboardInterrupt: the run's end was never recorded")
         return reserved
 
+    def run_command(self, argv: list[str], options: CaptureOptions, name: str | None = None,
+                    output=None, forward_interrupt: bool = False) -> tuple[RunOutcome, "Ended"]:
+        """Run the command ``argv`` unmodified under the capture (:mod:`npumagic.capture.launch`)
+        as a new run in ``output_dir/NAME``, recorded with the command line, the working
+        directory, the environment and the ranks; return it and how the command ended.
+        ``output`` and ``forward_interrupt``: see :func:`npumagic.capture.launch.run`."""
+        from .capture import launch
+        from .capture.inject import Config
+
+        launch.check_command(argv)
+        if name is not None:
+            check_name(name)
+        arguments = dict(options.as_dict(), name=name, command=list(argv), cwd=os.getcwd())
+        reserved = self.store.reserve(name, next_free=True, source=shlex.join(argv), arguments=arguments,
+                                      environment=environment_snapshot())
+        try:
+            run_dir = self.output_dir / file_stem(reserved)
+            self.store.update(reserved, run_dir=str(run_dir), run_dir_owned=_make_run_dir(run_dir))
+            config = Config(str(run_dir), options.as_dict(), backend=self.prefer_backend)
+            ended = launch.run(argv, launch.environment(config), output=output, forward_interrupt=forward_interrupt)
+            found = launch.records(run_dir)
+            result = launch.collect(run_dir, options, ended, found)
+            return self.record_processes(reserved, result, found), ended
+        except BaseException as exc:
+            self._close(reserved, exc)
+            raise
+
+    def record_processes(self, name: str, result: CaptureResult, found: list[dict]) -> RunOutcome:
+        """Record run ``name`` from a command's capture and its processes' records (backend,
+        device, versions, ranks, pids) and analyse it."""
+        run = self.store.get(name)
+        lead = found[0] if found else {}
+        if lead:
+            self.store.update(name, backend=lead.get("backend"), device=lead.get("device"),
+                              versions=lead.get("versions", {}),
+                              arguments={**run.arguments, "ranks": sorted({r.get("rank", 0) for r in found}),
+                                         "pids": [r.get("pid") for r in found]})
+        notes = (lead.get("notes") or [f"npumagic: ran {run.source}"]) + result.messages
+        return self._record(name, result.status, result.run_dir, result, notes)
+
     def _close(self, name: str, exc: BaseException) -> None:
         """Record a run whose capture or recording was cut short (an unwritable output, a second
         Ctrl-C during the profiler's export, a failure anywhere) as interrupted or failed."""
@@ -264,7 +306,8 @@ class Session:
                     trace, seen = trace.first_steps(result.recorded), trace.steps["step"].tolist()
                     unfinished = sorted(set(seen) - set(trace.steps["step"]))
                     ended = "failed" if result.error is not None else "ended"
-                    notes.append(f"step {', '.join(map(str, unfinished))} left out: the cell {ended} inside it")
+                    if unfinished:  # several ranks: each has its steps, none is left out
+                        notes.append(f"step {', '.join(map(str, unfinished))} left out: the cell {ended} inside it")
             if trace is not None:
                 summary = analysis.summarize(trace, rank=rank)
             if summary is not None and result is not None and (result.step_times or result.device_neighbours):

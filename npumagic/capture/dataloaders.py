@@ -18,9 +18,11 @@ def describe(loader) -> dict[str, object]:
 
 
 @contextmanager
-def recording() -> Iterator[list[dict[str, object]]]:
-    """Record the settings of each distinct DataLoader iterated inside the block."""
-    from torch.utils.data import DataLoader
+def recording(DataLoader=None) -> Iterator[list[dict[str, object]]]:
+    """Record the settings of each distinct DataLoader iterated inside the block (``DataLoader``:
+    the class to watch, for a caller that has it while torch.utils.data is still importing)."""
+    if DataLoader is None:
+        from torch.utils.data import DataLoader
 
     seen: list[dict[str, object]] = []
     original = DataLoader.__iter__

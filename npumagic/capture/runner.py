@@ -74,7 +74,7 @@ def current_capture() -> "_steps.StepClock | None":
     return _steps.active()
 
 
-def _recorded(options: CaptureOptions, steps: int) -> int:
+def recorded(options: CaptureOptions, steps: int) -> int:
     """Active steps completed after ``steps`` boundaries under the schedule."""
     n = steps - options.skip_first
     if n <= 0:
@@ -155,7 +155,7 @@ def capture(body: Callable[[], object], options: CaptureOptions, backend: Backen
             if sampler is not None:
                 sampler.stop()
     seconds = time.perf_counter() - started
-    result = CaptureResult(status, clock.steps, _recorded(options, clock.steps), seconds, run_dir, error,
+    result = CaptureResult(status, clock.steps, recorded(options, clock.steps), seconds, run_dir, error,
                            messages=messages, dataloaders=list(loaders), host_samples=_write_host(sampler, run_dir),
                            step_times=clock.step_times(), device_neighbours=neighbours)
     if status == "ok" and clock.steps == 0:

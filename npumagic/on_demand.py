@@ -1,0 +1,123 @@
+"""An on-demand job (``npumagic run --on-demand``): the command runs with the capture armed but
+idle; each ``npumagic trigger`` makes it capture its next N steps into ``JOB_DIR/trigger-ID``,
+and each such window becomes a run in the history as soon as every process has closed it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import time
+from pathlib import Path
+from typing import Callable
+
+from .capture import CaptureOptions
+from .capture import launch
+from .capture.backends import environment_snapshot
+from .capture.inject import TRIGGER_DIR, Config, write_json
+from .names import check_name, file_stem
+from .session import RunOutcome, Session
+
+
+def run_on_demand(session: Session, argv: list[str], options: CaptureOptions, name: str | None = None,
+                  output=None, forward_interrupt: bool = False,
+                  shown: Callable[[RunOutcome], None] | None = None,
+                  started: Callable[[Path], None] | None = None) -> tuple[list[RunOutcome], launch.Ended]:
+    """Run ``argv`` as an on-demand job in a new folder of ``session.output_dir``; record each
+    triggered window as a run (``NAME.ID``, or ``runN`` without a name), handing each to
+    ``shown`` as it is recorded. ``started(job_dir)`` is called before the command starts."""
+    launch.check_command(argv)
+    if name is not None:
+        check_name(name)
+    job_dir = _new_folder(session.output_dir, file_stem(name or "on-demand"))
+    write_json(job_dir / launch.JOB_FILE, {"pid": os.getpid(), "command": list(argv), "steps": options.steps,
+                                           "output_dir": str(session.output_dir), "created": time.time()})
+    if started is not None:
+        started(job_dir)
+    recorded: dict[int, RunOutcome] = {}
+
+    def record(ended: launch.Ended | None) -> None:
+        for trigger, folder in _windows(job_dir):
+            if trigger in recorded:
+                continue
+            found = launch.records(folder)
+            if not found or (ended is None and not _closed(found, job_dir)):
+                continue
+            recorded[trigger] = _record(session, argv, options, name, trigger, folder, found, ended)
+            if shown is not None:
+                shown(recorded[trigger])
+
+    config = Config(str(job_dir), options.as_dict(), on_demand=True, backend=session.prefer_backend)
+    ended = launch.run(argv, launch.environment(config), output=output, tick=lambda: record(None),
+                       forward_interrupt=forward_interrupt)
+    record(ended)
+    return [recorded[k] for k in sorted(recorded)], ended
+
+
+def _new_folder(root: Path, stem: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(1, 10000):
+        folder = root / (stem if i == 1 else f"{stem}-{i}")
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+    raise FileExistsError(root / stem)
+
+
+def _windows(job_dir: Path) -> list[tuple[int, Path]]:
+    out = []
+    for folder in job_dir.glob(TRIGGER_DIR.format("*")):
+        ident = folder.name.split("-", 1)[1]
+        if ident.isdigit():
+            out.append((int(ident), folder))
+    return sorted(out)
+
+
+def _closed(found: list[dict], job_dir: Path) -> bool:
+    """Whether every process of the job that is still running has closed this window (a rank
+    that has not yet seen the trigger has not written its record)."""
+    import psutil
+
+    known = {r["pid"] for _, folder in _windows(job_dir) for r in launch.records(folder)}
+    done = {r["pid"] for r in found if r.get("state") == "done"}
+    return all(pid in done or not psutil.pid_exists(pid) for pid in known)
+
+
+def _record(session: Session, argv: list[str], options: CaptureOptions, name: str | None, trigger: int,
+            folder: Path, found: list[dict], ended: launch.Ended | None) -> RunOutcome:
+    wanted = max(1, int(found[0].get("wanted") or options.steps))
+    window = dataclasses.replace(options, steps=wanted, repeat=1, skip_first=0)
+    # the trigger's id is in run_dir, not here: two windows of one job differ in nothing they ran with
+    arguments = dict(window.as_dict(), name=name, command=list(argv), cwd=os.getcwd(), on_demand=True)
+    reserved = session.store.reserve(f"{name}.{trigger}" if name else None, next_free=True, source=shlex.join(argv),
+                                     arguments=arguments, environment=environment_snapshot())
+    session.store.update(reserved, run_dir=str(folder), run_dir_owned=True)
+    # a window the job closed is complete whatever the job did later; one it left open is cut short
+    complete = all(r.get("recorded", 0) >= r.get("wanted", wanted) for r in found)
+    result = launch.collect(folder, window, None if complete else ended, found)
+    return session.record_processes(reserved, result, found)
+
+
+def attach(job_dir: str | Path, steps: int | None = None, timeout: float = 600) -> tuple[Path, str]:
+    """Trigger the on-demand job of ``job_dir`` (its next ``steps`` steps, default the job's
+    --steps) and wait until the window is recorded; return the job's output directory and the
+    run's name. NpumagicError when there is no job, it has ended, or ``timeout`` s pass."""
+    from .errors import NpumagicError
+    from .history import HistoryStore
+
+    job_dir = Path(job_dir).resolve()
+    job = launch.job_info(job_dir)
+    ident = launch.trigger(job_dir, steps if steps is not None else int(job.get("steps") or 3))
+    window, out = str(job_dir / TRIGGER_DIR.format(ident)), Path(job["output_dir"])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (out / "history.sqlite").is_file():
+            named = [r.name for r in HistoryStore(out, create=False).runs() if r.run_dir == window]
+            if named:
+                return out, named[0]
+        if not launch.job_alive(job):
+            raise NpumagicError(f"{job_dir}: the job ended before trigger {ident} was recorded")
+        time.sleep(0.2)
+    raise NpumagicError(f"{job_dir}: trigger {ident} not recorded after {timeout:.0f} s (is the job still stepping?)")

@@ -127,7 +127,7 @@ def agreement(job: Path, every_rank: bool) -> str:
 
     sys.path.insert(0, str(ROOT))
     from npumagic import parallel
-    from npumagic.analysis.cluster import link_bandwidth
+    from npumagic.analysis.collectives import link_bandwidth
 
     out = job / "cluster_analysis_output"
     summary = parallel.analyze(job, every_rank=every_rank, scheduler="serial" if every_rank else None)

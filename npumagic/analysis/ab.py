@@ -34,6 +34,8 @@ from typing import Callable
 
 import numpy as np
 
+from .. import presentation
+
 ALPHA = 0.05
 THRESHOLD = 0.05  # the smallest change called real, as compare.MIN_EFFECT
 MAX_STEPS = 200
@@ -119,14 +121,10 @@ class ABResult:
                 "median_a_s": self.median_a, "median_b_s": self.median_b, "verdict": self.sentence()}
 
     def __str__(self) -> str:
-        from ..render.text import ab_text
+        return presentation.text(self)
 
-        return ab_text(self)
-
-    def _repr_html_(self) -> str:
-        from ..render.text import ab_html
-
-        return ab_html(self)
+    def _repr_html_(self) -> str | None:
+        return presentation.html(self)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from .. import presentation
 from . import cluster
 from . import counters as hw
 from . import thresholds as T
@@ -88,17 +89,13 @@ class Advice:
         return advice_doc(self)
 
     def __str__(self) -> str:
-        from ..render.text import advice_text
-
-        return advice_text(self)
+        return presentation.text(self)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))
 
-    def _repr_html_(self) -> str:
-        from ..render.text import advice_html
-
-        return advice_html(self)
+    def _repr_html_(self) -> str | None:
+        return presentation.html(self)
 
 
 # -- fixes that fit the backend the run used (no NPU-only fix on a CPU/CUDA run, and no CUDA-only one on an NPU)

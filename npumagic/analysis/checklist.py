@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import presentation
 from .advice import Advice, advise, class_name, lead
 from .compare import Comparison, compare, profiling_inflation
 from .metrics import Summary
@@ -36,17 +37,13 @@ class Verdict:
         return verdict_doc(self)
 
     def __str__(self) -> str:
-        from ..render.text import verdict_text
-
-        return verdict_text(self)
+        return presentation.text(self)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))
 
-    def _repr_html_(self) -> str:
-        from ..render.text import verdict_html
-
-        return verdict_html(self)
+    def _repr_html_(self) -> str | None:
+        return presentation.html(self)
 
 
 def classify(summary: Summary, advice: Advice | None = None) -> tuple[str, dict[str, Any]]:

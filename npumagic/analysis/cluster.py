@@ -11,68 +11,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
 
 from . import thresholds as T
+from .collectives import link_bandwidth
+from .finding import Finding
 
 if TYPE_CHECKING:
-    from .advice import Finding
     from .metrics import Summary
 
-BANDWIDTH_COLUMNS = ["rank", "link_type", "transit_mb", "transit_ms", "bandwidth_gbps"]
 # The step time split the slow-rank rule compares, with the words a finding uses for each.
 DIMENSIONS = {"computing_us": "computing", "comm_not_overlapped_us": "communication", "free_us": "free (idle) time"}
-
-
-def _ratio(mb, ms) -> np.ndarray:
-    mb, ms = np.asarray(mb, dtype=float), np.asarray(ms, dtype=float)
-    return np.divide(mb, ms, out=np.full(mb.shape, np.nan), where=ms > 0)
-
-
-def link_bandwidth(links: pd.DataFrame) -> pd.DataFrame:
-    """Bandwidth of each rank's links by type over the whole capture: summed transit size over
-    summed transit time (GB/s), as msprof-analyze's slow-link analysis computes it.
-
-    Parameters
-    ----------
-    links : rows of ``Summary.links`` (rank, link_type, transit_mb, transit_ms).
-
-    Returns
-    -------
-    DataFrame with :data:`BANDWIDTH_COLUMNS`, one row per (rank, link_type).
-    """
-    if links is None or links.empty:
-        return pd.DataFrame(columns=BANDWIDTH_COLUMNS)
-    frame = links.assign(link_type=links["link_type"].astype(str))
-    table = frame.groupby(["rank", "link_type"], as_index=False, observed=True)[["transit_mb", "transit_ms"]].sum()
-    table["bandwidth_gbps"] = _ratio(table["transit_mb"], table["transit_ms"])
-    return table[BANDWIDTH_COLUMNS]
-
-
-def communication_matrix(matrix: pd.DataFrame, local: bool = False) -> pd.DataFrame:
-    """Source rank x destination rank bandwidth (GB/s) over every collective of the capture.
-
-    Parameters
-    ----------
-    matrix : rows of ``Summary.matrix`` (src_rank, dst_rank, link_type, transit_mb, transit_ms).
-    local : keep the on-chip copies of a rank to itself (the diagonal, hundreds of GB/s), which
-        would otherwise set the colour scale of a heatmap.
-
-    Returns
-    -------
-    DataFrame indexed by ``src_rank``, one column per ``dst_rank``; NaN where no transfer was
-    recorded (each rank's profile records what it sent).
-    """
-    if matrix is None or matrix.empty:
-        return pd.DataFrame(dtype=float)
-    rows = matrix if local else matrix[(matrix["link_type"].astype(str) != "LOCAL")
-                                       & (matrix["src_rank"] != matrix["dst_rank"])]
-    pairs = rows.groupby(["src_rank", "dst_rank"])[["transit_mb", "transit_ms"]].sum()
-    pairs["bandwidth_gbps"] = _ratio(pairs["transit_mb"], pairs["transit_ms"])
-    table = pairs["bandwidth_gbps"].unstack("dst_rank")
-    table.columns.name, table.index.name = "dst_rank", "src_rank"
-    return table
 
 
 def _spread(values: pd.Series, scale: float) -> float:
@@ -87,8 +36,6 @@ def slow_ranks(ranks: pd.DataFrame, label: str = "") -> list[Finding]:
     """A finding for each of computing, communication (not overlapped) and free whose spread
     across ``ranks`` (max - min) exceeds :data:`~.thresholds.SLOW_RANK_RATIO` of the mean step
     (computing + communication not overlapped + free), naming both ranks and the difference."""
-    from .advice import Finding
-
     ranks = ranks.dropna(subset=list(DIMENSIONS))
     if len(ranks) < 2:
         return []
@@ -133,8 +80,6 @@ def stage_imbalance(ranks: pd.DataFrame) -> list[Finding]:
     """Pipeline stages (ranks with a known ``stage``) compared on their mean computing,
     communication and free time: a finding when the spread across stages exceeds
     :data:`~.thresholds.SLOW_RANK_RATIO` of the mean step, naming the stages."""
-    from .advice import Finding
-
     staged = ranks[ranks["stage"] >= 0] if "stage" in ranks else ranks.iloc[:0]
     if staged["stage"].nunique() < 2:
         return []
@@ -165,8 +110,6 @@ def slow_links(summary: Summary) -> list[Finding]:
     """Per link type: a finding when the ranks' bandwidths spread by more than
     :data:`~.thresholds.SLOW_LINK_RATIO` of their mean, or a rank's bandwidth is below the type's
     expected rate (:data:`~.thresholds.EXPECTED_LINK_GBPS`); names the slowest rank and its rate."""
-    from .advice import Finding
-
     table = link_bandwidth(summary.links)
     table = table[table["bandwidth_gbps"].notna()]
     if table.empty:

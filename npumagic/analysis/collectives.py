@@ -12,6 +12,9 @@ import pandas as pd
 COMM_COLUMNS = ["op", "count", "elapsed_us", "wait_us", "wait_ratio", "sync_ratio", "transit_mb", "bandwidth_gbps", "link"]
 
 
+BANDWIDTH_COLUMNS = ["rank", "link_type", "transit_mb", "transit_ms", "bandwidth_gbps"]
+
+
 LINK_COLUMNS = ["rank", "op", "group", "link_type", "transit_mb", "transit_ms", "bandwidth_gbps"]
 
 
@@ -55,3 +58,53 @@ def comm_table(comm: pd.DataFrame, ev: pd.DataFrame, links: pd.DataFrame | None 
         mb, ms = own["transit_mb"].reindex(key).to_numpy(), own["transit_ms"].reindex(key).to_numpy()
         table["bandwidth_gbps"] = np.divide(mb, ms, out=np.full(len(table), np.nan), where=ms > 0)
     return table.sort_values("elapsed_us", ascending=False, kind="stable").reset_index(drop=True)[COMM_COLUMNS]
+
+
+def _ratio(mb, ms) -> np.ndarray:
+    mb, ms = np.asarray(mb, dtype=float), np.asarray(ms, dtype=float)
+    return np.divide(mb, ms, out=np.full(mb.shape, np.nan), where=ms > 0)
+
+
+def link_bandwidth(links: pd.DataFrame) -> pd.DataFrame:
+    """Bandwidth of each rank's links by type over the whole capture: summed transit size over
+    summed transit time (GB/s), as msprof-analyze's slow-link analysis computes it.
+
+    Parameters
+    ----------
+    links : rows of ``Summary.links`` (rank, link_type, transit_mb, transit_ms).
+
+    Returns
+    -------
+    DataFrame with :data:`BANDWIDTH_COLUMNS`, one row per (rank, link_type).
+    """
+    if links is None or links.empty:
+        return pd.DataFrame(columns=BANDWIDTH_COLUMNS)
+    frame = links.assign(link_type=links["link_type"].astype(str))
+    table = frame.groupby(["rank", "link_type"], as_index=False, observed=True)[["transit_mb", "transit_ms"]].sum()
+    table["bandwidth_gbps"] = _ratio(table["transit_mb"], table["transit_ms"])
+    return table[BANDWIDTH_COLUMNS]
+
+
+def communication_matrix(matrix: pd.DataFrame, local: bool = False) -> pd.DataFrame:
+    """Source rank x destination rank bandwidth (GB/s) over every collective of the capture.
+
+    Parameters
+    ----------
+    matrix : rows of ``Summary.matrix`` (src_rank, dst_rank, link_type, transit_mb, transit_ms).
+    local : keep the on-chip copies of a rank to itself (the diagonal, hundreds of GB/s), which
+        would otherwise set the colour scale of a heatmap.
+
+    Returns
+    -------
+    DataFrame indexed by ``src_rank``, one column per ``dst_rank``; NaN where no transfer was
+    recorded (each rank's profile records what it sent).
+    """
+    if matrix is None or matrix.empty:
+        return pd.DataFrame(dtype=float)
+    rows = matrix if local else matrix[(matrix["link_type"].astype(str) != "LOCAL")
+                                       & (matrix["src_rank"] != matrix["dst_rank"])]
+    pairs = rows.groupby(["src_rank", "dst_rank"])[["transit_mb", "transit_ms"]].sum()
+    pairs["bandwidth_gbps"] = _ratio(pairs["transit_mb"], pairs["transit_ms"])
+    table = pairs["bandwidth_gbps"].unstack("dst_rank")
+    table.columns.name, table.index.name = "dst_rank", "src_rank"
+    return table

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import presentation
 from .metrics import Summary
 from .trust import caveat
 
@@ -302,14 +303,10 @@ class Comparison:
         return comparison_doc(self)
 
     def __str__(self) -> str:
-        from ..render.text import comparison_text
+        return presentation.text(self)
 
-        return comparison_text(self)
-
-    def _repr_html_(self) -> str:
-        from ..render.text import comparison_html
-
-        return comparison_html(self)
+    def _repr_html_(self) -> str | None:
+        return presentation.html(self)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))

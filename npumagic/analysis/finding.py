@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .. import presentation
 from . import thresholds as T
 
 
@@ -40,9 +41,7 @@ class Finding:
         return out
 
     def __str__(self) -> str:
-        from ..render.text import finding_text
-
-        return finding_text(self)
+        return presentation.text(self)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))

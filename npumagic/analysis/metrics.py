@@ -13,15 +13,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import presentation
 from . import counters as hw
 from . import schema
 from .schema import Trace
 from .blocking import BLOCKING_COLUMNS, blocking_table, blocking_units, device_busy
 from .breakdown import cycle_bounds, disagreement, step_table, vendor_step_table
-from .collectives import LINK_COLUMNS, comm_table
+from .collectives import LINK_COLUMNS, comm_table, communication_matrix
 from .device_memory import memory_table
 from .operators import host_op_table, kernel_table
-from .ranks import RANK_COLUMNS, parallel_indices, rank_table
+from .ranks import AVERAGED, RANK_COLUMNS, parallel_indices, rank_table_of_steps
 from .syncs import is_host_sync, sync_table
 from .temporal import TEMPORAL_COLUMNS, rank_temporal
 
@@ -50,7 +51,7 @@ class Summary:
     links : every collective's transfers by link type, :data:`LINK_COLUMNS`, each with its own
         transit time (bandwidth = transit_mb / transit_ms, GB/s), for every rank.
     matrix : transfers by (source rank, destination rank), for every rank (see
-        :func:`npumagic.analysis.cluster.communication_matrix`).
+        :func:`npumagic.analysis.collectives.communication_matrix`).
     temporal : one row per rank, HolisticTraceAnalysis's temporal breakdown of device time
         (:data:`~npumagic.analysis.temporal.TEMPORAL_COLUMNS`); empty without device activity.
     meta : backend, device name, rank, source path; ``sources`` (where each figure comes from)
@@ -112,9 +113,7 @@ class Summary:
     @property
     def comm_matrix(self) -> pd.DataFrame:
         """Source rank x destination rank bandwidth (GB/s) over the capture, from ``matrix``
-        (see :func:`npumagic.analysis.cluster.communication_matrix`)."""
-        from .cluster import communication_matrix
-
+        (see :func:`npumagic.analysis.collectives.communication_matrix`)."""
         return communication_matrix(self.matrix)
 
     @property
@@ -160,19 +159,15 @@ class Summary:
 
         return summary_doc(self, top)
 
-    # -- display (built by npumagic.render.text) ---------------------------------------------
+    # -- display (npumagic.presentation: built by npumagic.render.text) ------------------------
     def __str__(self) -> str:
-        from ..render.text import summary_text
-
-        return summary_text(self)
+        return presentation.text(self)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self) if not cycle else "Summary(...)")
 
-    def _repr_html_(self) -> str:
-        from ..render.text import summary_html
-
-        return summary_html(self)
+    def _repr_html_(self) -> str | None:
+        return presentation.html(self)
 
 
 # -- public entry --------------------------------------------------------------------------
@@ -200,7 +195,9 @@ def combine(per_rank: dict[int, Summary], rank: int | None = None) -> Summary:
     if rank is not None and rank not in per_rank:
         raise ValueError(f"rank {rank} not in trace; ranks: {ranks}")
     per_rank = {r: per_rank[r] for r in ranks}
-    table = rank_table(per_rank)
+    steps = pd.concat([s.steps[["wall_us", "busy_us", *AVERAGED]].assign(rank=r) for r, s in per_rank.items()],
+                      ignore_index=True)
+    table = rank_table_of_steps(steps, ranks, {r: s.meta.get("parallel", {}) for r, s in per_rank.items()})
     chosen = per_rank[rank if rank is not None else ranks[0]]
     links = pd.concat([per_rank[r].links for r in ranks], ignore_index=True)
     matrix = pd.concat([per_rank[r].matrix for r in ranks], ignore_index=True)

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from . import thresholds as T
-
-if TYPE_CHECKING:
-    from .metrics import Summary
-
 
 RANK_COLUMNS = ["rank", "steps", "step_median_us", "computing_us", "communication_us", "comm_not_overlapped_us",
                 "free_us", "dataloader_us", "device_util", "slowest", "dp", "pp", "tp", "stage"]
@@ -46,15 +42,6 @@ def parallel_indices(groups: dict[str, Any], rank: int) -> dict[str, int]:
 
 
 AVERAGED = ["computing_us", "communication_us", "comm_not_overlapped_us", "free_us", "dataloader_us"]
-
-
-def rank_table(per_rank: dict[int, Summary]) -> pd.DataFrame:
-    """One row per rank (:data:`RANK_COLUMNS`) from each rank's Summary: its step table and the
-    dp/pp/tp indices its meta names."""
-    steps = pd.concat([s.steps[["wall_us", "busy_us", *AVERAGED]].assign(rank=r) for r, s in per_rank.items()],
-                      ignore_index=True)
-    parallel = {r: s.meta.get("parallel", {}) for r, s in per_rank.items()}
-    return rank_table_of_steps(steps, list(per_rank), parallel)
 
 
 def rank_table_of_steps(steps: pd.DataFrame, ranks: list[int], parallel: dict[int, dict[str, int]]) -> pd.DataFrame:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from ..analysis.checklist import Verdict
 from ..analysis.metrics import Summary
 from ..records import Run
-from .live.frontend import live_bundle
+from .live.bundle import live_bundle
 from ..terminal import terminal_safe
 from .tables import Table, history_table, step_table
 from .text import comparison_html, comparison_text, verdict_html, verdict_text

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import npumagic
-from npumagic.analysis import cluster
+from npumagic.analysis import cluster, collectives
 from npumagic.analysis.ranks import parallel_indices
 
 from ..conftest import ASCEND, need, sampled, shared_summary
@@ -83,7 +83,7 @@ def test_stage_imbalance_names_the_heavy_stage():
 
 def test_link_bandwidth_per_rank_matches_msprof_analyze_slow_link():
     # msprof-analyze advisor "slow link" on level1: SDMA average 15.578, max 15.654, min 15.502 GB/s
-    table = cluster.link_bandwidth(_job(ASCEND / "level1").links).set_index(["rank", "link_type"])
+    table = collectives.link_bandwidth(_job(ASCEND / "level1").links).set_index(["rank", "link_type"])
     assert table.loc[(0, "SDMA"), "bandwidth_gbps"] == pytest.approx(15.654, rel=1e-3)
     assert table.loc[(1, "SDMA"), "bandwidth_gbps"] == pytest.approx(15.502, rel=1e-3)
     assert table.xs("HCCS", level="link_type")["bandwidth_gbps"].median() == pytest.approx(15.58, rel=0.05)
@@ -187,6 +187,6 @@ def test_a_matrix_file_without_totals_uses_the_median_op_of_each_pair(tmp_path):
     del ops["allreduce-total@17522688603477080586"]  # older torch_npu writes no totals
     path = tmp_path / "communication_matrix.json"
     path.write_text(json.dumps(raw))
-    table = cluster.communication_matrix(pd.DataFrame(matrix_rows(path, 0)))
+    table = collectives.communication_matrix(pd.DataFrame(matrix_rows(path, 0)))
     assert table.loc[0, 1] == pytest.approx(middle["0-1"]["Bandwidth(GB/s)"], rel=1e-3)
     assert table.loc[0, 7] == pytest.approx(middle["0-7"]["Bandwidth(GB/s)"], rel=1e-3)

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("anywidget", reason="the live timeline needs anywidget (pip install npumagic[live])")
 
-from npumagic.render.live.frontend import WIDGET_MIME  # noqa: E402
+from npumagic.render.live.bundle import WIDGET_MIME  # noqa: E402
 from npumagic.render.live.widget import TimelineWidget  # noqa: E402
 
 from ..conftest import ASCEND, need  # noqa: E402

@@ -12,7 +12,6 @@ from pathlib import Path
 from ...analysis.schema import Trace
 
 STATIC_ENV = "NPUMAGIC_STATIC"  # set to 1: never a widget (e.g. for notebooks meant to be exported)
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def widget_frontend() -> bool:
@@ -50,14 +49,6 @@ def with_live_timeline(report, trace: Trace, title: str = ""):
     parts = [] if not hasattr(head, "_header") else [ipywidgets.HTML(head._repr_html_())]
     parts += [widget] + ([ipywidgets.HTML("\n".join(f.html() for f in others))] if others else [])
     return replace(report, live=widget, live_view=ipywidgets.VBox(parts))
-
-
-def live_bundle(bundle: dict, live_view, include=None, exclude=None) -> dict:
-    """``bundle`` with the live view's widget added (a front end with widgets shows that first)."""
-    if live_view is None:
-        return bundle
-    widget = live_view._repr_mimebundle_(include=include, exclude=exclude) or {}
-    return {**bundle, **({WIDGET_MIME: widget[WIDGET_MIME]} if WIDGET_MIME in widget else {})}
 
 
 def timeline(source, *, rank: int | None = None, live: bool | None = None, title: str = "", **static_options):

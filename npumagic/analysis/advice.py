@@ -7,21 +7,17 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from .. import presentation
 from . import cluster
-from . import counters as hw
 from . import thresholds as T
-from .blocking import sync_idle_share
 from .finding import Finding
-from .gaps import cpu_work, gap_operators
 from .metrics import Summary
-from .rules import kernel_metrics
-from .rules.npu_ops import INTERNAL_FORMAT_OFF
+from .rules import run_rules
+from .rules.core import backend_of, steps_inferred
 from .schema import Trace
 from .trust import caveat
 
@@ -98,468 +94,6 @@ class Advice:
         return presentation.html(self)
 
 
-# -- fixes that fit the backend the run used (no NPU-only fix on a CPU/CUDA run, and no CUDA-only one on an NPU)
-def _backend(s: Summary) -> str:
-    return str(s.meta.get("backend") or "cpu")
-
-
-def _device_module(s: Summary) -> str:
-    """``npu`` or ``cuda``: the torch device module of the run's backend."""
-    return "npu" if _backend(s) == "npu" else "cuda"
-
-
-def _per_step_ms(s: Summary, column: str) -> float:
-    return float(s.steps[column].mean()) / 1000 if len(s.steps) else 0.0
-
-
-def _communication(s: Summary) -> list[Finding]:
-    exposed = s.share("comm_not_overlapped_us")
-    total = s.share("communication_us")
-    comm_us = float(s.steps["communication_us"].sum())
-    overlap = float(s.steps["overlapped_us"].sum()) / comm_us if comm_us else 0.0
-    if not (exposed > T.COMM_BOUND_SHARE or (total > T.COMM_MIN_SHARE and overlap < T.LOW_OVERLAP_RATIO)):
-        return []
-    evidence = {"communication_ms": _per_step_ms(s, "communication_us"),
-                "comm_not_overlapped_ms": _per_step_ms(s, "comm_not_overlapped_us"),
-                "computing_ms": _per_step_ms(s, "computing_us"), "overlap_ratio": overlap, "comm_share": exposed}
-    title = (f"collectives take {evidence['communication_ms']:,.2f} ms per step ({evidence['comm_not_overlapped_ms']:,.2f} ms "
-             f"not overlapped, {exposed:.0%} of the step) against {evidence['computing_ms']:,.2f} ms of computing; "
-             f"{overlap:.0%} of communication overlaps compute")
-    fix = ("overlap gradient all-reduce with backward: DistributedDataParallel(bucket_cap_mb=25..100, "
-           "gradient_as_bucket_view=True), fewer and larger collectives, or compress gradients with "
-           "model.register_comm_hook(None, torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook)")
-    where = ""
-    if len(s.comm):
-        top = s.comm.iloc[0]
-        where = f"{top['op']} x{int(top['count'])}"
-        if top["link"]:
-            where += f" over {top['link']}"
-        wait = float(top["wait_ratio"]) if pd.notna(top["wait_ratio"]) else 0.0
-        evidence.update(wait_ratio=wait, top_op=top["op"])
-        if wait > 0.5:
-            fix = (f"{top['op']} spends {wait:.0%} of its time waiting for other ranks: a straggler arrives late. "
-                   "Compare the ranks (analysing the folder that holds every rank shows the slowest), balance the work per "
-                   "rank; then " + fix)
-        bandwidth = s.comm["bandwidth_gbps"].dropna()
-        if len(bandwidth):
-            evidence["lowest_bandwidth_gbps"] = float(bandwidth.min())
-    return [Finding("communication", exposed, title, evidence, fix, where.strip("; "))]
-
-
-def _dataloader(s: Summary) -> list[Finding]:
-    share = s.share("dataloader_us")
-    if share <= T.DATALOADER_SHARE:
-        return []
-    iterator = s.meta.get("dataloader_iter", "")
-    on_device = _backend(s) != "cpu"  # pinned memory only speeds up copies to a device
-    if "SingleProcess" in iterator:
-        fix = ("the DataLoader runs in the training process (num_workers=0): use DataLoader(num_workers=4..8, "
-               + ("pin_memory=True, " if on_device else "") + "persistent_workers=True, prefetch_factor=2) and keep "
-               "decoding/augmentation in the Dataset so the workers do it")
-    else:
-        fix = ("the workers cannot keep up: raise DataLoader(num_workers=...) and prefetch_factor=4, set "
-               "persistent_workers=True" + (" and pin_memory=True" if on_device else "") + ", and move "
-               "decoding/augmentation out of collate_fn into the workers" + (" (or onto the device)" if on_device else ""))
-    ms = _per_step_ms(s, "dataloader_us")
-    title = f"the step waits {ms:,.2f} ms for the next batch ({share:.0%} of the step)"
-    evidence = {"dataloader_ms": ms, "dataloader_share": share}
-    # at stake: the device's idle time while the host waits (it may still drain the last step's
-    # queue meanwhile); on the CPU, and where not measured, the wait itself
-    impact = share
-    if s.meta.get("device_mode") and s.steps.get("idle_dataloader_us") is not None and \
-            s.steps["idle_dataloader_us"].notna().any():
-        impact = s.share("idle_dataloader_us")
-        evidence["device_idle_share"] = impact
-        if impact < share - 0.01:
-            title += f"; the device idles {_per_step_ms(s, 'idle_dataloader_us'):,.2f} ms of it"
-    host = _host_cpu(s)
-    if host:
-        evidence.update(host)
-        n, busy, idle = host["workers"], host["worker_cpu_pct"], host["cores_idle"]
-        if n and busy >= T.WORKER_BUSY_PCT:
-            title += f"; its {n} DataLoader workers are each {busy:.0f}% busy: loading is CPU-bound"
-            more = f"num_workers={n} -> {n + idle}, {idle} cores are idle" if idle else "no core is idle"
-            fix = (f"the workers are CPU-bound: add workers ({more}) and make each sample cheaper: decode "
-                   "pre-resized inputs, move augmentation onto the device, cache decoded samples")
-        elif n and busy < T.WORKER_IDLE_PCT and idle:
-            title += f"; its {n} workers are only {busy:.0f}% busy with {idle} cores idle: the batches wait on I/O"
-            fix = ("the workers wait on I/O, not on the CPU: read from faster storage (copy the dataset to local disk "
-                   "or RAM, pack small files into shards), and overlap more reads (prefetch_factor=4, more workers)")
-        elif not n and host.get("main_thread_cpu_pct", 0) >= T.HOST_PINNED_PCT:
-            title += f"; the training thread loads every batch itself ({host['main_thread_cpu_pct']:.0f}% of a core)"
-    return [Finding("dataloader", impact, title, evidence, fix, iterator)]
-
-
-def _tiny_per_step(s: Summary) -> float:
-    k = s.kernels
-    if k.empty or not len(s.steps):
-        return 0.0
-    return float(k.loc[k["mean_us"] < T.TINY_KERNEL_US, "count"].sum()) / len(s.steps)
-
-
-# torch_npu registers the dynamo backends "npu" and "npugraph_ex" (torch_npu/dynamo/__init__.py);
-# aclgraph is torchair's CompilerConfig mode "reduce-overhead". In IPython/Jupyter `import torch_npu`
-# sets TASK_QUEUE_ENABLE=0 itself (torch_npu/_init/core/optional_features.py).
-NPU_COMPILE = ('torch.compile(model, backend="npu") (torchair), or for launch-bound steps aclgraph: '
-               'config = torchair.CompilerConfig(); config.mode = "reduce-overhead"; '
-               'torch.compile(model, backend=torchair.get_npu_backend(compiler_config=config))')
-NPU_HOST_BOUND_FIX = ("cut host dispatch time: export TASK_QUEUE_ENABLE=2 before starting Python (in IPython/Jupyter "
-                      "`import torch_npu` resets it to 0, so a notebook run is more host-bound than the same script), "
-                      "bind cores with CPU_AFFINITY_CONF=1, compile the step with " + NPU_COMPILE +
-                      ", and raise the batch size")
-
-
-def steps_inferred(s: Summary) -> bool:
-    """The rank's trace has no ProfilerStep marks: its one step is the whole trace, start-up included."""
-    return s.meta.get("rank", 0) in s.meta.get("steps_inferred", [])
-
-
-def idle_explained(s: Summary) -> float:
-    """The share of the step the device idles for reasons other rules name: waiting for the
-    DataLoader, or blocked on a sync (the step's idle attribution where measured)."""
-    if "idle_dataloader_us" in s.steps and len(s.steps) and s.steps["idle_dataloader_us"].notna().any():
-        return s.share("idle_dataloader_us") + (sync_idle_share(s) or 0.0)
-    return s.share("dataloader_us")
-
-
-def _host_bound(s: Summary) -> list[Finding]:
-    """Device idle (on the CPU: time outside torch operators) that DataLoader waits and blocking
-    syncs do not explain."""
-    idle = s.share("idle_us")
-    unexplained = idle - idle_explained(s)
-    if idle <= T.HOST_BOUND_IDLE_SHARE or unexplained < T.HOST_BOUND_MIN_UNEXPLAINED:
-        return []
-    idle_ms = _per_step_ms(s, "idle_us")
-    evidence = {"idle_ms": idle_ms, "idle_share": idle, "unexplained_share": unexplained,
-                "dataloader_ms": _per_step_ms(s, "dataloader_us"), "device_util": s.device_util}
-    if not s.meta.get("device_mode"):
-        ms = unexplained * s.step_stats["mean_us"] / 1000
-        return [Finding("host_bound", unexplained, f"Python outside torch operators takes {ms:,.2f} ms per step "
-                       f"({unexplained:.0%} of the step): the CPU runs no operator then",
-                       dict(evidence, python_ms=ms),
-                       "move the Python work out of the step or vectorise it into tensor operations (loops over "
-                       "elements, per-sample logging and metric math, time.sleep, printing); profile the cell with "
-                       "--stack to see which Python frames take the time", "between operators")]
-    evidence.update(preparing_ms=_per_step_ms(s, "preparing_us"), free_share=s.share("free_us"))
-    if s.meta.get("backend") == "npu":
-        fix = NPU_HOST_BOUND_FIX
-    elif _backend(s) in ("cuda", "rocm"):  # ROCm's torch captures HIP graphs through the same API
-        fix = ("cut launch overhead: capture the step in CUDA graphs (torch.compile(model, mode='reduce-overhead')), "
-               "raise the batch size, and move Python work (logging, metric math) out of the step")
-    else:  # an accelerator without CUDA graphs (MTIA, XPU, ...): fewer, larger launches
-        fix = ("cut launch overhead: compile the step so fewer, fused operators are launched (torch.compile(model)), "
-               "raise the batch size, and move Python work (logging, metric math) out of the step")
-    title = (f"the device is idle {idle_ms:,.2f} ms per step ({idle:.0%}) waiting for the host; "
-             f"{evidence['preparing_ms']:,.2f} ms pass before the first device task")
-    inferred = steps_inferred(s)  # the idle time may be start-up (context creation, first calls), not the loop
-    if inferred:
-        title = (f"the device is idle {idle_ms:,.2f} ms ({idle:.0%}) of the whole trace, which has no step marks, so "
-                 f"start-up counts too; {evidence['preparing_ms']:,.2f} ms pass before the first device task")
-    host = _host_cpu(s)
-    main = host.get("main_thread_cpu_pct", float("nan")) if host else float("nan")
-    if host:
-        evidence.update(host)
-    if main >= T.HOST_PINNED_PCT:
-        title += f"; the thread running the step is {main:.0f}% busy: dispatch-bound"
-        queue = "export TASK_QUEUE_ENABLE=2 (two-level dispatch pipeline), " if s.meta.get("backend") == "npu" else ""
-        fix = (f"the host thread is saturated dispatching operators: {queue}raise the batch size (fewer dispatches "
-               "per sample), and compile the step (torch.compile) so fewer, fused kernels are launched; then " + fix)
-    elif main < T.WORKER_IDLE_PCT and host and host["cores_idle"]:
-        title += (f"; that thread is only {main:.0f}% busy with {host['cores_idle']} cores idle: the host waits "
-                  "(I/O, sleep, locks), it is not dispatching")
-        fix = ("find what the host waits on between steps (profile with --stack and read the host lanes of the "
-               "timeline: file or network reads, logging, checkpoint writes, time.sleep, lock waits) and move it off "
-               "the step; " + fix)
-    under = gap_operators(s.events) if _backend(s) in ("cuda", "rocm") else pd.DataFrame()  # launches linked
-    if len(under):
-        listed = ", ".join(f"{r.op} ({r.idle_us / 1000:,.2f} ms, {r.launches} launches)" for r in under.head(3).itertuples())
-        evidence["gap_operators"] = under.head(5).to_dict("records")
-        title += f"; under the largest gaps the host runs {listed}"
-        heavy = cpu_work(under.head(3), T.CPU_WORK_PER_LAUNCH_US)
-        if len(heavy) and float(heavy["idle_us"].sum()) >= 0.5 * float(under.head(3)["idle_us"].sum()):
-            names = ", ".join(heavy["op"].head(3))
-            fix = (f"the host is busy with CPU work while the device waits ({names}: long operators that launch little "
-                   "device work): move it off the step, into the Dataset so DataLoader(num_workers=4..8) workers run "
-                   "it, into a preprocessing pass, or onto the device; launch overhead is not the problem, so CUDA "
-                   "graphs would not help until it is gone")
-    if inferred:
-        fix = ("profile steady-state steps before acting on this: mark each iteration (prof.step() under a schedule "
-               "that skips the first ones, torch.profiler.schedule(wait=1, warmup=1, active=3); in a cell npumagic "
-               "profiles, npumagic.step()); if the steps stay host-bound, " + fix)
-    return [Finding("host_bound", unexplained, title, evidence, fix)]
-
-
-def _host_cpu(s: Summary) -> dict[str, Any]:
-    """The host's CPU over the run (npumagic's psutil samples), {} when none were taken:
-    percents of one core averaged over the steps, worker count and idle cores per step."""
-    h = s.host
-    if h is None or h.empty or h["cores"].max() == 0:
-        return {}
-    out: dict[str, Any] = {"workers": int(h["workers"].max()), "cores_idle": int(round(float(h["cores_idle"].mean()))),
-                           "cores_busy_pct": float(h["cores_busy_pct"].mean())}
-    for key, column in (("main_thread_cpu_pct", "main_thread_cpu_pct"), ("process_cpu_pct", "process_cpu_pct"),
-                        ("worker_cpu_pct", "worker_cpu_pct_mean")):
-        if h[column].notna().any():
-            out[key] = float(h[column].mean())
-    out.setdefault("worker_cpu_pct", float("nan"))
-    return out
-
-
-def _sync_fix(s: Summary, call: str = "", library: bool = False) -> str:
-    if library:
-        return ("this sync happens inside a library operator, not in the step's code (cuDNN/MIOpen autotuning runs "
-                "on the first calls with each new input shape): profile later steps (--skip-first / --wait) and keep "
-                "input shapes fixed; set torch.backends.cudnn.benchmark = False only if shapes change every step")
-    if _backend(s) == "cpu":  # the habit to drop before the job moves to a device
-        return ("read tensor values less often: replace loss.item()/float(t)/print(t) in the step with accumulation in "
-                "a tensor read every N steps, and avoid .cpu()/.tolist()/.numpy() in the loop")
-    dev = _device_module(s)
-    call = re.sub(r"torch\.(cuda|npu)\.", f"torch.{dev}.", call)  # the run's device module, whoever named it
-    if call.startswith("torch.") or "synchronize" in call or "elapsed_time" in call:
-        return (f"drop {call} from the step: it waits for all queued work; time the loop with "
-                f"torch.{dev}.Event(enable_timing=True) pairs read once after it, or synchronise only where the host "
-                "really needs a result")
-    if ".cpu()" in call or "copy into a host tensor" in call:
-        return ("keep the values on the device, or copy them without blocking: preallocate a pinned host buffer "
-                "(torch.empty(..., pin_memory=True)), copy with buf.copy_(t, non_blocking=True) and read it a step "
-                "later; log metrics every N steps instead of every step")
-    if "size" in call:
-        return (f"avoid data-dependent shapes in the step ({call}): use torch.where or a multiplication by the mask "
-                "instead of boolean indexing, or pass an explicit size where the op takes one")
-    return ("remove host-device syncs from the step: replace loss.item()/float(t)/print(t) with on-device accumulation "
-            f"read every N steps (or a pinned, non_blocking copy read a step later), and avoid .cpu() and "
-            f"torch.{dev}.synchronize() in the loop")
-
-
-def _sync(s: Summary) -> list[Finding]:
-    """Host calls that block until the device catches up, costed by the device idle time they
-    cause (the queue they drain), never by the host time they block while the device computes,
-    and named by the user's call behind them (:mod:`.blocking`).
-
-    On the CPU nothing blocks, but ``.item()`` every step becomes a host-device sync on NPU or
-    CUDA: a low finding, so the habit is caught before the job moves to the accelerator.
-    """
-    if s.syncs.empty and s.blocking.empty:
-        return []
-    ranked = s.syncs.sort_values("total_us", ascending=False, kind="stable")
-    per_step = float(s.syncs["per_step"].max()) if len(s.syncs) else 0.0
-    located = ranked[ranked["source"].astype(str) != ""]
-    blocking = s.blocking
-    top = blocking.iloc[0] if len(blocking) else None
-    where = (str(top["source"]) if top is not None and str(top["source"]) else
-             str(located["source"].iloc[0]) if len(located) else str(top["call"] if top is not None else ranked.iloc[0]["name"]))
-    if not s.meta.get("device_mode"):
-        if per_step < 1:
-            return []
-        name = str(ranked.iloc[0]["name"])
-        # on the CPU nothing waits (impact 0: low, never the verdict); it is a habit to drop early
-        return [Finding("sync", 0.0,
-                       f"{per_step:.0f} {name} call{'' if round(per_step) == 1 else 's'} per step read tensor values "
-                       "on the host; on NPU/CUDA each becomes a host-device sync that drains the device queue",
-                       {"syncs_per_step": per_step, "top": name, "sync_share": s.share("sync_us")}, _sync_fix(s), where)]
-    measured = sync_idle_share(s)
-    cost = measured if measured is not None else min(s.share("sync_us"), s.share("idle_us"))
-    if cost <= T.SYNC_SHARE or top is None:
-        return []
-    steps = max(len(s.steps), 1)
-    blocked = _per_step_ms(s, "sync_us")
-    idle = cost * s.step_stats["mean_us"] / 1000
-    evidence = {"syncs_per_step": per_step, "blocked_ms": blocked, "cost_share": cost, "idle_ms": idle,
-                "top": str(top["op"]), "top_call": str(top["call"]), "top_blocked_ms": float(top["blocked_us"]) / steps / 1000,
-                "top_idle_ms": float(top["idle_us"]) / steps / 1000 if top["idle_us"] == top["idle_us"] else float("nan")}
-    count = float(top["per_step"])
-    title = (f"{top['call']} blocks the host {evidence['top_blocked_ms']:,.2f} ms per step ({count:.0f} call"
-             f"{'' if round(count) == 1 else 's'}, in {top['op']}); the device idles {idle:,.2f} ms per step "
-             f"({cost:.0%} of the step) while the host waits for it")
-    return [Finding("sync", cost, title, evidence, _sync_fix(s, str(top["call"]), bool(top["library"])), where)]
-
-
-FREE_VIEW_OPS = frozenset(f"aten::{op}" for op in (
-    "as_strided", "view", "_unsafe_view", "t", "transpose", "permute", "expand", "reshape", "resolve_conj",
-    "resolve_neg", "detach", "alias", "unsqueeze", "squeeze", "select", "slice", "unbind", "split", "chunk",
-    "narrow", "view_as", "expand_as", "numpy_T", "lift_fresh", "empty", "empty_like", "empty_strided"))
-
-
-def _small_ops(s: Summary) -> list[Finding]:
-    k = s.kernels
-    if k.empty or not len(s.steps):
-        return []
-    tiny = k[k["mean_us"] < T.TINY_KERNEL_US]
-    total = float(k["total_us"].sum())
-    if not total > 0:  # every kernel of zero length (a trace with dur 0 or -0.0): no share to judge
-        return []
-    per_step = float(tiny["count"].sum()) / len(s.steps)
-    share = float(tiny["total_us"].sum()) / total
-    if share < T.SMALL_OP_SHARE or per_step < T.SMALL_OP_MIN_PER_STEP:
-        return []
-    # Name the user's operators: view and metadata ops (aten::t, as_strided, ...) cost nothing to
-    # fuse away and would crowd the list on the CPU, where operators stand in for kernels.
-    named = tiny[~tiny["type"].astype(str).isin(FREE_VIEW_OPS)]
-    types = (named if len(named) else tiny).groupby("type", observed=True)["count"].sum()
-    types = types[types > 0].sort_values(ascending=False).head(3)
-    listed = ", ".join(f"{t} x{int(c / len(s.steps))}" for t, c in types.items())
-    fix = _fuse_fix(s.meta.get("backend"))
-    return [Finding("small_ops", share * s.share("computing_us") + (per_step * T.LAUNCH_TIEBREAK_US) / max(s.step_stats["median_us"], 1),
-                   f"{per_step:.0f} kernels per step average under {T.TINY_KERNEL_US:g} µs and take {share:.0%} of "
-                   f"device time ({listed})", {"tiny_per_step": per_step, "tiny_share": share}, fix, listed)]
-
-
-def _fuse_fix(backend: str | None) -> str:
-    if backend == "npu":
-        return ("fuse the tiny kernels: " + NPU_COMPILE + "; use the vendor's fused optimizers "
-                "(torch_npu.optim.NpuFusedAdamW / NpuFusedAdam / NpuFusedSGD; torch.optim's foreach=True is enabled by "
-                "torch_npu only on Atlas A2/A3), and replace chains of view/permute/elementwise ops with one fused op")
-    if backend == "cuda":
-        return ("fuse the tiny kernels: torch.compile(model), fused optimizers (torch.optim.AdamW(params, fused=True)), "
-                "and replace chains of view/permute/elementwise ops with one fused op")
-    return ("fuse the tiny operators: torch.compile(model), torch.optim.AdamW(params, foreach=True), and replace "
-            "chains of view/permute/elementwise ops with one op")
-
-
-def _weighted(kernels: pd.DataFrame, column: str, mask) -> float:
-    d = kernels[mask]
-    values = d[column]
-    weights = d["dur_ns"].astype(float)
-    ok = values.notna() & (weights > 0)
-    return float(np.average(values[ok], weights=weights[ok])) if ok.any() else float("nan")
-
-
-def _npu_compute(s: Summary) -> list[Finding]:
-    d = kernel_metrics(s)
-    if d.empty:
-        return []
-    out = []
-    wall = s.total_wall_us * 1000  # ns
-    compute = float(d["dur_ns"].sum())
-    core = d["core"]
-    if (core == "AI_CORE").any():
-        util = _weighted(d, "aic_mac_ratio", core == "AI_CORE")
-        cube_ns = float(d.loc[core == "AI_CORE", "dur_ns"].sum())
-        if util == util and util < T.AICORE_UTIL:
-            out.append(Finding("npu_compute", cube_ns / wall * (1 - util), f"AI Core cube utilisation is {util:.0%} "
-                               f"(time-weighted aic_mac_ratio of AI_CORE kernels, {cube_ns / 1e6:,.2f} ms)",
-                               {"aicore_mac_ratio": util, "aicore_ms": cube_ns / 1e6},
-                               f"feed the cube unit bigger, aligned tiles: pad matmul inner axes to multiples of "
-                               f"{T.CUBE_INNER_AXIS} (msprof-analyze's cube affinity check), use bf16/fp16 "
-                               "(torch.autocast('npu', dtype=torch.bfloat16)), and batch small matmuls",
-                               "AI_CORE kernels", "aicore_utilization"))
-    trans = d[d["type"] == "TransData"]
-    if len(trans) and float(trans["dur_ns"].sum()) / compute > T.TRANSDATA_SHARE:
-        t_ns = float(trans["dur_ns"].sum())
-        out.append(Finding("npu_compute", t_ns / wall, f"{len(trans)} TransData format conversions take "
-                           f"{t_ns / 1e6:,.2f} ms, {t_ns / compute:.0%} of device compute",
-                           {"transdata_count": len(trans), "transdata_ms": t_ns / 1e6, "transdata_share": t_ns / compute},
-                           f"turn private formats off at the start of the script: {INTERNAL_FORMAT_OFF} (operators "
-                           "then keep ND tensors and stop converting; msprof-analyze's advice), and avoid "
-                           "permute/.contiguous() on NPU tensors in the loop", "TransData", "transdata"))
-    by_kernel = d.groupby("name").agg(ns=("dur_ns", "sum"), block=("block_dim", "max"))
-    low = by_kernel[(by_kernel["ns"] / compute >= T.KERNEL_SHARE) & (by_kernel["block"] < T.LOW_BLOCK_DIM)
-                    & (by_kernel["block"] > 0)]
-    if len(low):
-        listed = ", ".join(f"{n} (block dim {int(b)})" for n, b in low["block"].items())
-        out.append(Finding("npu_compute", float(low["ns"].sum()) / wall * T.LOW_BLOCK_DIM_RECOVERABLE, f"{len(low)} long kernels run on fewer "
-                           f"than {T.LOW_BLOCK_DIM} AI Cores: {listed}", {"low_block_kernels": len(low)},
-                           "give these ops more parallel work: a larger batch or sequence per call, so the tiling "
-                           "can split it over all AI Cores", listed, "low_block_dim"))
-    out += _memory_bound_kernels(d, wall)
-    return out
-
-
-def _memory_bound_kernels(d: pd.DataFrame, wall_ns: float) -> list[Finding]:
-    cube = ((d["core"] == "AI_CORE") & (d["aic_mte2_ratio"] > T.MEMORY_BOUND_MTE2_RATIO)
-            & (d["aic_mac_ratio"] < T.MEMORY_BOUND_COMPUTE_RATIO))
-    vector = ((d["core"] == "AI_VECTOR_CORE") & (d["aiv_mte2_ratio"] > T.MEMORY_BOUND_MTE2_RATIO)
-              & (d["aiv_vec_ratio"] < T.MEMORY_BOUND_COMPUTE_RATIO))
-    bound = d[cube | vector]
-    if bound.empty:
-        return []
-    ns = float(bound["dur_ns"].sum())
-    types = bound.groupby("type")["dur_ns"].sum().sort_values(ascending=False).head(4)
-    listed = ", ".join(f"{t} ({v / 1e3:.0f} µs)" for t, v in types.items())
-    return [Finding("memory", ns / wall_ns, f"{len(bound)} kernels are memory-bound (MTE2 load pipe above "
-                    f"{T.MEMORY_BOUND_MTE2_RATIO:.0%}, compute pipe below {T.MEMORY_BOUND_COMPUTE_RATIO:.0%}): {listed}",
-                    {"memory_bound_kernels": len(bound), "memory_bound_ms": ns / 1e6},
-                    "move less data per FLOP: fuse these elementwise/optimizer ops (" + NPU_COMPILE + "; the "
-                    "vendor's fused optimizers torch_npu.optim.NpuFusedAdamW / NpuFusedSGD), use bf16 for activations, "
-                    "and avoid re-reading the same tensor in separate ops", listed, "memory_bound_kernels")]
-
-
-def inference_only(s: Summary) -> bool:
-    """The run computes no gradients: its events hold no backward pass (an inference server, an
-    evaluation loop). False when the events are not at hand."""
-    ev = s.events
-    if ev is None or ev.empty:
-        return False
-    names = ev.loc[(ev["kind"] == "host_op").to_numpy(), "name"]
-    names = pd.Series(names.cat.categories if isinstance(names.dtype, pd.CategoricalDtype) else names.unique())
-    return bool(len(names)) and not names.astype(str).str.contains("Backward|autograd::engine", regex=True).any()
-
-
-def _memory(s: Summary) -> list[Finding]:
-    out = []
-    inference = inference_only(s)
-    for _, m in s.memory.iterrows():
-        cap = m["capacity_bytes"]
-        peak, reserved = float(m["peak_allocated_bytes"]), float(m["peak_reserved_bytes"] or 0)
-        if pd.notna(cap) and cap and peak / cap > T.MEMORY_NEAR_CAPACITY and inference:
-            # inference servers (vLLM, TensorRT-LLM) size a KV cache to fill the memory on purpose
-            out.append(Finding("memory", 0.0, f"{m['device']}: peak allocated {peak / 2**30:.1f} GiB is {peak / cap:.0%} "
-                               f"of {cap / 2**30:.1f} GiB in a run without a backward pass (inference)",
-                               {"peak_gib": peak / 2**30, "capacity_share": peak / cap, "inference": True},
-                               "if a KV cache or memory pool is sized to fill the device on purpose (vLLM's "
-                               "gpu_memory_utilization), nothing to do; otherwise lower the batch or sequence length",
-                               str(m["device"]), "memory_capacity"))
-        elif pd.notna(cap) and cap and peak / cap > T.MEMORY_NEAR_CAPACITY:
-            out.append(Finding("memory", T.MEMORY_CAPACITY_IMPACT, f"{m['device']}: peak allocated {peak / 2**30:.1f} GiB is {peak / cap:.0%} "
-                               f"of {cap / 2**30:.1f} GiB", {"peak_gib": peak / 2**30, "capacity_share": peak / cap},
-                               "lower peak memory: activation checkpointing (torch.utils.checkpoint), a smaller micro-batch "
-                               "with gradient accumulation, or bf16 activations", str(m["device"]), "memory_capacity"))
-        if _backend(s) != "cpu" and reserved > T.FRAGMENTATION_RATIO * peak and reserved - peak > T.FRAGMENTATION_MIN_BYTES:
-            env = "PYTORCH_NPU_ALLOC_CONF" if s.meta.get("backend") == "npu" else "PYTORCH_CUDA_ALLOC_CONF"
-            out.append(Finding("memory", T.FRAGMENTATION_IMPACT, f"{m['device']}: reserved {reserved / 2**30:.1f} GiB vs {peak / 2**30:.1f} GiB "
-                               "allocated at peak: the caching allocator is fragmented",
-                               {"reserved_gib": reserved / 2**30, "allocated_gib": peak / 2**30},
-                               f"set {env}=expandable_segments:True, and avoid tensors whose size changes every step",
-                               str(m["device"]), "fragmentation"))
-    return out
-
-
-def _jitter(s: Summary) -> list[Finding]:
-    st = s.step_stats
-    if st["n"] < T.JITTER_MIN_STEPS or not st["cv"] == st["cv"] or st["cv"] <= T.JITTER_CV:
-        return []
-    slow = s.steps[s.steps["wall_us"] > T.JITTER_OUTLIER * st["median_us"]]
-    outliers = ", ".join(str(x) for x in slow["step"]) or "none above 1.2x the median"
-    impact = max(st["mean_us"] - st["median_us"], 0) / st["mean_us"]
-    return [Finding("jitter", impact, f"step time varies by {st['cv']:.0%} (coefficient of variation); slow steps: {outliers}",
-                   {"cv": st["cv"], "median_ms": st["median_us"] / 1000, "outlier_steps": slow["step"].tolist()},
-                   "look at the slow steps in the timeline (its step range narrowed to one of them): Python GC "
-                   "(gc.freeze() after warm-up), DataLoader stalls (prefetch_factor)"
-                   + (f", or allocator spikes (torch.{_device_module(s)}.empty_cache() in the loop)"
-                      if _backend(s) != "cpu" else ""), f"steps {outliers}")]
-
-
-def _frequency(s: Summary) -> list[Finding]:
-    """AI Core throttling, as msprof-analyze's advisor reports it (threshold and wording are its own:
-    :data:`~npumagic.analysis.counters.FREQ_DROP_RATIO`)."""
-    ops = s.frequency_drops
-    if ops.empty or not s.total_wall_us:
-        return []
-    at_stake = float((ops["total_us"] * ops["drop_ratio"]).sum())
-    title = f"{hw.FREQ_DROP_PROBLEM}: " + hw.FREQ_DROP_DESCRIPTION.format(len(ops), hw.FREQ_DROP_RATIO)
-    listed = ", ".join(f"{r.name} ({r.drop_ratio:.0%} below, {r.min_mhz:.0f} MHz min)" for r in ops.head(5).itertuples())
-    evidence = {"throttled_ops": len(ops), "throttled_us": float(ops["total_us"].sum()),
-                "lowest_mhz": float(ops["min_mhz"].min()), "max_drop_ratio": float(ops["drop_ratio"].max())}
-    if len(s.hardware):
-        evidence["aicore_freq_mhz"] = float(s.hardware["aicore_freq_mhz"].mean())
-    fix = (hw.FREQ_DROP_SUGGESTION + " (npu-smi info shows the chip's temperature and power; a throttled chip "
-           "runs every kernel slower, so fix cooling or the power cap before tuning kernels)")
-    return [Finding("npu_compute", at_stake / s.total_wall_us, title, evidence, fix, listed)]
-
-
-RULES: list[Callable[[Summary], list[Finding]]] = [
-    _communication, _dataloader, _host_bound, _sync, _small_ops, _npu_compute, _memory, _jitter, _frequency]
-
 
 def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | None = None) -> Advice:
     """Ranked findings for a run (most important first).
@@ -572,18 +106,11 @@ def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | N
         torch_npu's own record (profiler_metadata.json) by the environment rule.
     """
     from .metrics import summarize
-    from .rules import kernel_metrics_once, run_rules
 
     summary = summarize(data) if isinstance(data, Trace) else data
     if environment:
         summary = replace(summary, meta={**summary.meta, "run_environment": dict(environment)})
-    found: list[Finding] = []
-    with kernel_metrics_once():  # the core NPU rule and the registered ones read the same table
-        for rule in RULES:
-            found += [f if f.rule else replace(f, rule=rule.__name__.strip("_")) for f in rule(summary)]
-        # slow ranks, stage imbalance, slow links (a job of 2+ ranks)
-        found += [f if f.rule else replace(f, rule="cluster") for f in cluster.findings(summary)]
-        found += run_rules(summary)
+    found = run_rules(summary)
     found.sort(key=lambda f: f.impact, reverse=True)
     return Advice(found, run, otherwise=_otherwise(summary, found), steps_inferred=steps_inferred(summary),
                   lead=lead(summary, found), untrusted=caveat(summary))
@@ -639,7 +166,7 @@ def no_evidence(s: Summary) -> str:
     """Why the run holds nothing to judge a bottleneck by, or "" when it does."""
     if not len(s.steps) or not s.total_wall_us > 0:
         return "nothing was recorded: the run has no profiled steps"
-    backend = _backend(s)
+    backend = backend_of(s)
     vendor = str(s.meta.get("sources", {}).get("breakdown", "")).endswith("(vendor)")
     unread = s.meta.get("unread_device_categories") or []
     if unread and not s.meta.get("device_mode"):
@@ -655,7 +182,7 @@ def lead(s: Summary, found: list[Finding]) -> Lead:
     """The run's bottleneck from its findings (most important first): the one ranking the
     checklist and the advice share."""
     judged = _lead(s, found)
-    return replace(judged, label=class_name(judged.category, _backend(s)))
+    return replace(judged, label=class_name(judged.category, backend_of(s)))
 
 
 def _lead(s: Summary, found: list[Finding]) -> Lead:
@@ -667,8 +194,8 @@ def _lead(s: Summary, found: list[Finding]) -> Lead:
         return Lead(top.category, top.title, top.fix, top)
     computing = compute_bound_share(s, found)
     if computing is not None:
-        where = "CPU operators compute" if _backend(s) == "cpu" else "the device computes"
-        return Lead("compute_bound", f"{where} {computing:.0%} of the step", compute_bound_fix(_backend(s)))
+        where = "CPU operators compute" if backend_of(s) == "cpu" else "the device computes"
+        return Lead("compute_bound", f"{where} {computing:.0%} of the step", compute_bound_fix(backend_of(s)))
     largest = (f"; the largest finding weighs {found[0].impact:.1%} of the step, under the "
                f"{T.VERDICT_MIN_IMPACT:.0%} that names a bottleneck") if found else ""
     return Lead("balanced", f"no bottleneck past its threshold{largest}", BALANCED_FIX)

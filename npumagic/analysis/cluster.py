@@ -56,7 +56,7 @@ def slow_ranks(ranks: pd.DataFrame, label: str = "") -> list[Finding]:
             category = "communication"
             fix = (f"in a collective the rank that waits longest is not the slow one: rank {int(low['rank'])} arrives "
                    f"late. Compare its computing, free and DataLoader time with rank {int(high['rank'])}'s "
-                   "(npumagic analyze on this folder), balance the work per rank (same batch and sequence lengths, "
+                   "(the rank table of this job), balance the work per rank (same batch and sequence lengths, "
                    "no rank-0-only logging or checkpointing in the step) and check its host (CPU binding, "
                    "CPU_AFFINITY_CONF=1)")
         elif column == "computing_us":

@@ -27,6 +27,7 @@ from .options import CaptureOptions
 from .runner import CaptureResult
 
 BOOTSTRAP = Path(__file__).resolve().with_name("bootstrap")  # holds the sitecustomize.py
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds this npumagic
 JOB_FILE = "npumagic_job.json"  # an on-demand job's pid and command, for `npumagic trigger`
 
 
@@ -45,12 +46,10 @@ def check_command(argv: list[str]) -> None:
 def environment(config: Config, base: dict[str, str] | None = None) -> dict[str, str]:
     """The command's environment: ``base`` (default this process's) with the bootstrap first on
     PYTHONPATH, the capture's settings, and where this npumagic lives."""
-    import npumagic
-
     env = dict(os.environ if base is None else base)
     env["PYTHONPATH"] = os.pathsep.join([str(BOOTSTRAP)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env[ENV] = config.to_env()
-    env["NPUMAGIC_PATH"] = str(Path(npumagic.__file__).resolve().parents[1])
+    env["NPUMAGIC_PATH"] = str(PACKAGE_ROOT)
     return env
 
 

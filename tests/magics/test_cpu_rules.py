@@ -108,7 +108,7 @@ def test_a_step_of_many_tiny_operators_and_python_is_host_bound_with_its_share(s
         report = _profile_cell(shell, "cnn", CNN_LOOP.format(extra=extra))
     finally:
         shell.run_cell("torch.set_num_threads(threads)")
-    from npumagic.analysis.advice import _tiny_per_step
+    from npumagic.analysis.rules.core import _tiny_per_step
     assert _tiny_per_step(report.summary) >= 200  # the small-operator count that made host_bound give up
     verdict = report.verdict
     assert verdict.bottleneck == "host_bound"

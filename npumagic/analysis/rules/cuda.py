@@ -15,7 +15,7 @@ from ..blocking import idle_during, sync_idle_share
 from ..finding import Finding
 from ..breakdown import cycle_of
 from ..intervals import Spans
-from . import rule, share_of_steps
+from .registry import rule, share_of_steps
 
 # torch-tb-profiler's tensor_core.py: kernel-name fragments of Tensor Core kernels (from NVIDIA
 # PyProf) and the operators autocast runs in fp16 (Tensor-Core-eligible).
@@ -298,6 +298,6 @@ def gpu_gaps(s) -> list[Finding]:
     return [Finding("host_bound", share_of_steps(s, total), f"{len(gaps)} GPU idle gaps of {T.CUDA_GAP_US:g} us or more "
                     f"({total / 1e3:,.2f} ms); {low} of {windows} windows are under {T.CUDA_GPU_UTIL:.0%} busy; largest: {listed}",
                     {"gaps": len(gaps), "gap_ms": total / 1e3, "largest": doing, "low_util_windows": low},
-                    "look at what the host runs in the largest gaps (%npushow RUN --timeline --zoom A:B): move Python "
+                    "look at what the host runs in the largest gaps (the timeline, zoomed on them): move Python "
                     "work and data preparation out of the step, and capture launch-bound parts in CUDA graphs "
                     "(torch.compile(model, mode='reduce-overhead'))", listed)]

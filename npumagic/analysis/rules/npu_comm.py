@@ -12,7 +12,7 @@ import pandas as pd
 
 from .. import thresholds as T
 from ..finding import Finding
-from . import kernel_metrics, rule, share_of_steps
+from .registry import kernel_metrics, rule, share_of_steps
 
 TRANSFER_TASKS = ("Memcpy", "Reduce_Inline")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..finding import Finding
 from .. import thresholds as T
-from . import rule
+from .registry import rule
 
 
 def _int(value: str) -> int | None:

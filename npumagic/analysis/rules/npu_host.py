@@ -13,7 +13,7 @@ import pandas as pd
 from .. import thresholds as T
 from ..finding import Finding
 from ..schema import DEVICE_WORK
-from . import kernel_metrics, rule, share_of_steps
+from .registry import kernel_metrics, rule, share_of_steps
 from .npu_env import environment
 
 # torch_npu affinity APIs for aten operator sequences (msprof-analyze's timeline_fusion_ops.yaml,

@@ -11,7 +11,7 @@ import pandas as pd
 
 from .. import thresholds as T
 from ..finding import Finding
-from . import kernel_metrics, rule, share_of_steps
+from .registry import kernel_metrics, rule, share_of_steps
 
 JIT_OFF = "torch_npu.npu.set_compile_mode(jit_compile=False)"
 INTERNAL_FORMAT_OFF = "torch_npu.npu.config.allow_internal_format = False"

@@ -1,0 +1,88 @@
+"""The package's layers, read from its own imports (every import statement, at module level or
+inside a function): data flows one way, so no module imports another that imports it back, and
+the analysis layer names none of the layers above it nor IPython or matplotlib."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "npumagic"
+# what analysis may never import: the layers that use it, and the shells' libraries
+ABOVE_ANALYSIS = ("npumagic.render", "npumagic.session", "npumagic.history", "npumagic.capture", "npumagic.magics",
+                  "npumagic.cli", "npumagic.mcp_server", "npumagic.on_demand", "npumagic.parallel",
+                  "npumagic.offline", "npumagic.demo", "IPython", "matplotlib", "ipywidgets", "anywidget")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py") if "bootstrap" not in p.parts}
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """The modules ``path`` imports, resolved: ``from . import x`` is module ``x`` where x is one."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: {m for m in imports(path, known) if m in known and m != name} for name, path in known.items()}
+
+
+def test_the_analysis_layer_imports_nothing_above_it():
+    known = modules()
+    offending = sorted(f"{name} imports {m}" for name, path in known.items() if name.startswith("npumagic.analysis")
+                       for m in imports(path, known) if m.startswith(ABOVE_ANALYSIS))
+    assert offending == []
+
+
+def test_no_module_imports_one_that_imports_it_back(graph):
+    # Tarjan's strongly connected components: any component of two or more modules is a circle
+    index, low, stack, on_stack, circles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    assert circles == []

@@ -164,11 +164,12 @@ def test_a_column_can_format_by_row():
 
 def test_the_rank_table_says_what_free_is_and_shows_a_slowest_column_only_when_a_rank_is():
     # level0: rank 0's step is 13% longer than rank 1's; level1: the two ranks are within 2%
-    uneven = rank_table(shared_summary(ASCEND / "level0").ranks).to_text().splitlines()
+    uneven = rank_table(shared_summary(ASCEND / "level0").ranks).to_text(300).splitlines()
     assert uneven[0].startswith("ranks — free: neither computing nor communicating, after the step's first device task")
     assert uneven[1].split()[-1] == "slowest" and uneven[2].endswith("slowest") and not uneven[3].endswith("slowest")
     even = shared_summary(ASCEND / "level1").ranks
-    lines = rank_table(even).to_text().splitlines()
+    # (a caption wider than the terminal wraps: these lines are read at 300 columns)
+    lines = rank_table(even).to_text(300).splitlines()
     assert lines[0].endswith("none is the slowest") and "slowest" not in lines[1]
     # one rank with steps: nothing to compare, nothing said of it
     alone = even.assign(steps=[1, 0], step_median_us=[even["step_median_us"].iloc[0], float("nan")])

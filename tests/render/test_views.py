@@ -15,6 +15,7 @@ import npumagic
 from npumagic.analysis import schema
 from npumagic.render import VIEWS, build_view, plot_kernels, plot_step_breakdown, plot_timeline
 from npumagic.render.colors import MIN_DISTANCE, OTHER, color_distance, kernel_colors
+from npumagic.render.tables import kernel_caption, kernel_table
 
 from ..conftest import ASCEND_RANKS, need, sampled, shared_summary
 
@@ -298,3 +299,22 @@ def test_kernel_history_uses_one_unit_on_both_axes():
     left, right = fig.axes
     assert "(ms)" in left.get_ylabel() and "(ms)" in right.get_ylabel()
     assert right.lines[0].get_ydata().tolist() == [0.5, 0.3]
+
+
+def test_cpu_kernels_say_they_are_self_times_and_promise_no_colours(cpu_run):
+    # GIVEN a CPU run: its "kernels" are operators by self time, and its timeline colours none
+    trace, summary = cpu_run
+    # WHEN its kernels view and kernel table are drawn
+    fig = build_view("kernels", trace, summary)
+    table = kernel_table(summary.kernels, 5, kernel_caption(summary)).to_text(120)
+    # THEN both say self time, and nothing promises timeline colours
+    assert "self time" in fig._suptitle.get_text() and "self time" in fig.axes[0].get_xlabel()
+    assert "colour" not in fig.axes[0].get_xlabel()
+    assert all(tuple(bar.get_facecolor()) == pytest.approx(OTHER) for bar in fig.axes[0].patches)
+    assert table.splitlines()[0].startswith("top CPU operators by self time") and "operator" in table.splitlines()[1]
+
+
+def test_device_kernels_keep_their_caption_and_colours(ascend_run):
+    trace, summary = ascend_run
+    fig = build_view("kernels", trace, summary)
+    assert "colours" in fig.axes[0].get_xlabel() and kernel_caption(summary) == "top kernels by total time"

@@ -296,3 +296,17 @@ def test_the_offline_analysis_npumagic_calls_has_the_wheels_signature():
     [analyse] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "analyse"]
     assert [a.arg for a in analyse.args.args] == ["profiler_path", "max_process_number", "export_type"]
     assert len(analyse.args.defaults) == 2  # analyse(path) alone is a whole call
+
+
+def test_plain_advise_on_two_ranks_says_what_it_left_out_of_the_other_rank(capsys, monkeypatch):
+    # GIVEN level1: rank 1 alone is host-bound (a high finding), rank 0 is advised on by default
+    monkeypatch.setenv("COLUMNS", "300")
+    # WHEN plain advise runs on the job
+    assert main(["advise", str(need(ASCEND / "level1"))]) == 0
+    out = capsys.readouterr().out
+    # THEN the last line counts the low findings left out, and rank 1's own findings by severity
+    assert "host_bound" not in out
+    assert out.splitlines()[-1] == ("8 low-severity findings not shown, nor rank 1's own findings (1 high, 1 low); all "
+                                    "of them, of every rank: --all")
+    assert main(["advise", str(need(ASCEND / "level1")), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["other_ranks_not_shown"] == {"ranks": [1], "findings": {"high": 1, "low": 1}}

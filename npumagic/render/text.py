@@ -100,7 +100,15 @@ def hidden_note(advice) -> str:
     """The lines saying how many low-severity findings were left out and which ranks' findings
     are not in the advice, or ""."""
     n = getattr(advice, "hidden_low", 0)
-    lines = [f"{_plural(n, 'low-severity finding')} not shown (all of them: --all)"] if n else []
+    others = getattr(advice, "others_hidden", {})
+    lines = [f"{_plural(n, 'low-severity finding')} not shown"] if n else []
+    if others:
+        ranks = advice.other_ranks
+        whose = (f"rank {ranks[0]}'s" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}'")
+        counts = ", ".join(f"{others[s]} {s}" for s in ("high", "medium", "low") if others.get(s))
+        lines = [(f"{lines[0]}, nor" if lines else "not shown:") + f" {whose} own findings ({counts})"]
+    if lines:
+        lines[0] += "; all of them, of every rank: --all" if others else " (all of them: --all)"
     if getattr(advice, "ranks_left", ""):
         lines.append(f"{advice.ranks_left} (--every-rank)")
     return "\n".join(lines)

@@ -577,6 +577,9 @@ class NpuMagics(Magics):
         Usage: ``%npubaseline`` (show), ``%npubaseline RUN`` (set)
         """
         if not line.strip():
+            if self.session.baseline is None:
+                print("npumagic: no baseline in this kernel yet: its first finished %%npuprofile run becomes it, or "
+                      "set one with %npubaseline RUN (%npuruns lists the runs)")
             return self.session.baseline
         name = self._run(line.strip())
         try:

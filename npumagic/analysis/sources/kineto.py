@@ -9,6 +9,7 @@ as text in memory, nor as ten million Python objects.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -181,9 +182,12 @@ def _one_job(paths: list[Path], metas: list[dict[str, Any]]) -> None:
             why = " at overlapping times"
         else:
             continue
-        raise TraceError(paths[j].parent, f"holds traces of separate runs: {paths[i].name} and {paths[j].name} both "
-                                          f"record rank {a['rank']}{why}. A folder is read as one job (a trace per "
-                                          "rank, or per profiling cycle): analyse each trace on its own")
+        # the folder that holds both (a subfolder of the one given may hold only one of them)
+        where = Path(os.path.commonpath([paths[i].parent, paths[j].parent]))
+        first, second = (p.relative_to(where).as_posix() for p in (paths[i], paths[j]))
+        raise TraceError(where, f"holds traces of separate runs: {first} and {second} both "
+                                f"record rank {a['rank']}{why}. A folder is read as one job (a trace per "
+                                "rank, or per profiling cycle): analyse each trace, or each run's folder, on its own")
 
 
 def _without_repeated_device_events(ev: pd.DataFrame, notes: ReadNotes, path: Path) -> pd.DataFrame:

@@ -309,6 +309,8 @@ def _export(args) -> int:
         _print_json(export_doc(runs, out, [p for p in (args.md, args.csv) if p]))
     elif not (args.md or args.csv):
         print(render_markdown(runs))
+    else:  # as `show` says what it wrote
+        print(f"exported {len(runs)} run{'' if len(runs) == 1 else 's'} to {', '.join(p for p in (args.md, args.csv) if p)}")
     return 0
 
 

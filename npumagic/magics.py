@@ -674,7 +674,7 @@ class NpuMagics(Magics):
             write_log(runs, md=args.md, csv=args.csv)
         except NpumagicError as exc:
             raise UsageError(str(exc)) from None
-        print(f"npumagic: exported {len(runs)} runs to {', '.join(p for p in (args.md, args.csv) if p)}")
+        print(f"npumagic: exported {len(runs)} run{'' if len(runs) == 1 else 's'} to {', '.join(p for p in (args.md, args.csv) if p)}")
         return None
 
 

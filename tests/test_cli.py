@@ -107,7 +107,16 @@ def test_runs_and_export_read_a_real_history(tmp_path, capsys):
     assert runs[0]["name"] == "cluster0" and runs[0]["bottleneck"] == "communication"
     md = tmp_path / "log.md"
     assert main(["export", "--out", str(tmp_path), "--md", str(md)]) == 0
-    assert "## cluster0 — ok" in md.read_text()
+    assert capsys.readouterr().out == f"exported 1 run to {md}\n"  # as show says what it wrote
+    text = md.read_text()
+    assert "## cluster0 — ok" in text
+    # inert Markdown that reads as written: no escaped - or ., no entity for ->, no spaces in the path's code
+    assert "\\-" not in text and "\\." not in text and "&gt;" not in text
+    assert f"- output: `{need(ASCEND / 'level0' / 'rank0_ascend_pt').resolve()}`" in text
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    rendered = markdown2html_mistune(text)
+    assert "&amp;gt;" not in rendered and "\\" not in rendered
 
 
 def test_a_missing_history_is_exit_2(tmp_path, capsys):

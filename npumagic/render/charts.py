@@ -12,6 +12,7 @@ from ..analysis.intervals import Spans
 from ..analysis.metrics import Summary
 from ..analysis.schema import Trace
 from .colors import BREAKDOWN_COLORS, KIND_COLORS, OTHER, kernel_color, kernel_colors
+from .tables import history_unit
 from .titles import wrap_title
 
 BREAKDOWN = [("computing_us", "computing"), ("comm_not_overlapped_us", "communication (not overlapped)"),
@@ -260,7 +261,8 @@ def kernel_history_figure(history: pd.DataFrame, kernel: str) -> Figure:
     fig = Figure(figsize=(9, 2.8), layout="constrained")
     ax = fig.add_subplot()
     x = np.arange(len(history))
-    unit, scale = ("ms", 1000.0) if len(history) and float(history["total_us"].max()) >= 10_000 else ("µs", 1.0)
+    unit = history_unit(history)  # the unit of the table beside it
+    scale = 1000.0 if unit == "ms" else 1.0
     ax.bar(x, history["total_us"] / scale, color=kernel_color(kernel), label=f"total ({unit})")
     ax.set_xticks(x, history["run"], fontsize=8)
     ax.set_ylabel(f"total per run ({unit})")

@@ -362,10 +362,18 @@ def kernel_diff_table(comparison, top: int = 15) -> Table:
     return Table(k, cols, caption, top)
 
 
+def history_unit(table: pd.DataFrame) -> str:
+    """The one unit of a kernel's history, in its table and its figure alike: ``ms`` when the
+    totals reach 10 ms, else ``µs``."""
+    return "ms" if len(table) and float(table["total_us"].max()) >= 10_000 else "µs"
+
+
 def history_table(table: pd.DataFrame, kernel: str) -> Table:
-    """One kernel across runs (``%npuhistory``)."""
+    """One kernel across runs (``%npuhistory``), total and mean in :func:`history_unit`."""
+    unit = history_unit(table)
+    kind = "ms" if unit == "ms" else "us"
     return Table(table, [Column("run", "run", "name"), Column("count", "count", "int"),
-                         Column("total_us", "total (ms)", "ms"), Column("mean_us", "mean (µs)", "us")],
+                         Column("total_us", f"total ({unit})", kind), Column("mean_us", f"mean ({unit})", kind)],
                  f"{shorten(kernel, 80)} across runs")
 
 
@@ -380,7 +388,7 @@ def advice_table(advice) -> Table:
         ranks = getattr(f, "ranks", ())
         figures = getattr(f, "figures_of", None)
         rows.append({"#": i, "severity": f.severity, "category": f.category, "finding": text,
-                     "ranks": ", ".join(str(r) for r in ranks) + (f" (figures: {figures})" if figures is not None else "")})
+                     "ranks": ", ".join(str(r) for r in ranks) + (f" (figures of rank {figures})" if figures is not None else "")})
     frame = pd.DataFrame(rows, columns=["#", "severity", "category", "finding", "ranks"])
     cols = [Column("#", "#", "int"), Column("severity", "severity", "text"), Column("category", "category", "text")]
     if frame["ranks"].astype(bool).any():

@@ -174,3 +174,14 @@ def test_the_rank_table_says_what_free_is_and_shows_a_slowest_column_only_when_a
     # one rank with steps: nothing to compare, nothing said of it
     alone = even.assign(steps=[1, 0], step_median_us=[even["step_median_us"].iloc[0], float("nan")])
     assert "slowest" not in rank_table(alone).to_text()
+
+
+def test_the_advice_table_says_whose_figures_a_shared_finding_shows():
+    from npumagic.analysis.advice import advise_run
+    from npumagic.render.tables import advice_table
+
+    # GIVEN a finding on both ranks of level1, shown with the figures of the rank where it weighs most
+    advice = advise_run(shared_summary(ASCEND / "level1"), every_rank=True)
+    ranks = advice_table(advice).data["ranks"]
+    # THEN the ranks cell says so in words, not "(figures: 0)"
+    assert ranks.str.match(r"0, 1 \(figures of rank [01]\)").any() and not ranks.str.contains("figures:").any()

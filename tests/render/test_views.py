@@ -301,6 +301,19 @@ def test_kernel_history_uses_one_unit_on_both_axes():
     assert right.lines[0].get_ydata().tolist() == [0.5, 0.3]
 
 
+@pytest.mark.parametrize("total_us, unit", [(50_000.0, "ms"), (500.0, "µs")])
+def test_kernel_history_table_and_figure_share_their_unit(total_us, unit):
+    from npumagic.render.charts import kernel_history_figure
+    from npumagic.render.tables import history_table
+
+    # GIVEN a kernel's history WHEN its table and figure are drawn THEN both are in one unit
+    history = pd.DataFrame({"run": ["a", "b"], "count": [100, 100], "total_us": [total_us, total_us / 2],
+                            "mean_us": [total_us / 100, total_us / 200]})
+    header = history_table(history, "aten::addmm").to_text(100).splitlines()[1]
+    assert f"total ({unit})" in header and f"mean ({unit})" in header
+    assert all(f"({unit})" in ax.get_ylabel() for ax in kernel_history_figure(history, "aten::addmm").axes)
+
+
 def test_cpu_kernels_say_they_are_self_times_and_promise_no_colours(cpu_run):
     # GIVEN a CPU run: its "kernels" are operators by self time, and its timeline colours none
     trace, summary = cpu_run

@@ -17,7 +17,7 @@ from npumagic.render import VIEWS, build_view, plot_kernels, plot_step_breakdown
 from npumagic.render.colors import MIN_DISTANCE, OTHER, color_distance, kernel_colors
 from npumagic.render.tables import kernel_caption, kernel_table
 
-from ..conftest import ASCEND_RANKS, need, sampled, shared_summary
+from ..conftest import ASCEND_RANKS, CUDA, need, sampled, shared_summary, shared_trace
 
 
 @pytest.fixture(scope="module")
@@ -331,3 +331,23 @@ def test_device_kernels_keep_their_caption_and_colours(ascend_run):
     trace, summary = ascend_run
     fig = build_view("kernels", trace, summary)
     assert "colours" in fig.axes[0].get_xlabel() and kernel_caption(summary) == "top kernels by total time"
+
+
+def test_the_rocm_timeline_legend_fits_inside_its_figure():
+    # GIVEN the MI250 trace: three lanes beside fourteen legend entries (kinds and ten kernels)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    summary = shared_summary(CUDA / "rocm_mi250")
+    fig = build_view("timeline", shared_trace(CUDA / "rocm_mi250"), summary)
+    # WHEN it is laid out THEN the whole legend lies inside the figure
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw_without_rendering()
+    box = fig.axes[0].get_legend().get_window_extent(renderer)
+    assert len(fig.axes[0].get_legend().legend_handles) >= 12
+    assert box.y0 >= 0 and box.y1 <= fig.bbox.y1 and box.x1 <= fig.bbox.x1
+
+
+def test_a_device_wide_sync_is_not_on_a_stream_named_4294967295():
+    # alexnet_sync: CUPTI's Context Sync records stream 4294967295 (-1 as uint32)
+    lanes = list(shared_trace(CUDA / "alexnet_sync").events["lane"].cat.categories)
+    assert "GPU 0/all streams (context sync)" in lanes and not [lane for lane in lanes if "4294967295" in lane]

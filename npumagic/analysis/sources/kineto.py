@@ -448,6 +448,9 @@ def _narrow(ids: np.ndarray) -> np.ndarray:
     return ids.astype(np.int32)
 
 
+NO_STREAM = (-1, 2**32 - 1)  # CUPTI's stream of a device-wide (context) synchronisation: -1, or as uint32
+
+
 def _lanes(on_device, pid, tid, device, stream, process_names) -> pd.Categorical:
     """One lane name per event, built once per distinct (process, thread) or (device, stream)."""
     if on_device.size == 0:
@@ -464,8 +467,8 @@ def _lanes(on_device, pid, tid, device, stream, process_names) -> pd.Categorical
     codes, keys = pd.factorize(key)
     del key
     unique = [(k >> 62, values_a[(k >> 31) & (2**31 - 1)], values_b[k & (2**31 - 1)]) for k in keys.tolist()]
-    labels = [f"GPU {a}/Stream {b}" if is_dev else f"{process_names.get(int(a), 'Host')}/Thread {b}"
-              for is_dev, a, b in unique]
+    labels = [(f"GPU {a}/Stream {b}" if b not in NO_STREAM else f"GPU {a}/all streams (context sync)") if is_dev
+              else f"{process_names.get(int(a), 'Host')}/Thread {b}" for is_dev, a, b in unique]
     # equal labels (two pids with one name) must share one category
     cats, remap = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
     return pd.Categorical.from_codes(remap.astype(np.int32)[codes], categories=list(cats))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import NpumagicError
-from .terminal import SafeStream, safe_text
+from .terminal import SafeStream, safe_text, terminal_width
 
 # render.views.VIEWS, spelled out so parsing the command line does not import matplotlib
 VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix")
@@ -79,7 +79,7 @@ def _clean(value):
 def _analyze(args) -> int:
     summary = _summary(args, args.path, args.rank)
     from .analysis.checklist import checklist
-    from .render.tables import kernel_table, rank_caption, rank_table
+    from .render.tables import kernel_caption, kernel_table, rank_caption, rank_table
 
     verdict = checklist(summary)
     if args.json:
@@ -87,14 +87,17 @@ def _analyze(args) -> int:
 
         _print_json(analyze_doc(summary, verdict, args.path, args.top))
         return 0
-    print(summary)
+    from .render.text import summary_text, verdict_text
+
+    width = terminal_width()
+    print(summary_text(summary, width))
     print()
-    print(kernel_table(summary.kernels, args.top).to_text())
+    print(kernel_table(summary.kernels, args.top, kernel_caption(summary)).to_text(width))
     if len(summary.ranks) > 1:
         print()
-        print(rank_table(summary.ranks, rank_caption(summary)).to_text())
+        print(rank_table(summary.ranks, rank_caption(summary)).to_text(width))
     print()
-    print(verdict)
+    print(verdict_text(verdict, width))
     return 0
 
 
@@ -108,7 +111,9 @@ def _advise(args) -> int:
 
         _print_json(advice_doc(advice, args.path))
     else:
-        print(advice)
+        from .render.text import advice_text
+
+        print(advice_text(advice, terminal_width()))
     return 0
 
 
@@ -164,7 +169,9 @@ def _compare(args) -> int:
             doc["operators"] = records(operators)
         _print_json(doc)
     else:
-        print(cmp)
+        from .render.text import comparison_text
+
+        print(comparison_text(cmp, width=terminal_width()))
         if operators is not None:
             from .render.text import operator_match_text
 
@@ -302,6 +309,8 @@ def _export(args) -> int:
         _print_json(export_doc(runs, out, [p for p in (args.md, args.csv) if p]))
     elif not (args.md or args.csv):
         print(render_markdown(runs))
+    else:  # as `show` says what it wrote
+        print(f"exported {len(runs)} run{'' if len(runs) == 1 else 's'} to {', '.join(p for p in (args.md, args.csv) if p)}")
     return 0
 
 

@@ -83,7 +83,9 @@ def advice_fields(advice) -> dict[str, Any]:
             "steps_inferred": advice.steps_inferred, "bottleneck": advice.lead.category if advice.lead else "",
             **({"untrusted": advice.untrusted} if advice.untrusted else {}),
             **({"otherwise": advice.otherwise} if advice.otherwise else {}),
-            **({"ranks_left": advice.ranks_left} if advice.ranks_left else {})}
+            **({"ranks_left": advice.ranks_left} if advice.ranks_left else {}),
+            **({"other_ranks_not_shown": {"ranks": list(advice.other_ranks), "findings": advice.others_hidden}}
+               if advice.others_hidden else {})}
 
 
 def advice_doc(advice, path: str | None = None) -> dict[str, Any]:

@@ -577,6 +577,9 @@ class NpuMagics(Magics):
         Usage: ``%npubaseline`` (show), ``%npubaseline RUN`` (set)
         """
         if not line.strip():
+            if self.session.baseline is None:
+                print("npumagic: no baseline in this kernel yet: its first finished %%npuprofile run becomes it, or "
+                      "set one with %npubaseline RUN (%npuruns lists the runs)")
             return self.session.baseline
         name = self._run(line.strip())
         try:
@@ -671,7 +674,7 @@ class NpuMagics(Magics):
             write_log(runs, md=args.md, csv=args.csv)
         except NpumagicError as exc:
             raise UsageError(str(exc)) from None
-        print(f"npumagic: exported {len(runs)} runs to {', '.join(p for p in (args.md, args.csv) if p)}")
+        print(f"npumagic: exported {len(runs)} run{'' if len(runs) == 1 else 's'} to {', '.join(p for p in (args.md, args.csv) if p)}")
         return None
 
 

@@ -127,14 +127,14 @@ def build_server(out: str | Path = "npumagic_runs") -> MCPServer:
         """Analyze a profiler output path or a recorded run (name, or -1 for the latest): step times, top kernels,
         the rank table of a multi-rank job and the checklist verdict naming the bottleneck."""
         from .analysis.checklist import checklist
-        from .render.tables import kernel_table, rank_caption, rank_table, step_table
+        from .render.tables import kernel_caption, kernel_table, rank_caption, rank_table, step_table
         from .render.text import summary_headline
 
         label, summary, _ = profiles.summary(target, rank)
         verdict = checklist(summary)
         steps, steps_left = _rows(summary.steps, "steps")
         parts = [f"{label}: {summary_headline(summary)}", step_table(steps).to_text(), steps_left,
-                 kernel_table(summary.kernels, top).to_text()]  # it says "top N of M" itself
+                 kernel_table(summary.kernels, top, kernel_caption(summary)).to_text()]  # it says "top N of M" itself
         if len(summary.ranks) > 1:
             ranks, ranks_left = _rows(summary.ranks, "ranks")
             parts += [rank_table(ranks, rank_caption(summary)).to_text(), ranks_left]

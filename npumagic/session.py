@@ -439,22 +439,37 @@ class Session:
     # -- the checklist's later steps ------------------------------------------------------------
     def compare_pair(self, a: str | None, b: str | None) -> tuple[str, str]:
         """The two runs ``%npucompare A B`` means: both named; with one, that run (default the
-        latest) against the baseline, or against the run before it when there is no other."""
+        latest) against the baseline, or against the run before it when there is no other; the
+        baseline named alone, against the latest run. A run that recorded nothing (no steps, no
+        trace) is never the reference taken by default."""
         if b is not None:
             a, b = self.resolve(a), self.resolve(b)
         else:
-            b = self.resolve(a)
+            named, b = a is not None, self.resolve(a)
             a = self.baseline
             if a is None or a == b:
                 names = self.store.names(other_live_kernels=False)
                 names = names if b in names else self.store.names()  # b named: another kernel's run
                 i = names.index(b)
-                if i == 0:
-                    raise NpumagicError("a comparison needs two runs; profile another one first")
-                a = names[i - 1]
+                recorded = [n for n in names if n != b and self._recorded(n)]
+                if named and b == a:  # `%npucompare baseline`: the baseline against the latest run
+                    if not recorded:
+                        raise NpumagicError(f"a comparison needs two runs; {b} is the only one that recorded steps: "
+                                            "profile another one first")
+                    return b, recorded[-1]
+                earlier = [n for n in recorded if names.index(n) < i]
+                if not earlier:
+                    raise NpumagicError("a comparison needs two runs that recorded steps; profile another one first")
+                a = earlier[-1]
         if a == b:
             raise NpumagicError(f"both sides are {a!r}; name two different runs")
         return a, b
+
+    def _recorded(self, name: str) -> bool:
+        """Whether run ``name`` recorded at least one step (else it is no reference)."""
+        run = self.store.get(name)
+        steps = run.headline.get("steps") if run.headline else run.steps_seen
+        return run.status not in ("no-steps", "no-trace", "running") and bool(steps)
 
     def compare_figure(self, comparison: Comparison, fmt: str = "png") -> "RenderedFigure":
         """The comparison chart, saved as ``output_dir/compare_A_vs_B.FMT`` (shown even when the

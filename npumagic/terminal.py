@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 import re
+import shutil
+import textwrap
 from typing import Callable, TextIO
 
 # C0 controls but tab and newline, DEL, C1 controls (0x9b is an 8-bit CSI), bidi overrides
@@ -40,3 +42,21 @@ class SafeStream:
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
+
+
+DEFAULT_WIDTH = 100  # columns when neither COLUMNS nor a terminal says (output piped to a file)
+
+
+def terminal_width() -> int:
+    """The terminal's width in columns: ``COLUMNS``, else the terminal's own, else 100."""
+    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+
+
+def wrap(line: str, width: int | None, indent: int | str = 4) -> str:
+    """``line`` wrapped to ``width`` columns, its continuation lines indented by ``indent``
+    (spaces, or the text to indent with); unchanged when ``width`` is None. Words are never
+    broken (a kernel name or a URL stays whole and may overrun the width)."""
+    if width is None or len(line) <= width:
+        return line
+    hang = indent if isinstance(indent, str) else " " * indent
+    return textwrap.fill(line, width, subsequent_indent=hang, break_long_words=False, break_on_hyphens=False)

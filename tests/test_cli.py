@@ -20,7 +20,7 @@ def test_analyze_prints_the_table_and_verdict(capsys):
     out = capsys.readouterr().out
     assert "npu on Ascend NPU, rank 0" in out
     assert "2. Classify     communication" in out
-    assert "none is the slowest" in out  # two ranks side by side, within 5% of each other
+    assert "none is the slowest" in " ".join(out.split())  # two ranks side by side, within 5% of each other
 
 
 def test_analyze_reads_a_db_export_with_both_ranks(capsys):
@@ -107,7 +107,16 @@ def test_runs_and_export_read_a_real_history(tmp_path, capsys):
     assert runs[0]["name"] == "cluster0" and runs[0]["bottleneck"] == "communication"
     md = tmp_path / "log.md"
     assert main(["export", "--out", str(tmp_path), "--md", str(md)]) == 0
-    assert "## cluster0 — ok" in md.read_text()
+    assert capsys.readouterr().out == f"exported 1 run to {md}\n"  # as show says what it wrote
+    text = md.read_text()
+    assert "## cluster0 — ok" in text
+    # inert Markdown that reads as written: no escaped - or ., no entity for ->, no spaces in the path's code
+    assert "\\-" not in text and "\\." not in text and "&gt;" not in text
+    assert f"- output: `{need(ASCEND / 'level0' / 'rank0_ascend_pt').resolve()}`" in text
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    rendered = markdown2html_mistune(text)
+    assert "&amp;gt;" not in rendered and "\\" not in rendered
 
 
 def test_a_missing_history_is_exit_2(tmp_path, capsys):
@@ -296,3 +305,17 @@ def test_the_offline_analysis_npumagic_calls_has_the_wheels_signature():
     [analyse] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "analyse"]
     assert [a.arg for a in analyse.args.args] == ["profiler_path", "max_process_number", "export_type"]
     assert len(analyse.args.defaults) == 2  # analyse(path) alone is a whole call
+
+
+def test_plain_advise_on_two_ranks_says_what_it_left_out_of_the_other_rank(capsys, monkeypatch):
+    # GIVEN level1: rank 1 alone is host-bound (a high finding), rank 0 is advised on by default
+    monkeypatch.setenv("COLUMNS", "300")
+    # WHEN plain advise runs on the job
+    assert main(["advise", str(need(ASCEND / "level1"))]) == 0
+    out = capsys.readouterr().out
+    # THEN the last line counts the low findings left out, and rank 1's own findings by severity
+    assert "host_bound" not in out
+    assert out.splitlines()[-1] == ("8 low-severity findings not shown, nor rank 1's own findings (1 high, 1 low); all "
+                                    "of them, of every rank: --all")
+    assert main(["advise", str(need(ASCEND / "level1")), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["other_ranks_not_shown"] == {"ranks": [1], "findings": {"high": 1, "low": 1}}

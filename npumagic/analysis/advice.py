@@ -63,6 +63,10 @@ class Advice:
     steps_inferred: bool = False  # the trace has no ProfilerStep marks: its one "step" is the whole trace
     lead: Lead | None = None  # the run's bottleneck, as the checklist names it (see :func:`lead`)
     untrusted: str = ""  # why the run's step times cannot be trusted (CPU contention), or ""
+    # a multi-rank job advised on one rank: the other ranks whose own findings (none alike to one
+    # shown) are left out, and how many of each severity
+    other_ranks: tuple[int, ...] = ()
+    others_hidden: dict[str, int] = field(default_factory=dict)
 
     def __iter__(self):
         return iter(self.findings)
@@ -92,7 +96,6 @@ class Advice:
 
     def _repr_html_(self) -> str | None:
         return presentation.html(self)
-
 
 
 def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | None = None) -> Advice:
@@ -219,16 +222,29 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
     kept). ``environment`` is the run record's snapshot, for the environment rule. The magics
     and the CLI both show advice through this."""
     left = ""
+    other_ranks, others = (), {}
     if not every_rank or len(summary.per_rank) < 2:
         findings = advise(summary, run, environment).findings
         if every_rank and len(summary.ranks) > len(summary.per_rank):  # a job read as an outline
             left = (f"only rank {summary.meta.get('rank', 0)} of the {len(summary.ranks)} ranks was read in full; the "
                     "others' own findings need every rank read")
+        if len(summary.per_rank) > 1:  # the other ranks' findings that none shown stands for
+            shown = {_key(f) for f in findings}
+            mine = summary.meta.get("rank", 0)
+            unseen: dict[tuple[str, str, str], Finding] = {}
+            for rank, per_rank in sorted(summary.per_rank.items()):
+                if rank != mine:
+                    for f in advise(per_rank, run, environment):
+                        if _key(f) not in shown and f.impact > getattr(unseen.get(_key(f)), "impact", -1.0):
+                            unseen[_key(f)] = f
+            other_ranks = tuple(r for r in sorted(summary.per_rank) if r != mine)
+            for f in unseen.values():
+                others[f.severity] = others.get(f.severity, 0) + 1
     else:
         groups: dict[tuple[str, str], list[tuple[int, Finding]]] = {}
         for rank, per_rank in sorted(summary.per_rank.items()):
             for f in advise(per_rank, run, environment):
-                groups.setdefault((f.category, f.rule, _NUMBERS.sub("#", f.title)), []).append((rank, f))
+                groups.setdefault(_key(f), []).append((rank, f))
         findings = []
         for found in groups.values():
             rank, top = max(found, key=lambda rf: rf[1].impact)  # where it weighs most: its figures
@@ -242,7 +258,12 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
         shown = [f for f in findings if f.severity != "low"] or findings[:1]
         hidden, findings = len(findings) - len(shown), shown
     return Advice(findings, run, hidden, left, _otherwise(summary, findings), steps_inferred(summary),
-                  lead(summary, findings), caveat(summary))
+                  lead(summary, findings), caveat(summary), other_ranks if others else (), others)
 
 
 _NUMBERS = re.compile(r"\d[\d.,]*")  # a finding's title without its numbers says what was found
+
+
+def _key(f: Finding) -> tuple[str, str, str]:
+    """What a finding found, whichever rank's figures it carries: alike findings share it."""
+    return f.category, f.rule, _NUMBERS.sub("#", f.title)

@@ -279,12 +279,12 @@ class Comparison:
         if min(self.n_a, self.n_b) < 2:
             return (f"no difference beyond noise can be shown between {self.a} and {self.b}: with "
                     f"{min(self.n_a, self.n_b)} step on a side there is no spread to judge noise by ({self._figures()}) "
-                    f"— collect more steps ({need} or more)")
+                    f"— profile more steps, {need} on each side")
         if self.p_value < ALPHA:
             return (f"no difference beyond noise between {self.a} and {self.b}: {abs(self.speedup - 1):.1%} is within "
                     f"the run-to-run noise ({self._figures()}; {self.noise.describe()})")
         return (f"no difference beyond noise between {self.a} and {self.b} ({self._figures()}, "
-                f"{self._evidence()}) — more steps ({need} or more) would narrow the interval")
+                f"{self._evidence()}) — more steps ({need} on each side) would narrow the interval")
 
     def _evidence(self) -> str:
         lo, hi = self.ci

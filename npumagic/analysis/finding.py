@@ -9,6 +9,11 @@ from .. import presentation
 from . import thresholds as T
 
 
+def plural(n: int, one: str, many: str) -> str:
+    """``n`` and the noun phrase that agrees with it: ``1 call``, ``2 calls``."""
+    return f"{n} {one if n == 1 else many}"
+
+
 @dataclass(frozen=True)
 class Finding:
     """One bottleneck: ``category`` (see ``advice.CATEGORIES``), ``impact`` (share of step time

@@ -12,6 +12,7 @@ from ..analysis.intervals import Spans
 from ..analysis.metrics import Summary
 from ..analysis.schema import Trace
 from .colors import BREAKDOWN_COLORS, KIND_COLORS, OTHER, kernel_color, kernel_colors
+from .tables import history_unit
 from .titles import wrap_title
 
 BREAKDOWN = [("computing_us", "computing"), ("comm_not_overlapped_us", "communication (not overlapped)"),
@@ -41,10 +42,11 @@ def plot_step_breakdown(ax, steps: pd.DataFrame) -> dict:
     return {"bars": bars, "line": line, "steps": len(steps)}
 
 
-def plot_kernels(ax, kernels: pd.DataFrame, top: int = 15, colored: int = 8) -> dict:
+def plot_kernels(ax, kernels: pd.DataFrame, top: int = 15, colored: int = 8, unit: str = "total time") -> dict:
     """Horizontal bars of the top kernels by total time, each labelled 'count x mean', so many
     tiny calls stand out next to a few long ones. The first ``colored`` kernels have their
-    timeline colours (the timeline colours the same ones); the rest are grey, as there."""
+    timeline colours (the timeline colours the same ones); the rest are grey, as there.
+    ``unit`` names what the bars measure on the x axis (``self time`` for CPU operators)."""
     shown = kernels.head(top).iloc[::-1]
     y = np.arange(len(shown))
     palette = kernel_colors(kernels["name"].astype(str).head(colored).tolist())
@@ -55,8 +57,8 @@ def plot_kernels(ax, kernels: pd.DataFrame, top: int = 15, colored: int = 8) -> 
         labels.append(ax.text(float(k["total_us"]) / 1000, yi, f"  {int(k['count']):,} x {k['mean_us']:,.1f} µs",
                               va="center", fontsize=8))
     ax.set_yticks(y, [_short(str(n)) for n in shown["name"]], fontsize=8)
-    ax.set_xlabel(f"total time (ms); the top {min(colored, len(shown))} in their timeline colours" if len(shown) else
-                  "total time (ms)")
+    ax.set_xlabel(f"{unit} (ms); the top {min(colored, len(shown))} in their timeline colours"
+                  if len(shown) and colored else f"{unit} (ms)")
     if len(shown):
         ax.set_xlim(0, float(shown["total_us"].max()) / 1000 * 1.35)
     else:
@@ -170,10 +172,14 @@ def steps_figure(summary: Summary, title: str = "") -> Figure:
 
 
 def kernels_figure(summary: Summary, top: int = 15, title: str = "") -> Figure:
-    """Standalone figure of :func:`plot_kernels`."""
+    """Standalone figure of :func:`plot_kernels`; on the CPU, operators by self time, uncoloured
+    (the CPU timeline does not colour operators by name)."""
     fig = _figure(0.8 + 0.28 * max(min(top, len(summary.kernels)), 3))
-    plot_kernels(fig.add_subplot(), summary.kernels, top)
-    _title(fig, title or "top kernels by total time")
+    device = bool(summary.meta.get("device_mode", True))
+    plot_kernels(fig.add_subplot(), summary.kernels, top, colored=8 if device else 0,
+                 unit="total time" if device else "self time")
+    cpu = "CPU operators by self time (without the operators they call)"
+    _title(fig, (title or "top kernels by total time") if device else f"{title} — {cpu}" if title else f"top {cpu}")
     return fig
 
 
@@ -255,7 +261,8 @@ def kernel_history_figure(history: pd.DataFrame, kernel: str) -> Figure:
     fig = Figure(figsize=(9, 2.8), layout="constrained")
     ax = fig.add_subplot()
     x = np.arange(len(history))
-    unit, scale = ("ms", 1000.0) if len(history) and float(history["total_us"].max()) >= 10_000 else ("µs", 1.0)
+    unit = history_unit(history)  # the unit of the table beside it
+    scale = 1000.0 if unit == "ms" else 1.0
     ax.bar(x, history["total_us"] / scale, color=kernel_color(kernel), label=f"total ({unit})")
     ax.set_xticks(x, history["run"], fontsize=8)
     ax.set_ylabel(f"total per run ({unit})")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import re
 from pathlib import Path
 
@@ -64,20 +63,28 @@ def render_markdown(runs: list[Run], title: str = "npumagic troubleshooting log"
     return safe_text("\n".join(out))
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+# what is special inside a line (emphasis, code, links, table cells, strikethrough); what is
+# special only at a line's start (#, -, +, 1., >) stays as written: md() never starts a line
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+_ENTITY = re.compile(r"&(?=#?\w+;)")
 
 
 def md(value: object) -> str:
-    """Text as inert Markdown on one line: special characters backslash-escaped, HTML escaped."""
+    """Text as inert Markdown within a line: emphasis, code, link and table characters
+    backslash-escaped, ``<`` (an HTML tag) and ``&`` before an entity's name as entities; the
+    rest (``->``, ``1.5``, ``step-time``) reads as written."""
     text = " ".join(str("" if value is None else value).split())
-    return _MD_SPECIAL.sub(r"\\\1", html.escape(text, quote=False))
+    text = _ENTITY.sub("&amp;", text).replace("<", "&lt;")
+    return _MD_SPECIAL.sub(r"\\\1", text)
 
 
 def code(value: object) -> str:
-    """Inline code that no backtick in ``value`` can close early."""
+    """Inline code that no backtick in ``value`` can close early (padded with a space only where
+    ``value`` starts or ends with a backtick, as CommonMark needs)."""
     text = " ".join(str("-" if value is None else value).split())
     ticks = "`" * (1 + max((len(m) for m in re.findall(r"`+", text)), default=0))
-    return f"{ticks} {text} {ticks}"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
 
 
 def fenced(text: str, lang: str = "") -> list[str]:

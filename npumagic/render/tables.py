@@ -6,13 +6,14 @@ Styler; text fits a terminal width. Pure pandas (no matplotlib), so analysis obj
 from __future__ import annotations
 
 import html
+import os
 import shutil
 from dataclasses import dataclass, field
 from typing import Callable
 
 import pandas as pd
 
-from ..terminal import terminal_safe
+from ..terminal import terminal_safe, wrap
 
 NAME_CHARS = 44  # a shortened name in HTML: about 300 px of a 1200 px notebook cell
 MAX_COLUMNS = 9  # at most this many columns are shown: they fit a 1200 px cell beside one name
@@ -46,6 +47,41 @@ def shorten(text: str, limit: int) -> str:
         return text
     head = (limit - 1) * 2 // 3
     return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
+
+
+def shorten_apart(texts: list[str], limit: int) -> list[str]:
+    """Each of ``texts`` cut to ``limit`` characters as :func:`shorten` cuts it, except that
+    different texts never shorten alike: where they would (two ``void
+    at::native::vectorized_elementwise_kernel<...>`` differing in their functor), each keeps its
+    start, the part from where it first differs from the others, and its end."""
+    out = [shorten(t, limit) for t in texts]
+    groups: dict[str, set[str]] = {}
+    for text, short in zip(texts, out):
+        groups.setdefault(short, set()).add(text)
+    apart: dict[str, str] = {}
+    for same in groups.values():
+        if len(same) > 1:
+            apart.update(_apart(sorted(same), limit))
+    return [apart.get(t, short) for t, short in zip(texts, out)]
+
+
+def _apart(texts: list[str], limit: int, depth: int = 0) -> dict[str, str]:
+    """``head…middle…tail`` of each of ``texts`` (distinct, longer than ``limit``), the middle
+    starting where they begin to differ; texts still alike are told apart further in."""
+    first = len(os.path.commonprefix(texts))
+    tail = min(len(os.path.commonprefix([t[::-1] for t in texts])), max(limit // 6, 1))
+    head = min(first, max(limit // 4, 1))
+    middle = max(limit - head - tail - 2, 1)
+    made = {t: t[:head] + "…" + t[first:first + middle] + "…" + t[len(t) - tail:] for t in texts}
+    if len(set(made.values())) == len(made) or depth > 8:
+        return made
+    groups: dict[str, list[str]] = {}
+    for t, short in made.items():
+        groups.setdefault(short, []).append(t)
+    for same in groups.values():
+        if len(same) > 1:
+            made.update(_apart(same, limit, depth + 1))
+    return made
 
 
 def _number(fmt: str) -> Callable[[object], str]:
@@ -114,7 +150,11 @@ class Table:
             values = dict(zip(frame.columns, row))
             texts = [c.text(values[c.key], values) for c in cols]
             full.append(texts)
-            shown.append([shorten(t, name_chars) if c.kind == "name" else t for c, t in zip(cols, texts)])
+            shown.append(list(texts))
+        for i, c in enumerate(cols):
+            if c.kind == "name":
+                for r, short in zip(shown, shorten_apart([r[i] for r in full], name_chars)):
+                    r[i] = short
         return [c.label for c in cols], shown, full
 
     def styler(self):
@@ -141,8 +181,8 @@ class Table:
     @terminal_safe
     def to_text(self, width: int | None = None) -> str:
         """The shown table as aligned text, names shortened so lines fit ``width`` characters
-        (default: the terminal's width); an optional name column (a kernel's type) is left out
-        when there is no room for it."""
+        (default: the terminal's width) and the caption wrapped to it; an optional name column
+        (a kernel's type) is left out when there is no room for it."""
         width = width or shutil.get_terminal_size((120, 24)).columns
         cols = self.shown_columns
         headers, _, full = self._cells(10**6)
@@ -160,14 +200,17 @@ class Table:
         # the first name column (the kernel) gets twice the room of a later one (its type)
         shares = [2 if k == 0 else 1 for k in range(len(names))]
         budget = {i: max(12, room * share // max(sum(shares), 1)) for i, share in zip(names, shares)}
-        rows = [[shorten(t, budget[i]) if i in budget else t for i, t in enumerate(r)] for r in full]
+        rows = [list(r) for r in full]
+        for i, limit in budget.items():
+            for r, short in zip(rows, shorten_apart([r[i] for r in full], limit)):
+                r[i] = short
         widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
 
         def line(cells: list[str]) -> str:
             return "  ".join(t.ljust(w) if c.kind in LEFT else t.rjust(w)
                              for t, w, c in zip(cells, widths, cols)).rstrip()
 
-        out = ([self.caption] if self.caption else []) + [line(headers)] + [line(r) for r in rows]
+        out = ([wrap(self.caption, width, 4)] if self.caption else []) + [line(headers)] + [line(r) for r in rows]
         if self.rows is not None and len(self.data) > self.rows:
             out.append(f"(top {self.rows} of {len(self.data)})")
         return "\n".join(out)
@@ -208,9 +251,20 @@ def step_table(steps: pd.DataFrame, caption: str = "per-step time") -> Table:
                     Column("device_util", "busy", "pct")], caption)
 
 
+CPU_OPERATORS = "top CPU operators by self time (an operator's own time, without the operators it calls)"
+
+
+def kernel_caption(summary) -> str:
+    """What a kernel table of ``summary`` lists: device kernels by total time, or on the CPU
+    operators by self time (``aten::convolution`` is short beside the ``convolution_backward`` it
+    calls into: its time is its children's)."""
+    return "top kernels by total time" if summary.meta.get("device_mode", True) else CPU_OPERATORS
+
+
 def kernel_table(kernels: pd.DataFrame, top: int | None = 15, caption: str = "top kernels by total time") -> Table:
-    """Kernels (or CPU operators) by total time; the type column only where it adds something."""
-    cols = [Column("name", "kernel", "name")]
+    """Kernels (or CPU operators) by total time; the type column only where it adds something.
+    ``caption``: :func:`kernel_caption` says what the rows are."""
+    cols = [Column("name", "operator" if caption == CPU_OPERATORS else "kernel", "name")]
     if len(kernels) and (kernels["type"].astype(str) != kernels["name"].astype(str)).any() \
             and (kernels["type"].astype(str) != "").any():
         cols.append(Column("type", "type", "name", optional=True))
@@ -276,10 +330,15 @@ def breakdown_table(comparison) -> Table:
     frame = comparison.breakdown.assign(
         label=comparison.breakdown["metric"].astype(str).str.replace(r"\s*\(ms/step\)$", "", regex=True)
         .str.replace("communication (not overlapped)", "communication, not overlapped", regex=False))
+    a, b = comparison.a, comparison.b
+    short = max(len(a), len(b)) > SIDE_CHARS  # file names as column labels: A and B, named in the caption
     return Table(frame, [Column("label", "per step (ms)", "text"),
-                         Column("a", comparison.a, fmt=_ms_or_pct), Column("b", comparison.b, fmt=_ms_or_pct),
+                         Column("a", "A" if short else a, fmt=_ms_or_pct), Column("b", "B" if short else b, fmt=_ms_or_pct),
                          Column("change", "change", fmt=_change), Column("direction", "", "text")],
-                 f"{comparison.b} against {comparison.a}")
+                 f"B: {b} against A: {a}" if short else f"{b} against {a}")
+
+
+SIDE_CHARS = 12  # a run's name longer than this is A or B in the kernel diff's column labels
 
 
 def kernel_diff_table(comparison, top: int = 15) -> Table:
@@ -287,6 +346,10 @@ def kernel_diff_table(comparison, top: int = 15) -> Table:
     only where a kernel was added or removed."""
     k = comparison.kernels
     a, b = comparison.a, comparison.b
+    caption = "kernels by the size of their change in total time"
+    if max(len(a), len(b)) > SIDE_CHARS:  # file names as labels would leave the kernel no room
+        caption += f" (A: {a}, B: {b})"
+        a, b = "A", "B"
     cols = [Column("kernel", "kernel", "name")]
     if len(k) and (k["type"].astype(str) != k["kernel"].astype(str)).any() and (k["type"].astype(str) != "").any():
         cols.append(Column("type", "type", "name", optional=True))
@@ -296,13 +359,21 @@ def kernel_diff_table(comparison, top: int = 15) -> Table:
              Column("total_a_us", f"{a} (ms)", "ms"), Column("total_b_us", f"{b} (ms)", "ms"),
              Column("delta_us", "Δ total (ms)", "delta_ms"),
              Column("delta_mean_us", "Δ mean (µs)", fmt=lambda v, row: _signed(v, "{:+,.1f}"))]
-    return Table(k, cols, "kernels by the size of their change in total time", top)
+    return Table(k, cols, caption, top)
+
+
+def history_unit(table: pd.DataFrame) -> str:
+    """The one unit of a kernel's history, in its table and its figure alike: ``ms`` when the
+    totals reach 10 ms, else ``µs``."""
+    return "ms" if len(table) and float(table["total_us"].max()) >= 10_000 else "µs"
 
 
 def history_table(table: pd.DataFrame, kernel: str) -> Table:
-    """One kernel across runs (``%npuhistory``)."""
+    """One kernel across runs (``%npuhistory``), total and mean in :func:`history_unit`."""
+    unit = history_unit(table)
+    kind = "ms" if unit == "ms" else "us"
     return Table(table, [Column("run", "run", "name"), Column("count", "count", "int"),
-                         Column("total_us", "total (ms)", "ms"), Column("mean_us", "mean (µs)", "us")],
+                         Column("total_us", f"total ({unit})", kind), Column("mean_us", f"mean ({unit})", kind)],
                  f"{shorten(kernel, 80)} across runs")
 
 
@@ -317,7 +388,7 @@ def advice_table(advice) -> Table:
         ranks = getattr(f, "ranks", ())
         figures = getattr(f, "figures_of", None)
         rows.append({"#": i, "severity": f.severity, "category": f.category, "finding": text,
-                     "ranks": ", ".join(str(r) for r in ranks) + (f" (figures: {figures})" if figures is not None else "")})
+                     "ranks": ", ".join(str(r) for r in ranks) + (f" (figures of rank {figures})" if figures is not None else "")})
     frame = pd.DataFrame(rows, columns=["#", "severity", "category", "finding", "ranks"])
     cols = [Column("#", "#", "int"), Column("severity", "severity", "text"), Column("category", "category", "text")]
     if frame["ranks"].astype(bool).any():

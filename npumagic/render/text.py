@@ -9,7 +9,7 @@ import numpy as np
 
 from ..analysis.advice import steps_inferred
 from ..analysis.checklist import busy_label
-from ..terminal import terminal_safe
+from ..terminal import terminal_safe, wrap
 from .tables import advice_table, breakdown_table, kernel_diff_table, step_table
 
 
@@ -44,10 +44,12 @@ def _inferred(summary) -> str:
 
 
 @terminal_safe
-def summary_text(summary) -> str:
-    lines = [summary_headline(summary)] + ([_inferred(summary)] if _inferred(summary) else [])
+def summary_text(summary, width: int | None = None) -> str:
+    """The headline, the inferred-step note and the step table; with ``width``, lines wrapped
+    (and the table fitted) to that many columns."""
+    lines = [wrap(line, width, 4) for line in [summary_headline(summary)] + ([_inferred(summary)] if _inferred(summary) else [])]
     if len(summary.steps):
-        lines.append(step_table(summary.steps, caption="").to_text())
+        lines.append(step_table(summary.steps, caption="").to_text(width))
     return "\n".join(lines)
 
 
@@ -59,9 +61,11 @@ def summary_html(summary) -> str:
 
 # -- Verdict ----------------------------------------------------------------------------------
 @terminal_safe
-def verdict_text(verdict) -> str:
-    width = max(len(title) for title, _ in verdict.steps)
-    return "\n".join(f"{i}. {title:<{width}}  {text}" for i, (title, text) in enumerate(verdict.steps, 1))
+def verdict_text(verdict, width: int | None = None) -> str:
+    """The five steps, one a line; with ``width``, each wrapped under its text column."""
+    pad = max(len(title) for title, _ in verdict.steps)
+    return "\n".join(wrap(f"{i}. {title:<{pad}}  {text}", width, len(f"{i}. ") + pad + 2)
+                     for i, (title, text) in enumerate(verdict.steps, 1))
 
 
 def verdict_html(verdict) -> str:
@@ -76,16 +80,19 @@ def verdict_html(verdict) -> str:
 
 # -- Findings and Advice -------------------------------------------------------------------------
 @terminal_safe
-def finding_text(finding) -> str:
+def finding_text(finding, width: int | None = None, number: str = "") -> str:
+    """A finding in three lines (title, fix, where), ``number`` before it; with ``width``, each
+    wrapped with a hanging indent."""
     ranks = getattr(finding, "ranks", ())
     figures = getattr(finding, "figures_of", None)
     whose = f"; figures of rank {figures}" if figures is not None else ""
     on = f" (ranks {', '.join(str(r) for r in ranks)}{whose})" if len(ranks) > 1 else f" (rank {ranks[0]})" if ranks else ""
     rule = getattr(finding, "rule", "")
     label = f"{finding.category}/{rule}" if rule and rule != finding.category else finding.category
-    lines = [f"[{finding.severity}] {label}: {finding.title}{on}", f"    fix: {finding.fix}"]
+    lines = [wrap(f"{number}[{finding.severity}] {label}: {finding.title}{on}", width, 4),
+             wrap(f"    fix: {finding.fix}", width, 9)]
     if finding.where:
-        lines.append(f"    where: {finding.where}")
+        lines.append(wrap(f"    where: {finding.where}", width, 11))
     return "\n".join(lines)
 
 
@@ -93,7 +100,15 @@ def hidden_note(advice) -> str:
     """The lines saying how many low-severity findings were left out and which ranks' findings
     are not in the advice, or ""."""
     n = getattr(advice, "hidden_low", 0)
-    lines = [f"{_plural(n, 'low-severity finding')} not shown (all of them: --all)"] if n else []
+    others = getattr(advice, "others_hidden", {})
+    lines = [f"{_plural(n, 'low-severity finding')} not shown"] if n else []
+    if others:
+        ranks = advice.other_ranks
+        whose = (f"rank {ranks[0]}'s" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}'")
+        counts = ", ".join(f"{others[s]} {s}" for s in ("high", "medium", "low") if others.get(s))
+        lines = [(f"{lines[0]}, nor" if lines else "not shown:") + f" {whose} own findings ({counts})"]
+    if lines:
+        lines[0] += "; all of them, of every rank: --all" if others else " (all of them: --all)"
     if getattr(advice, "ranks_left", ""):
         lines.append(f"{advice.ranks_left} (--every-rank)")
     return "\n".join(lines)
@@ -117,18 +132,28 @@ def lead_text(advice) -> str:
 
 
 @terminal_safe
-def advice_text(advice) -> str:
+def advice_text(advice, width: int | None = None) -> str:
+    """The advice in text; with ``width``, every line wrapped to that many columns."""
     head = f"npumagic advice{' for ' + advice.run if advice.run else ''}: "
     note = f"\n{hidden_note(advice)}" if hidden_note(advice) else ""
     caveat = f"\n{_caveat(advice)}" if _caveat(advice) else ""
     lead = lead_text(advice)
+    findings = "\n".join(finding_text(f, width, f"{i}. ") for i, f in enumerate(advice.findings, 1))
     if not advice.findings:
-        return head + (lead or "no bottleneck past its threshold") + caveat + note
-    if lead:  # the answer first; the findings under it are each below the verdict's threshold
-        return (head + lead + caveat + f"\n{_plural(len(advice.findings), 'smaller finding')}, none past the verdict's "
-                "threshold:\n" + "\n".join(f"{i}. {finding_text(f)}" for i, f in enumerate(advice.findings, 1)) + note)
-    return head + f"{_plural(len(advice.findings), 'finding')}{caveat}\n" + "\n".join(
-        f"{i}. {finding_text(f)}" for i, f in enumerate(advice.findings, 1)) + note
+        text = head + (lead or "no bottleneck past its threshold") + caveat + note
+    elif lead:  # the answer first; the findings under it are each below the verdict's threshold
+        text = (head + lead + caveat + f"\n{_plural(len(advice.findings), 'smaller finding')}, none past the verdict's "
+                "threshold:")
+        return _wrapped(text, width) + "\n" + findings + _wrapped(note, width)
+    else:
+        text = head + f"{_plural(len(advice.findings), 'finding')}{caveat}"
+        return _wrapped(text, width) + "\n" + findings + _wrapped(note, width)
+    return _wrapped(text, width)
+
+
+def _wrapped(text: str, width: int | None) -> str:
+    """Each line of ``text`` wrapped to ``width``, indented lines under their own indent + 4."""
+    return "\n".join(wrap(line, width, len(line) - len(line.lstrip()) + 4) for line in text.split("\n"))
 
 
 def advice_html(advice) -> str:
@@ -143,18 +168,19 @@ def advice_html(advice) -> str:
 
 # -- Comparison -----------------------------------------------------------------------------------
 @terminal_safe
-def comparison_text(comparison, top: int = 10) -> str:
+def comparison_text(comparison, top: int = 10, width: int | None = None) -> str:
+    """The comparison in text; with ``width``, its sentences wrapped and its tables fitted to it."""
     c = comparison
-    lines = [c.sentence(), "", breakdown_table(c).to_text()]
+    lines = [wrap(c.sentence(), width, 4), "", breakdown_table(c).to_text(width)]
     if len(c.changed) > 1:
         lines += ["", f"{len(c.changed)} things changed between the runs — the checklist's rule is one change at a time:"]
     elif c.changed:
         lines += ["", "what changed:"]
-    lines += [f"  - {x}" for x in c.changed]
+    lines += [wrap(f"  - {x}", width, 4) for x in c.changed]
     for key, diff in c.diffs.items():
         lines += ["", f"{key} diff:", diff]
     if len(c.kernels):
-        lines += ["", kernel_diff_table(c, top).to_text()]
+        lines += ["", kernel_diff_table(c, top).to_text(width)]
     return "\n".join(lines)
 
 

@@ -274,6 +274,9 @@ def _short(lane: str, limit: int = 30) -> str:
     return lane if len(lane) <= limit else lane[: limit // 2 - 1] + "…" + lane[-(limit // 2):]
 
 
+LEGEND_ROW_IN = 0.2  # one 8 pt legend entry, in inches
+
+
 def timeline_figure(trace: Trace, rank: int | None = None, *, top_kernels: list[str] = (), title: str | None = None,
                     memory: bool | None = None, counters: list[str] | None = None, **options) -> Figure:
     """A standalone timeline Figure (object API, no pyplot state). ``memory`` adds the memory
@@ -290,8 +293,13 @@ def timeline_figure(trace: Trace, rank: int | None = None, *, top_kernels: list[
     axes = list(np.atleast_1d(fig.subplots(len(ratios), 1, sharex=True, height_ratios=ratios)))
     ax = axes.pop(0)
     mem_ax = axes.pop(0) if with_memory else None
-    plot_timeline(ax, mine, rank, top_kernels=top_kernels, memory_ax=mem_ax, counter_axes=dict(zip(groups, axes)),
-                  **options)
+    drawn = plot_timeline(ax, mine, rank, top_kernels=top_kernels, memory_ax=mem_ax,
+                          counter_axes=dict(zip(groups, axes)), **options)
+    # the legend beside the lanes: a few lanes and many coloured kernels need more height than the lanes
+    entries = len({bars.get_label() for bars in drawn.bars})
+    legend_in = 0.9 + LEGEND_ROW_IN * entries + (1.3 if with_memory else 0) + 1.1 * len(groups)
+    if legend_in > height:
+        fig.set_size_inches(FIGURE_WIDTH_IN, legend_in)
     if mem_ax is not None or groups:
         ax.set_xlabel("")
         for lower in ([mem_ax] if mem_ax is not None else []) + axes[:-1]:

@@ -200,6 +200,19 @@ def test_traces_of_separate_runs_in_one_folder_are_refused_not_mixed(tmp_path, f
         npumagic.load(tmp_path)
 
 
+def test_traces_of_separate_runs_in_two_subfolders_are_blamed_on_the_folder_holding_both(tmp_path):
+    # GIVEN a folder holding the magics' output: one run's trace in each run's folder
+    src = need(CUDA / "legacy_kineto")
+    for run, name in (("run1", "resnet50_nw0.pt.trace.json.gz"), ("run2", "resnet50_nw4.pt.trace.json.gz")):
+        (tmp_path / "npumagic_runs" / run).mkdir(parents=True)
+        (tmp_path / "npumagic_runs" / run / name).write_bytes((src / name).read_bytes())
+    # WHEN it is read THEN the error names the folder that holds both files, and each by its subfolder
+    with pytest.raises(npumagic.TraceError) as raised:
+        npumagic.load(tmp_path)
+    assert str(raised.value).startswith(f"{tmp_path / 'npumagic_runs'}: holds traces of separate runs: "
+                                        "run1/resnet50_nw0.pt.trace.json.gz and run2/resnet50_nw4.pt.trace.json.gz")
+
+
 def test_one_step_number_on_two_separate_spans_is_refused(tmp_path):
     # GIVEN ProfilerStep#2 renamed #1: one number, two steps apart in time
     trace = json.load(gzip.open(next(need(CUDA / "rocm_mi250").glob("*.gz"))))

@@ -82,6 +82,34 @@ def test_npubaseline_shows_and_sets(trainer):
         trainer.run_line_magic("npubaseline", "zz")
 
 
+def test_npucompare_of_the_baseline_alone_compares_it_with_the_latest_run(trainer):
+    # GIVEN a run that recorded nothing, then the baseline and a later run
+    assert trainer.run_cell("%%npuprofile --name empty --no-plot --quiet\nx = 1").result.run.status == "no-steps"
+    for name in ("baseline", "later"):
+        _profile(trainer, name, "train_step()", steps=3)
+    # WHEN the baseline is named alone
+    cmp = trainer.run_line_magic("npucompare", "baseline --no-plot").comparison
+    # THEN it is the reference, against the latest run, never the run that recorded nothing
+    assert (cmp.a, cmp.b) == ("baseline", "later")
+    assert trainer.run_line_magic("npucompare", "later --no-plot").comparison.a == "baseline"
+
+
+def test_a_run_that_recorded_nothing_is_never_the_default_reference(trainer):
+    # GIVEN a run without steps before the only one that recorded any (the baseline)
+    trainer.run_cell("%%npuprofile --name empty --no-plot --quiet\nx = 1")
+    _profile(trainer, "only", "train_step()", steps=2)
+    # WHEN it is compared by default, THEN there is no second run to compare it with
+    for line in ("", "only"):
+        with pytest.raises(UsageError, match="needs two runs"):
+            trainer.run_line_magic("npucompare", f"{line} --no-plot")
+        assert trainer.run_cell(f"%npucompare {line} --no-plot").error_in_exec is not None
+
+
+def test_npubaseline_in_a_fresh_kernel_says_there_is_none_yet(trainer, capsys):
+    assert trainer.run_line_magic("npubaseline", "") is None
+    assert "no baseline in this kernel yet" in capsys.readouterr().out
+
+
 LOADER_SETUP = """
 class SlowData(torch.utils.data.Dataset):
     def __len__(self): return 64

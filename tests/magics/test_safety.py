@@ -262,6 +262,6 @@ def test_export_md_escapes_names_notes_and_kernel_text_and_fences_the_source(tra
     text = (tmp_path / "log.md").read_text()
     lines = text.splitlines()
     assert not any(line.startswith("# Heading") or "<b>" in line for line in lines)
-    assert r"\# Heading \| &lt;b&gt;bold&lt;/b&gt; \- item" in text
+    assert r"# Heading \| &lt;b>bold&lt;/b> - item" in text  # mid-line: no heading, no tag, no cell's end
     # the source sits whole inside a fence longer than the backticks it holds
     assert "````python\n" + source.strip() + "\n````" in text

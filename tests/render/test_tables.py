@@ -164,12 +164,24 @@ def test_a_column_can_format_by_row():
 
 def test_the_rank_table_says_what_free_is_and_shows_a_slowest_column_only_when_a_rank_is():
     # level0: rank 0's step is 13% longer than rank 1's; level1: the two ranks are within 2%
-    uneven = rank_table(shared_summary(ASCEND / "level0").ranks).to_text().splitlines()
+    uneven = rank_table(shared_summary(ASCEND / "level0").ranks).to_text(300).splitlines()
     assert uneven[0].startswith("ranks — free: neither computing nor communicating, after the step's first device task")
     assert uneven[1].split()[-1] == "slowest" and uneven[2].endswith("slowest") and not uneven[3].endswith("slowest")
     even = shared_summary(ASCEND / "level1").ranks
-    lines = rank_table(even).to_text().splitlines()
+    # (a caption wider than the terminal wraps: these lines are read at 300 columns)
+    lines = rank_table(even).to_text(300).splitlines()
     assert lines[0].endswith("none is the slowest") and "slowest" not in lines[1]
     # one rank with steps: nothing to compare, nothing said of it
     alone = even.assign(steps=[1, 0], step_median_us=[even["step_median_us"].iloc[0], float("nan")])
     assert "slowest" not in rank_table(alone).to_text()
+
+
+def test_the_advice_table_says_whose_figures_a_shared_finding_shows():
+    from npumagic.analysis.advice import advise_run
+    from npumagic.render.tables import advice_table
+
+    # GIVEN a finding on both ranks of level1, shown with the figures of the rank where it weighs most
+    advice = advise_run(shared_summary(ASCEND / "level1"), every_rank=True)
+    ranks = advice_table(advice).data["ranks"]
+    # THEN the ranks cell says so in words, not "(figures: 0)"
+    assert ranks.str.match(r"0, 1 \(figures of rank [01]\)").any() and not ranks.str.contains("figures:").any()

@@ -15,8 +15,9 @@ import npumagic
 from npumagic.analysis import schema
 from npumagic.render import VIEWS, build_view, plot_kernels, plot_step_breakdown, plot_timeline
 from npumagic.render.colors import MIN_DISTANCE, OTHER, color_distance, kernel_colors
+from npumagic.render.tables import kernel_caption, kernel_table
 
-from ..conftest import ASCEND_RANKS, need, sampled, shared_summary
+from ..conftest import ASCEND_RANKS, CUDA, need, sampled, shared_summary, shared_trace
 
 
 @pytest.fixture(scope="module")
@@ -298,3 +299,55 @@ def test_kernel_history_uses_one_unit_on_both_axes():
     left, right = fig.axes
     assert "(ms)" in left.get_ylabel() and "(ms)" in right.get_ylabel()
     assert right.lines[0].get_ydata().tolist() == [0.5, 0.3]
+
+
+@pytest.mark.parametrize("total_us, unit", [(50_000.0, "ms"), (500.0, "µs")])
+def test_kernel_history_table_and_figure_share_their_unit(total_us, unit):
+    from npumagic.render.charts import kernel_history_figure
+    from npumagic.render.tables import history_table
+
+    # GIVEN a kernel's history WHEN its table and figure are drawn THEN both are in one unit
+    history = pd.DataFrame({"run": ["a", "b"], "count": [100, 100], "total_us": [total_us, total_us / 2],
+                            "mean_us": [total_us / 100, total_us / 200]})
+    header = history_table(history, "aten::addmm").to_text(100).splitlines()[1]
+    assert f"total ({unit})" in header and f"mean ({unit})" in header
+    assert all(f"({unit})" in ax.get_ylabel() for ax in kernel_history_figure(history, "aten::addmm").axes)
+
+
+def test_cpu_kernels_say_they_are_self_times_and_promise_no_colours(cpu_run):
+    # GIVEN a CPU run: its "kernels" are operators by self time, and its timeline colours none
+    trace, summary = cpu_run
+    # WHEN its kernels view and kernel table are drawn
+    fig = build_view("kernels", trace, summary)
+    table = kernel_table(summary.kernels, 5, kernel_caption(summary)).to_text(120)
+    # THEN both say self time, and nothing promises timeline colours
+    assert "self time" in fig._suptitle.get_text() and "self time" in fig.axes[0].get_xlabel()
+    assert "colour" not in fig.axes[0].get_xlabel()
+    assert all(tuple(bar.get_facecolor()) == pytest.approx(OTHER) for bar in fig.axes[0].patches)
+    assert table.splitlines()[0].startswith("top CPU operators by self time") and "operator" in table.splitlines()[1]
+
+
+def test_device_kernels_keep_their_caption_and_colours(ascend_run):
+    trace, summary = ascend_run
+    fig = build_view("kernels", trace, summary)
+    assert "colours" in fig.axes[0].get_xlabel() and kernel_caption(summary) == "top kernels by total time"
+
+
+def test_the_rocm_timeline_legend_fits_inside_its_figure():
+    # GIVEN the MI250 trace: three lanes beside fourteen legend entries (kinds and ten kernels)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    summary = shared_summary(CUDA / "rocm_mi250")
+    fig = build_view("timeline", shared_trace(CUDA / "rocm_mi250"), summary)
+    # WHEN it is laid out THEN the whole legend lies inside the figure
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw_without_rendering()
+    box = fig.axes[0].get_legend().get_window_extent(renderer)
+    assert len(fig.axes[0].get_legend().legend_handles) >= 12
+    assert box.y0 >= 0 and box.y1 <= fig.bbox.y1 and box.x1 <= fig.bbox.x1
+
+
+def test_a_device_wide_sync_is_not_on_a_stream_named_4294967295():
+    # alexnet_sync: CUPTI's Context Sync records stream 4294967295 (-1 as uint32)
+    lanes = list(shared_trace(CUDA / "alexnet_sync").events["lane"].cat.categories)
+    assert "GPU 0/all streams (context sync)" in lanes and not [lane for lane in lanes if "4294967295" in lane]

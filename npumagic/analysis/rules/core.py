@@ -14,7 +14,7 @@ import pandas as pd
 from .. import counters as hw
 from .. import thresholds as T
 from ..blocking import sync_idle_share
-from ..finding import Finding
+from ..finding import Finding, plural
 from ..gaps import cpu_work, gap_operators
 from ..metrics import Summary
 from .npu_ops import INTERNAL_FORMAT_OFF
@@ -375,7 +375,7 @@ def _npu_compute(s: Summary) -> list[Finding]:
     trans = d[d["type"] == "TransData"]
     if len(trans) and float(trans["dur_ns"].sum()) / compute > T.TRANSDATA_SHARE:
         t_ns = float(trans["dur_ns"].sum())
-        out.append(Finding("npu_compute", t_ns / wall, f"{len(trans)} TransData format conversions take "
+        out.append(Finding("npu_compute", t_ns / wall, f"{plural(len(trans), 'TransData format conversion takes', 'TransData format conversions take')} "
                            f"{t_ns / 1e6:,.2f} ms, {t_ns / compute:.0%} of device compute",
                            {"transdata_count": len(trans), "transdata_ms": t_ns / 1e6, "transdata_share": t_ns / compute},
                            f"turn private formats off at the start of the script: {INTERNAL_FORMAT_OFF} (operators "
@@ -386,7 +386,7 @@ def _npu_compute(s: Summary) -> list[Finding]:
                     & (by_kernel["block"] > 0)]
     if len(low):
         listed = ", ".join(f"{n} (block dim {int(b)})" for n, b in low["block"].items())
-        out.append(Finding("npu_compute", float(low["ns"].sum()) / wall * T.LOW_BLOCK_DIM_RECOVERABLE, f"{len(low)} long kernels run on fewer "
+        out.append(Finding("npu_compute", float(low["ns"].sum()) / wall * T.LOW_BLOCK_DIM_RECOVERABLE, f"{plural(len(low), 'long kernel runs', 'long kernels run')} on fewer "
                            f"than {T.LOW_BLOCK_DIM} AI Cores: {listed}", {"low_block_kernels": len(low)},
                            "give these ops more parallel work: a larger batch or sequence per call, so the tiling "
                            "can split it over all AI Cores", listed, "low_block_dim"))
@@ -405,7 +405,7 @@ def _memory_bound_kernels(d: pd.DataFrame, wall_ns: float) -> list[Finding]:
     ns = float(bound["dur_ns"].sum())
     types = bound.groupby("type")["dur_ns"].sum().sort_values(ascending=False).head(4)
     listed = ", ".join(f"{t} ({v / 1e3:.0f} µs)" for t, v in types.items())
-    return [Finding("memory", ns / wall_ns, f"{len(bound)} kernels are memory-bound (MTE2 load pipe above "
+    return [Finding("memory", ns / wall_ns, f"{plural(len(bound), 'kernel is', 'kernels are')} memory-bound (MTE2 load pipe above "
                     f"{T.MEMORY_BOUND_MTE2_RATIO:.0%}, compute pipe below {T.MEMORY_BOUND_COMPUTE_RATIO:.0%}): {listed}",
                     {"memory_bound_kernels": len(bound), "memory_bound_ms": ns / 1e6},
                     "move less data per FLOP: fuse these elementwise/optimizer ops (" + NPU_COMPILE + "; the "

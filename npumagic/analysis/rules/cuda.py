@@ -12,7 +12,7 @@ import pandas as pd
 
 from .. import thresholds as T
 from ..blocking import idle_during, sync_idle_share
-from ..finding import Finding
+from ..finding import Finding, plural
 from ..breakdown import cycle_of
 from ..intervals import Spans
 from .registry import rule, share_of_steps
@@ -226,7 +226,7 @@ def sync_memcpy(s) -> list[Finding]:
         return []
     us = float(calls["dur_ns"].sum()) / 1e3
     listed = ", ".join(f"{n} x{c}" for n, c in calls["name"].astype(str).value_counts().items())
-    return [Finding("sync", _idle_share(s, calls), f"{len(calls)} synchronous copies or memsets block the host "
+    return [Finding("sync", _idle_share(s, calls), f"{plural(len(calls), 'synchronous copy or memset blocks', 'synchronous copies or memsets block')} the host "
                     f"{us:,.0f} us: {listed}", {"sync_copies": len(calls), "sync_copy_us": us},
                     "keep data on the GPU: create tensors there (torch.zeros(..., device='cuda')), avoid .cpu()/.item()/"
                     ".tolist()/.numpy() in the step, and copy pinned tensors with non_blocking=True", listed)]
@@ -253,7 +253,7 @@ def sync_apis(s) -> list[Finding]:
     listed = ", ".join(f"{n} x{c}" for n, c in calls["name"].astype(str).value_counts().items())
     source = calls["source"].astype(str)
     where = source[source != ""].mode().iat[0] if (source != "").any() else listed
-    return [Finding("sync", _idle_share(s, calls), f"{len(calls)} explicit synchronisation calls in the profiled "
+    return [Finding("sync", _idle_share(s, calls), f"{plural(len(calls), 'explicit synchronisation call', 'explicit synchronisation calls')} in the profiled "
                     f"steps ({us:,.0f} us): {listed}", {"sync_calls": len(calls), "sync_call_us": us},
                     "drop torch.cuda.synchronize() and stream/event synchronize() calls from the step (time with "
                     "torch.cuda.Event(enable_timing=True) read after the loop instead)", where)]

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .. import thresholds as T
-from ..finding import Finding
+from ..finding import Finding, plural
 from ..schema import DEVICE_WORK
 from .registry import kernel_metrics, rule, share_of_steps
 from .npu_env import environment
@@ -107,7 +107,7 @@ def affinity_api(s) -> list[Finding]:
                          "Atlas A2/A3 chips, torch_npu/utils/_optim.py)")
         else:
             fixes.append(f"call {h['api']} instead of the {h['pattern']!s} sequence")
-    return [Finding("small_ops", 0.0, f"{len(found)} torch_npu affinity APIs could replace what the step runs: "
+    return [Finding("small_ops", 0.0, f"{plural(len(found), 'torch_npu affinity API', 'torch_npu affinity APIs')} could replace what the step runs: "
                     f"{listed}", {"apis": found}, "; ".join(fixes), "; ".join(h["where"] for h in found if h["where"]))]
 
 

@@ -9,6 +9,7 @@ as text in memory, nor as ten million Python objects.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -181,9 +182,12 @@ def _one_job(paths: list[Path], metas: list[dict[str, Any]]) -> None:
             why = " at overlapping times"
         else:
             continue
-        raise TraceError(paths[j].parent, f"holds traces of separate runs: {paths[i].name} and {paths[j].name} both "
-                                          f"record rank {a['rank']}{why}. A folder is read as one job (a trace per "
-                                          "rank, or per profiling cycle): analyse each trace on its own")
+        # the folder that holds both (a subfolder of the one given may hold only one of them)
+        where = Path(os.path.commonpath([paths[i].parent, paths[j].parent]))
+        first, second = (p.relative_to(where).as_posix() for p in (paths[i], paths[j]))
+        raise TraceError(where, f"holds traces of separate runs: {first} and {second} both "
+                                f"record rank {a['rank']}{why}. A folder is read as one job (a trace per "
+                                "rank, or per profiling cycle): analyse each trace, or each run's folder, on its own")
 
 
 def _without_repeated_device_events(ev: pd.DataFrame, notes: ReadNotes, path: Path) -> pd.DataFrame:
@@ -444,6 +448,9 @@ def _narrow(ids: np.ndarray) -> np.ndarray:
     return ids.astype(np.int32)
 
 
+NO_STREAM = (-1, 2**32 - 1)  # CUPTI's stream of a device-wide (context) synchronisation: -1, or as uint32
+
+
 def _lanes(on_device, pid, tid, device, stream, process_names) -> pd.Categorical:
     """One lane name per event, built once per distinct (process, thread) or (device, stream)."""
     if on_device.size == 0:
@@ -460,8 +467,8 @@ def _lanes(on_device, pid, tid, device, stream, process_names) -> pd.Categorical
     codes, keys = pd.factorize(key)
     del key
     unique = [(k >> 62, values_a[(k >> 31) & (2**31 - 1)], values_b[k & (2**31 - 1)]) for k in keys.tolist()]
-    labels = [f"GPU {a}/Stream {b}" if is_dev else f"{process_names.get(int(a), 'Host')}/Thread {b}"
-              for is_dev, a, b in unique]
+    labels = [(f"GPU {a}/Stream {b}" if b not in NO_STREAM else f"GPU {a}/all streams (context sync)") if is_dev
+              else f"{process_names.get(int(a), 'Host')}/Thread {b}" for is_dev, a, b in unique]
     # equal labels (two pids with one name) must share one category
     cats, remap = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
     return pd.Categorical.from_codes(remap.astype(np.int32)[codes], categories=list(cats))

@@ -20,7 +20,6 @@ communication.json's "Communication Time Info") is used, and ``StepTraceTime`` i
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -530,8 +529,3 @@ STEP_TRACE_NAMES = {"step": "Step", "computing": "Computing", "communication_not
                     "bubble": "Bubble", "preparing": "Preparing",
                     "communication_not_overlapped_and_exclude_receive":
                         "Communication(Not Overlapped and Exclude Receive)"}
-
-
-def rank_from_name(path: Path) -> int | None:
-    m = re.search(r"ascend_pytorch_profiler_(\d+)\.db$", path.name)
-    return int(m.group(1)) if m else None

@@ -19,8 +19,8 @@ import pandas as pd
 from ...errors import TraceError
 from .. import schema
 from ..breakdown import vendor_step_table
-from . import ascend_db
 from .ascend.communication import communication_rows, matrix_rows
+from .ascend.db import find_db
 from .ascend.csv_tables import STEP_TRACE_REQUIRED, step_trace_rows
 from .ascend.discover import OUTPUT, export_type, profiler_info, rank_id, warn_renumbered
 from .ascend.files import json_object, read_json
@@ -51,7 +51,7 @@ def unfit(paths: list[Path]) -> list[Path]:
     for rank_dir in paths:
         out = rank_dir / OUTPUT
         if not (out / STEP_TRACE).is_file() or (
-                ascend_db.find_db(out) is not None and export_type(profiler_info(rank_dir)[1]) == "db"):
+                find_db(out) is not None and export_type(profiler_info(rank_dir)[1]) == "db"):
             found.append(rank_dir)
     return found
 

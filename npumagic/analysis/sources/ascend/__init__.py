@@ -3,5 +3,6 @@
 One job a module, imported from where they are: :mod:`.discover` finds the rank directories and
 what each says of itself; :mod:`.files` reads torch_npu's JSON and CSV files; :mod:`.trace_view`,
 :mod:`.csv_tables` and :mod:`.communication` read one kind of file each; :mod:`.text` reads a
-rank of the text export from them; :mod:`.reader` reads a job's ranks into one Trace.
+rank of the text export from them and :mod:`.db` a rank of the db export; :mod:`.reader` reads
+a job's ranks into one Trace.
 """

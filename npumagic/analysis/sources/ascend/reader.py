@@ -1,9 +1,8 @@
 """Reader for torch_npu profiler output: ``*_ascend_pt`` directories with ``ASCEND_PROFILER_OUTPUT/``.
 
 Each rank is read from the richest export it holds (the text export by :mod:`.text`, the db
-export by :mod:`~npumagic.analysis.sources.ascend_db`), its collectives from
-communication*.json; ranks whose ids repeat are numbered in directory order, and their tables
-and meta joined into one Trace.
+export by :mod:`.db`), its collectives from communication*.json; ranks whose ids repeat are
+numbered in directory order, and their tables and meta joined into one Trace.
 """
 
 from __future__ import annotations
@@ -16,13 +15,12 @@ import pandas as pd
 
 from ....errors import TraceError
 from ... import schema
-from .. import ascend_db
 from .._notes import ReadNotes, reading
 from .._stray import stray_remark, within, without_stray_device_events
+from . import db, text
 from .communication import communication_tables
 from .discover import OUTPUT, export_type, profiler_info, rank_id, warn_renumbered
 from .files import json_object, read_json
-from .text import read_csv_rank, read_rank, read_step_trace_rank
 
 
 def read(paths: list[Path], progress=None) -> schema.Trace:
@@ -125,31 +123,31 @@ def read_rank_parts(rank_dir: Path, notes: ReadNotes | None = None) -> dict[str,
     metadata = read_json(metadata_path)
     environment = json_object(metadata.get("ENV_VARIABLES", {}), metadata_path, "ENV_VARIABLES")
     groups = json_object(metadata.get("parallel_group_info", {}), metadata_path, "parallel_group_info")
-    db = ascend_db.find_db(out)
+    db_path = db.find_db(out)
     has_text = any((out / f).is_file() for f in TEXT_TABLES)
-    if db is not None and (not has_text or export_type(info) == "db"):
-        parts = ascend_db.read_rank(db, rank, notes)
-        _leave_out_stray(parts, db, notes)
+    if db_path is not None and (not has_text or export_type(info) == "db"):
+        parts = db.read_rank(db_path, rank, notes)
+        _leave_out_stray(parts, db_path, notes)
         parts.update(settings=settings, note="", sources={
-            "breakdown": f"{db.name}: TASK, COMPUTE_TASK_INFO, COMMUNICATION_OP, STEP_TIME",
-            "timeline": db.name, "links": f"{db.name}: COMMUNICATION_TASK_INFO"})
+            "breakdown": f"{db_path.name}: TASK, COMPUTE_TASK_INFO, COMMUNICATION_OP, STEP_TIME",
+            "timeline": db_path.name, "links": f"{db_path.name}: COMMUNICATION_TASK_INFO"})
         parts["parallel_groups"] = parts["parallel_groups"] or groups
         return parts
     if (out / "trace_view.json").is_file():
         try:
-            parts = read_rank(rank_dir, rank, notes)
+            parts = text.read_rank(rank_dir, rank, notes)
         except TraceError as exc:  # a truncated or damaged trace_view.json: read the rank as without it
             if Path(exc.path).name != "trace_view.json" or not (out / "kernel_details.csv").is_file():
                 raise
             with reading(out / "kernel_details.csv"):
-                parts = read_csv_rank(rank_dir, rank, notes)
+                parts = text.read_csv_rank(rank_dir, rank, notes)
             parts["note"] = f"trace_view.json unreadable ({exc.problem[:120]}), so read with " + parts["note"]
     elif (out / "kernel_details.csv").is_file():
         with reading(out / "kernel_details.csv"):
-            parts = read_csv_rank(rank_dir, rank, notes)
+            parts = text.read_csv_rank(rank_dir, rank, notes)
     elif (out / "step_trace_time.csv").is_file():
         with reading(out / "step_trace_time.csv"):
-            parts = read_step_trace_rank(rank_dir, rank)
+            parts = text.read_step_trace_rank(rank_dir, rank)
     else:
         raise TraceError(out, _unreadable(out))
     _leave_out_stray(parts, out, notes)

@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...errors import TraceError
-from .. import schema
-from ._columns import US_LIMIT, to_int
-from ._db_counters import db_counters
-from ._notes import ReadNotes
-from .kineto import DATALOADER_PREFIX, STEP_NAME
+from ....errors import TraceError
+from ... import schema
+from .._columns import US_LIMIT, to_int
+from .._db_counters import db_counters
+from .._notes import ReadNotes
+from ..kineto import DATALOADER_PREFIX, STEP_NAME
 
 DB_PATTERN = "ascend_pytorch_profiler*.db"
 # CANN_API.type -> the prefix torch_npu's text export gives these calls on the CANN lane

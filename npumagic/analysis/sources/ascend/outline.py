@@ -16,16 +16,16 @@ from typing import Any
 
 import pandas as pd
 
-from ...errors import TraceError
-from .. import schema
-from ..breakdown import vendor_step_table
-from .ascend.communication import communication_rows, matrix_rows
-from .ascend.db import find_db
-from .ascend.csv_tables import STEP_TRACE_REQUIRED, step_trace_rows
-from .ascend.discover import OUTPUT, export_type, profiler_info, rank_id, warn_renumbered
-from .ascend.files import json_object, read_json
-from .ascend.reader import DEVICE_NAME
-from ._notes import reading
+from ....errors import TraceError
+from ... import schema
+from ...breakdown import vendor_step_table
+from .._notes import reading
+from .communication import communication_rows, matrix_rows
+from .csv_tables import STEP_TRACE_REQUIRED, step_trace_rows
+from .db import find_db
+from .discover import OUTPUT, export_type, profiler_info, rank_id, warn_renumbered
+from .files import json_object, read_json
+from .reader import DEVICE_NAME
 
 STEP_TRACE = "step_trace_time.csv"
 

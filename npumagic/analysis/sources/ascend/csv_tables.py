@@ -231,7 +231,7 @@ def _good_step_trace(table: pd.DataFrame, notes: ReadNotes, path: Path) -> pd.Da
     if table.empty or "Step" not in table:
         return table
     values = table.apply(pd.to_numeric, errors="coerce")
-    times = values[[c for c in STEP_TRACE_COLUMNS if c in values]]
+    times = values[[c for c in STEP_TRACE_TIMES if c in values]]
     stage = values["Stage"] if "Stage" in values else pd.Series(np.inf, index=values.index)
     parts = values[[c for c in ("Computing", "Communication(Not Overlapped)", "Free") if c in values]]
     repeat = table.duplicated(keep="first")
@@ -242,9 +242,9 @@ def _good_step_trace(table: pd.DataFrame, notes: ReadNotes, path: Path) -> pd.Da
     return table[good].reset_index(drop=True)
 
 
-STEP_TRACE_COLUMNS = {"Computing": "computing_us", "Communication(Not Overlapped)": "comm_not_overlapped_us",
-                      "Overlapped": "overlapped_us", "Communication": "communication_us", "Free": "free_us",
-                      "Stage": "stage_us", "Preparing": "preparing_us"}
+# the step_trace_time.csv times a row must not hold negative
+STEP_TRACE_TIMES = ("Computing", "Communication(Not Overlapped)", "Overlapped", "Communication", "Free", "Stage",
+                    "Preparing")
 
 
 STEP_TRACE_REQUIRED = ("Step", "Computing", "Free")

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--save", type=Path, help="write the outputs here")
     what.add_argument("--check", type=Path, help="compare the outputs with those saved here")
     args = parser.parse_args(argv)
-    now = snapshot(args.data)
+    now = snapshot(args.data.resolve())  # one spelling of the inputs' paths, whichever link led there
     if args.save:
         args.save.write_text(json.dumps(now, indent=1, sort_keys=True))
         print(f"{sum(map(len, now.values()))} outputs of {len(now)} inputs saved in {args.save}")

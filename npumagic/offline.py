@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .analysis.sources.ascend import never_parsed, offline_parse_command, raw_only
+from .analysis.sources.ascend.discover import never_parsed, offline_parse_command, raw_only
 from .capture.offline import torch_npu_analyse
 from .errors import NpumagicError
 

@@ -10,7 +10,7 @@ travel back; the cluster views are computed from them by
 one rank never starts Dask.
 
 From :data:`OUTLINE_MIN_RANKS` ranks on, a torch_npu job is by default read as an outline
-instead (:mod:`~npumagic.analysis.sources.ascend_outline`): every rank's small files as
+instead (:mod:`~npumagic.analysis.sources.ascend.outline`): every rank's small files as
 msprof-analyze's cluster analysis reads them, for the rank table, links and matrix, and only the
 focused rank in full. ``every_rank`` (or naming a scheduler) reads and summarises every rank.
 """
@@ -29,7 +29,8 @@ from .analysis import sources
 from .analysis.collectives import LINK_COLUMNS
 from .analysis.metrics import Summary, combine, rebase, summarize, summarize_rank
 from .analysis.ranks import parallel_indices, rank_table_of_steps
-from .analysis.sources import ascend_outline
+from .analysis.sources.ascend import outline as ascend_outline
+from .analysis.sources.ascend.discover import warn_renumbered
 from .errors import NpumagicError, TraceError
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
         raise TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
     renumber = len({r for r, _ in read}) != len(read)  # unlabelled ranks: directory order, as the reader does
     if renumber:
-        sources.ascend.warn_renumbered(paths, [r for r, _ in read])
+        warn_renumbered(paths, [r for r, _ in read])
         metas = [_renumbered(m, i) for i, m in enumerate(metas)]
     job = sources.merge_meta(fmt, paths, metas, unreadable)
     host = sources.host_file(path)

@@ -606,10 +606,11 @@ def _holds_output(folder: Path) -> bool:
     """Whether ``folder`` holds Kineto traces or torch_npu ranks (a capture there would mix with them)."""
     if not folder.is_dir():
         return False
-    from .analysis.sources import KINETO_FILES, ascend
+    from .analysis.sources import KINETO_FILES
+    from .analysis.sources.ascend.discover import rank_dirs
 
     return (any(p.name.endswith(KINETO_FILES) for p in folder.iterdir())
-            or bool(ascend.rank_dirs(folder)))
+            or bool(rank_dirs(folder)))
 
 
 def _make_run_dir(run_dir: Path) -> bool:

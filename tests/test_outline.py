@@ -16,7 +16,8 @@ import npumagic
 from npumagic import parallel
 from npumagic.analysis import cluster
 from npumagic.analysis.persist import dump_summary, load_summary
-from npumagic.analysis.sources import ascend_outline, detect
+from npumagic.analysis.sources import detect
+from npumagic.analysis.sources.ascend import outline as ascend_outline
 from npumagic.cli import main
 
 from .test_parallel import _assert_same, copy_job

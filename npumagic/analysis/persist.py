@@ -117,7 +117,7 @@ def _decode(d: dict[str, Any], job: Summary | None = None) -> Summary:
     details = _revive(d.get("details"))
     if "kernel_metrics" not in d and isinstance(details, pd.DataFrame) and {"ts_ns", "dur_ns"} <= set(details):
         # stored before the kernel metrics were normalized: the raw kernel_details columns
-        from .sources.ascend import kernel_metrics_from_details
+        from .sources.ascend.csv_tables import kernel_metrics_from_details
 
         rank = int((fields.get("meta") or {}).get("rank", 0))
         fields["kernel_metrics"] = kernel_metrics_from_details(details, rank)

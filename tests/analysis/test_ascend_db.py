@@ -198,7 +198,7 @@ def test_a_db_without_the_task_table_says_what_it_expected(tmp_path):
 
 
 def test_the_db_is_opened_read_only(tmp_path):
-    from npumagic.analysis.sources.ascend_db import connect
+    from npumagic.analysis.sources.ascend.db import connect
 
     path = _copy(tmp_path) / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
     conn = connect(path)

@@ -178,7 +178,7 @@ def test_ranks_carry_dp_pp_tp_and_pipeline_stages_are_compared(tmp_path):
 
 
 def test_a_matrix_file_without_totals_uses_the_median_op_of_each_pair(tmp_path):
-    from npumagic.analysis.sources.ascend import matrix_rows
+    from npumagic.analysis.sources.ascend.communication import matrix_rows
 
     raw = json.loads((need(ASCEND / "level1" / "rank0_ascend_pt") / "ASCEND_PROFILER_OUTPUT" /
                       "communication_matrix.json").read_text())

@@ -6,7 +6,7 @@ import pandas as pd
 
 from npumagic.analysis import schema
 from npumagic.analysis.operators import kernel_table
-from npumagic.analysis.sources.ascend import _read_csv
+from npumagic.analysis.sources.ascend.files import read_csv
 
 
 def _kernels(rows: list[tuple[str, str]]) -> pd.DataFrame:
@@ -29,7 +29,7 @@ def test_each_kernel_shows_its_commonest_shapes_and_the_first_in_order_on_a_tie(
 def test_csv_cells_lose_the_whitespace_torch_npu_pads_them_with(tmp_path):
     path = tmp_path / "kernel_details.csv"
     path.write_text("Name,Type,Start Time(us)\nMatMul\t, MatMul ,1736408883704643.212\t\nAdd,Add\n")
-    frame = _read_csv(path)
+    frame = read_csv(path)
     assert frame["Name"].tolist() == ["MatMul", "Add"]
     assert frame["Type"].tolist() == ["MatMul", "Add"]
     assert frame["Start Time(us)"].iat[0] == "1736408883704643.212"

@@ -15,7 +15,9 @@ import pandas as pd
 from ...errors import NpumagicError, TraceError
 from .. import schema
 from ..schema import Trace, sort_counters
-from . import ascend, kineto
+from . import kineto
+from .ascend import discover
+from .ascend import reader as ascend_reader
 from ._inflate import open_trace
 from .host import FILE_NAME as HOST_FILE
 from .host import read_host
@@ -32,14 +34,14 @@ def detect(path: str | Path) -> tuple[str, list[Path]]:
     if not path.exists():
         raise TraceError(path, "no such file or directory")
     inside = path if path.is_dir() else path.parent  # torch_npu's ASCEND_PROFILER_OUTPUT or a file in it
-    if inside.name == ascend.OUTPUT and ascend.rank_dirs(inside.parent):
+    if inside.name == discover.OUTPUT and discover.rank_dirs(inside.parent):
         return "ascend", [inside.parent]  # its rank, read whole: trace_view.json alone is no Kineto trace
     if path.is_file():
         if path.name.endswith(_TRACE_SUFFIXES):
             return "kineto", [path]
         raise TraceError(path, "unknown format; expected a torch.profiler trace (*.json, *.json.gz) "
                                "or a torch_npu *_ascend_pt directory")
-    ranks = ascend.rank_dirs(path)
+    ranks = discover.rank_dirs(path)
     if ranks:
         return "ascend", ranks
     traces = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
@@ -48,9 +50,9 @@ def detect(path: str | Path) -> tuple[str, list[Path]]:
     nested = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(KINETO_FILES))
     if nested:
         return "kineto", nested
-    raw = ascend.raw_only(path)
+    raw = discover.raw_only(path)
     if raw:
-        raise TraceError(path, ascend.never_parsed(raw, path))
+        raise TraceError(path, discover.never_parsed(raw, path))
     found = sorted(p.name for p in path.iterdir())[:5]
     what = f"it holds {', '.join(found)}" if found else "it is empty"
     raise TraceError(path, f"no profiler output found ({what}); expected *.pt.trace.json files "
@@ -113,8 +115,8 @@ def load(path: str | Path, progress: bool = False) -> Trace:
 
 def read(fmt: str, paths: list[Path], progress=None) -> Trace:
     """Read ``paths`` of format ``fmt`` (as :func:`detect` returns them) with that reader."""
-    reader = kineto.read if fmt == "kineto" else ascend.read
-    return reader(paths, progress=progress)
+    read_format = kineto.read if fmt == "kineto" else ascend_reader.read
+    return read_format(paths, progress=progress)
 
 
 def host_file(path: str | Path) -> Path | None:
@@ -151,7 +153,7 @@ def merge_meta(fmt: str, paths: list[Path], metas: list[dict], unreadable: dict 
     """The meta of a job read group by group: what reading all ``paths`` at once gives, from each
     group's own meta (in the order of :func:`rank_groups`)."""
     if fmt == "ascend":
-        job = ascend.merge_meta(paths, metas, unreadable)
+        job = ascend_reader.merge_meta(paths, metas, unreadable)
     elif len(metas) != 1:
         raise ValueError("Kineto files are read as one group")
     else:

@@ -9,9 +9,6 @@ import pandas as pd
 
 from ...errors import TraceError
 
-STEP_ID_LIMIT = 2**53  # step numbers past it are not a profiler's
-
-
 US_LIMIT = 9.2e15  # |microseconds| whose nanoseconds still fit in int64
 
 
@@ -59,15 +56,9 @@ def _float_us_to_ns(us: np.ndarray) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
-def decimal_us_to_ns(text: pd.Series) -> np.ndarray:
-    """Decimal microsecond strings -> int64 nanoseconds, exactly (digits past the ns are cut);
-    invalid ones become 0 (see :func:`decimal_us_to_ns_checked`)."""
-    return decimal_us_to_ns_checked(text)[0]
-
-
 def decimal_us_to_ns_checked(text: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """As :func:`decimal_us_to_ns`, plus the mask of valid strings (decimals whose nanoseconds
-    fit in int64)."""
+    """Decimal microsecond strings -> int64 nanoseconds, exactly (digits past the ns are cut;
+    invalid ones become 0), plus the mask of valid strings (decimals whose nanoseconds fit in int64)."""
     # One pass a string (the pandas string methods are Python loops too, one per method).
     ns_values, valid = [], []
     for value in text.astype(str).tolist():

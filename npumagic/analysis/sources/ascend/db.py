@@ -20,7 +20,6 @@ communication.json's "Communication Time Info") is used, and ``StepTraceTime`` i
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -29,12 +28,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...errors import TraceError
-from .. import schema
-from ._columns import US_LIMIT, to_int
-from ._db_counters import db_counters
-from ._notes import ReadNotes
-from .kineto import DATALOADER_PREFIX, STEP_NAME
+from ....errors import TraceError
+from ... import schema
+from .._columns import US_LIMIT, to_int
+from .._db_counters import db_counters
+from .._notes import ReadNotes
+from ..kineto import DATALOADER_PREFIX, STEP_NAME
 
 DB_PATTERN = "ascend_pytorch_profiler*.db"
 # CANN_API.type -> the prefix torch_npu's text export gives these calls on the CANN lane
@@ -530,8 +529,3 @@ STEP_TRACE_NAMES = {"step": "Step", "computing": "Computing", "communication_not
                     "bubble": "Bubble", "preparing": "Preparing",
                     "communication_not_overlapped_and_exclude_receive":
                         "Communication(Not Overlapped and Exclude Receive)"}
-
-
-def rank_from_name(path: Path) -> int | None:
-    m = re.search(r"ascend_pytorch_profiler_(\d+)\.db$", path.name)
-    return int(m.group(1)) if m else None

@@ -16,11 +16,16 @@ from typing import Any
 
 import pandas as pd
 
-from ...errors import TraceError
-from .. import schema
-from ..breakdown import vendor_step_table
-from . import ascend, ascend_db
-from ._notes import reading
+from ....errors import TraceError
+from ... import schema
+from ...breakdown import vendor_step_table
+from .._notes import reading
+from .communication import communication_rows, matrix_rows
+from .csv_tables import STEP_TRACE_REQUIRED, step_trace_rows
+from .db import find_db
+from .discover import OUTPUT, export_type, profiler_info, rank_id, warn_renumbered
+from .files import json_object, read_json
+from .reader import DEVICE_NAME
 
 STEP_TRACE = "step_trace_time.csv"
 
@@ -44,9 +49,9 @@ def unfit(paths: list[Path]) -> list[Path]:
     outline reads nothing else for the breakdown) or a db export; they need the full reader."""
     found = []
     for rank_dir in paths:
-        out = rank_dir / ascend.OUTPUT
+        out = rank_dir / OUTPUT
         if not (out / STEP_TRACE).is_file() or (
-                ascend_db.find_db(out) is not None and ascend._export_type(ascend._profiler_info(rank_dir)[1]) == "db"):
+                find_db(out) is not None and export_type(profiler_info(rank_dir)[1]) == "db"):
             found.append(rank_dir)
     return found
 
@@ -68,10 +73,10 @@ def read(paths: list[Path], progress=None) -> Outline:
         raise TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
     ids = [r["rank"] for r in read_ranks]
     if len(set(ids)) != len(ids):  # unlabelled ranks
-        ascend.warn_renumbered(paths, ids)
+        warn_renumbered(paths, ids)
         ids = list(range(len(read_ranks)))
     rows = lambda key: [dict(row, rank=i) for i, r in zip(ids, read_ranks) for row in r[key]]  # noqa: E731
-    metas = [{"device_name": ascend.DEVICE_NAME, "settings": r["settings"], "environment": r["environment"],
+    metas = [{"device_name": DEVICE_NAME, "settings": r["settings"], "environment": r["environment"],
               "sources": {i: {"breakdown": f"{STEP_TRACE} (vendor)", "links": "communication.json (each link's own "
                               "transit time)"}},
               "parallel_groups": {i: r["groups"]} if r["groups"] else {}} for i, r in zip(ids, read_ranks)]
@@ -82,24 +87,24 @@ def read(paths: list[Path], progress=None) -> Outline:
 
 
 def _read_rank(rank_dir: Path) -> dict[str, Any]:
-    out = rank_dir / ascend.OUTPUT
-    info_path, info = ascend._profiler_info(rank_dir)
+    out = rank_dir / OUTPUT
+    info_path, info = profiler_info(rank_dir)
     metadata_path = rank_dir / "profiler_metadata.json"
-    metadata = ascend._json(metadata_path)
+    metadata = read_json(metadata_path)
     with reading(out / STEP_TRACE):
-        steps = ascend.step_trace_rows(out / STEP_TRACE)[1]
+        steps = step_trace_rows(out / STEP_TRACE)[1]
     with reading(out / "communication.json"):
-        links = ascend.communication_rows(out / "communication.json", 0, calls=False)[1]
-        matrix = ascend.matrix_rows(out / "communication_matrix.json", 0)
-    return {"rank": ascend._rank_id(info_path, info.get("rank_id"), rank_dir), "dir": rank_dir, "steps": steps,
+        links = communication_rows(out / "communication.json", 0, calls=False)[1]
+        matrix = matrix_rows(out / "communication_matrix.json", 0)
+    return {"rank": rank_id(info_path, info.get("rank_id"), rank_dir), "dir": rank_dir, "steps": steps,
             "links": links, "matrix": matrix,
-            "settings": ascend._object(info.get("config", {}), info_path, "config"),
-            "environment": ascend._object(metadata.get("ENV_VARIABLES", {}), metadata_path, "ENV_VARIABLES"),
-            "groups": ascend._object(metadata.get("parallel_group_info", {}), metadata_path, "parallel_group_info")}
+            "settings": json_object(info.get("config", {}), info_path, "config"),
+            "environment": json_object(metadata.get("ENV_VARIABLES", {}), metadata_path, "ENV_VARIABLES"),
+            "groups": json_object(metadata.get("parallel_group_info", {}), metadata_path, "parallel_group_info")}
 
 
 def _step_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    columns = dict.fromkeys(["rank", *ascend.STEP_TRACE_REQUIRED, *(k for r in rows for k in r)])
+    columns = dict.fromkeys(["rank", *STEP_TRACE_REQUIRED, *(k for r in rows for k in r)])
     raw = pd.DataFrame(rows, columns=list(columns))
     table = vendor_step_table(raw.drop(columns="rank"), pd.DataFrame(columns=["start_ns"]))
     return table.assign(rank=raw["rank"].to_numpy(dtype="int64"))

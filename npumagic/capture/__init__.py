@@ -4,8 +4,8 @@ torch is imported lazily here and nowhere else."""
 
 from .backends import Backend, BackendChoice, choose_backend
 from .options import ACTIVITIES, AIC_METRICS, CaptureOptions
-from .runner import CaptureResult, NestedCaptureError, capture, current_capture, ensure_idle
+from .runner import CaptureResult, NestedCaptureError, capture, ensure_idle
 from .steps import step
 
 __all__ = ["ACTIVITIES", "AIC_METRICS", "Backend", "BackendChoice", "CaptureOptions", "CaptureResult",
-           "NestedCaptureError", "capture", "choose_backend", "current_capture", "ensure_idle", "step"]
+           "NestedCaptureError", "capture", "choose_backend", "ensure_idle", "step"]

@@ -69,11 +69,6 @@ class CaptureResult:
                       or (p.name.startswith("ascend_pytorch_profiler") and p.suffix == ".db"))
 
 
-def current_capture() -> "_steps.StepClock | None":
-    """The capture running in this kernel, if any (nested captures are refused)."""
-    return _steps.active()
-
-
 def recorded(options: CaptureOptions, steps: int) -> int:
     """Active steps completed after ``steps`` boundaries under the schedule."""
     n = steps - options.skip_first

@@ -204,7 +204,8 @@ def test_a_torchrun_job_gives_one_trace_per_rank_and_a_two_rank_run(tmp_path):
     summary = stored.summary("ddp")
     assert summary.ranks["rank"].tolist() == [0, 1] and (summary.ranks["steps"] == 3).all()
     table = done.stdout[done.stdout.index("\nranks"):].splitlines()
-    assert [line.split()[:2] for line in table[3:5]] == [["0", "3"], ["1", "3"]]
+    header = next(i for i, line in enumerate(table) if line.startswith("rank "))  # below the wrapped caption
+    assert [line.split()[:2] for line in table[header + 1:header + 3]] == [["0", "3"], ["1", "3"]]
     assert "left out" not in done.stdout
     (run,) = runs(tmp_path / "out", tmp_path)
     assert (run["status"], run["steps"]) == ("ok", 3)

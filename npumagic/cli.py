@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+from .commands import SHELL
 from .errors import NpumagicError
 from .terminal import SafeStream, safe_text, terminal_width
 
@@ -587,6 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # no escape sequence from a trace reaches the terminal; stderr's messages are made safe where
     # they are written (the progress bar there needs its carriage returns)
     stdout, sys.stdout = sys.stdout, SafeStream(sys.stdout)
+    shell = SHELL.set("cli")  # the core's messages name commands, not magics
     try:
         status = args.func(args)
         sys.stdout.flush()  # here, not at exit: a reader that has gone is met inside this try
@@ -601,6 +603,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("npumagic: interrupted", file=sys.stderr)
         return 130
     finally:
+        SHELL.reset(shell)
         warnings.formatwarning = python_format
         sys.stdout = stdout
 

@@ -29,6 +29,7 @@ from .analysis.metrics import Summary
 from .analysis.persist import FORMAT as SUMMARY_FORMAT
 from .analysis.persist import READABLE as READABLE_SUMMARY_FORMATS
 from .analysis.persist import dump_summary, load_summary
+from .commands import say
 from .errors import NpumagicError
 from .names import DB_NAME, check_name  # noqa: F401  (DB_NAME: imported from here too)
 from .records import Run, when
@@ -268,9 +269,10 @@ class HistoryStore:
         if not create:
             if not self.directory.is_dir():
                 raise HistoryError(f"{self.directory}: no such output directory (expected the directory "
-                                   "%%npuprofile wrote its runs to)")
+                                   "npumagic's captures wrote their runs to)")
             if not self.path.is_file():
-                raise HistoryError(f"{self.path}: no history here (expected the directory %%npuprofile wrote its runs to)")
+                raise HistoryError(f"{self.path}: no history here (expected the directory npumagic's captures wrote their "
+                                   "runs to)")
             self._open_readonly()
             return
         try:
@@ -390,7 +392,7 @@ class HistoryStore:
                 name = f"run{1 + max((int(m.group(1)) for m in taken if m), default=0)}"
             elif db.execute("SELECT 1 FROM runs WHERE name = ?", (check_name(name),)).fetchone():
                 if not next_free:
-                    raise RunNameTaken(f"run name {name!r} is taken; choose another --name or remove it with %npurm {name}")
+                    raise RunNameTaken(f"run name {name!r} is taken; {say('name_taken', name)}")
                 taken = {r[0] for r in db.execute("SELECT name FROM runs WHERE name LIKE ? ESCAPE '\\'",
                                                   (name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "-%",))}
                 name = next(f"{name}-{i}" for i in range(2, len(taken) + 3) if f"{name}-{i}" not in taken)

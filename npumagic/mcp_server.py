@@ -215,6 +215,9 @@ def build_server(out: str | Path = "npumagic_runs") -> MCPServer:
 
 def serve(out: str | Path) -> None:
     """Serve over stdin/stdout until the client closes them."""
+    from .commands import SHELL
+
+    SHELL.set("cli")  # the assistant's user runs commands, not magics
     build_server(out).run("stdio")
 
 

@@ -25,6 +25,7 @@ from .analysis.compare import Comparison, Noise, between_run_noise, compare
 from .analysis.metrics import Summary
 from .capture import CaptureOptions, CaptureResult, capture, choose_backend, ensure_idle
 from .capture.backends import BackendChoice, environment_snapshot
+from .commands import say
 from .errors import NpumagicError
 from .history import DB_NAME, HistoryStore, UnknownRun
 from .interrupts import held_interrupts
@@ -368,11 +369,11 @@ class Session:
         names, every = self.store.names(other_live_kernels=False), self.store.names()
         others = len(every) - len(names)
         elsewhere = (f" ({others} more {'is' if others == 1 else 'are'} another running kernel's, a second notebook on "
-                     "this output directory: name those; %npuruns lists them)") if others else ""
+                     f"this output directory: name those; {say('list_runs')})") if others else ""
         if not names:
             if every:
                 raise NpumagicError(f"no run of this kernel or of an ended one{elsewhere}")
-            raise NpumagicError("no runs recorded yet; profile a cell with %%npuprofile first")
+            raise NpumagicError(f"no runs recorded yet; {say('first_run')}")
         if name is None:
             return names[-1]
         k = int(name)

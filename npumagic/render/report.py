@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..analysis.checklist import Verdict
 from ..analysis.metrics import Summary
+from ..commands import say
 from ..records import Run
 from .live.bundle import live_bundle
 from ..terminal import terminal_safe
@@ -55,12 +56,13 @@ class RunReport:
         return f"npumagic {r.name}: {r.status} — {r.backend} ({r.device}), output in {r.run_dir}"
 
     def _verdict(self) -> Verdict | None:
-        """The verdict with the magics' own way to record a conclusion added to its last step."""
+        """The verdict with the shell's own way to record a conclusion (a notebook's %npunote)
+        added to its last step."""
         v = self.verdict
-        if v is None or not v.steps or not v.steps[-1][1].startswith("recorded as"):
+        if v is None or not v.steps or not v.steps[-1][1].startswith("recorded as") or not say("add_note", ""):
             return v
         title, text = v.steps[-1]
-        steps = v.steps[:-1] + [(title, f'{text}; add your conclusion with %npunote {self.run.name} "..."')]
+        steps = v.steps[:-1] + [(title, text + say("add_note", self.run.name))]
         return Verdict(v.bottleneck, v.evidence, steps, v.next_change, v.advice)
 
     @terminal_safe

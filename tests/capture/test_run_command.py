@@ -342,3 +342,14 @@ def test_a_triggered_torchrun_job_records_one_window_of_both_ranks(tmp_path):
     assert stored.get("ddp.1").arguments["ranks"] == [0, 1]
     assert stored.summary("ddp.1").ranks["steps"].tolist() == [2, 2]
     assert len(list((tmp_path / "out" / "ddp" / "trigger-1").glob("*.pt.trace.json"))) == 2
+
+
+def test_the_cli_names_no_magic_and_a_taken_name_gets_the_next_free_one(tmp_path):
+    # GIVEN a history holding a run named plain
+    script(tmp_path, TRAIN)
+    assert npumagic("run", "--out", "out", "--name", "plain", "--", sys.executable, "train.py", cwd=tmp_path).returncode == 0
+    # WHEN the CLI records another under that name
+    done = npumagic("run", "--out", "out", "--name", "plain", "--", sys.executable, "train.py", cwd=tmp_path)
+    # THEN it is plain-2, and the report says nothing a terminal cannot do (no %npunote)
+    assert done.returncode == 0, done.stderr
+    assert "recorded as plain-2" in done.stdout and "%npu" not in done.stdout + done.stderr

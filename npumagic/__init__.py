@@ -58,10 +58,12 @@ def __dir__() -> list[str]:
 
 
 def analyze(path: str | Path) -> Summary:
-    """``summarize(load(path))``: the Summary of any supported profiler output."""
-    from .analysis import load, summarize
+    """The Summary of any supported profiler output, every rank read in full in this process:
+    ``summarize(load(path))``, by the route the CLI and the magics take
+    (:func:`npumagic.parallel.analyze`, which also reads many ranks on Dask or as an outline)."""
+    from .parallel import analyze as analyze_job
 
-    return summarize(load(path))
+    return analyze_job(path, scheduler="serial", every_rank=True)
 
 
 def timeline(source, **options):

@@ -28,6 +28,7 @@ from pathlib import Path
 from .analysis import sources
 from .analysis.collectives import LINK_COLUMNS
 from .analysis.metrics import Summary, combine, rebase, summarize, summarize_rank
+from .analysis.schema import Trace
 from .analysis.ranks import parallel_indices, rank_table_of_steps
 from .analysis.sources.ascend import outline as ascend_outline
 from .analysis.sources.ascend.discover import warn_renumbered
@@ -144,6 +145,21 @@ def summarize_group(fmt: str, paths: list[Path], host: str | None = None
         per_rank = {r: summarize_rank(trace, r) for r in (trace.ranks or [0])}
     meta = {k: v for k, v in trace.meta.items() if k != "vendor"}
     return per_rank, meta, [str(w.message) for w in caught], None
+
+
+def read(path: str | Path, rank: int | None = None, scheduler: str | None = None, progress: bool = False,
+         every_rank: bool = False) -> tuple[Trace | None, Summary | None]:
+    """The route from a profiler output path to its analysis that every shell takes, for a caller
+    that keeps the Trace where there is one (a run's timeline): ``(None, Summary)`` where the job
+    is read rank by rank (:func:`reads_apart`: on Dask, or as an outline), else ``(Trace, None)``
+    read in this process, its Summary left to the caller (:func:`~npumagic.analysis.metrics.summarize`
+    with ``rank``). Arguments as :func:`analyze`'s; a ``rank`` the job does not hold is a ValueError."""
+    if reads_apart(path, scheduler, every_rank):
+        return None, analyze(path, rank=rank, scheduler=scheduler, progress=progress, every_rank=every_rank)
+    trace = sources.load(path, progress=progress)
+    if rank is not None and rank not in (trace.ranks or [0]):
+        raise ValueError(f"rank {rank} not in trace; ranks: {trace.ranks}")
+    return trace, None
 
 
 def reads_apart(path: str | Path, scheduler: str | None = None, every_rank: bool = False) -> bool:

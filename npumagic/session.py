@@ -265,18 +265,12 @@ class Session:
             raise NpumagicError(f"{shown}: the path is not UTF-8 text (bytes from another encoding), so the history "
                                 "cannot keep it; rename the folder or link it under a UTF-8 name") from None
         # raises TraceError before anything is stored; many ranks (an outline, or Dask): only a Summary
-        if parallel.reads_apart(path, self.scheduler, every_rank):
-            try:
-                trace, summary = None, parallel.analyze(path, rank=rank, scheduler=self.scheduler, progress=True,
-                                                        every_rank=every_rank)
-            except ValueError as exc:  # a rank the job does not hold
-                raise NpumagicError(str(exc)) from None
-            meta = summary.meta
-        else:
-            trace, summary = analysis.load(path, progress=True), None
-            if rank is not None and rank not in (trace.ranks or [0]):
-                raise NpumagicError(f"rank {rank} not in trace; ranks: {trace.ranks}")
-            meta = trace.meta
+        try:
+            trace, summary = parallel.read(path, rank=rank, scheduler=self.scheduler, progress=True,
+                                           every_rank=every_rank)
+        except ValueError as exc:  # a rank the job does not hold
+            raise NpumagicError(str(exc)) from None
+        meta = summary.meta if summary is not None else trace.meta
         wanted = name or _name_for(path)
         name, self._busy = None, True
         try:  # as in profile(): the committed row is closed whatever follows

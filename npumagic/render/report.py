@@ -53,7 +53,8 @@ class RunReport:
 
     def _header(self) -> str:
         r = self.run
-        return f"npumagic {r.name}: {r.status} — {r.backend} ({r.device}), output in {r.run_dir}"
+        device = f" ({r.device})" if r.device and r.device != r.backend else ""  # a loaded CPU trace says only "cpu"
+        return f"npumagic {r.name}: {r.status} — {r.backend}{device}, output in {r.run_dir}"
 
     def _verdict(self) -> Verdict | None:
         """The verdict with the shell's own way to record a conclusion (a notebook's %npunote)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from IPython.core.error import UsageError
 
-from ..conftest import ASCEND, need
+from ..conftest import ASCEND, CUDA, need
 
 MAGICS = {"line": {"npusteps", "npuruns", "npuload"}, "cell": {"npuprofile"}}
 
@@ -230,3 +230,9 @@ def test_npuload_of_a_capture_never_parsed_names_the_command_and_parse_raw_needs
             shell.run_line_magic("npuload", f"{rank} --no-plot {options}")
         assert command in str(info.value)
         assert shell.run_cell(f"%npuload {rank} --no-plot {options}").error_in_exec is not None
+
+
+def test_a_loaded_cpu_trace_names_its_backend_once(shell):
+    report = shell.run_line_magic("npuload", f"{need(CUDA / 'hta_more' / 'cpu_only_2024')} --name cpu --no-plot")
+    header = str(report).splitlines()[0]
+    assert header.startswith("npumagic cpu: ok — cpu, output in ") and "(cpu)" not in header

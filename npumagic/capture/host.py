@@ -246,7 +246,9 @@ class HostSampler:
         started = time.perf_counter()
         try:
             now = time.time_ns()
-            times = os.times()
+            # the process's CPU time to the nanosecond: os.times() counts 10 ms clock ticks, which
+            # read a short capture's busy process as 0% beside its thread's 60%
+            cpu = time.process_time()
             thread_ns = self.clock() if self.clock is not None else None
             wait_ns = self.waited() if self.waited is not None else None
             slow = None
@@ -256,7 +258,7 @@ class HostSampler:
                     self.source.list_children()
                 slow = (self.source.rss(), self.source.child_times(), self.source.cores())
             self._count += 1
-            self.rows.append((now, times.user + times.system, thread_ns, slow, wait_ns))
+            self.rows.append((now, cpu, thread_ns, slow, wait_ns))
         except Exception:  # noqa: BLE001 - sampling must never break the user's cell
             log.debug("host sample failed", exc_info=True)
         self.sample_seconds += time.perf_counter() - started

@@ -170,6 +170,35 @@ def test_cpu_percent_integrates_to_the_cpu_time_the_thread_used():
     assert not sampler.alive
 
 
+def test_a_short_busy_capture_reads_the_process_at_least_as_busy_as_its_thread():
+    # GIVEN a thread that spins through a capture of a few short sampling intervals
+    done, spinning = threading.Event(), threading.Event()
+
+    def spin():
+        spinning.set()
+        while not done.is_set():
+            pass
+
+    worker = threading.Thread(target=spin, daemon=True)
+    worker.start()
+    spinning.wait()
+    sampler = HostSampler(interval=0.005, thread_id=worker.ident)
+    try:
+        sampler.resume()
+        time.sleep(0.06)
+        sampler.pause()
+    finally:
+        sampler.stop()
+        done.set()
+        worker.join()
+    table = sampler.table().pivot_table(index="ts_ns", columns="name", values="value").dropna(
+        subset=["Process/CPU", "Main thread/CPU"])
+    # THEN no interval reads the process, which holds the busy thread, as idle (10 ms clock ticks
+    # read a 5 ms interval of a busy process as 0% or 200%)
+    assert len(table) and (table["Main thread/CPU"] > 20).any()
+    assert not ((table["Process/CPU"] < 1) & (table["Main thread/CPU"] > 20)).any(), table
+
+
 def _with_host(summary, **columns):
     base = {"step": summary.steps["step"], "process_cpu_pct": 100.0, "main_thread_cpu_pct": 30.0, "rss_bytes": 1e9,
             "workers": 0, "worker_cpu_pct_mean": np.nan, "worker_cpu_pct_max": np.nan, "cores": 8,

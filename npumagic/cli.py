@@ -121,7 +121,7 @@ def _advise(args) -> int:
 def _side(args, store, ref: str, rank):
     """(Summary, name, record) of one side of ``compare``: a run of ``--history`` by name, else a path."""
     if store is not None and store.exists(ref):
-        from .session import run_context
+        from .named_runs import run_context
 
         run = store.get(ref)
         summary = store.summary(ref)
@@ -154,7 +154,7 @@ def _compare(args) -> int:
         name_a, name_b = (f"{Path(p).parent.name}/{Path(p).name}" for p in (args.path_a, args.path_b))
     noise = Noise()
     if run_a and run_b:  # replicates in the history measure the run-to-run noise
-        from .session import history_noise
+        from .named_runs import history_noise
 
         noise = history_noise(store, (run_a, run_b))
     cmp = compare(a, b, name_a, name_b, context_a, context_b, noise=noise)
@@ -214,7 +214,7 @@ def percent(text: str) -> float:
 def _check(args) -> int:
     import numpy as np
 
-    from .session import history_band
+    from .named_runs import history_band
 
     store = _history(args.history) if Path(args.history).is_dir() else None
     if store is None:

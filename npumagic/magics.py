@@ -25,11 +25,12 @@ from .offline import parse_raw
 from .names import RULE as NAME_RULE
 from .names import check_name
 from .parallel import check_scheduler
+from .recorder import RunOutcome
 from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
 from .render.live.frontend import widget_frontend, with_live_timeline
 from .render.tables import runs_table, step_table
 from .render.views import view_range
-from .session import RunOutcome, Session
+from .session import Session
 
 
 

@@ -16,7 +16,8 @@ from .capture import launch
 from .capture.backends import environment_snapshot
 from .capture.inject import TRIGGER_DIR, Config, write_json
 from .names import check_name, file_stem
-from .session import RunOutcome, Session
+from .recorder import RunOutcome
+from .session import Session
 
 
 def run_on_demand(session: Session, argv: list[str], options: CaptureOptions, name: str | None = None,

@@ -11,7 +11,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "npumagic"
 # what analysis may never import: the layers that use it, and the shells' libraries
-ABOVE_ANALYSIS = ("npumagic.render", "npumagic.session", "npumagic.history", "npumagic.capture", "npumagic.magics",
+ABOVE_ANALYSIS = ("npumagic.render", "npumagic.session", "npumagic.named_runs", "npumagic.recorder",
+                  "npumagic.run_files", "npumagic.history", "npumagic.capture", "npumagic.magics",
                   "npumagic.cli", "npumagic.mcp_server", "npumagic.on_demand", "npumagic.parallel",
                   "npumagic.offline", "npumagic.demo", "IPython", "matplotlib", "ipywidgets", "anywidget")
 

@@ -252,7 +252,7 @@ def _peak_during(shell, line: str) -> tuple[int, object]:
     import tracemalloc
 
 
-    shell.magics_manager.registry["NpuMagics"]._session._summaries.clear()  # read from the history
+    shell.magics_manager.registry["NpuMagics"]._session.runs._summaries.clear()  # read from the history
     tracemalloc.start()
     try:
         result = shell.run_cell(line)
@@ -293,13 +293,13 @@ def test_a_hostile_stored_summary_is_refused_before_its_memory_is_spent(trainer,
 def test_a_ctrl_c_cutting_the_closing_short_is_recorded_at_the_next_magic(trainer, monkeypatch, kernel_sigint):
     # GIVEN a Ctrl-C while the run is recorded, and another landing just as npumagic starts to
     # record that (before it holds Ctrl-C back: a late burst of clicks on the interrupt button)
-    from npumagic.session import Session
+    from npumagic.recorder import Recorder
 
     def cut_short(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Session, "_record", cut_short)
-    monkeypatch.setattr(Session, "_close", cut_short)
+    monkeypatch.setattr(Recorder, "_record", cut_short)
+    monkeypatch.setattr(Recorder, "_close", cut_short)
     result = trainer.run_cell(f"%%npuprofile {FAST} --name late\ntrain_step()")
     monkeypatch.undo()
     assert isinstance(result.error_in_exec, KeyboardInterrupt)

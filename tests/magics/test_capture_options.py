@@ -76,17 +76,17 @@ def test_a_capture_that_writes_no_trace_says_so(trainer, monkeypatch):
 def test_the_environment_is_recorded_as_the_user_set_it_before_the_backend_import(trainer, monkeypatch):
     # torch_npu's import sets TASK_QUEUE_ENABLE=0 in IPython (torch_npu/_init/core/optional_features.py);
     # the backend choice here is the CPU one, with that side effect reproduced
-    from npumagic import session as session_module
+    from npumagic import recorder
 
-    real = session_module.choose_backend
+    real = recorder.choose_backend
 
     def importing(prefer=None):
         os.environ["TASK_QUEUE_ENABLE"] = "0"
         return real(prefer)
 
     monkeypatch.setenv("TASK_QUEUE_ENABLE", "2")
-    monkeypatch.setattr(session_module, "choose_backend", importing)
-    trainer.magics_manager.registry["NpuMagics"].session._choice = None
+    monkeypatch.setattr(recorder, "choose_backend", importing)
+    trainer.magics_manager.registry["NpuMagics"].session.recorder._choice = None
     first = trainer.run_cell(STEP.format(options="--name env1"))
     assert first.success, first.error_in_exec
     env = first.result.run.environment

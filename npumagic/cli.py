@@ -329,6 +329,7 @@ def _run(args) -> int:
                              aic_metrics=args.aic_metrics, export=_items(args.export) or ("text",),
                              host=not args.no_host)
     session = Session(args.out or OUTPUT_DIR, backend=args.backend)
+    _reference(session, args.baseline)
     # with --json, stdout holds the one document: the command's own output goes to stderr
     output = sys.stderr if args.json else None
     shown = None if args.json else _print_run
@@ -353,6 +354,20 @@ def _run(args) -> int:
     return ended.exit_status
 
 
+def _reference(session, named: str | None) -> None:
+    """The run the checklist's Verify step compares with: ``--baseline``, else the latest run of
+    the history that recorded steps (each CLI run is a new process: no earlier run of its own)."""
+    if named is not None:
+        session.set_baseline(named)  # one that cannot be analysed is an error
+        return
+    recorded = [r.name for r in session.store.runs() if r.status == "ok"] if session.store.path.exists() else []
+    if recorded:
+        try:
+            session.set_baseline(recorded[-1])
+        except NpumagicError:  # its summary is gone: verified against nothing, as a first run
+            pass
+
+
 def _trigger(args) -> int:
     from .capture.launch import job_info, trigger
 
@@ -375,7 +390,7 @@ def _print_run(outcome) -> None:
     from .render.tables import rank_caption, rank_table
 
     sys.stdout.flush()
-    print(RunReport(outcome.run, outcome.summary, outcome.verdict, outcome.notes))
+    print(RunReport(outcome.run, outcome.summary, outcome.verdict, outcome.notes).text(terminal_width()))
     if outcome.summary is not None and len(outcome.summary.ranks) > 1:
         print()
         print(rank_table(outcome.summary.ranks, rank_caption(outcome.summary)).to_text())
@@ -411,6 +426,8 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
                         "steps (each trigger a run in the history)")
     p.add_argument("--json", action="store_true",
                    help="machine-readable output on stdout (the command's own output goes to stderr)")
+    p.add_argument("--baseline", default=None, metavar="RUN",
+                   help="the run the checklist's Verify step compares with (default: the latest run of --out)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the command to run, unmodified")
 
 

@@ -78,7 +78,7 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     step1 = (f"step {_ms(s['median_us'])} median, p90 {_ms(s['p90_us'])}, jitter {_pct(s['cv'])}; "
              f"{busy_label(summary)} {_pct(h['device_util'])}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
     inflation = profiling_inflation(summary)
-    if inflation is not None:
+    if inflation is not None and inflation.ci[0] > 1:  # said only where profiling measurably slowed the step
         lo, hi = inflation.ci
         step1 += (f"; profiling inflated the step by {inflation.ratio - 1:.0%} (95% CI {lo - 1:.0%} to {hi - 1:.0%}, "
                   "its profiled steps against its unprofiled ones)")

@@ -376,12 +376,14 @@ def changes(context_a: dict[str, Any] | None, context_b: dict[str, Any] | None,
     ca, cb = context_a or {}, context_b or {}
     out, diffs = [], {}
     src_a, src_b = (ca.get("source") or "").strip(), (cb.get("source") or "").strip()
+    args_a, args_b = ca.get("arguments") or {}, cb.get("arguments") or {}
     if ca and cb and src_a != src_b:
         diff = "\n".join(difflib.unified_diff(src_a.splitlines(), src_b.splitlines(), "A", "B", lineterm="", n=1))
-        out.append("cell source")
-        diffs["cell source"] = diff
-    ignore = {"name", "out", "line"}
-    args_a, args_b = ca.get("arguments") or {}, cb.get("arguments") or {}
+        what = "script source" if "command" in args_a or "command" in args_b else "cell source"
+        out.append(what)
+        diffs[what] = diff
+    # the run's name and folder, and the process ids a command's ranks had: never a change made
+    ignore = {"name", "out", "line", "pids"}
     for key in sorted((set(args_a) | set(args_b)) - ignore):
         if args_a.get(key) != args_b.get(key):
             out.append(f"option {key}: {args_a.get(key)!r} -> {args_b.get(key)!r}")

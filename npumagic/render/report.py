@@ -11,7 +11,7 @@ from ..analysis.metrics import Summary
 from ..commands import say
 from ..records import Run
 from .live.bundle import live_bundle
-from ..terminal import terminal_safe
+from ..terminal import terminal_safe, wrap
 from .tables import Table, history_table, step_table
 from .text import comparison_html, comparison_text, verdict_html, verdict_text
 from .views import RenderedFigure
@@ -68,12 +68,17 @@ class RunReport:
 
     @terminal_safe
     def __str__(self) -> str:
-        parts = [self._header()]
-        parts += [f"  note: {n}" for n in self.notes]
+        return self.text()
+
+    @terminal_safe
+    def text(self, width: int | None = None) -> str:
+        """The report as text; with ``width`` (a terminal's), its sentences wrapped to it."""
+        parts = [wrap(self._header(), width)]
+        parts += [wrap(f"  note: {n}", width, 8) for n in self.notes]
         if self.step_table is not None:
             parts += ["", self.step_table.to_text()]
         if self.verdict is not None:
-            parts += ["", verdict_text(self._verdict())]
+            parts += ["", verdict_text(self._verdict(), width)]
         saved = [f"{f.view}: {f.path}" for f in self.figures if f.path is not None]
         if saved:
             parts += [""] + saved

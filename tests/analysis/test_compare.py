@@ -195,3 +195,11 @@ def test_device_and_rank_changes_are_named_without_records():
     rank0 = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
     rank1 = shared_summary(ASCEND / "level1" / "rank1_ascend_pt")
     assert "rank: 0 -> 1" in changes(None, None, rank0, rank1)[0]
+
+
+def test_two_runs_of_one_command_differ_in_nothing_but_their_process_ids():
+    a = {"source": "train.py v1", "arguments": {"command": ["python", "train.py"], "pids": [18425]}}
+    b = {"source": "train.py v1", "arguments": {"command": ["python", "train.py"], "pids": [18690]}}
+    assert changes(a, b) == ([], {})
+    c = dict(b, source="train.py v2")  # the script itself changed: said once, as the script's source
+    assert changes(a, c)[0] == ["script source"]

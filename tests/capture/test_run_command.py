@@ -349,7 +349,13 @@ def test_the_cli_names_no_magic_and_a_taken_name_gets_the_next_free_one(tmp_path
     script(tmp_path, TRAIN)
     assert npumagic("run", "--out", "out", "--name", "plain", "--", sys.executable, "train.py", cwd=tmp_path).returncode == 0
     # WHEN the CLI records another under that name
-    done = npumagic("run", "--out", "out", "--name", "plain", "--", sys.executable, "train.py", cwd=tmp_path)
+    done = npumagic("run", "--out", "out", "--name", "plain", "--", sys.executable, "train.py", cwd=tmp_path,
+                    env={**os.environ, "COLUMNS": "100"})
     # THEN it is plain-2, and the report says nothing a terminal cannot do (no %npunote)
     assert done.returncode == 0, done.stderr
     assert "recorded as plain-2" in done.stdout and "%npu" not in done.stdout + done.stderr
+    # and it is verified against the run before it, as a notebook's second run is against its first
+    verify = " ".join(done.stdout[done.stdout.index("4. Verify"):done.stdout.index("5. Record")].split())
+    assert "no baseline yet" not in verify and "plain" in verify.replace("plain-2", "")
+    # its sentences wrap to the terminal as analyze's do (a path, never broken, may overrun it)
+    assert max(len(line) for line in done.stdout.splitlines() if "/" not in line) <= 100

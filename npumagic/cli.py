@@ -488,7 +488,7 @@ PATH_HELP = "a torch.profiler or torch_npu output directory (one rank or several
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="npumagic", description="Profile analysis for PyTorch on Ascend NPU, CUDA and "
-                                                                  "CPU: the %%npuprofile analyses, offline.")
+                                                                  "CPU: the notebook magics' analyses, offline.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, func, help_text: str) -> argparse.ArgumentParser:

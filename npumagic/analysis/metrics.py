@@ -264,7 +264,8 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
                 dataloader_iter=loaders.mode().iat[0] if len(loaders) else "",
                 sources=sources,
                 note="; ".join(n for n in (trace.meta.get("notes", {}).get(rank, ""), disagree_note) if n),
-                parallel=parallel_indices(trace.meta.get("parallel_groups", {}).get(rank, {}), rank))
+                parallel=parallel_indices(trace.meta.get("parallel_groups", {}).get(rank, {}), rank),
+                python_stacks=bool((kind == "python").any()))  # with_stack frames recorded (not kept in .events)
     for key in ("notes", "parallel_groups"):
         meta.pop(key, None)
     links = mine.links

@@ -65,7 +65,7 @@ def caveat(s) -> str:
     c = contention(s)
     if not c.get("contended"):
         return "; ".join(said)
-    waited = (f"the cell's thread waited for a core {c['wait_pct']:.0f}% of the time and "
+    waited = (f"the profiled thread waited for a core {c['wait_pct']:.0f}% of the time and "
               if c["wait_pct"] == c["wait_pct"] else "")
     said.append(f"{waited}other processes kept {c['others_core_pct'] / 100:.1f} cores busy while the steps ran: step "
                 "times carry their load and are unreliable; profile again on a quiet machine")

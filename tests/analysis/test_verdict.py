@@ -178,7 +178,7 @@ def test_a_contended_run_says_so_and_its_comparison_is_not_significant(trust_che
     # the other core fully used by another process, and this thread never waiting: not contended
     quiet, busy = _host_samples(base, 100.0, 1.0), _host_samples(base, 110.0, 30.0)
     assert not contention(quiet)["contended"] and contention(busy)["contended"]
-    assert "the cell's thread waited for a core 30% of the time" in caveat(busy)
+    assert "the profiled thread waited for a core 30% of the time" in caveat(busy)
     # without run-queue figures (not Linux), the machine's load decides
     nowait = dataclasses.replace(busy, host=busy.host.assign(main_thread_wait_pct=float("nan")))
     assert "other processes kept 1.1 cores busy" in caveat(nowait)

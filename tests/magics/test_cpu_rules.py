@@ -135,3 +135,15 @@ def test_a_capture_times_the_steps_outside_the_profilers_window_too(trainer):
     inflation = profiling_inflation(report.summary)
     assert inflation is not None
     assert ("profiling inflated the step by" in report.verdict.steps[0][1]) == (inflation.ci[0] > 1)
+
+
+def test_a_run_with_python_stacks_is_not_told_to_record_them(trainer):
+    # GIVEN a step that spends most of its time in Python, profiled without and with --stack
+    trainer.run_cell("def python_step():\n    train_step(); sum(i * i for i in range(300_000))")
+    plain = _profile_cell(trainer, "plain", "for _ in range(6):\n    python_step()")
+    stacked = _profile_cell(trainer, "stacked", "for _ in range(6):\n    python_step()", "--stack")
+    fix = {name: next(f.fix for f in report.verdict.advice if f.category == "host_bound")
+           for name, report in (("plain", plain), ("stacked", stacked))}
+    # THEN only the run without stacks is told to record them; the other is told where to look
+    assert "profile again with Python stacks (--stack)" in fix["plain"]
+    assert "--stack" not in fix["stacked"] and "this run recorded Python stacks" in fix["stacked"]

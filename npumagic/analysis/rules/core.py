@@ -164,8 +164,11 @@ def _host_bound(s: Summary) -> list[Finding]:
                        f"({unexplained:.0%} of the step): the CPU runs no operator then",
                        dict(evidence, python_ms=ms),
                        "move the Python work out of the step or vectorise it into tensor operations (loops over "
-                       "elements, per-sample logging and metric math, time.sleep, printing); profile again with "
-                       "Python stacks (--stack) to see which Python frames take the time", "between operators")]
+                       "elements, per-sample logging and metric math, time.sleep, printing); " + (
+                           "this run recorded Python stacks: the Python frames between operators on the timeline's "
+                           "host lane show which take the time" if _has_python_frames(s) else
+                           "profile again with Python stacks (--stack) to see which Python frames take the time"),
+                       "between operators")]
     evidence.update(preparing_ms=_per_step_ms(s, "preparing_us"), free_share=s.share("free_us"))
     if s.meta.get("backend") == "npu":
         fix = NPU_HOST_BOUND_FIX
@@ -213,6 +216,11 @@ def _host_bound(s: Summary) -> list[Finding]:
                "that skips the first ones, torch.profiler.schedule(wait=1, warmup=1, active=3); in a cell npumagic "
                "profiles, npumagic.step()); if the steps stay host-bound, " + fix)
     return [Finding("host_bound", unexplained, title, evidence, fix)]
+
+
+def _has_python_frames(s: Summary) -> bool:
+    """Whether the run recorded Python stacks (torch.profiler's with_stack python_function events)."""
+    return bool(s.meta.get("python_stacks"))
 
 
 def _host_cpu(s: Summary) -> dict[str, Any]:

@@ -42,7 +42,7 @@ def test_an_improvement_passes_the_gate(recorded):
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     assert payload["gate"] == {"fail_if_slower_pct": 5.0, "failed": False}
-    assert payload["significant"] and payload["speedup"] > 1.5
+    assert payload["significant"] and payload["speedup"] > 1  # its size: load pulls a ratio of sleeps towards 1
 
 
 def test_the_gate_reads_run_directories_as_paths_too(recorded):

@@ -343,22 +343,6 @@ def _run_delay(ident: int):
     return read
 
 
-def _run_delay(ident: int):
-    """A function returning how long (ns) thread ``ident`` has waited on a run queue for a core
-    (Linux's schedstat ``run_delay``), or None where the kernel does not say."""
-    native = next((t.native_id for t in threading.enumerate() if t.ident == ident), None)
-    path = Path(f"/proc/self/task/{native}/schedstat")
-
-    def read() -> int:
-        return int(path.read_text().split()[1])
-
-    try:
-        read()
-    except (OSError, ValueError, IndexError):
-        return None
-    return read
-
-
 def available() -> bool:
     """Whether this host can be sampled (Linux /proc, else psutil)."""
     if _Proc.available():

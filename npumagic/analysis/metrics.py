@@ -297,7 +297,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     )
 
 
-RANK_META = ("rank", "device_mode", "backend", "dataloader_iter", "sources", "note", "parallel")
+RANK_META = ("rank", "device_mode", "backend", "dataloader_iter", "sources", "note", "parallel", "python_stacks")
 JOB_ONLY_META = ("vendor", "notes", "parallel_groups")
 RANK_TABLES = ("memory_timeline", "links", "matrix", "temporal", "events", "kernel_metrics")  # with a rank column
 

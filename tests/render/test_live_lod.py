@@ -148,3 +148,14 @@ def test_the_level1_job_gives_one_group_of_lanes_per_rank_host_before_device():
         assert groups == sorted(groups, key=["host", "device", "comm"].index)
         assert "device" in groups
     assert {s["lane"] for s in layout["series"]} >= {"memory"}
+
+
+def test_columns_a_span_covers_whole_go_to_the_outermost_span(monkeypatch):
+    # GIVEN an op (code 0) over ten columns with a short nested one (code 1) inside column 5
+    s, e, codes = np.array([0, 520]), np.array([1000, 560]), np.array([0, 1])
+    # THEN the pyramid's finest bins and a crowded view (beyond TABLE_LIMIT) both give every
+    # column to the outer op, each column it covers whole at its full width
+    assert lod._longest(s, e, codes, 0.0, 100.0, 10).tolist() == [0] * 10
+    monkeypatch.setattr(lod, "TABLE_LIMIT", 0)
+    out, best = lod._dominant(s, e, codes, 0.0, 1000.0, 10)
+    assert out.tolist() == [0] * 10 and np.allclose(best[1:9], 100.0)

@@ -69,13 +69,7 @@ def _dominant(s: np.ndarray, e: np.ndarray, codes: np.ndarray, t0: float, t1: fl
     spanning = np.unique(codes[full])
     if full.size and spanning.size * width > TABLE_LIMIT:
         out, best = _aggregate(cols, names, weights, width, with_weights=True)
-        n = np.int64(s.size)
-        paint = np.full(width + 1, -1, dtype=np.int64)
-        np.maximum.at(paint, c0[full] + 1, (c1[full] - 1) * n + full)
-        reach = np.maximum.accumulate(paint)[:width]
-        covered = (reach >= 0) & (reach // n >= np.arange(width))
-        out[covered] = codes[reach[covered] % n]
-        best[covered] = col_ns
+        best[_paint_outermost(out, codes, c0, c1, full)] = col_ns
         return out, best
     dense = np.zeros((spanning.size, width + 1))
     row = np.searchsorted(spanning, codes[full])
@@ -211,13 +205,21 @@ def _longest(s, e, codes, lo: float, bin_ns: float, bins: int) -> np.ndarray:
     out[has] = best[has] & (2**24 - 1)
     full = np.flatnonzero(c1 - 1 >= c0 + 1)
     if full.size:
-        n = np.int64(s.size)
-        paint = np.full(bins + 1, -1, dtype=np.int64)
-        np.maximum.at(paint, c0[full] + 1, (c1[full] - 1) * n + full)
-        reach = np.maximum.accumulate(paint)[:bins]
-        covered = (reach >= 0) & (reach // n >= np.arange(bins))
-        out[covered] = codes[reach[covered] % n]
+        _paint_outermost(out, codes, c0, c1, full)
     return out
+
+
+def _paint_outermost(out: np.ndarray, codes, c0, c1, full: np.ndarray) -> np.ndarray:
+    """Set each column of ``out`` that a span of ``full`` covers whole to the code of the one
+    among them reaching furthest (the outermost of nested ops); return the columns set. ``c0``
+    and ``c1`` are each span's first and last column."""
+    width, n = out.size, np.int64(codes.size)
+    paint = np.full(width + 1, -1, dtype=np.int64)
+    np.maximum.at(paint, c0[full] + 1, (c1[full] - 1) * n + full)
+    reach = np.maximum.accumulate(paint)[:width]
+    covered = (reach >= 0) & (reach // n >= np.arange(width))
+    out[covered] = codes[reach[covered] % n]
+    return covered
 
 
 def _pyramid(lane: "LaneIndex") -> list[Level]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.abc
-import importlib.machinery
+import importlib.util
 import json
 import os
 import socket
@@ -80,7 +80,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         if fullname != self.name:
             return None
         sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        spec = importlib.util.find_spec(fullname)  # by every finder (an editable install has its own)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         run, then = spec.loader.exec_module, self.then

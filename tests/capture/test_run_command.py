@@ -142,6 +142,30 @@ def test_a_loop_without_an_optimizer_is_captured_at_its_npumagic_step_calls(tmp_
     assert (run["status"], run["steps"]) == ("ok", 3)
 
 
+def test_npumagic_step_arms_the_capture_where_npumagic_is_found_by_an_import_finder(tmp_path):
+    # pip's editable install (and zip or vendored installs) serve npumagic through a finder on
+    # sys.meta_path, not through a sys.path entry: the bootstrap must still see the script import it
+    site = tmp_path / "site"
+    site.mkdir()
+    root = Path(__import__("npumagic").__file__).parent
+    (site / "sitecustomize.py").write_text(textwrap.dedent(f"""
+        import importlib.abc, importlib.util, sys
+        class Editable(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name == "npumagic":
+                    return importlib.util.spec_from_file_location(
+                        name, {str(root / "__init__.py")!r}, submodule_search_locations=[{str(root)!r}])
+        sys.meta_path.insert(0, Editable())
+    """))
+    script(tmp_path, "import torch, npumagic\nassert 'site' not in npumagic.__spec__.loader.path\n"
+                     "for i in range(8):\n    torch.randn(8, 16).sum()\n    npumagic.step()\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = npumagic("run", "--out", "out", "--", sys.executable, "train.py", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    (run,) = runs(tmp_path / "out", tmp_path)
+    assert (run["status"], run["steps"]) == ("ok", 3)
+
+
 def test_an_existing_sitecustomize_still_runs(tmp_path):
     site = tmp_path / "site"
     site.mkdir()

@@ -67,6 +67,18 @@ def _after_optimizers(module):
         loaders.DataLoader.__iter__ = __iter__
 
 
+def _find_spec_past(finder, fullname, path, target):
+    """The spec the finders after ``finder`` give: a package installed in editable mode is
+    found by setuptools' own finder, not by sys.path."""
+    for other in sys.meta_path[:]:
+        if other is finder or not hasattr(other, "find_spec"):
+            continue
+        spec = other.find_spec(fullname, path, target)
+        if spec is not None:
+            return spec
+    return None
+
+
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Wraps the loader of each module in ``then`` to call ``then[name](module)`` right after it ran."""
 
@@ -79,7 +91,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         then = self.then.pop(fullname)
         if not self.then:
             sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        spec = _find_spec_past(self, fullname, path, target)
         if spec is None or not hasattr(spec.loader, "exec_module"):
             return spec
         run = spec.loader.exec_module

@@ -40,7 +40,7 @@ import pandas as pd
 
 from .. import presentation
 from .metrics import Summary
-from .trust import caveat
+from .trust import reasons
 
 ALPHA = 0.05
 # Step-time changes smaller than this are called noise when the history has no replicates to
@@ -265,16 +265,11 @@ class Comparison:
         if not self.n_a or not self.n_b:
             return "cannot compare: one of the runs has no steps"
         if self.untrusted:
-            return (f"not called significant: {self.untrusted} ({self._figures()}, step-time ratio "
-                    f"{self.a}/{self.b} {self.speedup:.2f}x) — profile both again on a quiet machine")
+            return (f"{self.b} looks {self._change()} than {self.a} ({self._figures()}) but is not called "
+                    f"significant: {self.untrusted}; profile both again on a quiet machine")
         why = f"{self.explained_by.text()}; " if self.explained_by is not None and self.significant else ""
         if self.significant:
-            # "x% faster" = the step takes x% less time; "x% slower" = it takes x% more.
-            faster = self.speedup > 1
-            ratio = max(self.speedup, 1 / self.speedup)
-            amount = f"{ratio:.1f}x" if ratio >= 1.5 else f"{(1 - 1 / self.speedup) if faster else (1 / self.speedup - 1):.0%}"
-            return (f"{self.b} is {amount} {'faster' if faster else 'slower'} than {self.a}: {why}{self._figures()} "
-                    f"({self._evidence()})")
+            return f"{self.b} is {self._change()} than {self.a}: {why}{self._figures()} ({self._evidence()})"
         need = max(10, 2 * max(self.n_a, self.n_b))
         if min(self.n_a, self.n_b) < 2:
             return (f"no difference beyond noise can be shown between {self.a} and {self.b}: with "
@@ -285,6 +280,14 @@ class Comparison:
                     f"the run-to-run noise ({self._figures()}; {self.noise.describe()})")
         return (f"no difference beyond noise between {self.a} and {self.b} ({self._figures()}, "
                 f"{self._evidence()}) — more steps ({need} on each side) would narrow the interval")
+
+    def _change(self) -> str:
+        """"2.3x faster", "12% slower": "x% faster" = the step takes x% less time, "x% slower" =
+        it takes x% more."""
+        faster = self.speedup > 1
+        ratio = max(self.speedup, 1 / self.speedup)
+        amount = f"{ratio:.1f}x" if ratio >= 1.5 else f"{(1 - 1 / self.speedup) if faster else (1 / self.speedup - 1):.0%}"
+        return f"{amount} {'faster' if faster else 'slower'}"
 
     def _evidence(self) -> str:
         lo, hi = self.ci
@@ -439,7 +442,8 @@ def compare(a: Summary, b: Summary, name_a: str = "A", name_b: str = "B",
     by_test = bool(beyond and test.p_value < ALPHA and np.sign(math.log(test.ratio)) == np.sign(math.log(speedup)))
     why = explain(a.steps, b.steps) if ok else None
     by_component = bool(beyond and why is not None and why.every_step and why.rest_held and min(wa.size, wb.size) >= 3)
-    untrusted = "; ".join(f"{name}: {why}" for name, why in ((name_a, caveat(a)), (name_b, caveat(b))) if why)
+    untrusted = "; ".join(f"{name}'s step times are unreliable: {'; '.join(why)}"
+                          for name, why in ((name_a, reasons(a)), (name_b, reasons(b))) if why)
     significant = (by_test or by_component) and not untrusted
     changed, diffs = changes(context_a, context_b, a, b)
     return Comparison(name_a, name_b, speedup, test.ci, test.p_value, significant,

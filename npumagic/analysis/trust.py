@@ -52,21 +52,28 @@ def contention(s) -> dict[str, Any]:
             "contended": bool(contended)}
 
 
-def caveat(s) -> str:
-    """A sentence saying the step times are unreliable, or "" when nothing says so."""
+def reasons(s) -> list[str]:
+    """Why a run's step times are unreliable, as short clauses; [] when nothing says so."""
     said = []
     others = s.meta.get("device_neighbours") or []
     if others:
         listed = ", ".join(f"{p.get('name', '?')} (pid {p.get('pid')}, {p.get('memory_mib', float('nan')):,.0f} MiB)"
                            for p in others[:3])
         said.append(f"{len(others)} other process{'es' if len(others) > 1 else ''} used the device while it ran "
-                    f"({listed}{', ...' if len(others) > 3 else ''}): they share its compute and memory bandwidth, so "
-                    "step times are unreliable")
+                    f"({listed}{', ...' if len(others) > 3 else ''})")
     c = contention(s)
-    if not c.get("contended"):
-        return "; ".join(said)
-    waited = (f"the profiled thread waited for a core {c['wait_pct']:.0f}% of the time and "
-              if c["wait_pct"] == c["wait_pct"] else "")
-    said.append(f"{waited}other processes kept {c['others_core_pct'] / 100:.1f} cores busy while the steps ran: step "
-                "times carry their load and are unreliable; profile again on a quiet machine")
+    if c.get("contended"):
+        waited = (f"the profiled thread waited for a core {c['wait_pct']:.0f}% of the time and "
+                  if c["wait_pct"] == c["wait_pct"] else "")
+        said.append(f"{waited}other processes kept {c['others_core_pct'] / 100:.1f} cores busy while the steps ran")
+    return said
+
+
+def caveat(s) -> str:
+    """A sentence saying the step times are unreliable, and why, or "" when nothing says so."""
+    said = reasons(s)
+    if s.meta.get("device_neighbours"):
+        said[0] += ": they share its compute and memory bandwidth, so step times are unreliable"
+    if contention(s).get("contended"):
+        said[-1] += ": step times carry their load and are unreliable; profile again on a quiet machine"
     return "; ".join(said)

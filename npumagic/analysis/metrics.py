@@ -23,6 +23,7 @@ from .collectives import LINK_COLUMNS, comm_table, communication_matrix
 from .device_memory import memory_table
 from .operators import host_op_table, kernel_table
 from .ranks import AVERAGED, RANK_COLUMNS, parallel_indices, rank_table_of_steps
+from .python_frames import python_self_time
 from .syncs import is_host_sync, sync_table
 from .temporal import TEMPORAL_COLUMNS, rank_temporal
 
@@ -266,6 +267,10 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
                 note="; ".join(n for n in (trace.meta.get("notes", {}).get(rank, ""), disagree_note) if n),
                 parallel=parallel_indices(trace.meta.get("parallel_groups", {}).get(rank, {}), rank),
                 python_stacks=bool((kind == "python").any()))  # with_stack frames recorded (not kept in .events)
+    if meta["python_stacks"]:
+        frames = schema.where(ev[["name", "kind", "device", "lane", "ts_ns", "dur_ns"]],
+                              kind.isin(("python", "host_op")).to_numpy())
+        meta["python_frames"] = python_self_time(frames, steps)
     for key in ("notes", "parallel_groups"):
         meta.pop(key, None)
     links = mine.links
@@ -297,7 +302,8 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     )
 
 
-RANK_META = ("rank", "device_mode", "backend", "dataloader_iter", "sources", "note", "parallel", "python_stacks")
+RANK_META = ("rank", "device_mode", "backend", "dataloader_iter", "sources", "note", "parallel", "python_stacks",
+             "python_frames")
 JOB_ONLY_META = ("vendor", "notes", "parallel_groups")
 RANK_TABLES = ("memory_timeline", "links", "matrix", "temporal", "events", "kernel_metrics")  # with a rank column
 

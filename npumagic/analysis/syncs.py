@@ -4,6 +4,7 @@ traced back to the user's source line where the trace has Python frames."""
 from __future__ import annotations
 
 import re
+import sys
 
 import numpy as np
 import pandas as pd
@@ -21,9 +22,23 @@ def is_host_sync(ev: pd.DataFrame) -> pd.Series:
     return on_host & ((ev["kind"] == "sync") | ((ev["kind"] == "host_op") & ev["name"].isin(SYNC_HOST_OPS)))
 
 
-_LIBRARY_FRAME = re.compile(r"^<built-in|site-packages|/lib/python|^(?:torch|IPython|ipykernel|traitlets|tornado|asyncio|"
+LIBRARY_FRAME = re.compile(r"^<built-in|site-packages|/lib/python|^(?:torch\w*|IPython|ipykernel|traitlets|tornado|asyncio|"
                             r"typing|contextlib|threading|multiprocessing|importlib|npumagic|nn\.Module|runpy)\b|"
                             r"/npumagic/|<frozen")
+
+
+_STDLIB = frozenset(sys.stdlib_module_names)
+
+
+def library_frames(names: pd.Series) -> np.ndarray:
+    """Which Python frame names (``file(line): function``) are not the user's code: the
+    interpreter's, torch's and other installed packages', the standard library's (torch names
+    those by their file alone: ``pathlib.py(1036): open``)."""
+    codes, distinct = pd.factorize(names)  # judged once per distinct frame
+    distinct = pd.Series(np.asarray(distinct), dtype=object).astype(str)
+    stems = distinct.str.extract(r"^([A-Za-z_][A-Za-z0-9_]*)\.py\(", expand=False)
+    library = np.r_[distinct.str.contains(LIBRARY_FRAME).to_numpy(bool) | stems.isin(_STDLIB).to_numpy(), False]
+    return library[codes]  # a missing name (code -1) is the appended False
 
 
 MAX_SYNCS_LOCATED = 5000
@@ -36,7 +51,7 @@ def _user_source(ev: pd.DataFrame, syncs: pd.DataFrame) -> np.ndarray:
     frames = ev[ev["kind"] == "python"]
     if frames.empty:
         return source
-    frames = frames[~frames["name"].str.contains(_LIBRARY_FRAME)]  # once per distinct frame (categorical)
+    frames = frames[~library_frames(frames["name"])]
     for lane, group in frames.groupby("lane", observed=True):
         mine = np.flatnonzero((syncs["lane"] == lane).to_numpy() & (source == ""))[:MAX_SYNCS_LOCATED]
         start = group["ts_ns"].to_numpy()

@@ -158,15 +158,22 @@ def _host_bound(s: Summary) -> list[Finding]:
     idle_ms = _per_step_ms(s, "idle_us")
     evidence = {"idle_ms": idle_ms, "idle_share": idle, "unexplained_share": unexplained,
                 "dataloader_ms": _per_step_ms(s, "dataloader_us"), "device_util": s.device_util}
+    frames = s.meta.get("python_frames") or []
+    if frames:
+        evidence["python_frames"] = frames
     if not s.meta.get("device_mode"):
         ms = unexplained * s.step_stats["mean_us"] / 1000
-        return [Finding("host_bound", unexplained, f"Python outside torch operators takes {ms:,.2f} ms per step "
-                       f"({unexplained:.0%} of the step): the CPU runs no operator then",
-                       dict(evidence, python_ms=ms),
+        title = (f"Python outside torch operators takes {ms:,.2f} ms per step ({unexplained:.0%} of the step): the "
+                 "CPU runs no operator then")
+        if frames:
+            title += f"; most of it in {_frames_listed(frames)}"
+        return [Finding("host_bound", unexplained, title, dict(evidence, python_ms=ms),
                        "move the Python work out of the step or vectorise it into tensor operations (loops over "
                        "elements, per-sample logging and metric math, time.sleep, printing); " + (
-                           "this run recorded Python stacks: the Python frames between operators on the timeline's "
-                           "host lane show which take the time" if _has_python_frames(s) else
+                           f"start with {frames[0]['frame']}" if frames else
+                           "this run recorded Python stacks, but none of them in the user's code: the Python frames "
+                           "between operators on the timeline's host lane show which take the time"
+                           if _has_python_frames(s) else
                            "profile again with Python stacks (--stack) to see which Python frames take the time"),
                        "between operators")]
     evidence.update(preparing_ms=_per_step_ms(s, "preparing_us"), free_share=s.share("free_us"))
@@ -216,6 +223,12 @@ def _host_bound(s: Summary) -> list[Finding]:
                "that skips the first ones, torch.profiler.schedule(wait=1, warmup=1, active=3); in a cell npumagic "
                "profiles, npumagic.step()); if the steps stay host-bound, " + fix)
     return [Finding("host_bound", unexplained, title, evidence, fix)]
+
+
+def _frames_listed(frames: list[dict]) -> str:
+    """The top three of the run's user frames outside operators, those within 10x of the first."""
+    return ", ".join(f"{f['frame']} ({f['us_per_step'] / 1000:,.2f} ms per step)" for f in frames[:3]
+                     if f["us_per_step"] >= 0.1 * frames[0]["us_per_step"])
 
 
 def _has_python_frames(s: Summary) -> bool:

@@ -118,48 +118,36 @@ def _advise(args) -> int:
     return 0
 
 
-def _side(args, store, ref: str, rank):
+def _side(args, runs, ref: str, rank):
     """(Summary, name, record) of one side of ``compare``: a run of ``--history`` by name, else a path."""
-    if store is not None and store.exists(ref):
-        from .named_runs import run_context
-
-        run = store.get(ref)
-        summary = store.summary(ref)
-        if summary is None:  # recorded before summaries were stored: its files, if they are left
-            if not run.run_dir or not Path(run.run_dir).exists():
-                raise NpumagicError(f"run {ref!r}: no summary in the history and its output {run.run_dir} is gone")
-            summary = _summary(args, run.run_dir, rank)
-        return summary, ref, run_context(run)
-    if store is not None and not Path(ref).exists():
-        known = ", ".join(store.names()) or "none yet"
+    if runs is not None and runs.has(ref):
+        return runs.summary(ref), ref, runs.context(ref)
+    if runs is not None and not Path(ref).exists():
+        known = ", ".join(r.name for r in runs.records()) or "none yet"
         raise NpumagicError(f"{ref}: neither a run of {args.history} (known: {known}) nor a path")
     return _summary(args, ref, rank), None, None
 
 
 def _compare(args) -> int:
-    store = None
+    runs = None
     if args.history is not None:
-        from .history import HistoryStore
-
-        store = HistoryStore(args.history, create=False)
+        runs = _named_runs(args.history)
     else:  # a missing side is said before the other is read, and before pandas is imported
         _exists(args.path_a)
         _exists(args.path_b)
-    from .analysis.compare import Noise, compare
+    from .analysis.compare import compare
 
-    a, run_a, context_a = _side(args, store, args.path_a, args.rank_a)
-    b, run_b, context_b = _side(args, store, args.path_b, args.rank_b)
+    a, run_a, context_a = _side(args, runs, args.path_a, args.rank_a)
+    b, run_b, context_b = _side(args, runs, args.path_b, args.rank_b)
     name_a, name_b = run_a or Path(args.path_a).name, run_b or Path(args.path_b).name
     if name_a == name_b:  # e.g. two rank0_ascend_pt directories: say which is which
         name_a, name_b = (f"{Path(p).parent.name}/{Path(p).name}" for p in (args.path_a, args.path_b))
-    noise = Noise()
-    if run_a and run_b:  # replicates in the history measure the run-to-run noise
-        from .named_runs import history_noise
-
-        noise = history_noise(store, (run_a, run_b))
-    cmp = compare(a, b, name_a, name_b, context_a, context_b, noise=noise)
+    if run_a and run_b:  # as %npucompare A B: with the history's run-to-run noise
+        cmp = runs.compare(run_a, run_b)
+    else:
+        cmp = compare(a, b, name_a, name_b, context_a, context_b)
     failed = args.fail_if_slower is not None and _slower_beyond(cmp, args.fail_if_slower)
-    operators = _by_operator(args, store) if args.by_operator else None
+    operators = _by_operator(args, runs) if args.by_operator else None
     if args.json:
         from .jsonout import comparison_doc, records
 
@@ -185,12 +173,12 @@ def _compare(args) -> int:
     return 1 if failed else 0
 
 
-def _by_operator(args, store):
+def _by_operator(args, runs):
     """Both sides' device time matched by framework operator (the traces are re-read)."""
     from .analysis.crossbackend import match_operators, operator_device_time
 
     def side(ref: str, rank):
-        path = store.get(ref).run_dir if store is not None and store.exists(ref) else ref
+        path = runs.run_dir(ref) if runs is not None and runs.has(ref) else ref
         if not path or not Path(path).exists():
             raise NpumagicError(f"{ref}: --by-operator needs its trace files, and {path} is gone")
         return operator_device_time(_load(args, path).events, rank)
@@ -214,24 +202,22 @@ def percent(text: str) -> float:
 def _check(args) -> int:
     import numpy as np
 
-    from .named_runs import history_band
-
-    store = _history(args.history) if Path(args.history).is_dir() else None
-    if store is None:
+    runs = _history(args.history) if Path(args.history).is_dir() else None
+    if runs is None:
         raise NpumagicError(f"--history {args.history}: no history there (the output directory of the magics)")
-    if store.exists(args.run):
+    if runs.has(args.run):
         name, like = args.run, args.run
-        walls = store.steps(name)["wall_us"].to_numpy(float)
-        band = history_band(store, like, include=False)
+        walls = runs.step_walls(name)
+        band = runs.band(like, include=False)
     elif Path(args.run).exists():
-        done = [r.name for r in store.runs() if r.status == "ok" and r.kind == "profile"]
+        done = [r.name for r in runs.records() if r.status == "ok" and r.kind == "profile"]
         like = args.like or (done[-1] if done else None)
         if like is None:
             raise NpumagicError(f"{args.history}: no finished run to learn a band from")
         name, walls = str(args.run), _summary(args, args.run).steps["wall_us"].to_numpy(float)
-        band = history_band(store, like, include=True)
+        band = runs.band(like, include=True)
     else:
-        known = ", ".join(store.names()) or "none yet"
+        known = ", ".join(r.name for r in runs.records()) or "none yet"
         raise NpumagicError(f"{args.run}: neither a run of {args.history} (known: {known}) nor a path")
     if band is None:
         raise NpumagicError(f"{name}: fewer than 2 earlier finished runs of {like}'s configuration in {args.history}: "
@@ -265,6 +251,10 @@ def _show(args) -> int:
 
     summary = analysis.summarize(trace, rank=args.rank)
     fig = build_view(view, trace, summary, title=f"{Path(args.path).name}: {view}", **options)
+    if args.output is None:
+        from .named_runs import name_for
+
+        args.output = f"{name_for(Path(args.path))}_{view}.png"
     if not args.output.strip():
         raise NpumagicError("-o/--output is empty: give the image file to write (e.g. -o timeline.png)")
     out = Path(args.output)
@@ -283,8 +273,8 @@ def _runs(args) -> int:
     out = _output_dir(args)
     from .render.tables import runs_table
 
-    store = _history(out)
-    table = store.table() if store is not None else None
+    runs = _history(out)
+    table = runs.table() if runs is not None else None
     if args.json:
         from .jsonout import runs_doc
 
@@ -300,8 +290,8 @@ def _export(args) -> int:
     out = _output_dir(args)
     from .render.export import render_markdown, write_log
 
-    store = _history(out)
-    runs = store.runs() if store is not None else []
+    history = _history(out)
+    runs = history.records() if history is not None else []
     if args.md or args.csv:
         write_log(runs, md=args.md, csv=args.csv)
     if args.json:
@@ -360,7 +350,7 @@ def _reference(session, named: str | None) -> None:
     if named is not None:
         session.set_baseline(named)  # one that cannot be analysed is an error
         return
-    recorded = [r.name for r in session.store.runs() if r.status == "ok"] if session.store.path.exists() else []
+    recorded = [r.name for r in session.runs.records() if r.status == "ok"]
     if recorded:
         try:
             session.set_baseline(recorded[-1])
@@ -432,12 +422,19 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _history(out: str):
-    """The history of ``out``, opened read-only; None for an output directory without one."""
-    from .history import DB_NAME, HistoryStore
+    """The runs of ``out``'s history, read only (:class:`~npumagic.named_runs.NamedRuns`, as the
+    magics see them); None for an output directory without a history."""
+    from .history import DB_NAME
 
     if Path(out).is_dir() and not (Path(out) / DB_NAME).exists():
         return None
-    return HistoryStore(out, create=False)
+    return _named_runs(out)
+
+
+def _named_runs(out: str):
+    from .named_runs import NamedRuns
+
+    return NamedRuns(Path(out), create=False)
 
 
 def _mcp(args) -> int:
@@ -537,7 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
     views = p.add_mutually_exclusive_group()
     for view in VIEWS:
         views.add_argument(f"--{view}", action="store_true", help=f"the {view} view")
-    p.add_argument("-o", "--output", required=True, help="image file to write (.png, .svg, .pdf)")
+    p.add_argument("-o", "--output", default=None,
+                   help="image file to write (.png, .svg, .pdf; default NAME_VIEW.png here, NAME the trace's)")
     p.add_argument("--rank", type=int, default=None, help="rank to draw (default the lowest)")
     p.add_argument("--step-range", default=None, help="timeline: steps FIRST:LAST")
     p.add_argument("--zoom", default=None, help="timeline: START_MS:END_MS from the first step")

@@ -305,10 +305,12 @@ class HistoryStore:
                                "choose another output directory")
 
     def _open_readonly(self) -> None:
-        """Read-only: sees what a live kernel just wrote (WAL); where even that needs to write
-        (a read-only folder cannot hold the -shm file), immutable."""
+        """Read-only: sees what a live kernel just wrote (WAL). Opened writable where it can be (it
+        is never written): SQLite removes the -wal and -shm files as the last writable connection
+        closes, never a read-only one's; where even SQLite's own files cannot be written (a
+        read-only folder cannot hold the -shm file), immutable."""
         self.readonly = True
-        for mode in ("ro", "ro&immutable=1"):
+        for mode in ("rw", "ro", "ro&immutable=1"):
             self._mode = mode
             try:
                 with self._connect() as db:
@@ -319,7 +321,7 @@ class HistoryStore:
                                        f"up to {SCHEMA_VERSION}: upgrade npumagic")
                 return
             except HistoryError:
-                if mode != "ro":
+                if mode == "ro&immutable=1":
                     raise
 
     @contextmanager

@@ -420,7 +420,7 @@ class NpuMagics(Magics):
         if line.strip():
             raise UsageError("%npuruns takes no arguments")
         try:
-            return runs_table(self.session.store.table())
+            return runs_table(self.session.runs.table())
         except NpumagicError as exc:
             raise UsageError(str(exc)) from None
 
@@ -671,7 +671,7 @@ class NpuMagics(Magics):
         from .render.export import write_log
 
         try:
-            runs = self.session.store.runs()
+            runs = self.session.runs.records()
             write_log(runs, md=args.md, csv=args.csv)
         except NpumagicError as exc:
             raise UsageError(str(exc)) from None

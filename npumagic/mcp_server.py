@@ -116,7 +116,7 @@ def build_server(out: str | Path = "npumagic_runs") -> MCPServer:
         """List the runs recorded in the history (name, when, status, backend, steps, median step, bottleneck, note)."""
         from .render.tables import runs_table
 
-        table = profiles.session().store.table()
+        table = profiles.session().runs.table()
         shown, left = _rows(table, "older runs", tail=True)
         text = runs_table(shown).to_text() if len(table) else f"no runs in {profiles.out}"
         return _answer("\n".join(filter(None, [text, left])), jsonout.runs_doc(table, str(profiles.out)))
@@ -207,7 +207,7 @@ def build_server(out: str | Path = "npumagic_runs") -> MCPServer:
         """The troubleshooting log of the history: each run's verdict, findings and the user's note, as Markdown."""
         from .render.export import render_markdown
 
-        runs = profiles.session().store.runs()
+        runs = profiles.session().runs.records()
         return _answer(render_markdown(runs), jsonout.export_doc(runs, str(profiles.out)))
 
     return server

@@ -27,9 +27,11 @@ class NamedRuns:
     """The history store of ``output_dir`` as this kernel sees it: run names, the baseline, and a
     cache of summaries (traces can be large: only the latest one is kept)."""
 
-    def __init__(self, output_dir: Path) -> None:
+    def __init__(self, output_dir: Path, create: bool = True) -> None:
+        """``create=False``: read an existing history only (the CLI's reading commands): nothing
+        is created or written, not even a summary computed from a run's files."""
         self.output_dir = output_dir
-        self.store = HistoryStore(output_dir)
+        self.store = HistoryStore(output_dir, create=create)
         self.baseline: str | None = None
         self._summaries: dict[str, Summary] = {}
         self._trace: tuple[str, analysis.Trace] | None = None  # the latest one only: traces can be large
@@ -94,7 +96,8 @@ class NamedRuns:
                     raise NpumagicError(f"run {name!r}: no summary of it could be read from the history and its "
                                         f"output directory is gone ({run.run_dir}): nothing is left to analyse")
                 stored = analysis.summarize(self.trace(name))
-                self.store.put_summary(name, stored)
+                if not self.store.readonly:
+                    self.store.put_summary(name, stored)
             self._summaries[name] = stored
         return self._summaries[name]
 
@@ -163,6 +166,30 @@ class NamedRuns:
                        self.context(a), self.context(b), noise=self.noise(a, b))
 
 
+    # -- the history as a whole -------------------------------------------------------------------
+    def has(self, name: str) -> bool:
+        return self.store.exists(name)
+
+    def records(self) -> list[Run]:
+        """Every run of the history, oldest first."""
+        return self.store.runs()
+
+    def table(self) -> pd.DataFrame:
+        """The runs as one row each (``%npuruns``, ``npumagic runs``)."""
+        return self.store.table()
+
+    def run_dir(self, name: str) -> str | None:
+        """Where run ``name``'s profiler output was written."""
+        return self.store.get(name).run_dir
+
+    def step_walls(self, name: str) -> np.ndarray:
+        """Run ``name``'s step times (us), as recorded."""
+        return self.store.steps(name)["wall_us"].to_numpy(float)
+
+    def band(self, like: str, include: bool) -> Band | None:
+        """The alert band of run ``like``'s configuration: see :func:`history_band`."""
+        return history_band(self.store, like, include)
+
     def kernel_history(self, kernel: str) -> tuple[str, pd.DataFrame]:
         """One kernel across the history: (its name, a table run / count / total_us / mean_us).
         ``kernel`` is an exact name, else a part of one (the matching kernel with most time)."""
@@ -208,7 +235,7 @@ class NamedRuns:
 
 
 def history_noise(store: HistoryStore, names) -> Noise:
-    """:meth:`NamedRuns.noise` of any history (the CLI reads one it does not own)."""
+    """:meth:`NamedRuns.noise`."""
     runs = [r for r in store.runs() if r.status == "ok" and r.kind == "profile"]
     wanted = {(r.backend, r.device) for r in runs if r.name in names}
     walls = store.step_walls()

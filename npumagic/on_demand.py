@@ -106,7 +106,7 @@ def attach(job_dir: str | Path, steps: int | None = None, timeout: float = 600) 
     --steps) and wait until the window is recorded; return the job's output directory and the
     run's name. NpumagicError when there is no job, it has ended, or ``timeout`` s pass."""
     from .errors import NpumagicError
-    from .history import HistoryStore
+    from .named_runs import NamedRuns
 
     job_dir = Path(job_dir).resolve()
     job = launch.job_info(job_dir)
@@ -115,7 +115,7 @@ def attach(job_dir: str | Path, steps: int | None = None, timeout: float = 600) 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if (out / "history.sqlite").is_file():
-            named = [r.name for r in HistoryStore(out, create=False).runs() if r.run_dir == window]
+            named = [r.name for r in NamedRuns(out, create=False).records() if r.run_dir == window]
             if named:
                 return out, named[0]
         if not launch.job_alive(job):

@@ -91,6 +91,13 @@ def test_show_writes_the_image(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'timeline.png'}"
 
 
+def test_show_without_output_writes_the_trace_and_view_name_here(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["show", str(need(ASCEND / "level1" / "rank0_ascend_pt")), "--steps"]) == 0
+    assert capsys.readouterr().out.strip() == "wrote rank0_ascend_pt_steps.png"
+    assert (tmp_path / "rank0_ascend_pt_steps.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_show_matrix_writes_the_heatmap(tmp_path, capsys):
     out = tmp_path / "matrix.png"
     assert main(["show", str(need(ASCEND / "db" / "level1")), "--matrix", "-o", str(out)]) == 0
@@ -117,6 +124,21 @@ def test_runs_and_export_read_a_real_history(tmp_path, capsys):
 
     rendered = markdown2html_mistune(text)
     assert "&amp;gt;" not in rendered and "\\" not in rendered
+
+
+def test_reading_commands_leave_the_history_as_they_found_it(tmp_path, capsys):
+    # runs/export/compare read the history as the magics do (NamedRuns), writing nothing: not a
+    # summary, not SQLite's -wal/-shm files (a read-only connection leaves those behind)
+    from npumagic.session import Session
+
+    session = Session(tmp_path)
+    for name in ("a", "b"):
+        session.load(need(CUDA / "alexnet_sync"), name=name)
+    before = sorted(p.name for p in tmp_path.iterdir()), (tmp_path / "history.sqlite").read_bytes()
+    for argv in (["runs"], ["export"], ["compare", "a", "b", "--history", str(tmp_path)]):
+        assert main([*argv, "--out", str(tmp_path)] if argv[0] != "compare" else argv) == 0, capsys.readouterr().err
+    assert "b against a" in " ".join(capsys.readouterr().out.split())
+    assert (sorted(p.name for p in tmp_path.iterdir()), (tmp_path / "history.sqlite").read_bytes()) == before
 
 
 def test_a_missing_history_is_exit_2(tmp_path, capsys):

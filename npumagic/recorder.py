@@ -9,9 +9,10 @@ import logging
 import os
 import shlex
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from . import analysis, parallel
 from .analysis.alerts import Alert
@@ -49,6 +50,13 @@ class RunOutcome:
     @property
     def error(self) -> BaseException | None:
         return self.capture.error if self.capture else None
+
+
+@dataclass
+class _Open:
+    """A run being recorded: its name in the history (a ``--replace`` renames it)."""
+
+    name: str
 
 
 class Recorder:
@@ -110,9 +118,8 @@ class Recorder:
         fields = dict(backend=backend.name, device=backend.device_name, source=source,
                       arguments=arguments or options.as_dict(), environment=self.environment(),
                       versions=backend.versions())
-        reserved, self._busy = None, True
-        try:  # from the reservation on the run is recorded whatever happens: never left 'running'
-            reserved = self._reserve(name, next_free=True, **fields)
+        with self._recording(name, **fields) as run:
+            reserved = run.name
             run_dir = Path(out).resolve() if out else self.output_dir / reserved
             if linked(run_dir, self.output_dir):  # planted in a shared output directory: would write elsewhere
                 raise NpumagicError(f"{run_dir}: a symbolic link inside the output directory {self.output_dir}; "
@@ -128,27 +135,33 @@ class Recorder:
                     result.run_dir = run_dir
                     notes.append(f"replaced the earlier run {name}")
                     self._unclosed[name] = self._unclosed.pop(reserved)
-                    reserved = name
+                    reserved = run.name = name
                 elif replace:
                     notes.append(f"{name} kept: this run {result.status}; it is recorded as {reserved}")
                 else:
                     notes.append(f"{name} is taken: this run is {reserved} (--replace to overwrite {name})")
             return self._record(reserved, result.status, run_dir, result, notes)
+
+    @contextmanager
+    def _recording(self, name: str | None, **fields) -> Iterator[_Open]:
+        """A new run (``name``, or the next free one), recorded whatever happens from here on:
+        the block's failure or Ctrl-C closes it as failed or interrupted, so it is never left
+        'running'. The reservation holds Ctrl-C (one right after the row is committed lands in
+        the block) and remembers the run as open: should even its closing be cut short (a burst
+        of Ctrl-C), :meth:`settle` records it as interrupted. The block renames the run by
+        setting ``.name``."""
+        run, self._busy = None, True
+        try:
+            with held_interrupts():
+                run = _Open(self.store.reserve(name, next_free=True, **fields))
+                self._unclosed[run.name] = ("interrupted", "KeyboardInterrupt: the run's end was never recorded")
+            yield run
         except BaseException as exc:
-            if reserved is not None:
-                self._close(reserved, exc)
+            if run is not None:
+                self._close(run.name, exc)
             raise
         finally:
             self._busy = False
-
-    def _reserve(self, name: str | None, **fields) -> str:
-        """``store.reserve`` with Ctrl-C held (one right after the row is committed lands in the
-        caller's try that closes the run), the run remembered as open: should even its closing be
-        cut short (a burst of Ctrl-C), :meth:`settle` records it as interrupted."""
-        with held_interrupts():
-            reserved = self.store.reserve(name, **fields)
-            self._unclosed[reserved] = ("interrupted", "KeyboardInterrupt: the run's end was never recorded")
-        return reserved
 
     def run_command(self, argv: list[str], options: CaptureOptions, name: str | None = None,
                     output=None, forward_interrupt: bool = False) -> tuple[RunOutcome, "Ended"]:
@@ -163,19 +176,15 @@ class Recorder:
         if name is not None:
             check_name(name)
         arguments = dict(options.as_dict(), name=name, command=list(argv), cwd=os.getcwd())
-        reserved = self.store.reserve(name, next_free=True, source=shlex.join(argv), arguments=arguments,
-                                      environment=environment_snapshot())
-        try:
-            run_dir = self.output_dir / file_stem(reserved)
-            self.store.update(reserved, run_dir=str(run_dir), run_dir_owned=make_run_dir(run_dir))
+        with self._recording(name, source=shlex.join(argv), arguments=arguments,
+                             environment=environment_snapshot()) as run:
+            run_dir = self.output_dir / file_stem(run.name)
+            self.store.update(run.name, run_dir=str(run_dir), run_dir_owned=make_run_dir(run_dir))
             config = Config(str(run_dir), options.as_dict(), backend=self.prefer_backend)
             ended = launch.run(argv, launch.environment(config), output=output, forward_interrupt=forward_interrupt)
             found = launch.records(run_dir)
             result = launch.collect(run_dir, options, ended, found)
-            return self.record_processes(reserved, result, found), ended
-        except BaseException as exc:
-            self._close(reserved, exc)
-            raise
+            return self.record_processes(run.name, result, found), ended
 
     def record_processes(self, name: str, result: CaptureResult, found: list[dict]) -> RunOutcome:
         """Record run ``name`` from a command's capture and its processes' records (backend,
@@ -262,20 +271,12 @@ class Recorder:
             raise NpumagicError(str(exc)) from None
         meta = summary.meta if summary is not None else trace.meta
         wanted = name or name_for(path)
-        name, self._busy = None, True
-        try:  # as in profile(): the committed row is closed whatever follows
-            name = self._reserve(wanted, next_free=True, kind="load", backend=meta.get("backend"),
-                                 device=meta.get("device_name"), source=f"%npuload {path}",
-                                 arguments={"path": str(path)}, environment=meta.get("environment", {}))
-            self.store.update(name, run_dir=str(path))
-            notes = [f"{wanted} is taken: this run is {name}"] if name != wanted else []
-            return self._record(name, "ok", path, None, notes, trace=trace, summary=summary, rank=rank)
-        except BaseException as exc:
-            if name is not None:
-                self._close(name, exc)
-            raise
-        finally:
-            self._busy = False
+        with self._recording(wanted, kind="load", backend=meta.get("backend"), device=meta.get("device_name"),
+                             source=f"%npuload {path}", arguments={"path": str(path)},
+                             environment=meta.get("environment", {})) as run:
+            self.store.update(run.name, run_dir=str(path))
+            notes = [f"{wanted} is taken: this run is {run.name}"] if run.name != wanted else []
+            return self._record(run.name, "ok", path, None, notes, trace=trace, summary=summary, rank=rank)
 
     def _record(self, name: str, status: str, run_dir: Path, result: CaptureResult | None, notes: list[str],
                 trace: "analysis.Trace | None" = None, summary: Summary | None = None,

@@ -31,7 +31,7 @@ from .analysis.metrics import Summary, combine, rebase, summarize, summarize_ran
 from .analysis.schema import Trace
 from .analysis.ranks import parallel_indices, rank_table_of_steps
 from .analysis.sources.ascend import outline as ascend_outline
-from .analysis.sources.ascend.discover import warn_renumbered
+from .analysis.sources.ascend.discover import no_rank_read, rank_numbers
 from .errors import NpumagicError, TraceError
 
 log = logging.getLogger(__name__)
@@ -96,10 +96,9 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
         read += list(per_rank.items())
         metas.append(meta)
     if not read:
-        raise TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
-    renumber = len({r for r, _ in read}) != len(read)  # unlabelled ranks: directory order, as the reader does
+        raise no_rank_read(paths, unreadable)
+    renumber = rank_numbers(paths, [r for r, _ in read]) != [r for r, _ in read]  # as the reader numbers them
     if renumber:
-        warn_renumbered(paths, [r for r, _ in read])
         metas = [_renumbered(m, i) for i, m in enumerate(metas)]
     job = sources.merge_meta(fmt, paths, metas, unreadable)
     host = sources.host_file(path)
@@ -193,8 +192,6 @@ def _outline(path: str | Path, paths: list[Path], rank: int | None, progress: bo
     finally:
         if bar is not None:
             bar.close()
-    for error in outline.unreadable.values():
-        warnings.warn(f"{error} (this rank is left out; the others are analysed)", stacklevel=3)
     if rank is not None and rank not in outline.dirs:
         raise ValueError(f"rank {rank} not in trace; ranks: {outline.ranks}")
     # the rank asked for, else the lowest that can be read in full

@@ -11,13 +11,15 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
+from ....errors import TraceError
 from .._columns import small_int
 from .files import read_json
 
 
 OUTPUT = "ASCEND_PROFILER_OUTPUT"
+T = TypeVar("T")
 
 
 # torch_npu's raw data of a rank it never parsed: PROF_<id>_<time>_<tag>/ (CANN) beside FRAMEWORK/
@@ -81,12 +83,40 @@ def _natural(path: Path) -> list:
     return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(path))]
 
 
-def warn_renumbered(paths: list[Path], ids: list[int]) -> None:
-    """Say that ranks whose profiler_info ids repeat are numbered in directory order instead."""
+def read_each_rank(paths: list[Path], read_rank: Callable[[Path], T], progress=None) -> tuple[list[T], dict[str, str]]:
+    """``read_rank`` of each rank directory, in order, and the ranks it could not read (TraceError),
+    left out with a warning: ``{directory: error}``. A job with no readable rank raises TraceError
+    naming it (a single rank: its own error)."""
+    read, unreadable = [], {}
+    for rank_dir in paths:
+        try:
+            read.append(read_rank(rank_dir))
+        except TraceError as exc:
+            if len(paths) == 1:
+                raise
+            unreadable[str(rank_dir)] = str(exc)
+            warnings.warn(f"{exc} (this rank is left out; the others are analysed)", stacklevel=4)
+        if progress is not None:
+            progress.update(1)
+    if not read:
+        raise no_rank_read(paths, unreadable)
+    return read, unreadable
+
+
+def no_rank_read(paths: list[Path], unreadable: dict[str, str]) -> TraceError:
+    return TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
+
+
+def rank_numbers(paths: list[Path], ids: list[int]) -> list[int]:
+    """The ranks' own ids; where ids repeat (unlabelled ranks), their directories' places
+    instead (0 to N-1, in the natural name order of ``paths``), said in a warning."""
+    if len(set(ids)) == len(ids):
+        return list(ids)
     repeated = sorted({r for r in ids if ids.count(r) > 1})
     warnings.warn(f"{paths[0].parent}: rank ids {repeated} appear in more than one rank's profiler_info: every rank is "
                   f"numbered by its directory's place instead (0 to {len(ids) - 1}, in natural name order)",
                   stacklevel=4)
+    return list(range(len(ids)))
 
 
 def profiler_info(rank_dir: Path) -> tuple[Path, dict[str, Any]]:

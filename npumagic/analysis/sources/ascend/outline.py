@@ -16,14 +16,13 @@ from typing import Any
 
 import pandas as pd
 
-from ....errors import TraceError
 from ... import schema
 from ...breakdown import vendor_step_table
 from .._notes import reading
 from .communication import communication_rows, matrix_rows
 from .csv_tables import STEP_TRACE_REQUIRED, step_trace_rows
 from .db import find_db
-from .discover import OUTPUT, export_type, profiler_info, rank_id, warn_renumbered
+from .discover import OUTPUT, export_type, profiler_info, rank_id, rank_numbers, read_each_rank
 from .files import json_object, read_json
 from .reader import DEVICE_NAME
 
@@ -57,24 +56,11 @@ def unfit(paths: list[Path]) -> list[Path]:
 
 
 def read(paths: list[Path], progress=None) -> Outline:
-    """The outline of the rank directories ``paths``; a rank that cannot be read is left out with
-    its error in ``unreadable`` (TraceError when none can be read). Ranks whose ids repeat are
-    numbered in directory order, as the full reader numbers them."""
-    read_ranks: list[dict[str, Any]] = []
-    unreadable: dict[str, str] = {}
-    for rank_dir in paths:
-        try:
-            read_ranks.append(_read_rank(rank_dir))
-        except TraceError as exc:
-            unreadable[str(rank_dir)] = str(exc)
-        if progress is not None:
-            progress.update(1)
-    if not read_ranks:
-        raise TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
-    ids = [r["rank"] for r in read_ranks]
-    if len(set(ids)) != len(ids):  # unlabelled ranks
-        warn_renumbered(paths, ids)
-        ids = list(range(len(read_ranks)))
+    """The outline of the rank directories ``paths``; a rank that cannot be read is left out,
+    warned, with its error in ``unreadable`` (TraceError when none can be read). Ranks whose ids
+    repeat are numbered in directory order, as the full reader numbers them."""
+    read_ranks, unreadable = read_each_rank(paths, _read_rank, progress)
+    ids = rank_numbers(paths, [r["rank"] for r in read_ranks])
     rows = lambda key: [dict(row, rank=i) for i, r in zip(ids, read_ranks) for row in r[key]]  # noqa: E731
     metas = [{"device_name": DEVICE_NAME, "settings": r["settings"], "environment": r["environment"],
               "sources": {i: {"breakdown": f"{STEP_TRACE} (vendor)", "links": "communication.json (each link's own "

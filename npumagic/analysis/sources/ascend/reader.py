@@ -19,7 +19,7 @@ from .._notes import ReadNotes, reading
 from .._stray import stray_remark, within, without_stray_device_events
 from . import db, text
 from .communication import communication_tables
-from .discover import OUTPUT, export_type, profiler_info, rank_id, warn_renumbered
+from .discover import OUTPUT, export_type, profiler_info, rank_id, rank_numbers, read_each_rank
 from .files import json_object, read_json
 
 
@@ -30,24 +30,12 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     read at all is left out with a warning naming what it holds and what would be needed, as
     long as another rank can be read.
     """
-    parts, unreadable = [], {}
     notes = ReadNotes()
-    for rank_dir in paths:
-        try:
-            parts.append(read_rank_parts(rank_dir, notes))
-        except TraceError as exc:
-            if len(paths) == 1:
-                raise
-            unreadable[str(rank_dir)] = str(exc)
-            warnings.warn(f"{exc} (this rank is left out; the others are analysed)", stacklevel=3)
-        if progress is not None:
-            progress.update(1)
-    if not parts:
-        raise TraceError(paths[0].parent, "no rank could be read: " + "; ".join(unreadable.values()))
+    parts, unreadable = read_each_rank(paths, lambda rank_dir: read_rank_parts(rank_dir, notes), progress)
     ranks = [p["rank"] for p in parts]
-    if len(set(ranks)) != len(ranks):  # unlabelled ranks: number them in directory order
-        warn_renumbered(paths, ranks)
-        for i, p in enumerate(parts):
+    numbers = rank_numbers(paths, ranks)
+    if numbers != ranks:
+        for i, p in zip(numbers, parts):
             p["rank"] = i
             for key in RANK_TABLES:
                 p[key]["rank"] = i

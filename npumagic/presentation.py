@@ -12,14 +12,17 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
+from .terminal import display_width
+
 RENDERER = "npumagic.render.display"  # the module whose import registers every class's text and HTML
 
 _TEXT: dict[type, Callable[[Any], str]] = {}
 _HTML: dict[type, Callable[[Any], str]] = {}
 
 
-def register(cls: type, text: Callable[[Any], str], html: Callable[[Any], str] | None = None) -> None:
-    """Show instances of ``cls`` (and its subclasses) as ``text(obj)`` and, in a notebook, ``html(obj)``."""
+def register(cls: type, text: Callable[..., str], html: Callable[[Any], str] | None = None) -> None:
+    """Show instances of ``cls`` (and its subclasses) as ``text(obj, width=W)`` (W: the columns
+    to wrap to, or None) and, in a notebook, ``html(obj)``."""
     _TEXT[cls] = text
     if html is not None:
         _HTML[cls] = html
@@ -32,9 +35,10 @@ def _lookup(table: dict[type, Callable[[Any], str]], obj: Any) -> Callable[[Any]
 
 
 def text(obj: Any) -> str:
-    """``obj`` as text (a terminal, ``print``); its dataclass repr where no renderer is registered."""
+    """``obj`` as text (a terminal, ``print``), wrapped to the terminal where output goes to one;
+    its dataclass repr where no renderer is registered."""
     shown = _lookup(_TEXT, obj)
-    return shown(obj) if shown is not None else repr(obj)
+    return shown(obj, width=display_width()) if shown is not None else repr(obj)
 
 
 def html(obj: Any) -> str | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import re
 import shutil
+import sys
 import textwrap
 from typing import Callable, TextIO
 
@@ -50,6 +51,16 @@ DEFAULT_WIDTH = 100  # columns when neither COLUMNS nor a terminal says (output 
 def terminal_width() -> int:
     """The terminal's width in columns: ``COLUMNS``, else the terminal's own, else 100."""
     return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+
+
+def display_width() -> int | None:
+    """The width to wrap shown text to: the terminal's where output goes to one (a terminal
+    IPython, a script); None elsewhere (a notebook's output area wraps by itself, a pipe or a
+    file keeps whole lines)."""
+    try:
+        return terminal_width() if sys.stdout.isatty() else None
+    except (AttributeError, ValueError):  # no stdout, or a closed one
+        return None
 
 
 def wrap(line: str, width: int | None, indent: int | str = 4) -> str:

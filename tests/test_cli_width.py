@@ -60,3 +60,32 @@ def test_a_long_sentence_wraps_under_its_hanging_indent():
     wrapped = wrap(line, 50, 16).splitlines()
     assert len(wrapped) > 1 and max(len(x) for x in wrapped) <= 50
     assert all(x.startswith(" " * 16) and x[16] != " " for x in wrapped[1:])
+
+
+class _Terminal:
+    """Standard output as a terminal IPython or a script in a terminal has it."""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def test_shown_text_wraps_to_a_terminal_and_keeps_whole_lines_elsewhere(monkeypatch):
+    import npumagic
+
+    from .conftest import ASCEND
+
+    summary = npumagic.analyze(need(ASCEND / "level1"))
+    advice = npumagic.advise(summary)
+    monkeypatch.setenv("COLUMNS", "72")
+    # WHEN printed where output goes to a file or a notebook: whole sentences, as before
+    piped = str(advice)
+    assert max(len(line) for line in piped.splitlines()) > 72
+    # WHEN printed to a terminal (print(advice), a terminal IPython's display): wrapped to it
+    monkeypatch.setattr("sys.stdout", _Terminal())
+    for shown in (str(advice), str(npumagic.checklist(summary)), str(summary).splitlines()[0]):
+        long = [line for line in shown.splitlines() if len(line) > 72]
+        assert all(" " not in line.strip() for line in long), long  # only a word too long to break
+    assert " ".join(str(advice).split()) == " ".join(piped.split())  # the same words

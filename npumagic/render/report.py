@@ -11,7 +11,7 @@ from ..analysis.metrics import Summary
 from ..commands import say
 from ..records import Run
 from .live.bundle import live_bundle
-from ..terminal import terminal_safe, wrap
+from ..terminal import display_width, terminal_safe, wrap
 from .tables import Table, history_table, step_table
 from .text import comparison_html, comparison_text, verdict_html, verdict_text
 from .views import RenderedFigure
@@ -68,7 +68,7 @@ class RunReport:
 
     @terminal_safe
     def __str__(self) -> str:
-        return self.text()
+        return self.text(display_width())
 
     @terminal_safe
     def text(self, width: int | None = None) -> str:
@@ -142,7 +142,8 @@ class CompareReport:
 
     @terminal_safe
     def __str__(self) -> str:
-        return comparison_text(self.comparison) + (f"\n\nfigure: {self.figure.path}" if self.figure and self.figure.path else "")
+        return (comparison_text(self.comparison, width=display_width())
+                + (f"\n\nfigure: {self.figure.path}" if self.figure and self.figure.path else ""))
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))

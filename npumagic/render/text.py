@@ -207,12 +207,12 @@ def _ab_rows(result) -> list[tuple[str, str, str, int]]:
             for name, times in ((result.a, result.times_a), (result.b, result.times_b)) if times.size]
 
 
-def ab_text(result) -> str:
+def ab_text(result, width: int | None = None) -> str:
     rows = [f"{'variant':<16}{'median':>14}{'min':>14}{'steps':>7}"]
     rows += [f"{name[:15]:<16}{median:>14}{low:>14}{n:>7}" for name, median, low, n in _ab_rows(result)]
     if result.comparison is not None:
-        rows += ["", _profiled(result), comparison_text(result.comparison)]
-    return "\n".join([result.sentence(), ""] + rows)
+        rows += ["", wrap(_profiled(result), width), comparison_text(result.comparison, width=width)]
+    return "\n".join([wrap(result.sentence(), width), ""] + rows)
 
 
 def _profiled(result) -> str:

@@ -205,8 +205,9 @@ def matrix_figure(summary: Summary, title: str = "") -> Figure:
     cut = (f" (first {len(table)} of {len(whole)} source, {len(table.columns)} of {len(whole.columns)} destination "
            "ranks; all in summary.comm_matrix)") if table.shape != whole.shape else ""
     # grows with the ranks up to a screen's size: 3000 rank pairs asked for a 1650-inch canvas
-    fig = Figure(figsize=(min(2.5 + 0.55 * max(len(table.columns), 4), FIGURE_WIDTH_IN),
-                          min(1.5 + 0.45 * max(len(table), 2), FIGURE_WIDTH_IN)), layout="constrained")
+    size = ((min(2.5 + 0.55 * max(len(table.columns), 4), FIGURE_WIDTH_IN), min(1.5 + 0.45 * max(len(table), 2), FIGURE_WIDTH_IN))
+            if not table.empty else (FIGURE_WIDTH_IN, 1.5))  # room for the line saying there is none
+    fig = Figure(figsize=size, layout="constrained")
     plot_matrix(fig.add_subplot(), table)
     fig.suptitle((title or "communication matrix (GB/s)") + cut, fontsize=10, x=0.01, ha="left")
     return fig

@@ -80,7 +80,7 @@ def _clean(value):
 def _analyze(args) -> int:
     summary = _summary(args, args.path, args.rank)
     from .analysis.checklist import checklist
-    from .render.tables import kernel_caption, kernel_table, rank_caption, rank_table
+    from .render.tables import format_kernels, format_ranks, kernel_caption, rank_caption
 
     verdict = checklist(summary)
     if args.json:
@@ -93,10 +93,10 @@ def _analyze(args) -> int:
     width = terminal_width()
     print(summary_text(summary, width))
     print()
-    print(kernel_table(summary.kernels, args.top, kernel_caption(summary)).to_text(width))
+    print(format_kernels(summary.kernels, args.top, kernel_caption(summary)).to_text(width))
     if len(summary.ranks) > 1:
         print()
-        print(rank_table(summary.ranks, rank_caption(summary)).to_text(width))
+        print(format_ranks(summary.ranks, rank_caption(summary)).to_text(width))
     print()
     print(verdict_text(verdict, width))
     return 0
@@ -271,7 +271,7 @@ def _show(args) -> int:
 
 def _runs(args) -> int:
     out = _output_dir(args)
-    from .render.tables import runs_table
+    from .render.tables import format_runs
 
     runs = _history(out)
     table = runs.table() if runs is not None else None
@@ -282,7 +282,7 @@ def _runs(args) -> int:
     elif table is None:
         print(f"no runs in {out}")
     else:
-        print(runs_table(table).to_text() if len(table) else f"no runs in {out}")
+        print(format_runs(table).to_text() if len(table) else f"no runs in {out}")
     return 0
 
 
@@ -377,13 +377,13 @@ def _trigger(args) -> int:
 def _print_run(outcome) -> None:
     """The run as the magics show it, in text: notes, step table, rank table, checklist."""
     from .render import RunReport
-    from .render.tables import rank_caption, rank_table
+    from .render.tables import format_ranks, rank_caption
 
     sys.stdout.flush()
     print(RunReport(outcome.run, outcome.summary, outcome.verdict, outcome.notes).text(terminal_width()))
     if outcome.summary is not None and len(outcome.summary.ranks) > 1:
         print()
-        print(rank_table(outcome.summary.ranks, rank_caption(outcome.summary)).to_text())
+        print(format_ranks(outcome.summary.ranks, rank_caption(outcome.summary)).to_text())
     sys.stdout.flush()
 
 

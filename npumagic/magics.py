@@ -25,11 +25,11 @@ from .offline import parse_raw
 from .names import RULE as NAME_RULE
 from .names import check_name
 from .parallel import check_scheduler
+from .ranges import view_range
 from .recorder import RunOutcome
 from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
 from .render.live.frontend import widget_frontend, with_live_timeline
-from .render.tables import runs_table, step_table
-from .render.views import view_range
+from .render.tables import format_runs, format_steps
 from .session import Session
 
 
@@ -407,7 +407,7 @@ class NpuMagics(Magics):
     def _step_table(self, name: str | None):
         try:
             name = self.session.resolve(name)
-            return step_table(self.session.summary(name).steps, caption=f"{name}: per-step time")
+            return format_steps(self.session.summary(name).steps, caption=f"{name}: per-step time")
         except (UnknownRun, NpumagicError) as exc:
             raise UsageError(str(exc)) from None
 
@@ -420,7 +420,7 @@ class NpuMagics(Magics):
         if line.strip():
             raise UsageError("%npuruns takes no arguments")
         try:
-            return runs_table(self.session.runs.table())
+            return format_runs(self.session.runs.table())
         except NpumagicError as exc:
             raise UsageError(str(exc)) from None
 

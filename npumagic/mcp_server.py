@@ -114,11 +114,11 @@ def build_server(out: str | Path = "npumagic_runs") -> MCPServer:
     @_tool
     def runs() -> CallToolResult:
         """List the runs recorded in the history (name, when, status, backend, steps, median step, bottleneck, note)."""
-        from .render.tables import runs_table
+        from .render.tables import format_runs
 
         table = profiles.session().runs.table()
         shown, left = _rows(table, "older runs", tail=True)
-        text = runs_table(shown).to_text() if len(table) else f"no runs in {profiles.out}"
+        text = format_runs(shown).to_text() if len(table) else f"no runs in {profiles.out}"
         return _answer("\n".join(filter(None, [text, left])), jsonout.runs_doc(table, str(profiles.out)))
 
     @server.tool()
@@ -127,17 +127,17 @@ def build_server(out: str | Path = "npumagic_runs") -> MCPServer:
         """Analyze a profiler output path or a recorded run (name, or -1 for the latest): step times, top kernels,
         the rank table of a multi-rank job and the checklist verdict naming the bottleneck."""
         from .analysis.checklist import checklist
-        from .render.tables import kernel_caption, kernel_table, rank_caption, rank_table, step_table
+        from .render.tables import format_kernels, format_ranks, format_steps, kernel_caption, rank_caption
         from .render.text import summary_headline
 
         label, summary, _ = profiles.summary(target, rank)
         verdict = checklist(summary)
         steps, steps_left = _rows(summary.steps, "steps")
-        parts = [f"{label}: {summary_headline(summary)}", step_table(steps).to_text(), steps_left,
-                 kernel_table(summary.kernels, top, kernel_caption(summary)).to_text()]  # it says "top N of M" itself
+        parts = [f"{label}: {summary_headline(summary)}", format_steps(steps).to_text(), steps_left,
+                 format_kernels(summary.kernels, top, kernel_caption(summary)).to_text()]  # it says "top N of M" itself
         if len(summary.ranks) > 1:
             ranks, ranks_left = _rows(summary.ranks, "ranks")
-            parts += [rank_table(ranks, rank_caption(summary)).to_text(), ranks_left]
+            parts += [format_ranks(ranks, rank_caption(summary)).to_text(), ranks_left]
         parts += ["checklist:", str(verdict)]
         return _answer("\n".join(filter(None, parts)), jsonout.analyze_doc(summary, verdict, label, top))
 
@@ -183,7 +183,7 @@ def build_server(out: str | Path = "npumagic_runs") -> MCPServer:
     def steps(target: str, first: int | None = None, last: int | None = None, rank: int | None = None) -> CallToolResult:
         """The per-step table (wall, compute, communication, idle, data-loading time, device busy) of a path or run,
         for the steps first..last (ids as in the step column; default all)."""
-        from .render.tables import step_table
+        from .render.tables import format_steps
 
         label, summary, _ = profiles.summary(target, rank)
         frame = summary.steps
@@ -198,7 +198,7 @@ def build_server(out: str | Path = "npumagic_runs") -> MCPServer:
         shown, left = _rows(frame, "steps")
         doc = jsonout.document("steps", path=label, rank=summary.meta.get("rank"), first=first, last=last,
                                steps=jsonout.records(frame))
-        return _answer("\n".join(filter(None, [f"{label}: {len(frame)} steps", step_table(shown).to_text(), left])),
+        return _answer("\n".join(filter(None, [f"{label}: {len(frame)} steps", format_steps(shown).to_text(), left])),
                        doc)
 
     @server.tool()

@@ -12,7 +12,7 @@ from ..commands import say
 from ..records import Run
 from .live.bundle import live_bundle
 from ..terminal import display_width, terminal_safe, wrap
-from .tables import Table, history_table, step_table
+from .tables import Table, format_history, format_steps
 from .text import comparison_html, comparison_text, verdict_html, verdict_text
 from .views import RenderedFigure
 
@@ -46,7 +46,7 @@ class RunReport:
     @property
     def step_table(self) -> Table | None:
         """The compact step table shown under the cell (``.data``: the full step frame)."""
-        return step_table(self.summary.steps) if self.summary is not None and len(self.summary.steps) else None
+        return format_steps(self.summary.steps) if self.summary is not None and len(self.summary.steps) else None
 
     def figure(self, view: str) -> RenderedFigure | None:
         return next((f for f in self.figures if f.view == view), None)
@@ -163,13 +163,13 @@ class KernelHistory:
 
     @terminal_safe
     def __str__(self) -> str:
-        return history_table(self.table, self.kernel).to_text()
+        return format_history(self.table, self.kernel).to_text()
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        html_parts = [history_table(self.table, self.kernel)._repr_html_()]
+        html_parts = [format_history(self.table, self.kernel)._repr_html_()]
         if self.figure is not None:
             html_parts.append(self.figure.html())
         return {"text/plain": str(self), "text/html": "\n".join(html_parts)}

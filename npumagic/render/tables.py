@@ -1,7 +1,10 @@
 """Tables as people read them: a :class:`Table` keeps the full DataFrame in ``.data`` and shows a
 few chosen columns with units in their headers, percentages as %, counts as integers, names
 left-aligned and shortened (the full name on hover), and a caption. HTML goes through a pandas
-Styler; text fits a terminal width. Pure pandas (no matplotlib), so analysis objects can use it."""
+Styler; text fits a terminal width. Pure pandas (no matplotlib), so analysis objects can use it.
+
+The builders are ``format_*`` (``format_steps``, ``format_kernels``, ...): the analysis layer's
+``step_table`` and ``kernel_table`` compute the DataFrames these show."""
 
 from __future__ import annotations
 
@@ -239,7 +242,7 @@ def _guess(series: pd.Series) -> str:
 
 
 # -- the tables the magics and the CLI show -------------------------------------------------------
-def step_table(steps: pd.DataFrame, caption: str = "per-step time") -> Table:
+def format_steps(steps: pd.DataFrame, caption: str = "per-step time") -> Table:
     """The compact step table (ms and device busy %; copies only when any ran); ``.data`` is the
     full step frame."""
     copies = "memcpy_us" in steps and bool((steps["memcpy_us"] > 0).any())
@@ -261,7 +264,7 @@ def kernel_caption(summary) -> str:
     return "top kernels by total time" if summary.meta.get("device_mode", True) else CPU_OPERATORS
 
 
-def kernel_table(kernels: pd.DataFrame, top: int | None = 15, caption: str = "top kernels by total time") -> Table:
+def format_kernels(kernels: pd.DataFrame, top: int | None = 15, caption: str = "top kernels by total time") -> Table:
     """Kernels (or CPU operators) by total time; the type column only where it adds something.
     ``caption``: :func:`kernel_caption` says what the rows are."""
     cols = [Column("name", "operator" if caption == CPU_OPERATORS else "kernel", "name")]
@@ -273,7 +276,7 @@ def kernel_table(kernels: pd.DataFrame, top: int | None = 15, caption: str = "to
     return Table(kernels, cols, caption, top)
 
 
-def rank_table(ranks: pd.DataFrame, caption: str = "ranks") -> Table:
+def format_ranks(ranks: pd.DataFrame, caption: str = "ranks") -> Table:
     """One row per rank of a job (ms per step, device busy, the slowest rank where the ranks differ
     by more than 5% of the mean step, and dp/pp/tp where the job recorded them)."""
     cols = [Column("rank", "rank", "int"), Column("steps", "steps", "int"),
@@ -297,7 +300,7 @@ def rank_caption(summary) -> str:
     return f"ranks: {source}" if source else "ranks"
 
 
-def runs_table(runs: pd.DataFrame) -> Table:
+def format_runs(runs: pd.DataFrame) -> Table:
     """The history, one row per run (``%npuruns``, ``npumagic runs``); ``.data`` is the frame."""
     return Table(runs, [Column("name", "run", "name"), Column("created", "created", "text", fmt=_when),
                         Column("status", "status", "text"), Column("backend", "backend", "text"),
@@ -325,7 +328,7 @@ def _change(value, row) -> str:
     return FORMATS["delta_pct"](value)
 
 
-def breakdown_table(comparison) -> Table:
+def format_breakdown(comparison) -> Table:
     """A Comparison's breakdown with the runs' names as column labels and change as %."""
     frame = comparison.breakdown.assign(
         label=comparison.breakdown["metric"].astype(str).str.replace(r"\s*\(ms/step\)$", "", regex=True)
@@ -341,7 +344,7 @@ def breakdown_table(comparison) -> Table:
 SIDE_CHARS = 12  # a run's name longer than this is A or B in the kernel diff's column labels
 
 
-def kernel_diff_table(comparison, top: int = 15) -> Table:
+def format_kernel_diff(comparison, top: int = 15) -> Table:
     """Kernels by the size of their change in total time: counts as integers, ms, and a status
     only where a kernel was added or removed."""
     k = comparison.kernels
@@ -368,7 +371,7 @@ def history_unit(table: pd.DataFrame) -> str:
     return "ms" if len(table) and float(table["total_us"].max()) >= 10_000 else "µs"
 
 
-def history_table(table: pd.DataFrame, kernel: str) -> Table:
+def format_history(table: pd.DataFrame, kernel: str) -> Table:
     """One kernel across runs (``%npuhistory``), total and mean in :func:`history_unit`."""
     unit = history_unit(table)
     kind = "ms" if unit == "ms" else "us"
@@ -377,7 +380,7 @@ def history_table(table: pd.DataFrame, kernel: str) -> Table:
                  f"{shorten(kernel, 80)} across runs")
 
 
-def advice_table(advice) -> Table:
+def format_advice(advice) -> Table:
     """Findings, most important first: severity, category, what, the fix and where (and the
     ranks that share a finding)."""
     rows = []

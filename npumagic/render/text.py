@@ -10,7 +10,7 @@ import numpy as np
 from ..analysis.advice import steps_inferred
 from ..analysis.checklist import busy_label
 from ..terminal import terminal_safe, wrap
-from .tables import advice_table, breakdown_table, kernel_diff_table, step_table
+from .tables import format_advice, format_breakdown, format_kernel_diff, format_steps
 
 
 def _ms(us: float) -> str:
@@ -49,14 +49,14 @@ def summary_text(summary, width: int | None = None) -> str:
     (and the table fitted) to that many columns."""
     lines = [wrap(line, width, 4) for line in [summary_headline(summary)] + ([_inferred(summary)] if _inferred(summary) else [])]
     if len(summary.steps):
-        lines.append(step_table(summary.steps, caption="").to_text(width))
+        lines.append(format_steps(summary.steps, caption="").to_text(width))
     return "\n".join(lines)
 
 
 def summary_html(summary) -> str:
     note = f"<p style='color:#777;margin:0'>{html.escape(_inferred(summary))}</p>" if _inferred(summary) else ""
     return f"<p>{html.escape(summary_headline(summary))}</p>" + note + (
-        step_table(summary.steps)._repr_html_() if len(summary.steps) else "")
+        format_steps(summary.steps)._repr_html_() if len(summary.steps) else "")
 
 
 # -- Verdict ----------------------------------------------------------------------------------
@@ -163,7 +163,7 @@ def advice_html(advice) -> str:
     first = f"<p><b>{html.escape(lead.splitlines()[0])}</b><br>{html.escape(lead.splitlines()[1].strip())}</p>" if lead else ""
     if not advice.findings:
         return (first or f"<p>{html.escape(advice_text(advice).splitlines()[0])}</p>") + note
-    return first + advice_table(advice)._repr_html_() + note
+    return first + format_advice(advice)._repr_html_() + note
 
 
 # -- Comparison -----------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ def advice_html(advice) -> str:
 def comparison_text(comparison, top: int = 10, width: int | None = None) -> str:
     """The comparison in text; with ``width``, its sentences wrapped and its tables fitted to it."""
     c = comparison
-    lines = [wrap(c.sentence(), width, 4), "", breakdown_table(c).to_text(width)]
+    lines = [wrap(c.sentence(), width, 4), "", format_breakdown(c).to_text(width)]
     if len(c.changed) > 1:
         lines += ["", f"{len(c.changed)} things changed between the runs — the checklist's rule is one change at a time:"]
     elif c.changed:
@@ -180,13 +180,13 @@ def comparison_text(comparison, top: int = 10, width: int | None = None) -> str:
     for key, diff in c.diffs.items():
         lines += ["", f"{key} diff:", diff]
     if len(c.kernels):
-        lines += ["", kernel_diff_table(c, top).to_text(width)]
+        lines += ["", format_kernel_diff(c, top).to_text(width)]
     return "\n".join(lines)
 
 
 def comparison_html(comparison, figure_html: str = "", top: int = 15) -> str:
     c = comparison
-    parts = [f"<p><b>{html.escape(c.sentence())}</b></p>", breakdown_table(c)._repr_html_()]
+    parts = [f"<p><b>{html.escape(c.sentence())}</b></p>", format_breakdown(c)._repr_html_()]
     if c.changed:
         warn = " — the checklist's rule is one change at a time" if len(c.changed) > 1 else ""
         parts.append(f"<p>What changed{warn}:</p><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in c.changed) + "</ul>")
@@ -195,7 +195,7 @@ def comparison_html(comparison, figure_html: str = "", top: int = 15) -> str:
     if figure_html:
         parts.append(figure_html)
     if len(c.kernels):
-        parts.append(kernel_diff_table(c, top)._repr_html_())
+        parts.append(format_kernel_diff(c, top)._repr_html_())
     return "\n".join(parts)
 
 

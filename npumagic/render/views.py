@@ -14,7 +14,6 @@ from matplotlib.figure import Figure
 from ..analysis.metrics import Summary
 from ..analysis.schema import Trace
 from ..names import file_stem
-from ..ranges import view_range  # noqa: F401  (the magics and CLI import it from here)
 from ..safeio import write_atomic
 from .charts import comm_figure, kernels_figure, matrix_figure, memory_figure, steps_figure
 from .timeline import timeline_figure

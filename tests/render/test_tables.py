@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 import npumagic
-from npumagic.render.tables import (MAX_COLUMNS, NAME_CHARS, Column, Table, breakdown_table, kernel_diff_table,
-                                    kernel_table, rank_table, runs_table, step_table)
+from npumagic.render.tables import (MAX_COLUMNS, NAME_CHARS, Column, Table, format_breakdown, format_kernel_diff,
+                                    format_kernels, format_ranks, format_runs, format_steps)
 
 from ..conftest import ASCEND, CUDA, shared_summary
 
@@ -64,7 +64,7 @@ def cuda():
 
 
 def test_the_step_table_shows_ms_and_percent_with_units_in_its_headers(level1):
-    table = step_table(level1.steps)
+    table = format_steps(level1.steps)
     cells = _table(table._repr_html_())
     # the Ascend sample copies memory every step (MEMCPY_ASYNC tasks), so the copy column is shown
     assert (level1.steps["memcpy_us"] > 0).all()
@@ -79,7 +79,7 @@ def test_the_step_table_shows_ms_and_percent_with_units_in_its_headers(level1):
 
 
 def test_long_kernel_names_are_shortened_with_the_full_name_on_hover(cuda):
-    table = kernel_table(cuda.kernels, top=10)
+    table = format_kernels(cuda.kernels, top=10)
     html = table._repr_html_()
     cells = _table(html)
     longest = max(cuda.kernels["name"].head(10).astype(str), key=len)
@@ -95,7 +95,7 @@ def test_long_kernel_names_are_shortened_with_the_full_name_on_hover(cuda):
 
 @pytest.mark.parametrize("width", [80, 120])
 def test_kernel_tables_fit_the_terminal(cuda, width):
-    text = kernel_table(cuda.kernels, top=10).to_text(width)
+    text = format_kernels(cuda.kernels, top=10).to_text(width)
     assert max(len(line) for line in text.splitlines()) <= width
     assert "…" in text
 
@@ -108,7 +108,7 @@ def test_a_table_never_shows_more_than_fits_a_notebook_cell():
 def test_the_comparison_is_labelled_with_the_run_names(level1):
     ranks = level1.per_rank
     cmp = npumagic.compare(ranks[0], ranks[1], "rank0", "rank1")
-    cells = _table(breakdown_table(cmp)._repr_html_())
+    cells = _table(format_breakdown(cmp)._repr_html_())
     assert cells.headers[:4] == ["per step (ms)", "rank0", "rank1", "change"]
     rows = {r[0]: r for r in cells.rows}
     util = rows["device utilisation"]
@@ -125,13 +125,13 @@ def test_a_metric_that_stays_at_zero_changes_by_zero_percent(level1):
     breakdown = cmp.breakdown.copy()
     breakdown.loc[3, ["a", "b", "delta", "change"]] = [0.0, 0.0, 0.0, float("nan")]  # what 0 -> 0 gives
     breakdown.loc[2, ["a", "change"]] = [0.0, float("nan")]  # and 0 -> something
-    rows = _table(breakdown_table(dataclasses.replace(cmp, breakdown=breakdown))._repr_html_()).rows
+    rows = _table(format_breakdown(dataclasses.replace(cmp, breakdown=breakdown))._repr_html_()).rows
     assert rows[3][3] == "0%" and rows[2][3] == "new"
 
 
 def test_the_kernel_diff_shows_counts_as_integers_and_only_real_statuses(level1):
     cmp = npumagic.compare(level1.per_rank[0], level1.per_rank[1], "rank0", "rank1")
-    cells = _table(kernel_diff_table(cmp)._repr_html_())
+    cells = _table(format_kernel_diff(cmp)._repr_html_())
     assert "rank0 count" in cells.headers and "Δ total (ms)" in cells.headers
     count = cells.headers.index("rank0 count")
     assert all(re.fullmatch(r"[\d,]+", row[count]) for row in cells.rows)
@@ -143,7 +143,7 @@ def test_the_runs_table_formats_the_history():
                          "status": ["ok", "ok"], "backend": ["cpu", "cpu"], "device": ["x86_64"] * 2,
                          "steps": [4, 4], "step_median_ms": [43.181921, 4.0], "device_util": [0.205732, 0.9],
                          "bottleneck": ["dataloader", "balanced"], "note": [None, "num_workers=4"]})
-    table = runs_table(runs)
+    table = format_runs(runs)
     cells = _table(table._repr_html_())
     assert cells.headers[:2] == ["run", "created"]
     assert cells.rows[0][5:7] == ["43.18", "21%"]
@@ -164,24 +164,24 @@ def test_a_column_can_format_by_row():
 
 def test_the_rank_table_says_what_free_is_and_shows_a_slowest_column_only_when_a_rank_is():
     # level0: rank 0's step is 13% longer than rank 1's; level1: the two ranks are within 2%
-    uneven = rank_table(shared_summary(ASCEND / "level0").ranks).to_text(300).splitlines()
+    uneven = format_ranks(shared_summary(ASCEND / "level0").ranks).to_text(300).splitlines()
     assert uneven[0].startswith("ranks — free: neither computing nor communicating, after the step's first device task")
     assert uneven[1].split()[-1] == "slowest" and uneven[2].endswith("slowest") and not uneven[3].endswith("slowest")
     even = shared_summary(ASCEND / "level1").ranks
     # (a caption wider than the terminal wraps: these lines are read at 300 columns)
-    lines = rank_table(even).to_text(300).splitlines()
+    lines = format_ranks(even).to_text(300).splitlines()
     assert lines[0].endswith("none is the slowest") and "slowest" not in lines[1]
     # one rank with steps: nothing to compare, nothing said of it
     alone = even.assign(steps=[1, 0], step_median_us=[even["step_median_us"].iloc[0], float("nan")])
-    assert "slowest" not in rank_table(alone).to_text()
+    assert "slowest" not in format_ranks(alone).to_text()
 
 
 def test_the_advice_table_says_whose_figures_a_shared_finding_shows():
     from npumagic.analysis.advice import advise_run
-    from npumagic.render.tables import advice_table
+    from npumagic.render.tables import format_advice
 
     # GIVEN a finding on both ranks of level1, shown with the figures of the rank where it weighs most
     advice = advise_run(shared_summary(ASCEND / "level1"), every_rank=True)
-    ranks = advice_table(advice).data["ranks"]
+    ranks = format_advice(advice).data["ranks"]
     # THEN the ranks cell says so in words, not "(figures: 0)"
     assert ranks.str.match(r"0, 1 \(figures of rank [01]\)").any() and not ranks.str.contains("figures:").any()

@@ -15,7 +15,7 @@ import npumagic
 from npumagic.analysis import schema
 from npumagic.render import VIEWS, build_view, plot_kernels, plot_step_breakdown, plot_timeline
 from npumagic.render.colors import MIN_DISTANCE, OTHER, color_distance, kernel_colors
-from npumagic.render.tables import kernel_caption, kernel_table
+from npumagic.render.tables import format_kernels, kernel_caption
 
 from ..conftest import ASCEND_RANKS, CUDA, need, sampled, shared_summary, shared_trace
 
@@ -304,12 +304,12 @@ def test_kernel_history_uses_one_unit_on_both_axes():
 @pytest.mark.parametrize("total_us, unit", [(50_000.0, "ms"), (500.0, "µs")])
 def test_kernel_history_table_and_figure_share_their_unit(total_us, unit):
     from npumagic.render.charts import kernel_history_figure
-    from npumagic.render.tables import history_table
+    from npumagic.render.tables import format_history
 
     # GIVEN a kernel's history WHEN its table and figure are drawn THEN both are in one unit
     history = pd.DataFrame({"run": ["a", "b"], "count": [100, 100], "total_us": [total_us, total_us / 2],
                             "mean_us": [total_us / 100, total_us / 200]})
-    header = history_table(history, "aten::addmm").to_text(100).splitlines()[1]
+    header = format_history(history, "aten::addmm").to_text(100).splitlines()[1]
     assert f"total ({unit})" in header and f"mean ({unit})" in header
     assert all(f"({unit})" in ax.get_ylabel() for ax in kernel_history_figure(history, "aten::addmm").axes)
 
@@ -319,7 +319,7 @@ def test_cpu_kernels_say_they_are_self_times_and_promise_no_colours(cpu_run):
     trace, summary = cpu_run
     # WHEN its kernels view and kernel table are drawn
     fig = build_view("kernels", trace, summary)
-    table = kernel_table(summary.kernels, 5, kernel_caption(summary)).to_text(120)
+    table = format_kernels(summary.kernels, 5, kernel_caption(summary)).to_text(120)
     # THEN both say self time, and nothing promises timeline colours
     assert "self time" in fig._suptitle.get_text() and "self time" in fig.axes[0].get_xlabel()
     assert "colour" not in fig.axes[0].get_xlabel()

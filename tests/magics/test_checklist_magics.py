@@ -285,6 +285,13 @@ def test_an_assigned_npuprofile_cell_keeps_its_report(trainer):
     assert trainer.user_ns["iterations"] == 2
 
 
+def test_a_plain_npuprofile_cell_leaves_its_report_in_underscore_as_timeit_o_does(trainer):
+    result = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --warmup 0 --steps 2 --no-plot --quiet\n"
+                              "train_step()", store_history=True)
+    assert result.success, result.error_in_exec
+    assert trainer.user_ns["_"] is result.result and len(result.result.summary.steps) == 2
+
+
 def test_an_assigned_npuprofile_cell_that_fails_still_fails(trainer):
     result = trainer.run_cell("r = %%npuprofile --repeat-cell --wait 0 --warmup 0 --steps 2 --no-plot --quiet\n"
                               "raise ValueError('boom')")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -120,6 +121,8 @@ def _advise(args) -> int:
 
 def _side(args, runs, ref: str, rank):
     """(Summary, name, record) of one side of ``compare``: a run of ``--history`` by name, else a path."""
+    if runs is not None and re.fullmatch(r"-\d+", ref):  # -1 the latest run, -2 the one before, as the magics take
+        ref = runs.resolve(ref)
     if runs is not None and runs.has(ref):
         return runs.summary(ref), ref, runs.context(ref)
     if runs is not None and not Path(ref).exists():
@@ -140,6 +143,8 @@ def _compare(args) -> int:
     a, run_a, context_a = _side(args, runs, args.path_a, args.rank_a)
     b, run_b, context_b = _side(args, runs, args.path_b, args.rank_b)
     name_a, name_b = run_a or Path(args.path_a).name, run_b or Path(args.path_b).name
+    if run_a and run_a == run_b:
+        raise NpumagicError(f"both sides are {run_a!r}; name two different runs")
     if name_a == name_b:  # e.g. two rank0_ascend_pt directories: say which is which
         name_a, name_b = (f"{Path(p).parent.name}/{Path(p).name}" for p in (args.path_a, args.path_b))
     if run_a and run_b:  # as %npucompare A B: with the history's run-to-run noise
@@ -151,7 +156,7 @@ def _compare(args) -> int:
     if args.json:
         from .jsonout import comparison_doc, records
 
-        doc = comparison_doc(cmp, args.path_a, args.path_b)
+        doc = comparison_doc(cmp, run_a or args.path_a, run_b or args.path_b)
         doc["gate"] = None if args.fail_if_slower is None else {"fail_if_slower_pct": args.fail_if_slower,
                                                                 "failed": failed}
         if operators is not None:
@@ -297,11 +302,13 @@ def _export(args) -> int:
     if args.json:
         from .jsonout import export_doc
 
-        _print_json(export_doc(runs, out, [p for p in (args.md, args.csv) if p]))
+        _print_json(export_doc(runs, out, [p for p in (args.md, args.csv) if p and p != "-"]))
     elif not (args.md or args.csv):
         print(render_markdown(runs))
-    else:  # as `show` says what it wrote
-        print(f"exported {len(runs)} run{'' if len(runs) == 1 else 's'} to {', '.join(p for p in (args.md, args.csv) if p)}")
+    elif any(p and p != "-" for p in (args.md, args.csv)):  # as `show` says what it wrote
+        written = ", ".join(p for p in (args.md, args.csv) if p and p != "-")
+        print(f"exported {len(runs)} run{'' if len(runs) == 1 else 's'} to {written}", file=sys.stderr if "-" in
+              (args.md, args.csv) else sys.stdout)
     return 0
 
 
@@ -319,7 +326,7 @@ def _run(args) -> int:
                              aic_metrics=args.aic_metrics, export=_items(args.export) or ("text",),
                              host=not args.no_host)
     session = Session(args.out or OUTPUT_DIR, backend=args.backend)
-    _reference(session, args.baseline)
+    _reference(session, args.baseline, command)
     # with --json, stdout holds the one document: the command's own output goes to stderr
     output = sys.stderr if args.json else None
     shown = None if args.json else _print_run
@@ -344,13 +351,15 @@ def _run(args) -> int:
     return ended.exit_status
 
 
-def _reference(session, named: str | None) -> None:
+def _reference(session, named: str | None, command: list[str]) -> None:
     """The run the checklist's Verify step compares with: ``--baseline``, else the latest run of
-    the history that recorded steps (each CLI run is a new process: no earlier run of its own)."""
+    the same command line in the history that recorded steps (each CLI run is a new process: no
+    earlier run of its own; another script is no baseline unless named)."""
     if named is not None:
         session.set_baseline(named)  # one that cannot be analysed is an error
         return
-    recorded = [r.name for r in session.runs.records() if r.status == "ok"]
+    recorded = [r.name for r in session.runs.records()
+                if r.status == "ok" and (r.arguments or {}).get("command") == list(command)]
     if recorded:
         try:
             session.set_baseline(recorded[-1])

@@ -16,6 +16,7 @@ SAYINGS = {
                    "cli": "choose another --name"},
     "list_runs": {"notebook": "%npuruns lists them", "cli": "`npumagic runs` lists them"},
     "add_note": {"notebook": '; add your conclusion with %npunote {0} "..."', "cli": ""},
+    "profiled": {"notebook": "the cell", "cli": "the command"},
     "first_run": {"notebook": "profile a cell with %%npuprofile first",
                   "cli": "record one with `npumagic run -- CMD` first"},
 }

@@ -20,6 +20,7 @@ from .analysis.checklist import Verdict, checklist
 from .analysis.metrics import Summary
 from .capture import CaptureOptions, CaptureResult, capture, choose_backend, ensure_idle
 from .capture.backends import BackendChoice, environment_snapshot
+from .commands import say
 from .errors import NpumagicError
 from .history import UnknownRun
 from .interrupts import held_interrupts
@@ -293,7 +294,8 @@ class Recorder:
                     unfinished = sorted(set(seen) - set(trace.steps["step"]))
                     ended = "failed" if result.error is not None else "ended"
                     if unfinished:  # several ranks: each has its steps, none is left out
-                        notes.append(f"step {', '.join(map(str, unfinished))} left out: the cell {ended} inside it")
+                        notes.append(f"step {', '.join(map(str, unfinished))} left out: {say('profiled')} {ended} "
+                                     "inside it")
             if trace is not None:
                 summary = analysis.summarize(trace, rank=rank)
             if summary is not None and result is not None and (result.step_times or result.device_neighbours):

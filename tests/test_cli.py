@@ -141,6 +141,23 @@ def test_reading_commands_leave_the_history_as_they_found_it(tmp_path, capsys):
     assert (sorted(p.name for p in tmp_path.iterdir()), (tmp_path / "history.sqlite").read_bytes()) == before
 
 
+def test_compare_takes_runs_counted_back_and_export_writes_to_standard_output(tmp_path, capsys):
+    from npumagic.session import Session
+
+    session = Session(tmp_path)
+    for name in ("a", "b"):
+        session.load(need(CUDA / "alexnet_sync"), name=name)
+    # -2 and -1 are the runs before the latest and the latest, as %npucompare takes them
+    assert main(["compare", "-2", "-1", "--history", str(tmp_path), "--json"]) == 0, capsys.readouterr().err
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["a"], doc["b"]) == ("a", "b")
+    assert main(["compare", "-1", "b", "--history", str(tmp_path)]) == 2
+    assert "both sides are 'b'" in capsys.readouterr().err
+    # `--md -` is the Markdown on standard output, not a file named "-"
+    assert main(["export", "--out", str(tmp_path), "--md", "-"]) == 0
+    assert capsys.readouterr().out.startswith("# ") and not (tmp_path / "-").exists()
+
+
 def test_a_missing_history_is_exit_2(tmp_path, capsys):
     assert main(["runs", "--out", str(tmp_path / "none")]) == 2
     assert "no such output directory" in capsys.readouterr().err

@@ -89,7 +89,8 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     step3 = judged.fix
     step4 = _verify(summary, baseline, comparison)
     # how to add a note is the interface's business (render says it in the magics' terms)
-    step5 = (f"recorded as {run_name}" + (f" in {stored_at}" if stored_at else "")) if run_name else "not recorded"
+    step5 = ((f"recorded as {run_name}" + (f" in {stored_at}" if stored_at else "")) if run_name
+             else "not recorded: this output was only read, into no history")
     steps = [("Baseline", step1), ("Classify", step2), ("Next change", step3), ("Verify", step4), ("Record", step5)]
     return Verdict(bottleneck, evidence, steps, step3, advice)
 
@@ -100,7 +101,8 @@ def _verify(summary: Summary, baseline: Summary | None, cmp: "Comparison | None"
     if cmp is None:
         cmp = compare(baseline, summary, "baseline", "this run")
     explained = cmp.explained_by.column if cmp.explained_by is not None and cmp.significant else None
-    moved = "; ".join(f"{r.metric.split(' (')[0]} {r.a:,.2f}->{r.b:,.2f} ({r.direction})"
+    moved = "; ".join(f"{r.metric.split(' (')[0]} " + (f"{r.a:.0%}->{r.b:.0%}" if r.column == "device_util" else
+                                                      f"{r.a:,.2f}->{r.b:,.2f} ms") + f" ({r.direction})"
                       for r in cmp.breakdown.itertuples()
                       if r.direction != "unchanged" and r.every_step and r.column != explained)
     text = cmp.sentence() + (f"; {moved}" if moved else "")

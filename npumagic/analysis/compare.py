@@ -32,6 +32,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -315,6 +316,13 @@ class Comparison:
         p.text(str(self))
 
 
+def _shown(value: Any) -> str:
+    """An option's value as a user typed it: a command line joined, anything else as its repr."""
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return shlex.join(value)
+    return repr(value)
+
+
 def _breakdown(a: Summary, b: Summary) -> pd.DataFrame:
     """Every component's median per step in A and B (ms), and device utilisation."""
     rows = []
@@ -389,7 +397,7 @@ def changes(context_a: dict[str, Any] | None, context_b: dict[str, Any] | None,
     ignore = {"name", "out", "line", "pids"}
     for key in sorted((set(args_a) | set(args_b)) - ignore):
         if args_a.get(key) != args_b.get(key):
-            out.append(f"option {key}: {args_a.get(key)!r} -> {args_b.get(key)!r}")
+            out.append(f"option {key}: {_shown(args_a.get(key))} -> {_shown(args_b.get(key))}")
     for group in ("environment", "versions"):
         da, db = ca.get(group) or {}, cb.get(group) or {}
         for key in sorted(set(da) | set(db)):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import re
 from pathlib import Path
 
@@ -120,6 +122,9 @@ def write_log(runs: list[Run], md: str | Path | None = None, csv: str | Path | N
     for path, render in ((md, lambda: render_markdown(runs)),
                          (csv, lambda: inert_cells(log_table(runs)).to_csv(index=False))):
         if path is None:
+            continue
+        if str(path) == "-":  # standard output, as the CLI's `--md -`
+            sys.stdout.write(render())
             continue
         try:
             write_atomic(path, render())  # an interrupt or a full disk leaves an existing file whole

@@ -54,7 +54,8 @@ class RunReport:
     def _header(self) -> str:
         r = self.run
         device = f" ({r.device})" if r.device and r.device != r.backend else ""  # a loaded CPU trace says only "cpu"
-        return f"npumagic {r.name}: {r.status} — {r.backend}{device}, output in {r.run_dir}"
+        backend = f" — {r.backend}{device}" if r.backend else ""  # none where no process of a command stepped
+        return f"npumagic {r.name}: {r.status}{backend}, output in {r.run_dir}"
 
     def _verdict(self) -> Verdict | None:
         """The verdict with the shell's own way to record a conclusion (a notebook's %npunote)

@@ -207,3 +207,14 @@ def test_a_dataloader_wait_costs_the_device_idle_time_it_causes():
     loader = next(f for f in npumagic.advise(summary) if f.rule == "dataloader")
     assert loader.impact == pytest.approx(summary.share("idle_dataloader_us")) and loader.impact < summary.share("dataloader_us")
     assert "the device idles 31.23 ms of it" in loader.title
+
+
+def test_verify_says_utilisation_as_a_percentage_and_times_in_ms():
+    base = shared_summary(CUDA / "ns_resolution")
+    steps = base.steps.assign(device_util=base.steps["device_util"] / 2,
+                              computing_us=base.steps["computing_us"] * 2)
+    verify = npumagic.checklist(dataclasses.replace(base, steps=steps), baseline=base).steps[3][1]
+    util = base.steps["device_util"].median()
+    assert f"device utilisation {util:.0%}->{util / 2:.0%} (worse)" in verify, verify
+    assert " ms (worse)" in verify  # the computing time, in its unit
+    assert "not recorded: this output was only read" in npumagic.checklist(base).steps[4][1]

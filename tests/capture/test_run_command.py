@@ -125,6 +125,7 @@ def test_an_interpreter_that_imports_torch_but_never_steps_does_not_import_npuma
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "[]"
     assert runs(tmp_path / "out", tmp_path)[0]["status"] == "no-steps"
+    assert "None" not in done.stdout  # no backend is said where no process stepped
 
 
 def test_a_loop_without_an_optimizer_is_captured_at_its_npumagic_step_calls(tmp_path):
@@ -383,3 +384,17 @@ def test_the_cli_names_no_magic_and_a_taken_name_gets_the_next_free_one(tmp_path
     assert "no baseline yet" not in verify and "plain" in verify.replace("plain-2", "")
     # its sentences wrap to the terminal as analyze's do (a path, never broken, may overrun it)
     assert max(len(line) for line in done.stdout.splitlines() if "/" not in line) <= 100
+
+
+def test_another_script_is_no_baseline_unless_named(tmp_path):
+    # GIVEN a history holding a run of train.py
+    script(tmp_path, TRAIN)
+    script(tmp_path, TRAIN, name="other.py")
+    assert npumagic("run", "--out", "out", "--name", "plain", "--", sys.executable, "train.py", cwd=tmp_path).returncode == 0
+    # WHEN another script is run: it is verified against nothing (a different command is no baseline)
+    done = npumagic("run", "--out", "out", "--", sys.executable, "other.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "no baseline yet" in " ".join(done.stdout.split())
+    # WHEN it is named as the baseline: the command line that changed reads as one
+    done = npumagic("run", "--out", "out", "--baseline", "plain", "--", sys.executable, "other.py", cwd=tmp_path)
+    assert f"option command: {sys.executable} train.py -> {sys.executable} other.py" in " ".join(done.stdout.split())

@@ -34,7 +34,7 @@ def test_a_pure_python_loop_between_steps_is_host_bound_with_its_share(trainer):
     assert verdict.bottleneck == "host_bound"
     assert "Python outside torch operators" in verdict.steps[1][1]
     share = verdict.evidence["unexplained_share"]
-    assert f"({share:.0%} of the step)" in verdict.steps[1][1]
+    assert f"({share:.0%} of the steps' time)" in verdict.steps[1][1]
     summary = report.summary
     loop_ms = 1000 * sum(trainer.user_ns["python_s"][-4:]) / 4
     # the loop is time outside operators (shares are left unasserted: the machine's load moves them)
@@ -115,7 +115,7 @@ def test_a_step_of_many_tiny_operators_and_python_is_host_bound_with_its_share(s
     verdict = report.verdict
     assert verdict.bottleneck == "host_bound"
     share = verdict.evidence["unexplained_share"]
-    assert "Python outside torch operators" in verdict.steps[1][1] and f"({share:.0%} of the step)" in verdict.steps[1][1]
+    assert "Python outside torch operators" in verdict.steps[1][1] and f"({share:.0%} of the steps' time)" in verdict.steps[1][1]
     assert verdict.advice.findings[0].category == "host_bound"  # %npuadvise leads with the same finding
 
 

@@ -163,8 +163,8 @@ def _host_bound(s: Summary) -> list[Finding]:
         evidence["python_frames"] = frames
     if not s.meta.get("device_mode"):
         ms = unexplained * s.step_stats["mean_us"] / 1000
-        title = (f"Python outside torch operators takes {ms:,.2f} ms per step ({unexplained:.0%} of the step): the "
-                 "CPU runs no operator then")
+        title = (f"Python outside torch operators takes {ms:,.2f} ms per step on average ({unexplained:.0%} of the "
+                 "steps' time): the CPU runs no operator then")
         if frames:
             title += f"; most of it in {_frames_listed(frames)}"
         return [Finding("host_bound", unexplained, title, dict(evidence, python_ms=ms),
@@ -227,7 +227,7 @@ def _host_bound(s: Summary) -> list[Finding]:
 
 def _frames_listed(frames: list[dict]) -> str:
     """The top three of the run's user frames outside operators, those within 10x of the first."""
-    return ", ".join(f"{f['frame']} ({f['us_per_step'] / 1000:,.2f} ms per step)" for f in frames[:3]
+    return ", ".join(f"{f['frame']} ({f['us_per_step'] / 1000:,.2f} ms per step on average)" for f in frames[:3]
                      if f["us_per_step"] >= 0.1 * frames[0]["us_per_step"])
 
 

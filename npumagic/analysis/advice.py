@@ -141,9 +141,39 @@ DEVICE_COMPUTE_FIX = ("make the math cheaper: mixed precision (torch.autocast(de
                       "fewer and larger operators (torch.compile(model)), and batch small matmuls")
 
 
-def compute_bound_fix(backend: str | None) -> str:
+# kernels that do a step's matrix math (cuBLAS/cuBLASLt, CUTLASS, hipBLASLt "Cijk", fused attention)
+MATMUL_KERNEL = re.compile(r"gemm|gemv|matmul|xmma|wgmma|nvjet|cutlass|Cijk_|flash_|fmha|attention", re.IGNORECASE)
+# ... in reduced precision: the dtype in the kernel's name (bf16, fp16/half, fp8 E4M3/E5M2)
+REDUCED_PRECISION = re.compile(r"bf16|bfloat16|fp16|half|e4m3|e5m2|fp8|float8|hgemm|Cijk_\w*?_(?:HH|BB|HB|BH)S_", re.IGNORECASE)
+REDUCED_PRECISION_FIX = ("make the math cheaper: the matrix math already runs in reduced precision ({share:.0%} of "
+                         "its kernel time in bf16/fp16/fp8 kernels), so cut the rest: fuse the elementwise work "
+                         "around it (torch.compile(model)), use fused attention (F.scaled_dot_product_attention), "
+                         "channels_last for convolutions, or FP8 matmuls where the device has them (torchao float8, "
+                         "Transformer Engine)")
+
+
+def reduced_precision_share(s: Summary) -> float | None:
+    """The share of the device's matrix-math kernel time whose kernels name a reduced precision
+    (bf16, fp16, fp8); None where the kernel names say no matrix math (the NPU's operator names
+    carry no dtype)."""
+    kernels = s.kernels
+    if kernels is None or kernels.empty or not s.meta.get("device_mode"):
+        return None
+    names = kernels["name"].astype(str)
+    matmul = names.str.contains(MATMUL_KERNEL)
+    total = float(kernels.loc[matmul, "total_us"].sum())
+    if total <= 0:
+        return None
+    return float(kernels.loc[matmul & names.str.contains(REDUCED_PRECISION), "total_us"].sum()) / total
+
+
+def compute_bound_fix(backend: str | None, s: Summary | None = None) -> str:
     """The compute-bound fix for the run's backend; an accelerator npumagic has no own words for
-    gets the device-agnostic fix, never the CPU's."""
+    gets the device-agnostic fix, never the CPU's. A GPU run whose matrix math already runs in
+    reduced precision (``s``'s kernel names) is not told to turn on mixed precision."""
+    share = reduced_precision_share(s) if s is not None and backend in ("cuda", "rocm", "xpu") else None
+    if share is not None and share >= 0.5:
+        return REDUCED_PRECISION_FIX.format(share=share)
     return COMPUTE_BOUND_FIX.get(backend or "cpu", DEVICE_COMPUTE_FIX)
 
 
@@ -198,7 +228,7 @@ def _lead(s: Summary, found: list[Finding]) -> Lead:
     computing = compute_bound_share(s, found)
     if computing is not None:
         where = "CPU operators compute" if backend_of(s) == "cpu" else "the device computes"
-        return Lead("compute_bound", f"{where} {computing:.0%} of the step", compute_bound_fix(backend_of(s)))
+        return Lead("compute_bound", f"{where} {computing:.0%} of the step", compute_bound_fix(backend_of(s), s))
     largest = (f"; the largest finding weighs {found[0].impact:.1%} of the step, under the "
                f"{T.VERDICT_MIN_IMPACT:.0%} that names a bottleneck") if found else ""
     return Lead("balanced", f"no bottleneck past its threshold{largest}", BALANCED_FIX)

@@ -214,3 +214,14 @@ def test_long_times_read_with_thousands_separators_in_every_line():
     lines = [text for _, text in npumagic.checklist(summary).steps] + [f.title for f in npumagic.advise(summary)]
     assert any(re.search(r"\d,\d{3}\.\d\d ms", line) for line in lines)
     assert not [line for line in lines if re.search(r"\d{4}\.\d+ ms", line)]
+
+
+def test_a_compute_bound_gpu_already_in_bf16_is_not_told_to_turn_on_mixed_precision():
+    # h100_qwen: its GEMMs (sm90_xmma_gemm_bf16...) and flash attention already run in bf16
+    qwen = shared_summary(CUDA / "tracelens" / "h100_qwen")
+    verdict = npumagic.checklist(qwen)
+    assert verdict.bottleneck == "compute_bound"
+    assert "autocast" not in verdict.next_change and "already runs in reduced precision (100%" in verdict.next_change
+    # resnet50 in fp32 (sgemm, implicit convolutions): mixed precision is still the first fix
+    fp32 = shared_summary(CUDA / "legacy_kineto" / "resnet50_nw4.pt.trace.json.gz")
+    assert "torch.autocast('cuda'" in npumagic.checklist(fp32).next_change

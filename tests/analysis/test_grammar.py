@@ -27,3 +27,12 @@ def test_a_count_of_one_takes_the_singular(path):
 
 def test_plural():
     assert [plural(n, "call", "calls") for n in (0, 1, 2)] == ["0 calls", "1 call", "2 calls"]
+
+
+@pytest.mark.parametrize("path", [CUDA / "tracelens" / "h100_qwen", ASCEND / "level1" / "rank0_ascend_pt"],
+                         ids=lambda p: p.parts[-1])
+def test_findings_say_microseconds_as_the_tables_do(path):
+    # the tables' headers say µs: a finding's "14,103 us" read as another unit beside them
+    said = [f"{f.title} {f.fix}" for f in npumagic.advise(shared_summary(path))]
+    assert said and not [s for s in said if re.search(r"\d us\b", s)]
+    assert any(re.search(r"\d µs\b", s) for s in said)

@@ -203,7 +203,7 @@ def pageable_memcpy(s) -> list[Finding]:
     kinds = pageable["name"].astype(str).value_counts()
     listed = ", ".join(f"{n} x{c}" for n, c in kinds.items())
     return [Finding("dataloader", share_of_steps(s, us), f"{len(pageable)} copies from pageable host memory "
-                    f"({us:,.0f} us): {listed}", {"pageable_copies": len(pageable), "pageable_us": us},
+                    f"({us:,.0f} µs): {listed}", {"pageable_copies": len(pageable), "pageable_us": us},
                     "pin the host buffers so copies are asynchronous: DataLoader(pin_memory=True) or "
                     "tensor.pin_memory(), then tensor.to('cuda', non_blocking=True)", listed)]
 
@@ -227,7 +227,7 @@ def sync_memcpy(s) -> list[Finding]:
     us = float(calls["dur_ns"].sum()) / 1e3
     listed = ", ".join(f"{n} x{c}" for n, c in calls["name"].astype(str).value_counts().items())
     return [Finding("sync", _idle_share(s, calls), f"{plural(len(calls), 'synchronous copy or memset blocks', 'synchronous copies or memsets block')} the host "
-                    f"{us:,.0f} us: {listed}", {"sync_copies": len(calls), "sync_copy_us": us},
+                    f"{us:,.0f} µs: {listed}", {"sync_copies": len(calls), "sync_copy_us": us},
                     "keep data on the GPU: create tensors there (torch.zeros(..., device='cuda')), avoid .cpu()/.item()/"
                     ".tolist()/.numpy() in the step, and copy pinned tensors with non_blocking=True", listed)]
 
@@ -254,7 +254,7 @@ def sync_apis(s) -> list[Finding]:
     source = calls["source"].astype(str)
     where = source[source != ""].mode().iat[0] if (source != "").any() else listed
     return [Finding("sync", _idle_share(s, calls), f"{plural(len(calls), 'explicit synchronisation call', 'explicit synchronisation calls')} in the profiled "
-                    f"steps ({us:,.0f} us): {listed}", {"sync_calls": len(calls), "sync_call_us": us},
+                    f"steps ({us:,.0f} µs): {listed}", {"sync_calls": len(calls), "sync_call_us": us},
                     "drop torch.cuda.synchronize() and stream/event synchronize() calls from the step (time with "
                     "torch.cuda.Event(enable_timing=True) read after the loop instead)", where)]
 
@@ -294,8 +294,8 @@ def gpu_gaps(s) -> list[Finding]:
         top = str(inside.sort_values("dur_ns").iloc[0]["name"]) if len(inside) else "no operator"
         doing.append({"start_ms": (g.start_ns - lo) / 1e6, "gap_us": float(g.gap_us), "host_op": top})
     total = float(gaps["gap_us"].sum())
-    listed = ", ".join(f"{d['gap_us']:,.0f} us at {d['start_ms']:,.1f} ms ({d['host_op']})" for d in doing)
-    return [Finding("host_bound", share_of_steps(s, total), f"{len(gaps)} GPU idle gaps of {T.CUDA_GAP_US:g} us or more "
+    listed = ", ".join(f"{d['gap_us']:,.0f} µs at {d['start_ms']:,.1f} ms ({d['host_op']})" for d in doing)
+    return [Finding("host_bound", share_of_steps(s, total), f"{len(gaps)} GPU idle gaps of {T.CUDA_GAP_US:g} µs or more "
                     f"({total / 1e3:,.2f} ms); {low} of {windows} windows are under {T.CUDA_GPU_UTIL:.0%} busy; largest: {listed}",
                     {"gaps": len(gaps), "gap_ms": total / 1e3, "largest": doing, "low_util_windows": low},
                     "look at what the host runs in the largest gaps (the timeline, zoomed on them): move Python "

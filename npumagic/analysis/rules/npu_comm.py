@@ -41,7 +41,7 @@ def byte_alignment(s) -> list[Finding]:
     return [Finding(
         "communication", share_of_steps(s, misaligned_us),
         f"{len(ops)} collectives move data whose size is not a multiple of {T.HCCL_ALIGN_BYTES} bytes: {listed}; "
-        f"their misaligned transfers take {misaligned_us:,.1f} us",
+        f"their misaligned transfers take {misaligned_us:,.1f} µs",
         {"ops": ops, "misaligned_us": misaligned_us, "misaligned_share_of_transfers":
             misaligned_us / (float(per_op["dur_ns"].sum()) / 1e3)},
         f"make each rank's slice of the reduced buffer (size / world_size) a multiple of {T.HCCL_ALIGN_BYTES} "

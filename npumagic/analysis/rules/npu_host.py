@@ -206,7 +206,7 @@ def syncbn(s) -> list[Finding]:
         return []
     total_us = float(calls["dur_ns"].sum()) / 1e3
     return [Finding("communication", share_of_steps(s, total_us), f"{len(calls)} SyncBatchNorm calls "
-                    f"({total_us:,.0f} us on the host)", {"syncbn_calls": len(calls), "syncbn_us": total_us},
+                    f"({total_us:,.0f} µs on the host)", {"syncbn_calls": len(calls), "syncbn_us": total_us},
                     "use plain BatchNorm where cross-rank statistics are not needed (drop "
                     "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)), or keep SyncBatchNorm only in the layers "
                     "whose per-rank batch is too small", "SyncBatchNorm")]

@@ -70,10 +70,10 @@ def aicpu(s) -> list[Finding]:
         per_type.append(item)
     per_type.sort(key=lambda i: i["total_us"], reverse=True)
     total_us = float(ops["dur_ns"].sum()) / 1e3
-    listed = ", ".join(f"{i['type']} x{i['count']} ({i['total_us']:.0f} us)" for i in per_type[:5])
+    listed = ", ".join(f"{i['type']} x{i['count']} ({i['total_us']:.0f} µs)" for i in per_type[:5])
     fix = "; ".join(advice) if advice else "replace these operators with ones that run on AI Core (change the code that calls them)"
     return [Finding("npu_compute", share_of_steps(s, total_us), f"{len(ops)} operators run on AI_CPU, "
-                    f"{total_us:,.0f} us in all: {listed}", {"ai_cpu_ops": len(ops), "ai_cpu_us": total_us,
+                    f"{total_us:,.0f} µs in all: {listed}", {"ai_cpu_ops": len(ops), "ai_cpu_us": total_us,
                                                              "types": per_type}, fix, listed)]
 
 
@@ -99,7 +99,7 @@ def operator_no_bound(s) -> list[Finding]:
     listed = ", ".join(f"{r.name} x{r.count} (best pipe {r.best_pipe:.0%})" for r in by.head(5).itertuples())
     total_us = float(ops["dur_ns"].sum()) / 1e3
     return [Finding("npu_compute", share_of_steps(s, total_us), f"{len(ops)} operator tasks over "
-                    f"{T.NO_BOUND_MIN_US:g} us use no pipe above {T.NO_BOUND_PIPE_RATIO:.0%}: {listed}",
+                    f"{T.NO_BOUND_MIN_US:g} µs use no pipe above {T.NO_BOUND_PIPE_RATIO:.0%}: {listed}",
                     {"ops": by.head(20).assign(total_us=by["total_ns"] / 1e3).drop(columns="total_ns").to_dict("records"),
                      "total_us": total_us},
                     "these kernels are bound by nothing (latency, synchronisation or poor tiling): change the "
@@ -325,6 +325,6 @@ def op_dispatch(s) -> list[Finding]:
         return []
     total_us = float(calls["dur_ns"].sum()) / 1e3
     return [Finding("host_bound", share_of_steps(s, total_us), f"{len(calls)} operators were compiled online "
-                    f"(aclopCompileAndExecute), {total_us:,.0f} us on the host",
+                    f"(aclopCompileAndExecute), {total_us:,.0f} µs on the host",
                     {"compile_calls": len(calls), "compile_us": total_us},
                     f"at the entrance of the script: {JIT_OFF}; {INTERNAL_FORMAT_OFF}", "AscendCL@aclopCompileAndExecute")]

@@ -517,8 +517,10 @@ def build_parser() -> argparse.ArgumentParser:
     _scheduler_argument(p)
     _parse_raw_argument(p)
     p = add("compare", _compare, "compare two outputs: step time with a 95%% CI, breakdown and kernel deltas")
-    p.add_argument("path_a", help="the reference: an output path, or a run name of --history")
-    p.add_argument("path_b", help="the run to check: an output path, or a run name of --history")
+    p.add_argument("path_a", help="the reference: an output path, or a run of --history (a name, or -2 for the "
+                                  "run before the latest)")
+    p.add_argument("path_b", help="the run to check: an output path, or a run of --history (a name, or -1 for the "
+                                  "latest)")
     p.add_argument("--history", default=None, metavar="DIR",
                    help="an output directory of the magics: A and B may name its runs (replicates there measure "
                         "the run-to-run noise)")
@@ -555,8 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("export", _export, "the troubleshooting log (verdicts, findings, notes) as Markdown or CSV")
     _output_dir_arguments(p)
-    p.add_argument("--md", default=None, help="write Markdown here (default: print it)")
-    p.add_argument("--csv", default=None, help="write CSV here")
+    p.add_argument("--md", default=None, help="write Markdown here (- or no --md at all: print it)")
+    p.add_argument("--csv", default=None, help="write CSV here (-: print it)")
     p.add_argument("--json", action="store_true", help="machine-readable output: the log, and the files written")
     p = add("mcp", _mcp, "serve these analyses to coding assistants: a Model Context Protocol server over stdio")
     p.add_argument("--out", default=OUTPUT_DIR, help=f"output directory whose runs the tools may name (default "

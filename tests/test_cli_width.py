@@ -89,3 +89,21 @@ def test_shown_text_wraps_to_a_terminal_and_keeps_whole_lines_elsewhere(monkeypa
         long = [line for line in shown.splitlines() if len(line) > 72]
         assert all(" " not in line.strip() for line in long), long  # only a word too long to break
     assert " ".join(str(advice).split()) == " ".join(piped.split())  # the same words
+
+
+def test_tables_give_up_optional_figures_before_names_lose_what_tells_them_apart():
+    from npumagic.analysis.compare import compare
+    from npumagic.render.tables import MIN_NAME_CHARS, format_kernel_diff, format_ranks
+
+    from .conftest import ASCEND, CUDA, shared_summary
+
+    ranks = format_ranks(shared_summary(ASCEND / "level1").ranks)
+    assert " steps " in ranks.to_text(160)  # room for everything
+    narrow = ranks.to_text(80).splitlines()
+    assert max(map(len, narrow)) <= 80 and " steps " not in narrow[-3]  # the rank count gave way
+    cuda = shared_summary(CUDA / "tracelens" / "h100_qwen")
+    diff = format_kernel_diff(compare(cuda, cuda, "before", "after"), top=5)
+    lines = diff.to_text(80).splitlines()
+    assert max(map(len, lines)) <= 80 and "before count" not in lines[1]
+    assert len(lines[2].split("  ")[0].rstrip()) >= MIN_NAME_CHARS  # the kernel keeps its room
+    assert "before count" in diff.to_text(200)

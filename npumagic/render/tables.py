@@ -20,6 +20,7 @@ from ..terminal import terminal_safe, wrap
 
 NAME_CHARS = 44  # a shortened name in HTML: about 300 px of a 1200 px notebook cell
 MAX_COLUMNS = 9  # at most this many columns are shown: they fit a 1200 px cell beside one name
+MIN_NAME_CHARS = 24  # in text, a name column narrower than this loses what tells two kernels apart
 TABLE_CSS = [
     {"selector": "", "props": "border-collapse: collapse; font-size: 12px; max-width: 100%; margin: 4px 0;"},
     {"selector": "caption", "props": "caption-side: top; text-align: left; font-weight: bold; padding: 2px 0;"},
@@ -38,7 +39,7 @@ class Column:
     label: str
     kind: str = "float"
     fmt: Callable[[object, dict], str] | None = None  # (value, row) -> text, when the row decides
-    optional: bool = False  # a name column left out of text too narrow for it (a kernel's type)
+    optional: bool = False  # left out of text too narrow for it (a kernel's type, a second count)
 
     def text(self, value, row: dict) -> str:
         return self.fmt(value, row) if self.fmt is not None else FORMATS.get(self.kind, FORMATS["float"])(value)
@@ -189,12 +190,26 @@ class Table:
         width = width or shutil.get_terminal_size((120, 24)).columns
         cols = self.shown_columns
         headers, _, full = self._cells(10**6)
-        fixed = sum(max([len(h)] + [len(r[i]) for r in full]) for i, (h, c) in enumerate(zip(headers, cols))
-                    if c.kind not in ("name",))
+
+        def room_left() -> int:
+            fixed = sum(max([len(h)] + [len(r[i]) for r in full]) for i, (h, c) in enumerate(zip(headers, cols))
+                        if c.kind != "name")
+            return width - fixed - 2 * (len(cols) - 1)
+
+        # optional figures (a second count, a per-call delta) give way, the rightmost first, before
+        # the names shrink below what tells them apart
+        def names_need() -> int:  # each name column whole, or at least MIN_NAME_CHARS of it
+            return sum(min(MIN_NAME_CHARS, max([len(h)] + [len(r[i]) for r in full]))
+                       for i, (h, c) in enumerate(zip(headers, cols)) if c.kind == "name")
+
+        while room_left() < names_need() and any(c.optional and c.kind != "name" for c in cols):
+            drop = max(i for i, c in enumerate(cols) if c.optional and c.kind != "name")
+            cols, headers = cols[:drop] + cols[drop + 1:], headers[:drop] + headers[drop + 1:]
+            full = [r[:drop] + r[drop + 1:] for r in full]
         names = [i for i, c in enumerate(cols) if c.kind == "name"]
-        room = width - fixed - 2 * (len(cols) - 1)
+        room = room_left()
         optional = [i for i in names if cols[i].optional]
-        if optional and room < 24 * len(names):
+        if optional and room < MIN_NAME_CHARS * len(names):
             keep = [i for i in range(len(cols)) if i not in optional]
             cols, headers = [cols[i] for i in keep], [headers[i] for i in keep]
             full = [[r[i] for i in keep] for r in full]
@@ -279,7 +294,7 @@ def format_kernels(kernels: pd.DataFrame, top: int | None = 15, caption: str = "
 def format_ranks(ranks: pd.DataFrame, caption: str = "ranks") -> Table:
     """One row per rank of a job (ms per step, device busy, the slowest rank where the ranks differ
     by more than 5% of the mean step, and dp/pp/tp where the job recorded them)."""
-    cols = [Column("rank", "rank", "int"), Column("steps", "steps", "int"),
+    cols = [Column("rank", "rank", "int"), Column("steps", "steps", "int", optional=True),
             Column("step_median_us", "median step (ms)", "ms"), Column("computing_us", "compute (ms)", "ms"),
             Column("comm_not_overlapped_us", "comm (ms)", "ms"), Column("free_us", "free (ms)", "ms"),
             Column("dataloader_us", "data (ms)", "ms"), Column("device_util", "busy", "pct")]
@@ -302,8 +317,8 @@ def rank_caption(summary) -> str:
 
 def format_runs(runs: pd.DataFrame) -> Table:
     """The history, one row per run (``%npuruns``, ``npumagic runs``); ``.data`` is the frame."""
-    return Table(runs, [Column("name", "run", "name"), Column("created", "created", "text", fmt=_when),
-                        Column("status", "status", "text"), Column("backend", "backend", "text"),
+    return Table(runs, [Column("name", "run", "name"), Column("created", "created", "text", fmt=_when, optional=True),
+                        Column("status", "status", "text"), Column("backend", "backend", "text", optional=True),
                         Column("steps", "steps", "int"), Column("step_median_ms", "median step (ms)", "float"),
                         Column("device_util", "busy", "pct"), Column("bottleneck", "bottleneck", "text"),
                         Column("note", "note", "name")], f"{len(runs)} run{'s' if len(runs) != 1 else ''}")
@@ -358,10 +373,10 @@ def format_kernel_diff(comparison, top: int = 15) -> Table:
         cols.append(Column("type", "type", "name", optional=True))
     if len(k) and (k["status"] != "changed").any():
         cols.append(Column("status", "", fmt=lambda v, row: "" if v == "changed" else str(v)))
-    cols += [Column("count_a", f"{a} count", "int"), Column("count_b", f"{b} count", "int"),
+    cols += [Column("count_a", f"{a} count", "int", optional=True), Column("count_b", f"{b} count", "int", optional=True),
              Column("total_a_us", f"{a} (ms)", "ms"), Column("total_b_us", f"{b} (ms)", "ms"),
              Column("delta_us", "Δ total (ms)", "delta_ms"),
-             Column("delta_mean_us", "Δ mean (µs)", fmt=lambda v, row: _signed(v, "{:+,.1f}"))]
+             Column("delta_mean_us", "Δ mean (µs)", fmt=lambda v, row: _signed(v, "{:+,.1f}"), optional=True)]
     return Table(k, cols, caption, top)
 
 

@@ -218,9 +218,9 @@ def test_a_torchrun_job_gives_one_trace_per_rank_and_a_two_rank_run(tmp_path):
     script(tmp_path, DDP)
     # WHEN npumagic runs it through torchrun with two ranks (torchrun hands PYTHONPATH on)
     done = npumagic("run", "--out", "out", "--name", "ddp", "--", *torchrun(), "--standalone", "--nproc-per-node", "2",
-                    "train.py", cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                    "train.py", cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "120"})
     # THEN each rank wrote its own trace (the launcher none), the run reads as two ranks, and
-    # the rank table is printed with both
+    # the rank table is printed with both (at 120 columns, with room for their step counts)
     assert done.returncode == 0, done.stderr
     assert "rank 0 trained" in done.stdout and "rank 1 trained" in done.stdout
     assert len(list((tmp_path / "out" / "ddp").glob("*.pt.trace.json"))) == 2

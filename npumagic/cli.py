@@ -121,8 +121,6 @@ def _advise(args) -> int:
 
 def _side(args, runs, ref: str, rank):
     """(Summary, name, record) of one side of ``compare``: a run of ``--history`` by name, else a path."""
-    if runs is not None and re.fullmatch(r"-\d+", ref):  # -1 the latest run, -2 the one before, as the magics take
-        ref = runs.resolve(ref)
     if runs is not None and runs.has(ref):
         return runs.summary(ref), ref, runs.context(ref)
     if runs is not None and not Path(ref).exists():
@@ -140,6 +138,9 @@ def _compare(args) -> int:
         _exists(args.path_b)
     from .analysis.compare import compare
 
+    if runs is not None:  # -1 the latest run, -2 the one before, as the magics take them
+        args.path_a, args.path_b = (runs.resolve(r) if re.fullmatch(r"-\d+", r) else r
+                                    for r in (args.path_a, args.path_b))
     a, run_a, context_a = _side(args, runs, args.path_a, args.rank_a)
     b, run_b, context_b = _side(args, runs, args.path_b, args.rank_b)
     name_a, name_b = run_a or Path(args.path_a).name, run_b or Path(args.path_b).name
@@ -156,7 +157,7 @@ def _compare(args) -> int:
     if args.json:
         from .jsonout import comparison_doc, records
 
-        doc = comparison_doc(cmp, run_a or args.path_a, run_b or args.path_b)
+        doc = comparison_doc(cmp, args.path_a, args.path_b)
         doc["gate"] = None if args.fail_if_slower is None else {"fail_if_slower_pct": args.fail_if_slower,
                                                                 "failed": failed}
         if operators is not None:

@@ -151,6 +151,8 @@ def test_compare_takes_runs_counted_back_and_export_writes_to_standard_output(tm
     assert main(["compare", "-2", "-1", "--history", str(tmp_path), "--json"]) == 0, capsys.readouterr().err
     doc = json.loads(capsys.readouterr().out)
     assert (doc["a"], doc["b"]) == ("a", "b")
+    assert main(["compare", "-2", "-1", "--history", str(tmp_path), "--by-operator"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
     assert main(["compare", "-1", "b", "--history", str(tmp_path)]) == 2
     assert "both sides are 'b'" in capsys.readouterr().err
     # `--md -` is the Markdown on standard output, not a file named "-"

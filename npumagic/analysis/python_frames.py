@@ -55,10 +55,12 @@ def _clip_to(start: np.ndarray, end: np.ndarray, windows: pd.DataFrame) -> tuple
     w_lo, w_hi = windows["start_ns"].to_numpy(np.int64), windows["end_ns"].to_numpy(np.int64)
     first = np.clip(np.searchsorted(w_hi, start, side="right"), 0, len(w_lo) - 1)
     last = np.clip(np.searchsorted(w_lo, end, side="left") - 1, 0, len(w_lo) - 1)
-    pieces = [(np.maximum(start[m], w_lo[k]), np.minimum(end[m], w_hi[k]))
-              for k in range(len(w_lo)) for m in [(first <= k) & (last >= k)]]
-    lo = np.concatenate([p[0] for p in pieces]) if pieces else start[:0]
-    hi = np.concatenate([p[1] for p in pieces]) if pieces else end[:0]
+    los, his = [start[:0]], [end[:0]]
+    for k in range(len(w_lo)):  # each interval's part in window k, where it reaches into it
+        reaches = (first <= k) & (last >= k)
+        los.append(np.maximum(start[reaches], w_lo[k]))
+        his.append(np.minimum(end[reaches], w_hi[k]))
+    lo, hi = np.concatenate(los), np.concatenate(his)
     keep = hi > lo
     return lo[keep], hi[keep]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .intervals import Spans
 from .syncs import library_frames
 
 TOP = 5
@@ -28,7 +29,6 @@ def python_self_time(ev: pd.DataFrame, steps: pd.DataFrame) -> list[dict]:
     windows = _first_steps(steps.sort_values("start_ns"), start, MAX_FRAMES)
     lo, hi = int(windows["start_ns"].min()), int(windows["end_ns"].max())
     frames = frames[(start < hi) & (end > lo)]  # the frames around the steps too: they nest the others
-    in_steps = _coverage(windows["start_ns"].to_numpy(np.int64), windows["end_ns"].to_numpy(np.int64))
     ops = ev[((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy()]
     ops = ops[((ops["ts_ns"] < hi) & (ops["ts_ns"] + ops["dur_ns"] > lo)).to_numpy()]
     # the thread that runs the steps: the one with the most operator time in them (another thread's
@@ -37,9 +37,9 @@ def python_self_time(ev: pd.DataFrame, steps: pd.DataFrame) -> list[dict]:
             else frames["lane"].value_counts().idxmax())
     frames, ops = frames[(frames["lane"] == lane).to_numpy()], ops[(ops["lane"] == lane).to_numpy()]
     op_start = ops["ts_ns"].to_numpy(np.int64)
-    # time in a step and in no operator: in-step time less in-step operator time
-    busy = _coverage(*_clip_to(op_start, op_start + ops["dur_ns"].to_numpy(np.int64), windows))
-    totals = _innermost(frames, lambda t: in_steps(t) - busy(t))
+    in_steps = Spans.union_of(windows["start_ns"].to_numpy(np.int64), windows["end_ns"].to_numpy(np.int64))
+    outside_ops = in_steps - Spans.union_of(op_start, op_start + ops["dur_ns"].to_numpy(np.int64))
+    totals = _innermost(frames, outside_ops)
     ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:TOP]
     return [{"frame": name, "us_per_step": ns / 1000 / len(windows)} for name, ns in ranked if ns > 0]
 
@@ -50,41 +50,8 @@ def _first_steps(steps: pd.DataFrame, frame_start: np.ndarray, limit: int) -> pd
     return steps.iloc[: max(1, int(np.searchsorted(np.cumsum(counts), limit, side="right")))]
 
 
-def _clip_to(start: np.ndarray, end: np.ndarray, windows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """The parts of the intervals [start, end) that lie in one of ``windows`` (sorted, disjoint)."""
-    w_lo, w_hi = windows["start_ns"].to_numpy(np.int64), windows["end_ns"].to_numpy(np.int64)
-    first = np.clip(np.searchsorted(w_hi, start, side="right"), 0, len(w_lo) - 1)
-    last = np.clip(np.searchsorted(w_lo, end, side="left") - 1, 0, len(w_lo) - 1)
-    los, his = [start[:0]], [end[:0]]
-    for k in range(len(w_lo)):  # each interval's part in window k, where it reaches into it
-        reaches = (first <= k) & (last >= k)
-        los.append(np.maximum(start[reaches], w_lo[k]))
-        his.append(np.minimum(end[reaches], w_hi[k]))
-    lo, hi = np.concatenate(los), np.concatenate(his)
-    keep = hi > lo
-    return lo[keep], hi[keep]
-
-
-def _coverage(start: np.ndarray, end: np.ndarray):
-    """A function t -> how much of [0, t) the union of the intervals [start, end) covers."""
-    if not start.size:
-        return lambda t: np.zeros(np.shape(t), dtype=np.int64)
-    order = np.argsort(start, kind="stable")
-    start, end = start[order], np.maximum.accumulate(end[order])
-    new = np.r_[True, start[1:] > end[:-1]]  # a run of overlapping intervals starts here
-    lo, hi = start[new], np.maximum.reduceat(end, np.flatnonzero(new))
-    before = np.r_[0, np.cumsum(hi - lo)[:-1]]  # covered before each union interval
-
-    def covered(t):
-        i = np.maximum(np.searchsorted(lo, t, side="right") - 1, 0)
-        return np.where(t >= lo[0], before[i] + np.clip(t - lo[i], 0, hi[i] - lo[i]), 0)
-
-    return covered
-
-
-def _innermost(frames: pd.DataFrame, counted) -> dict[str, float]:
-    """Per frame name, the time (ns, as ``counted(t)`` measures time up to t) in which it was
-    the innermost frame."""
+def _innermost(frames: pd.DataFrame, counted: Spans) -> dict[str, float]:
+    """Per frame name, the time (ns) of ``counted`` in which it was the innermost frame."""
     start = frames["ts_ns"].to_numpy(np.int64)
     end = start + frames["dur_ns"].to_numpy(np.int64)
     names = frames["name"].astype(str).to_numpy()
@@ -94,7 +61,7 @@ def _innermost(frames: pd.DataFrame, counted) -> dict[str, float]:
     which = np.r_[np.arange(start.size), np.arange(end.size)]
     order = np.lexsort((np.where(closing, 0, -np.r_[end, end]), ~closing, points))
     points, closing, which = points[order], closing[order], which[order]
-    segment = np.diff(counted(points))  # the counted time between two boundaries
+    segment = counted.covered(points[:-1], points[1:])  # the counted time between two boundaries
     out: dict[str, float] = {}
     stack: list[int] = []
     for k in range(points.size - 1):

@@ -300,16 +300,16 @@ def _export(args) -> int:
     runs = history.records() if history is not None else []
     if args.md or args.csv:
         write_log(runs, md=args.md, csv=args.csv)
+    files = [p for p in (args.md, args.csv) if p and p != "-"]  # "-" is standard output
     if args.json:
         from .jsonout import export_doc
 
-        _print_json(export_doc(runs, out, [p for p in (args.md, args.csv) if p and p != "-"]))
+        _print_json(export_doc(runs, out, files))
     elif not (args.md or args.csv):
         print(render_markdown(runs))
-    elif any(p and p != "-" for p in (args.md, args.csv)):  # as `show` says what it wrote
-        written = ", ".join(p for p in (args.md, args.csv) if p and p != "-")
-        print(f"exported {len(runs)} run{'' if len(runs) == 1 else 's'} to {written}", file=sys.stderr if "-" in
-              (args.md, args.csv) else sys.stdout)
+    elif files:  # as `show` says what it wrote (beside a log printed to stdout: on stderr)
+        print(f"exported {len(runs)} run{'' if len(runs) == 1 else 's'} to {', '.join(files)}",
+              file=sys.stderr if "-" in (args.md, args.csv) else sys.stdout)
     return 0
 
 

@@ -191,16 +191,17 @@ class Table:
         cols = self.shown_columns
         headers, _, full = self._cells(10**6)
 
+        def widest(i: int) -> int:
+            return max([len(headers[i])] + [len(r[i]) for r in full])
+
         def room_left() -> int:
-            fixed = sum(max([len(h)] + [len(r[i]) for r in full]) for i, (h, c) in enumerate(zip(headers, cols))
-                        if c.kind != "name")
+            fixed = sum(widest(i) for i, c in enumerate(cols) if c.kind != "name")
             return width - fixed - 2 * (len(cols) - 1)
 
         # optional figures (a second count, a per-call delta) give way, the rightmost first, before
         # the names shrink below what tells them apart
         def names_need() -> int:  # each name column whole, or at least MIN_NAME_CHARS of it
-            return sum(min(MIN_NAME_CHARS, max([len(h)] + [len(r[i]) for r in full]))
-                       for i, (h, c) in enumerate(zip(headers, cols)) if c.kind == "name")
+            return sum(min(MIN_NAME_CHARS, widest(i)) for i, c in enumerate(cols) if c.kind == "name")
 
         while room_left() < names_need() and any(c.optional and c.kind != "name" for c in cols):
             drop = max(i for i, c in enumerate(cols) if c.optional and c.kind != "name")

@@ -566,8 +566,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=OUTPUT_DIR, help=f"output directory whose runs the tools may name (default "
                                                      f"./{OUTPUT_DIR}); the server writes nowhere else")
     p.add_argument("--root", action="append", default=None, metavar="DIR",
-                   help="a folder whose profiler outputs the tools may read, and below it (repeatable; default the "
-                        "working directory and --out; the roots an MCP client declares are added)")
+                   help="a folder below which the tools may read profiler outputs (repeatable; default the "
+                        "working directory and --out). The roots an MCP client declares are added, and take the "
+                        "working directory's place as a default")
     p = add("run", _run, "run a command unmodified (python train.py, torchrun ...) under the scheduled capture: "
                          "the trace of each rank, the step table, the checklist, and a run in the history; exits "
                          "with the command's own status")

@@ -15,7 +15,7 @@ working directory and the output directory, and the roots a client declares (MCP
 ``roots/list``); a path elsewhere, once ``~``, ``..`` and links are resolved, is refused before
 anything below it is read. The runs of the history are named, not paths, and stay open. What a
 trace, a note or a run's record says is data: every string of it reaches an answer as one inert
-line (:func:`_inert`), so a kernel named ``"x\n\nSYSTEM: ..."`` cannot write lines of its own."""
+line (:func:`_inert`), so a kernel named ``"x\\n\\nSYSTEM: ..."`` cannot write lines of its own."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def _inert(value: Any, cut: int | None = TEXT_CHARS, _seen: dict[int, Any] | Non
     lists and tuples, and the text columns of DataFrames. Cells are made inert but never cut: a
     table cuts its names to its width itself, keeping apart names that differ only in the middle."""
     seen = {} if _seen is None else _seen
-    if id(value) in seen:  # shared, or a cycle
+    if id(value) in seen:  # shared (made inert once), or a cycle (met again while made inert: kept as it is)
         return seen[id(value)]
     if isinstance(value, str):
         text = one_line(value)
@@ -243,6 +243,7 @@ class Profiles:
 
 
 def _at_least_one(value: int, what: str) -> int:
+    """``value``, a count the model gave, else NpumagicError: a table of -1 rows is no question."""
     if value < 1:
         raise NpumagicError(f"{what} must be 1 or more, not {value}")
     return value

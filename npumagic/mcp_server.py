@@ -281,9 +281,9 @@ def build_server(out: str | Path = "npumagic_runs", roots: list[str | Path] | No
         label, summary, _ = profiles.summary(target, Roots.of_client(ctx), rank)
         verdict = checklist(summary)
         steps, steps_left = _rows(summary.steps, "steps")
+        kernels = format_kernels(_inert(summary.kernels), top, _inert(kernel_caption(summary)))  # says "top N of M"
         parts = [_inert(f"{label}: {summary_headline(summary)}", cut=2 * TEXT_CHARS), format_steps(steps).to_text(),
-                 steps_left,
-                 format_kernels(_inert(summary.kernels), top, _inert(kernel_caption(summary))).to_text()]  # "top N of M"
+                 steps_left, kernels.to_text()]
         if len(summary.ranks) > 1:
             ranks, ranks_left = _rows(summary.ranks, "ranks")
             parts += [format_ranks(_inert(ranks), _inert(rank_caption(summary))).to_text(), ranks_left]

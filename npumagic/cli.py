@@ -137,6 +137,7 @@ def _compare(args) -> int:
         _exists(args.path_a)
         _exists(args.path_b)
     from .analysis.compare import compare
+    from .named_runs import two_sides
 
     if runs is not None:  # -1 the latest run, -2 the one before, as the magics take them
         args.path_a, args.path_b = (runs.resolve(r) if re.fullmatch(r"-\d+", r) else r
@@ -144,8 +145,8 @@ def _compare(args) -> int:
     a, run_a, context_a = _side(args, runs, args.path_a, args.rank_a)
     b, run_b, context_b = _side(args, runs, args.path_b, args.rank_b)
     name_a, name_b = run_a or Path(args.path_a).name, run_b or Path(args.path_b).name
-    if run_a and run_a == run_b:
-        raise NpumagicError(f"both sides are {run_a!r}; name two different runs")
+    if run_a and run_b:
+        two_sides(run_a, run_b)
     if name_a == name_b:  # e.g. two rank0_ascend_pt directories: say which is which
         name_a, name_b = (f"{Path(p).parent.name}/{Path(p).name}" for p in (args.path_a, args.path_b))
     if run_a and run_b:  # as %npucompare A B: with the history's run-to-run noise
@@ -454,7 +455,7 @@ def _mcp(args) -> int:
         if (exc.name or "").partition(".")[0] != "mcp":
             raise
         raise NpumagicError("npumagic mcp needs the MCP Python SDK (2.x): pip install 'npumagic[mcp]'") from None
-    serve(args.out)
+    serve(args.out, args.root)
     return 0
 
 
@@ -564,6 +565,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("mcp", _mcp, "serve these analyses to coding assistants: a Model Context Protocol server over stdio")
     p.add_argument("--out", default=OUTPUT_DIR, help=f"output directory whose runs the tools may name (default "
                                                      f"./{OUTPUT_DIR}); the server writes nowhere else")
+    p.add_argument("--root", action="append", default=None, metavar="DIR",
+                   help="a folder below which the tools may read profiler outputs (repeatable; default the "
+                        "working directory and --out). The roots an MCP client declares are added, and take the "
+                        "working directory's place as a default")
     p = add("run", _run, "run a command unmodified (python train.py, torchrun ...) under the scheduled capture: "
                          "the trace of each rank, the step table, the checklist, and a run in the history; exits "
                          "with the command's own status")

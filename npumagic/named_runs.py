@@ -23,6 +23,14 @@ from .records import Run
 from .run_files import delete_files
 
 
+def two_sides(a: str, b: str, what: str = "runs") -> None:
+    """Refuse a comparison of one run (or one path, resolved) with itself: its answer would be
+    "no difference", which reads as a measurement. ``%npucompare``, ``npumagic compare`` and the
+    MCP server's compare all refuse it here."""
+    if a == b:
+        raise NpumagicError(f"both sides are {a!r}; name two different {what}")
+
+
 class NamedRuns:
     """The history store of ``output_dir`` as this kernel sees it: run names, the baseline, and a
     cache of summaries (traces can be large: only the latest one is kept)."""
@@ -149,8 +157,7 @@ class NamedRuns:
                 if not earlier:
                     raise NpumagicError("a comparison needs two runs that recorded steps; profile another one first")
                 a = earlier[-1]
-        if a == b:
-            raise NpumagicError(f"both sides are {a!r}; name two different runs")
+        two_sides(a, b)
         return a, b
 
     def _recorded(self, name: str) -> bool:

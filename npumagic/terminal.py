@@ -22,6 +22,19 @@ def safe_text(text: object) -> str:
     return _UNSAFE.sub(REPLACEMENT, str(text))
 
 
+# what starts a new line where text is read as lines (str.splitlines): newline, CR and the C0/C1
+# separators safe_text already replaces, tab, and Unicode's line and paragraph separators
+_BREAKS = re.compile("[\t\n\u2028\u2029]")
+
+
+def one_line(text: object) -> str:
+    """``text`` as :func:`safe_text` makes it, and one line: its newlines, tabs and Unicode line
+    separators replaced by U+FFFD too, so a name or a note shown in a row or a sentence can never
+    start a line of its own (where an answer is read by a model, a line that reads as an
+    instruction)."""
+    return _BREAKS.sub(REPLACEMENT, safe_text(text))
+
+
 def terminal_safe(func: Callable[..., str]) -> Callable[..., str]:
     """Decorate a function returning text for a terminal so that its result is :func:`safe_text`."""
 

@@ -34,6 +34,23 @@ def test_empty_directory(tmp_path):
         npumagic.load(tmp_path)
 
 
+def test_the_search_below_a_folder_is_bounded(tmp_path, monkeypatch):
+    """A folder of many folders holding no trace (a home directory) is refused after
+    NESTED_ENTRIES entries, and a trace deeper than NESTED_DEPTH levels is not looked for."""
+    from npumagic.analysis import sources
+
+    deep = tmp_path / "deep" / "a" / "b" / "c" / "d" / "e"  # 5 levels below
+    deep.mkdir(parents=True)
+    (deep / "w.pt.trace.json").write_text("{}")
+    with pytest.raises(TraceError, match=r"no profiler output found .*searched 4 folder levels down"):
+        npumagic.load(tmp_path / "deep")
+    for i in range(60):
+        (tmp_path / "wide" / f"d{i}").mkdir(parents=True)
+    monkeypatch.setattr(sources, "NESTED_ENTRIES", 50)
+    with pytest.raises(TraceError, match=r"wide: more than 50 files and folders below it, too many to search"):
+        npumagic.load(tmp_path / "wide")
+
+
 def test_missing_path(tmp_path):
     with pytest.raises(TraceError, match="no such file"):
         npumagic.load(tmp_path / "nope")

@@ -8,6 +8,7 @@ directory, or a folder holding several ``*_ascend_pt`` ranks.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -47,7 +48,7 @@ def detect(path: str | Path) -> tuple[str, list[Path]]:
     traces = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
     if traces:  # a config.json beside the traces is none of them; with no trace at all, the error names each
         return "kineto", [p for p in traces if _looks_like_trace(p)] or traces
-    nested = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(KINETO_FILES))
+    nested = _nested_traces(path)
     if nested:
         return "kineto", nested
     raw = discover.raw_only(path)
@@ -55,8 +56,33 @@ def detect(path: str | Path) -> tuple[str, list[Path]]:
         raise TraceError(path, discover.never_parsed(raw, path))
     found = sorted(p.name for p in path.iterdir())[:5]
     what = f"it holds {', '.join(found)}" if found else "it is empty"
-    raise TraceError(path, f"no profiler output found ({what}); expected *.pt.trace.json files "
-                           "or torch_npu *_ascend_pt directories with ASCEND_PROFILER_OUTPUT/")
+    raise TraceError(path, f"no profiler output found ({what}); expected *.pt.trace.json files (searched "
+                           f"{NESTED_DEPTH} folder levels down) or torch_npu *_ascend_pt directories with "
+                           "ASCEND_PROFILER_OUTPUT/")
+
+
+# the search for traces in the folders below the one given is bounded: a run's rank or worker
+# folders lie a level or two down, and a home directory named by mistake (or by an assistant over
+# MCP) is refused in a moment instead of walked for minutes
+NESTED_DEPTH = 4  # folder levels searched below the one given
+NESTED_ENTRIES = 20_000  # files and folders looked at, at most
+
+
+def _nested_traces(path: Path) -> list[Path]:
+    """The Kineto trace files in the folders below ``path``, at most :data:`NESTED_DEPTH` levels
+    down, links to folders not followed; more than :data:`NESTED_ENTRIES` entries there is a
+    TraceError (the traces found so far could be some of a job's ranks only)."""
+    found, seen = [], 0
+    for top, dirs, files in os.walk(path):
+        seen += len(dirs) + len(files)
+        if seen > NESTED_ENTRIES:
+            raise TraceError(path, f"more than {NESTED_ENTRIES:,} files and folders below it, too many to search for "
+                                   "profiler output: give the folder that holds the *.pt.trace.json files or the "
+                                   "*_ascend_pt directories")
+        found += [Path(top, f) for f in files if f.endswith(KINETO_FILES)]
+        if len(Path(top).relative_to(path).parts) >= NESTED_DEPTH:
+            dirs.clear()
+    return sorted(found)
 
 
 SNIFF_BYTES = 2**20  # Kineto writes its small header (schemaVersion, deviceProperties, ...) first

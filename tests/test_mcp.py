@@ -13,7 +13,7 @@ from npumagic.jsonout import SCHEMA
 
 from .conftest import ASCEND, need
 
-mcp = pytest.importorskip("mcp", reason="the MCP SDK is the optional extra npumagic[mcp]")
+mcp = pytest.importorskip("mcp", reason="need the MCP SDK (the extra npumagic[mcp], in [test])")
 anyio = pytest.importorskip("anyio")
 
 from mcp import ClientSession  # noqa: E402

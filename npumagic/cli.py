@@ -321,6 +321,10 @@ def _run(args) -> int:
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     check_command(command)
+    if args.log:
+        from .trackers import available
+
+        available(args.log)  # before the command runs, not after an hour of training
     options = CaptureOptions(wait=args.wait, warmup=args.warmup, steps=args.steps, repeat=args.repeat,
                              skip_first=args.skip_first, activities=_items(args.activities), memory=args.memory,
                              shapes=args.shapes, stack=args.stack, modules=args.modules, level=args.level,
@@ -345,11 +349,28 @@ def _run(args) -> int:
         outcomes = [outcome]
         if shown is not None:
             shown(outcome)
+    if args.log:
+        _track(outcomes, args.log)
     if args.json:
         from .jsonout import command_doc
 
         _print_json(command_doc(command, outcomes, ended))
     return ended.exit_status
+
+
+def _track(outcomes, tracker: str) -> None:
+    """Log each recorded run to the tracker; one that cannot be logged is said (the command's
+    own exit status stands: the runs are in the history either way)."""
+    from .trackers import log
+
+    for outcome in outcomes:
+        try:
+            run_id = log(outcome, tracker)
+        except Exception as exc:  # noqa: BLE001 - any tracker error (a server down, a refused key)
+            print(f"npumagic: warning: {outcome.run.name} not logged to {tracker}: {type(exc).__name__}: "
+                  f"{safe_text(exc)}", file=sys.stderr)
+        else:
+            print(f"npumagic: {outcome.run.name} logged to {tracker} run {run_id}", file=sys.stderr)
 
 
 def _reference(session, named: str | None, command: list[str]) -> None:
@@ -428,6 +449,9 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
                    help="machine-readable output on stdout (the command's own output goes to stderr)")
     p.add_argument("--baseline", default=None, metavar="RUN",
                    help="the run the checklist's Verify step compares with (default: the latest run of --out)")
+    p.add_argument("--log", choices=("mlflow", "wandb"), default=None,
+                   help="log each recorded run to this experiment tracker (its active run, else a new one; "
+                        "MLFLOW_TRACKING_URI / WANDB_PROJECT say where); needs npumagic[mlflow] or npumagic[wandb]")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the command to run, unmodified")
 
 

@@ -294,3 +294,41 @@ def test_a_run_is_logged_to_a_wandb_offline_run_and_read_back(plots, tmp_path, m
     paths = {entry.path for entry in artifact.manifest.contents}
     assert {"verdict.txt", "wb.json", "figures/timeline.png"} <= paths
     assert any(p.startswith("profiler/") and p.endswith(".pt.trace.json") for p in paths)
+
+
+# -- what a run gives any tracker (no tracker needed) --------------------------------------------------
+def test_a_run_gives_its_dataloader_settings_and_the_environment_that_matters_as_params(trainer, monkeypatch):
+    from npumagic.trackers import entry
+
+    # GIVEN a thread count set in the environment and a cell that trains from a DataLoader
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert trainer.run_cell("loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 32)), "
+                            "batch_size=8)").success
+    # WHEN it is profiled and made into a tracker entry
+    assert trainer.run_cell("r = %%npuprofile --steps 2 --quiet --name fed\n"
+                            "for (x,) in loader:\n    model(x).sum().backward(); opt.step(); opt.zero_grad()").success
+    made = entry(trainer.user_ns["r"])
+    # THEN the params carry them, with the capture's options and the versions
+    assert made.params["dataloader0.batch_size"] == "8" and made.params["dataloader0.num_workers"] == "0"
+    assert made.params["env.OMP_NUM_THREADS"] == "2"
+    assert made.params["config.steps"] == "2" and "version.torch" in made.params
+    assert {key for key, _, _ in made.metrics} >= {"wall_ms", "compute_ms", "comm_ms", "idle_ms", "data_ms", "busy_ms",
+                                                    "device_util"}
+
+
+def test_an_ascend_run_gives_hbm_llc_and_ai_core_frequency_per_step_and_its_memory_peaks():
+    from npumagic.trackers import memory_peaks, step_metrics
+
+    from .conftest import ASCEND, shared_summary
+
+    # GIVEN a real torch_npu rank with device counters WHEN its per-step metrics are made
+    summary = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
+    metrics = step_metrics(summary)
+    # THEN each step has the counters the profiler recorded, as its hardware table says
+    for key, column in (("hbm_gbps", "hbm_gbps"), ("llc_hit_rate", "llc_hit_rate"), ("aicore_freq_mhz", "aicore_freq_mhz")):
+        got = {step: value for k, value, step in metrics if k == key}
+        assert got == pytest.approx(dict(zip(summary.hardware["step"], summary.hardware[column])))
+    assert not [k for k, _, _ in metrics if k == "hbm_util"]  # no device peak known: nothing invented
+    peaks = memory_peaks(summary)
+    assert peaks and all(value > 0 for value in peaks.values())
+    assert {k.split(".")[0] for k in peaks} <= {"memory_peak_allocated_mb", "memory_peak_reserved_mb"}

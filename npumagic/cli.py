@@ -130,6 +130,10 @@ def _side(args, runs, ref: str, rank):
 
 
 def _compare(args) -> int:
+    if args.log:
+        from .trackers import available
+
+        available(args.log)
     runs = None
     if args.history is not None:
         runs = _named_runs(args.history)
@@ -176,6 +180,8 @@ def _compare(args) -> int:
             print(f"\n{'FAIL' if failed else 'pass'}: --fail-if-slower {args.fail_if_slower:g}%: {name_b} is "
                   + (f"significantly slower than {name_a}, by {1 / cmp.speedup - 1:.1%}" if failed else
                      f"not significantly slower than {name_a} by more than that"))
+    if args.log:
+        _track([cmp], args.log)
     return 1 if failed else 0
 
 
@@ -358,19 +364,20 @@ def _run(args) -> int:
     return ended.exit_status
 
 
-def _track(outcomes, tracker: str) -> None:
-    """Log each recorded run to the tracker; one that cannot be logged is said (the command's
-    own exit status stands: the runs are in the history either way)."""
+def _track(results, tracker: str) -> None:
+    """Log each recorded run (or a comparison, on its later run) to the tracker; one that cannot
+    be logged is said (the command's own exit status stands: the runs are in the history either way)."""
     from .trackers import log
 
-    for outcome in outcomes:
+    for result in results:
+        what = result.run.name if hasattr(result, "run") else f"the comparison {result.a} -> {result.b}"
         try:
-            run_id = log(outcome, tracker)
+            run_id = log(result, tracker)
         except Exception as exc:  # noqa: BLE001 - any tracker error (a server down, a refused key)
-            print(f"npumagic: warning: {outcome.run.name} not logged to {tracker}: {type(exc).__name__}: "
-                  f"{safe_text(exc)}", file=sys.stderr)
+            print(f"npumagic: warning: {what} not logged to {tracker}: {type(exc).__name__}: {safe_text(exc)}",
+                  file=sys.stderr)
         else:
-            print(f"npumagic: {outcome.run.name} logged to {tracker} run {run_id}", file=sys.stderr)
+            print(f"npumagic: {what} logged to {tracker} run {run_id}", file=sys.stderr)
 
 
 def _reference(session, named: str | None, command: list[str]) -> None:
@@ -555,6 +562,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CI gate: exit 1 when B is significantly slower than A by more than PCT percent")
     p.add_argument("--rank-a", type=int, default=None, help="rank of the reference to compare (default the lowest)")
     p.add_argument("--rank-b", type=int, default=None, help="rank of the run to check (default the lowest)")
+    p.add_argument("--log", choices=("mlflow", "wandb"), default=None,
+                   help="log the result on the later run's tracker run (found by its npumagic.run tag, else the "
+                        "active or a new one); needs npumagic[mlflow] or npumagic[wandb]")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _scheduler_argument(p)
     p = add("check", _check, "check a run against the band learned from the earlier runs of its configuration "

@@ -193,6 +193,19 @@ def test_cli_run_logs_the_script_run_to_mlflow(tmp_path, mlflow_uri, request):
     assert [run.info.run_name for run in runs] == ["script"]
     assert runs[0].data.params["npumagic.config.steps"] == "2"
     assert len(client.get_metric_history(runs[0].info.run_id, "npumagic/wall_ms")) == 2
+    # WHEN a second run is compared with it from the command line
+    for argv in (["run", "--log", "mlflow", "--steps", "2", "--name", "again", "--out", str(tmp_path / "runs"), "--",
+                  sys.executable, str(script)],
+                 ["compare", "--history", str(tmp_path / "runs"), "script", "again", "--log", "mlflow"]):
+        done = subprocess.run([sys.executable, "-m", "npumagic.cli", *argv], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    # THEN the result is on the later run's tracker run
+    _, runs = _runs(request.node.name[:200])
+    by_name = {run.info.run_name: run for run in runs}
+    assert sorted(by_name) == ["again", "script"]
+    assert "npumagic/compare.speedup" in by_name["again"].data.metrics
+    assert by_name["again"].data.tags["npumagic.compared_with"] == "script"
 
 
 @pytest.mark.parametrize("tracker", ["mlflow", "wandb"])
@@ -332,3 +345,15 @@ def test_an_ascend_run_gives_hbm_llc_and_ai_core_frequency_per_step_and_its_memo
     peaks = memory_peaks(summary)
     assert peaks and all(value > 0 for value in peaks.values())
     assert {k.split(".")[0] for k in peaks} <= {"memory_peak_allocated_mb", "memory_peak_reserved_mb"}
+
+
+def test_a_tracker_that_fails_is_said_and_the_run_stays_recorded(trainer, monkeypatch, capsys):
+    pytest.importorskip("mlflow", reason=NEED_MLFLOW)
+    # GIVEN a tracking store that cannot be written
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "file:///proc/npumagic-cannot-write-here")
+    trainer.run_line_magic("config", 'NpuMagics.log_to = "mlflow"')
+    # WHEN a cell is profiled THEN the cell succeeds, the run is in the history, and the failure is one line
+    assert trainer.run_cell(PROFILE.format(name="kept")).success
+    assert "kept" in [r.name for r in trainer.magics_manager.registry["NpuMagics"].session.runs.records()]
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("npumagic: not logged to mlflow: ")], err

@@ -82,8 +82,7 @@ def mlflow_uri(mlflow_server, monkeypatch, request):
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", request.node.name[:200])
-    mlflow.set_tracking_uri(mlflow_server)
-    yield mlflow_server
+    yield mlflow_server  # by the environment, as a user sets it (mlflow.set_tracking_uri would outlive the test)
     while mlflow.active_run() is not None:
         mlflow.end_run()
 

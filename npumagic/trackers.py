@@ -53,6 +53,7 @@ class Entry:
     directory: Path | None = None  # the profiler's output
     tags: dict[str, str] = field(default_factory=dict)
     folder: str = ""  # the artifacts' folder in the tracker run
+    comparison: bool = False  # logged on the tracker run its later run went to
 
 
 def available(tracker: str) -> None:
@@ -203,7 +204,8 @@ def comparison_entry(cmp) -> Entry:
     against = _key(cmp.a)
     return Entry(cmp.b, once=once, texts={f"compare-{against}.txt": cmp.sentence(),
                                           f"compare-{against}.json": dumps(comparison_doc(cmp))},
-                 tags={f"{PREFIX}.run": cmp.b, f"{PREFIX}.compared_with": cmp.a}, folder=f"{PREFIX}/{_key(cmp.b)}")
+                 tags={f"{PREFIX}.run": cmp.b, f"{PREFIX}.compared_with": cmp.a}, folder=f"{PREFIX}/{_key(cmp.b)}",
+                 comparison=True)
 
 
 # -- the trackers ----------------------------------------------------------------------------------
@@ -219,7 +221,7 @@ def _mlflow(mlflow, made: Entry) -> str:
     client = MlflowClient()
     active = mlflow.active_run()
     run_id = active.info.run_id if active is not None else None
-    if run_id is None and not made.params:  # a comparison: the later run's tracker run
+    if run_id is None and made.comparison:  # the later run's tracker run
         run_id = _LOGGED.get(("mlflow", made.name)) or _mlflow_find(mlflow, made.name)
     owned = run_id is None
     if owned:
@@ -266,7 +268,7 @@ def _wandb(wandb, made: Entry) -> str:
     run = wandb.run
     owned = run is None
     if owned:
-        resume = _LOGGED.get(("wandb", made.name)) if not made.params else None  # a comparison: the later run's
+        resume = _LOGGED.get(("wandb", made.name)) if made.comparison else None  # the later run's
         run = wandb.init(project=os.environ.get("WANDB_PROJECT", PREFIX), name=made.name,
                          **({"id": resume, "resume": "allow"} if resume else {}))
     try:

@@ -238,6 +238,6 @@ def torch_npu_wheel() -> Path:
                         "torch-npu==2.14.0"], capture_output=True, timeout=600)
         wheels = sorted(WHEEL_CACHE.glob("torch_npu-2.14.0-*.whl"))
     if not wheels:
-        pytest.skip(f"the torch-npu 2.14.0 wheel is not in {WHEEL_CACHE} and could not be downloaded "
+        pytest.skip(f"need the torch-npu 2.14.0 wheel — not in {WHEEL_CACHE} and could not be downloaded "
                     "(.ci/run fetches it with `pip download --no-deps torch-npu==2.14.0`)")
     return wheels[0]

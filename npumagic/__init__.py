@@ -13,6 +13,10 @@ Offline, on an output directory collected elsewhere::
     import npumagic
     summary = npumagic.analyze("rank0_ascend_pt")
     npumagic.checklist(summary).bottleneck
+
+To an experiment tracker (``%config NpuMagics.log_to = "mlflow"`` logs every run)::
+
+    npumagic.log(r, "mlflow")  # r = %%npuprofile ...; or "wandb"
 """
 
 from __future__ import annotations

@@ -229,11 +229,11 @@ def _mlflow(mlflow, made: Entry) -> str:
     try:
         now = int(time.time() * 1000)
         # a tracker run that already holds another npumagic run's params (several captures under one
-        # active run): MLflow refuses to change a param, so the later run's differing ones get its name
+        # active run): MLflow refuses to change a param, so the later run's differing ones get "/NAME"
         held = client.get_run(run_id).data.params
         logged = {}
         for k, v in made.params.items():
-            logged[k if held.get(k, v) == v else f"{k}@{_key(made.name)}"[:250]] = v
+            logged[k if held.get(f"{PREFIX}.{k}", v) == v else f"{k}/{_key(made.name)}"[:240]] = v
         metrics = [Metric(f"{PREFIX}/{k}", v, now, step) for k, v, step in made.metrics]
         metrics += [Metric(f"{PREFIX}/{k}", v, now, 0) for k, v in made.once.items()]
         params_ = [Param(f"{PREFIX}.{k}", v) for k, v in logged.items()]

@@ -164,18 +164,23 @@ def test_log_goes_to_the_active_mlflow_run(shell, mlflow_uri, request):
 
     import npumagic
 
-    # GIVEN a run recorded without a tracker, and the user's own MLflow run active
+    # GIVEN two runs recorded without a tracker (of 3 and 4 steps), and the user's own MLflow run active
     assert shell.run_cell(TRAIN_SETUP).success
     assert shell.run_cell(PROFILE.format(name="mine")).success
+    first = shell.user_ns["r"]
+    assert shell.run_cell(PROFILE.format(name="more").replace("--steps 3", "--steps 4")).success
     with mlflow.start_run(run_name="training") as active:
         mlflow.log_metric("loss", 0.5)
-        # WHEN it is logged after the fact
-        run_id = npumagic.log(shell.user_ns["r"], "mlflow")
-    # THEN it went into the active run, beside the model's own metric
-    assert run_id == active.info.run_id
+        # WHEN they are logged after the fact
+        run_ids = [npumagic.log(first, "mlflow"), npumagic.log(shell.user_ns["r"], "mlflow")]
+    # THEN both went into the active run, beside the model's own metric
+    assert run_ids == [active.info.run_id] * 2
     _, runs = _runs(request.node.name[:200])
     assert [run.info.run_name for run in runs] == ["training"]
     assert {"loss", "npumagic/wall_ms"} <= set(runs[0].data.metrics)
+    # and the later one's differing settings are kept under its name (MLflow never changes a param)
+    params = runs[0].data.params
+    assert params["npumagic.config.steps"] == "3" and params["npumagic.config.steps/more"] == "4"
 
 
 def test_cli_run_logs_the_script_run_to_mlflow(tmp_path, mlflow_uri, request):

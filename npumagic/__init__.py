@@ -13,6 +13,10 @@ Offline, on an output directory collected elsewhere::
     import npumagic
     summary = npumagic.analyze("rank0_ascend_pt")
     npumagic.checklist(summary).bottleneck
+
+To an experiment tracker (``%config NpuMagics.log_to = "mlflow"`` logs every run)::
+
+    npumagic.log(r, "mlflow")  # r = %%npuprofile ...; or "wandb"
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
     from .analysis.compare import Comparison, compare
     from .capture.steps import step
     from .offline import parse_raw
+    from .trackers import log
 
 # The public API loads on first use (as render/ does), so `import npumagic` and the CLI's --help
 # and argument errors answer without importing pandas, numpy, torch or matplotlib.
@@ -37,11 +42,11 @@ _WHERE = {"Summary": "analysis", "Trace": "analysis", "load": "analysis", "summa
           "Advice": "analysis.advice", "Finding": "analysis.advice", "advise": "analysis.advice",
           "Verdict": "analysis.checklist", "checklist": "analysis.checklist",
           "Comparison": "analysis.compare", "compare": "analysis.compare", "step": "capture.steps",
-          "parse_raw": "offline"}
+          "parse_raw": "offline", "log": "trackers"}
 
 __version__ = "0.1.0"
 __all__ = ["Advice", "Comparison", "Finding", "NpumagicError", "Summary", "Trace", "TraceError", "Verdict", "advise",
-           "analyze", "checklist", "compare", "load", "load_ipython_extension", "parse_raw", "step", "summarize",
+           "analyze", "checklist", "compare", "load", "log", "load_ipython_extension", "parse_raw", "step", "summarize",
            "timeline", "unload_ipython_extension"]
 
 

@@ -130,6 +130,10 @@ def _side(args, runs, ref: str, rank):
 
 
 def _compare(args) -> int:
+    if args.log:
+        from .trackers import available
+
+        available(args.log)
     runs = None
     if args.history is not None:
         runs = _named_runs(args.history)
@@ -177,6 +181,8 @@ def _compare(args) -> int:
             print(f"\n{'FAIL' if failed else 'pass'}: --fail-if-slower {args.fail_if_slower:g}%: {name_b} is "
                   + (f"significantly slower than {name_a}, by {1 / cmp.speedup - 1:.1%}" if failed else
                      f"not significantly slower than {name_a} by more than that"))
+    if args.log:
+        _track([cmp], args.log)
     return 1 if failed else 0
 
 
@@ -322,6 +328,10 @@ def _run(args) -> int:
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     check_command(command)
+    if args.log:
+        from .trackers import available
+
+        available(args.log)  # before the command runs, not after an hour of training
     options = CaptureOptions(wait=args.wait, warmup=args.warmup, steps=args.steps, repeat=args.repeat,
                              skip_first=args.skip_first, activities=_items(args.activities), memory=args.memory,
                              shapes=args.shapes, stack=args.stack, modules=args.modules, level=args.level,
@@ -346,11 +356,29 @@ def _run(args) -> int:
         outcomes = [outcome]
         if shown is not None:
             shown(outcome)
+    if args.log:
+        _track(outcomes, args.log)
     if args.json:
         from .jsonout import command_doc
 
         _print_json(command_doc(command, outcomes, ended))
     return ended.exit_status
+
+
+def _track(results, tracker: str) -> None:
+    """Log each recorded run (or a comparison, on its later run) to the tracker; one that cannot
+    be logged is said (the command's own exit status stands: the runs are in the history either way)."""
+    from .trackers import log
+
+    for result in results:
+        what = result.run.name if hasattr(result, "run") else f"the comparison {result.a} -> {result.b}"
+        try:
+            run_id = log(result, tracker)
+        except Exception as exc:  # noqa: BLE001 - any tracker error (a server down, a refused key)
+            print(f"npumagic: warning: {what} not logged to {tracker}: {type(exc).__name__}: {safe_text(exc)}",
+                  file=sys.stderr)
+        else:
+            print(f"npumagic: {what} logged to {tracker} run {run_id}", file=sys.stderr)
 
 
 def _reference(session, named: str | None, command: list[str]) -> None:
@@ -429,6 +457,9 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
                    help="machine-readable output on stdout (the command's own output goes to stderr)")
     p.add_argument("--baseline", default=None, metavar="RUN",
                    help="the run the checklist's Verify step compares with (default: the latest run of --out)")
+    p.add_argument("--log", choices=("mlflow", "wandb"), default=None,
+                   help="log each recorded run to this experiment tracker (its active run, else a new one; "
+                        "MLFLOW_TRACKING_URI / WANDB_PROJECT say where); needs npumagic[mlflow] or npumagic[wandb]")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the command to run, unmodified")
 
 
@@ -532,6 +563,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CI gate: exit 1 when B is significantly slower than A by more than PCT percent")
     p.add_argument("--rank-a", type=int, default=None, help="rank of the reference to compare (default the lowest)")
     p.add_argument("--rank-b", type=int, default=None, help="rank of the run to check (default the lowest)")
+    p.add_argument("--log", choices=("mlflow", "wandb"), default=None,
+                   help="log the result on the later run's tracker run (found by its npumagic.run tag, else the "
+                        "active or a new one); needs npumagic[mlflow] or npumagic[wandb]")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _scheduler_argument(p)
     p = add("check", _check, "check a run against the band learned from the earlier runs of its configuration "

@@ -154,6 +154,21 @@ class NpuMagics(Magics):
                                  "paths), 'local' (a local Dask cluster), 'serial' (this kernel), or '' (a local "
                                  "cluster from 8 ranks on). Naming one reads every rank in full, as "
                                  "%npuload --every-rank does.").tag(config=True)
+    log_to = Enum(["", "mlflow", "wandb"], default_value="",
+                  help="Log every run, once recorded, to this experiment tracker: 'mlflow' or 'wandb' (the active "
+                       "tracker run, else a new one; %npucompare logs on the later run); '' logs nowhere. "
+                       "Needs npumagic[mlflow] or npumagic[wandb].").tag(config=True)
+
+    @validate("log_to")
+    def _check_log_to(self, proposal):
+        from .trackers import available
+
+        if proposal["value"]:
+            try:
+                available(proposal["value"])  # refused now, not after the next capture
+            except NpumagicError as exc:
+                raise TraitError(str(exc)) from None
+        return proposal["value"]
 
     @validate("scheduler")
     def _check_scheduler(self, proposal):
@@ -352,9 +367,22 @@ class NpuMagics(Magics):
                                    self.session.writable_figure_dir(outcome.run), outcome.run.name, self.figure_format)
         notes = [] if quiet else outcome.notes
         report = RunReport(outcome.run, outcome.summary, outcome.verdict, notes, figures)
+        self._track(report)
         if report.figure("timeline") is not None and self._live(static):
             report = with_live_timeline(report, outcome.trace, f"{outcome.run.name}: timeline")
         return report
+
+    def _track(self, result) -> None:
+        """Log a recorded run or a comparison to ``log_to``'s tracker. The run is in the history
+        whatever the tracker does: a tracker that fails (a server down) is said, not raised."""
+        if not self.log_to:
+            return
+        from .trackers import log
+
+        try:
+            log(result, self.log_to)
+        except Exception as exc:  # noqa: BLE001 - any tracker error: the cell's own result stands
+            print(f"npumagic: not logged to {self.log_to}: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     def _live(self, static: bool) -> bool:
         """Whether the timeline shows as the live widget (else the PNG it always has too)."""
@@ -501,6 +529,7 @@ class NpuMagics(Magics):
             figure = self.session.compare_figure(comparison, self.figure_format) if plot else None
         except NpumagicError as exc:
             raise UsageError(str(exc)) from None
+        self._track(comparison)
         return CompareReport(comparison, figure)
 
     @magic_arguments()

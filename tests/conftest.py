@@ -77,10 +77,52 @@ def shared_summary(path: Path):
     return npumagic.summarize(shared_trace(path))
 
 
+# A skip reason is "need WHAT — DETAIL": the summary counts the skips by WHAT (:func:`skip_lines`),
+# so each thing the suite can miss is one line however many tests or files it skips.
+NEED_SHARED = "need ../shared/data (or NPUMAGIC_SHARED)"
+NEED_CHROMIUM = "need Debian's chromium"
+
+
 def need(path: Path) -> Path:
     if not path.exists():
-        pytest.skip(f"shared sample {path} is absent (the tests read ../shared/data; it is not copied into the project)")
+        pytest.skip(f"{NEED_SHARED} — {path} is absent (the real profiler outputs are not copied into the project)")
     return path
+
+
+def skip_lines(reasons: list[str]) -> list[str]:
+    """One line per skip reason with its count, most skipped first: ``412 tests need
+    ../shared/data (or NPUMAGIC_SHARED)``. A reason groups by its text before " — " (the
+    detail: which file, which path); a reason that is not a "need" reads ``N skipped: REASON``."""
+    import collections
+
+    counts = collections.Counter(reason.split(" — ")[0].strip() for reason in reasons)
+    lines = []
+    for what, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        tests = "test" if n == 1 else "tests"
+        if what.startswith("need "):
+            lines.append(f"{n} {tests} {'needs' if n == 1 else 'need'} {what[5:]}")
+        else:
+            lines.append(f"{n} skipped: {what}")
+    return lines
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # (path, line, "Skipped: reason")
+        reason = str(longrepr[2])
+    else:
+        reason = str(getattr(longrepr, "reprcrash", None) and longrepr.reprcrash.message or longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Why tests were skipped, one line per reason with its count, instead of bare ``s``."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    terminalreporter.section("skipped, by reason", sep="-")
+    for line in skip_lines([_skip_reason(r) for r in skipped]):
+        terminalreporter.line(line)
 
 
 @pytest.fixture(autouse=True)
@@ -196,6 +238,6 @@ def torch_npu_wheel() -> Path:
                         "torch-npu==2.14.0"], capture_output=True, timeout=600)
         wheels = sorted(WHEEL_CACHE.glob("torch_npu-2.14.0-*.whl"))
     if not wheels:
-        pytest.skip(f"the torch-npu 2.14.0 wheel is not in {WHEEL_CACHE} and could not be downloaded "
+        pytest.skip(f"need the torch-npu 2.14.0 wheel — not in {WHEEL_CACHE} and could not be downloaded "
                     "(.ci/run fetches it with `pip download --no-deps torch-npu==2.14.0`)")
     return wheels[0]

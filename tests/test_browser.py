@@ -11,6 +11,8 @@ import subprocess
 
 import pytest
 
+from .conftest import NEED_CHROMIUM
+
 pytestmark = pytest.mark.slow
 
 WINDOW_WIDTH = 1400
@@ -56,9 +58,9 @@ def _browser() -> str:
         try:
             subprocess.run([path, "--headless", "--no-sandbox", "--version"], capture_output=True, timeout=60, check=True)
         except (OSError, subprocess.SubprocessError) as exc:
-            pytest.skip(f"{path} cannot start: {exc}")
+            pytest.skip(f"{NEED_CHROMIUM} — {path} cannot start: {exc}")
         return path
-    pytest.skip(f"no headless browser ({', '.join(BROWSERS)}); .ci/run installs Debian's chromium")
+    pytest.skip(f"{NEED_CHROMIUM} — no headless browser ({', '.join(BROWSERS)}); .ci/run installs it")
 
 
 def _chromium(browser: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ASCEND, ROOT, TRAIN_SETUP
+from .conftest import ASCEND, NEED_CHROMIUM, NEED_SHARED, ROOT, TRAIN_SETUP
 
 pytestmark = pytest.mark.slow
 
@@ -30,11 +30,11 @@ GUTTER = 190  # timeline.js: the lane labels' width; the plot starts here
 
 def _browser() -> str:
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"no {CHROMIUM} (apt-get install -y chromium; .ci/run installs it)")
+        pytest.skip(f"{NEED_CHROMIUM} — no {CHROMIUM} (apt-get install -y chromium; .ci/run installs it)")
     try:
         subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--version"], capture_output=True, timeout=60, check=True)
     except (OSError, subprocess.SubprocessError) as exc:
-        pytest.skip(f"{CHROMIUM} cannot start: {exc}")
+        pytest.skip(f"{NEED_CHROMIUM} — {CHROMIUM} cannot start: {exc}")
     return CHROMIUM
 
 
@@ -59,8 +59,8 @@ def _notebook(path: Path) -> None:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A JupyterLab on localhost with a token, serving a folder holding the test notebook."""
-    pytest.importorskip("jupyterlab", reason="pip install jupyterlab (the test extra)")
-    pytest.importorskip("anywidget", reason="pip install anywidget (the live extra)")
+    pytest.importorskip("jupyterlab", reason="need the test extra (jupyterlab) — pip install -e '.[test]'")
+    pytest.importorskip("anywidget", reason="need anywidget (a dependency of npumagic) — pip install -e .")
     home = tmp_path_factory.mktemp("lab")
     _notebook(home / "live.ipynb")
     port, token = _free_port(), secrets.token_hex(16)
@@ -94,7 +94,7 @@ def lab(tmp_path_factory):
 @pytest.fixture(scope="module")
 def page(lab):
     """The notebook open in chromium, every cell run; the page, and where screenshots go."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="need the test extra (playwright) — pip install -e '.[test]'")
     browser_path = _browser()
     url, token, home = lab
     with sync_api.sync_playwright() as p:
@@ -197,7 +197,7 @@ def _colored_bands(png: Path) -> int:
     return int((colored[1:] & ~colored[:-1]).sum() + colored[0])
 
 
-@pytest.mark.skipif(not (ASCEND / "level1").exists(), reason="needs ../shared/data/ascend/level1")
+@pytest.mark.skipif(not (ASCEND / "level1").exists(), reason=f"{NEED_SHARED} — {ASCEND / 'level1'} is absent")
 def test_a_screenshot_of_the_level1_job_shows_its_lanes(page):
     page, home = page
     root = page.locator(".jp-Cell").nth(2).locator(".npumagic-live")

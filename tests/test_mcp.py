@@ -16,7 +16,7 @@ from npumagic.jsonout import SCHEMA
 from .conftest import ASCEND, need
 from .fuzz_corpus import kineto_events, kineto_trace
 
-mcp = pytest.importorskip("mcp", reason="the MCP SDK is the optional extra npumagic[mcp]")
+mcp = pytest.importorskip("mcp", reason="need the MCP SDK (the extra npumagic[mcp], in [test])")
 anyio = pytest.importorskip("anyio")
 
 from mcp import ClientSession  # noqa: E402

@@ -161,8 +161,8 @@ _hta_results: dict[str, object] = {}
 def _hta_breakdown(name: str, tmp_path_factory):
     """HTA's own temporal breakdown of one shared CUDA trace (computed once per trace, so a test
     worker that runs one case does not parse every trace)."""
-    hta = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis is not installed "
-                                                           "(pip install '.[peers]')")
+    hta = pytest.importorskip("hta.trace_analysis", reason="need HolisticTraceAnalysis (the extra npumagic[peers]) — "
+                                                           "pip install -e '.[peers]'")
     if name not in _hta_results:
         logging.getLogger("hta").setLevel(logging.ERROR)
         src = need({**KINETO, **HTA_ONLY}[name])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("anywidget", reason="the live timeline needs anywidget (pip install npumagic[live])")
+pytest.importorskip("anywidget", reason="need anywidget (a dependency of npumagic) — pip install -e .")
 
 from npumagic.render.live.bundle import WIDGET_MIME  # noqa: E402
 from npumagic.render.live.widget import TimelineWidget  # noqa: E402

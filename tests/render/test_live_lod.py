@@ -14,7 +14,7 @@ from npumagic.analysis import schema
 from npumagic.render.live import lod
 from npumagic.render.live.lod import TimelineIndex
 
-from ..conftest import ASCEND
+from ..conftest import ASCEND, NEED_SHARED
 
 spans = st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 3_000), st.sampled_from("abcd")), min_size=1, max_size=60)
 
@@ -135,7 +135,7 @@ def test_a_crowded_view_reads_the_dominant_operator_from_the_pyramid(monkeypatch
     np.testing.assert_allclose(part["busy"], 0.5, atol=0.01)
 
 
-@pytest.mark.skipif(not (ASCEND / "level1").exists(), reason="needs ../shared/data/ascend/level1")
+@pytest.mark.skipif(not (ASCEND / "level1").exists(), reason=f"{NEED_SHARED} — {ASCEND / 'level1'} is absent")
 def test_the_level1_job_gives_one_group_of_lanes_per_rank_host_before_device():
     import npumagic
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytest.importorskip("anywidget", reason="the live timeline needs anywidget (pip install npumagic[live])")
+pytest.importorskip("anywidget", reason="need anywidget (a dependency of npumagic) — pip install -e .")
 
 from npumagic.analysis import schema  # noqa: E402
 from npumagic.render.live.frontend import timeline, timeline_widget, widget_frontend  # noqa: E402

@@ -17,7 +17,8 @@ STATIC_ENV = "NPUMAGIC_STATIC"  # set to 1: never a widget (e.g. for notebooks m
 def widget_frontend() -> bool:
     """True where a widget can be shown: this process is a running Jupyter kernel (ipykernel's
     kernel is up, so comms reach a front end) and anywidget is installed, and ``NPUMAGIC_STATIC``
-    is not set. A terminal IPython, a script and ``npumagic show`` get the static figure."""
+    is not set. A terminal IPython, a script and ``npumagic show`` get the static figure, as does
+    an install without anywidget (a dependency, but ``pip install --no-deps`` leaves it out)."""
     if os.environ.get(STATIC_ENV, "") not in ("", "0"):
         return False
     kernelbase = sys.modules.get("ipykernel.kernelbase")  # imported by every running ipykernel

@@ -41,9 +41,11 @@ def test_a_2x_difference_is_decided_before_the_budget_with_its_size(variants):
 
 
 def test_identical_variants_are_never_significant(variants):
-    result = variants.run_line_magic("npuab", "fast fast_too --max-steps 40 --seed 0")
+    # a 20% margin: the 5% false-call rate at the default margin is the simulation's to check
+    # (tests/analysis/test_ab.py); here a neighbour's burst of load must not make a call either
+    result = variants.run_line_magic("npuab", "fast fast_too --max-steps 40 --seed 0 --threshold 20")
     assert not result.significant
-    assert str(result).startswith(("no difference beyond 5% between fast and fast_too", "undecided between"))
+    assert str(result).startswith(("no difference beyond 20% between fast and fast_too", "undecided between"))
 
 
 def test_a_drift_fools_back_to_back_runs_but_not_the_interleaved_test(variants):
@@ -80,7 +82,8 @@ def test_a_failing_variant_fails_the_cell(variants):
 
 
 def test_profile_records_a_few_steps_of_each_and_shows_where_the_difference_goes(variants):
-    result = variants.run_line_magic("npuab", "slow fast --max-steps 40 --seed 0 --profile")
+    # a budget that load cannot exhaust: a quiet machine decides this 2x change in about 12 steps
+    result = variants.run_line_magic("npuab", "slow fast --max-steps 200 --seed 0 --profile")
     assert result.significant
     cmp = result.comparison
     assert (cmp.a, cmp.b, cmp.n_a, cmp.n_b) == ("slow", "fast", 3, 3) and cmp.speedup > 1

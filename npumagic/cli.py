@@ -330,7 +330,7 @@ def _run(args) -> int:
     _reference(session, args.baseline, command)
     # with --json, stdout holds the one document: the command's own output goes to stderr
     output = sys.stderr if args.json else None
-    shown = None if args.json else _print_run
+    shown = None if args.json else _unless_gone(_print_run)
     if args.on_demand:
         from .on_demand import run_on_demand
 
@@ -348,8 +348,20 @@ def _run(args) -> int:
     if args.json:
         from .jsonout import command_doc
 
-        _print_json(command_doc(command, outcomes, ended))
+        _unless_gone(_print_json)(command_doc(command, outcomes, ended))
     return ended.exit_status
+
+
+def _unless_gone(show):
+    """``show`` that stops writing once stdout's reader has gone: `npumagic run ... | tee log`
+    and a Ctrl-C stops tee with the command; npumagic still records the run and exits with the
+    command's status (an on-demand job runs on), not with a broken pipe's 1."""
+    def shown(*args) -> None:
+        try:
+            show(*args)
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at the next flush
+    return shown
 
 
 def _reference(session, named: str | None, command: list[str]) -> None:

@@ -282,6 +282,27 @@ class Comparison:
         return (f"no difference beyond noise between {self.a} and {self.b} ({self._figures()}, "
                 f"{self._evidence()}) — more steps ({need} on each side) would narrow the interval")
 
+    def undecided(self, allowance: float | None = None) -> str:
+        """Why this comparison cannot tell whether B is slower than A ("" when it can), from its
+        own verdict: a side without steps, a side whose step times cannot be trusted
+        (:mod:`~npumagic.analysis.trust`), a single step on a side (no spread to judge noise by),
+        or a change the test could not tell from noise (not significant, p >= ALPHA: too few or
+        too noisy steps; a change the test calls within run-to-run noise is decided). With
+        ``allowance`` (a fraction, the CI gate's), only such a change that would take B's median
+        step beyond A's by more than it is undecided: one within it passes either way."""
+        if not self.n_a or not self.n_b or self.speedup != self.speedup:
+            return "a run has no steps to compare"
+        if self.untrusted:
+            return self.untrusted
+        if min(self.n_a, self.n_b) < 2:
+            return f"{min(self.n_a, self.n_b)} step on a side: no spread to judge noise by"
+        if self.significant or self.p_value < ALPHA:
+            return ""
+        if allowance is None or 1 / self.speedup - 1 > allowance:
+            return (f"{self._change()} ({self._figures()}), but the steps are too few or too noisy to tell that "
+                    f"from noise ({self._evidence()})")
+        return ""
+
     def _change(self) -> str:
         """"2.3x faster", "12% slower": "x% faster" = the step takes x% less time, "x% slower" =
         it takes x% more."""

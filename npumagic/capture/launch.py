@@ -2,9 +2,10 @@
 parent side of :mod:`npumagic.capture.inject`.
 
 The command starts with the bootstrap folder first on its ``PYTHONPATH`` (torchrun hands it on
-to every rank) and the capture's settings in ``NPUMAGIC_RUN``; it stays in npumagic's process
-group, so a Ctrl-C at the terminal reaches it as it would without npumagic, while npumagic
-waits for it to finish writing its traces. Afterwards the run directory's per-process records
+to every rank) and the capture's settings in ``NPUMAGIC_RUN``; every SIGINT meant for it reaches
+it once (on a terminal it stays in npumagic's process group, so a Ctrl-C reaches it as it would
+without npumagic; elsewhere npumagic passes the signals it gets on to it, see :class:`_Signals`),
+while npumagic waits for it to finish writing its traces. Afterwards the run directory's per-process records
 say what each process saw; :func:`collect` turns them into a :class:`CaptureResult`."""
 
 from __future__ import annotations

@@ -414,18 +414,36 @@ def _unless_gone(show):
 
 def _reference(session, named: str | None, command: list[str]) -> None:
     """The run the checklist's Verify step compares with: ``--baseline``, else the latest run of
-    the same command line in the history that recorded steps (each CLI run is a new process: no
-    earlier run of its own; another script is no baseline unless named)."""
+    the history that recorded steps with the same command line, else with the same program and
+    script and other arguments (``--batch 16`` after ``--batch 8``: Verify says what changed).
+    Each CLI run is a new process: no earlier run of its own; another script is no baseline
+    unless named."""
     if named is not None:
         session.set_baseline(named)  # one that cannot be analysed is an error
         return
-    recorded = [r.name for r in session.runs.records()
-                if r.status == "ok" and (r.arguments or {}).get("command") == list(command)]
-    if recorded:
-        try:
-            session.set_baseline(recorded[-1])
-        except NpumagicError:  # its summary is gone: verified against nothing, as a first run
-            pass
+    done = [(r.name, (r.arguments or {}).get("command")) for r in session.runs.records() if r.status == "ok"]
+    same = [name for name, line in done if line == list(command)]
+    alike = [name for name, line in done if isinstance(line, list) and line and _entry(line) == _entry(command)]
+    for found in (same, alike):
+        if found:
+            try:
+                session.set_baseline(found[-1])
+                return
+            except NpumagicError:  # its summary is gone: verified against nothing, as a first run
+                pass
+
+
+def _entry(command: list[str]) -> tuple[str, ...]:
+    """What a command runs, without the arguments it passes: the program, then its first
+    argument that is no option (the script: ``python train.py``, ``torchrun --nproc-per-node 2
+    train.py``) or the module of ``-m``."""
+    program, rest = command[0], command[1:]
+    for i, word in enumerate(rest):
+        if word == "-m" and i + 1 < len(rest):
+            return program, "-m", rest[i + 1]
+        if not word.startswith("-"):
+            return program, word
+    return (program,)
 
 
 def _trigger(args) -> int:

@@ -344,6 +344,49 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
+def _arguments_changed(a: Any, b: Any) -> str | None:
+    """Two command lines that differ in their options only, said by option: "--batch 8 -> 16,
+    --amp added"; None when more differs (another program or script: then both lines are shown)."""
+    if not (isinstance(a, list) and isinstance(b, list) and a and b and a[0] == b[0]):
+        return None
+    oa, ob = _options(a[1:]), _options(b[1:])
+    if oa is None or ob is None or oa[0] != ob[0]:  # the words that are no option (the script) differ
+        return None
+    said = []
+    for name in list(oa[1]) + [n for n in ob[1] if n not in oa[1]]:
+        va, vb = oa[1].get(name), ob[1].get(name)
+        if va == vb:
+            continue
+        if va is None:
+            said.append(f"{name}{' ' + vb if vb else ''} added")
+        elif vb is None:
+            said.append(f"{name}{' ' + va if va else ''} removed")
+        else:
+            said.append(f"{name} {va or '(set)'} -> {vb or '(set)'}")
+    return ", ".join(said) or None
+
+
+def _options(words: list[str]) -> tuple[list[str], dict[str, str]] | None:
+    """A command's arguments as (the words before its first option, {option: value}); ``--x=1``
+    and ``--x 1`` alike, a flag's value ""; None where an option repeats (then order matters)."""
+    head, options, i = [], {}, 0
+    while i < len(words) and not words[i].startswith("-"):
+        head.append(words[i])
+        i += 1
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("-") or word == "-":
+            return None  # a positional argument after the options: compared as a whole
+        name, eq, value = word.partition("=")
+        if not eq and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            value, i = words[i + 1], i + 1
+        if name in options:
+            return None
+        options[name] = value
+        i += 1
+    return head, options
+
+
 def _breakdown(a: Summary, b: Summary) -> pd.DataFrame:
     """Every component's median per step in A and B (ms), and device utilisation."""
     rows = []
@@ -418,7 +461,8 @@ def changes(context_a: dict[str, Any] | None, context_b: dict[str, Any] | None,
     ignore = {"name", "out", "line", "pids"}
     for key in sorted((set(args_a) | set(args_b)) - ignore):
         if args_a.get(key) != args_b.get(key):
-            out.append(f"option {key}: {_shown(args_a.get(key))} -> {_shown(args_b.get(key))}")
+            changed = _arguments_changed(args_a.get(key), args_b.get(key)) if key == "command" else None
+            out.append(f"option {key}: {changed or f'{_shown(args_a.get(key))} -> {_shown(args_b.get(key))}'}")
     for group in ("environment", "versions"):
         da, db = ca.get(group) or {}, cb.get(group) or {}
         for key in sorted(set(da) | set(db)):

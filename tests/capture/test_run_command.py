@@ -526,3 +526,21 @@ def test_a_command_that_cannot_start_leaves_no_run(tmp_path, make, says):
     assert line.startswith("npumagic: error: ./train.sh: ") and says in line
     assert [r["name"] for r in runs(tmp_path / "out", tmp_path)] == ["first"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_dir()) == ["first"]
+
+
+def test_verify_uses_the_latest_run_of_the_same_script_with_other_arguments(tmp_path):
+    # GIVEN a history holding runs of train.py and of another script, the latest of train.py with --batch 8
+    script(tmp_path, TRAIN)
+    script(tmp_path, TRAIN, name="other.py")
+    for name, argv in (("b4", ["train.py", "--batch", "4"]), ("b8", ["train.py", "--batch", "8"]),
+                       ("other", ["other.py", "--batch", "8"])):
+        done = npumagic("run", "--out", "out", "--name", name, "--", sys.executable, *argv, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    # WHEN train.py runs again with one flag changed
+    done = npumagic("run", "--out", "out", "--name", "b16", "--", sys.executable, "train.py", "--batch", "16",
+                    cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})
+    # THEN Verify compares it with b8 (not "no baseline yet", not the other script) and says what changed
+    assert done.returncode == 0, done.stderr
+    verify = " ".join(done.stdout[done.stdout.index("4. Verify"):done.stdout.index("5. Record")].split())
+    assert "no baseline yet" not in verify and "b8" in verify and "b4" not in verify and "other" not in verify
+    assert "option command: --batch 8 -> 16" in verify

@@ -251,7 +251,10 @@ class _Signals:
 
     def restore(self) -> None:
         if self.blocked:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one still pending lands in _received
+            # one still pending came as the command ended: taken now, not raised once the handler is restored
+            while signal.sigtimedwait({signal.SIGINT}, 0) is not None:
+                pass
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             self.blocked = False
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)

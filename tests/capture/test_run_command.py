@@ -550,3 +550,24 @@ def test_verify_uses_the_latest_run_of_the_same_script_with_other_arguments(tmp_
     verify = " ".join(done.stdout[done.stdout.index("4. Verify"):done.stdout.index("5. Record")].split())
     assert "no baseline yet" not in verify and "b8" in verify and "b4" not in verify and "other" not in verify
     assert "option command: --batch 8 -> 16" in verify
+
+
+def test_a_sigterm_to_npumagics_group_still_stops_the_command(tmp_path):
+    # GIVEN a command in a process group of its own (npumagic without a terminal)
+    script(tmp_path, "import time\nopen('ready', 'w').close()\nwhile True:\n    time.sleep(0.05)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "run", "--out", "out", "--",
+                             sys.executable, "train.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    _wait_for(tmp_path / "ready", proc)
+    # WHEN CI cancels the job (timeout's SIGTERM to npumagic's process group)
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # THEN npumagic passed it on: the command stopped by SIGTERM, npumagic exits as a shell reports
+    # it (128 + 15) and records the run as failed
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    (run,) = runs(tmp_path / "out", tmp_path)
+    assert run["status"] == "failed"

@@ -3,8 +3,10 @@ collected elsewhere (e.g. a torch_npu job on a cluster); ``run`` and ``trigger``
 unmodified script or torchrun job (see :mod:`npumagic.capture.launch`); and the demo.
 
 Exit status: 0 on success, 2 on bad input (one line on stderr naming the file), 130 on Ctrl-C;
-``compare --fail-if-slower`` and ``check`` exit 1 when they find a regression; ``run`` exits
-with its command's status."""
+``compare --fail-if-slower`` and ``check`` exit 1 when they find a regression and 3 when they
+cannot tell (a contended run, a single step a side, steps too few or too noisy to tell the change
+from noise: ``"decided": false`` in the JSON, with why); ``check`` before its configuration has 2
+earlier runs exits 0, undecided; ``run`` exits with its command's status (a signal as 128 + N)."""
 
 from __future__ import annotations
 
@@ -158,13 +160,18 @@ def _compare(args) -> int:
     else:
         cmp = compare(a, b, name_a, name_b, context_a, context_b)
     failed = args.fail_if_slower is not None and _slower_beyond(cmp, args.fail_if_slower)
+    # the gate cannot tell (exit 3) where the comparison cannot judge a slowdown beyond the allowance
+    unsure = "" if args.fail_if_slower is None or failed else cmp.undecided(args.fail_if_slower / 100)
     operators = _by_operator(args, runs) if args.by_operator else None
     if args.json:
         from .jsonout import comparison_doc, records
 
         doc = comparison_doc(cmp, args.path_a, args.path_b)
+        if args.fail_if_slower is not None:  # the gate's own question decides
+            doc["decided"], doc["undecided"] = not unsure, unsure or None
         doc["gate"] = None if args.fail_if_slower is None else {"fail_if_slower_pct": args.fail_if_slower,
-                                                                "failed": failed}
+                                                                "failed": failed, "decided": not unsure,
+                                                                "undecided": unsure or None}
         if operators is not None:
             doc["operators"] = records(operators)
         _print_json(doc)
@@ -177,13 +184,19 @@ def _compare(args) -> int:
 
             print()
             print(operator_match_text(operators, name_a, name_b))
-        if args.fail_if_slower is not None:
+        if unsure:
+            print(f"\ncannot tell: --fail-if-slower {args.fail_if_slower:g}%: whether {name_b} is slower than "
+                  f"{name_a} by more than that: {unsure}")
+        elif args.fail_if_slower is not None:
             print(f"\n{'FAIL' if failed else 'pass'}: --fail-if-slower {args.fail_if_slower:g}%: {name_b} is "
                   + (f"significantly slower than {name_a}, by {1 / cmp.speedup - 1:.1%}" if failed else
                      f"not significantly slower than {name_a} by more than that"))
     if args.log:
         _track([cmp], args.log)
-    return 1 if failed else 0
+    return 1 if failed else (CANNOT_TELL if unsure else 0)
+
+
+CANNOT_TELL = 3  # the CI gate's exit status where the comparison cannot judge (not a pass, not a failure)
 
 
 def _by_operator(args, runs):
@@ -222,30 +235,65 @@ def _check(args) -> int:
         name, like = args.run, args.run
         walls = runs.step_walls(name)
         band = runs.band(like, include=False)
+        summary = _stored_summary(runs, name)
     elif Path(args.run).exists():
         done = [r.name for r in runs.records() if r.status == "ok" and r.kind == "profile"]
         like = args.like or (done[-1] if done else None)
-        if like is None:
-            raise NpumagicError(f"{args.history}: no finished run to learn a band from")
-        name, walls = str(args.run), _summary(args, args.run).steps["wall_us"].to_numpy(float)
-        band = runs.band(like, include=True)
+        summary = _summary(args, args.run)
+        name, walls = str(args.run), summary.steps["wall_us"].to_numpy(float)
+        band = runs.band(like, include=True) if like is not None else None
     else:
         known = ", ".join(r.name for r in runs.records()) or "none yet"
         raise NpumagicError(f"{args.run}: neither a run of {args.history} (known: {known}) nor a path")
-    if band is None:
-        raise NpumagicError(f"{name}: fewer than 2 earlier finished runs of {like}'s configuration in {args.history}: "
-                            "no band to check against yet")
     if not walls.size:
         raise NpumagicError(f"{name}: no steps to check")
+    unsure = _check_undecided(band, like, args.history, walls, summary)
+    if unsure:
+        # no band yet is no failure (the nightly recipe works from its first night): 0; a band the
+        # run cannot be judged against (contended, one step): the gate's "cannot tell"
+        status = 0 if band is None else CANNOT_TELL
+        if args.json:
+            from .jsonout import document
+
+            _print_json(document("check", run=name, like=like, decided=False, undecided=unsure, outside=None,
+                                 median_us=float(np.median(walls))))
+        else:
+            print(f"{'no band yet' if band is None else 'cannot tell'}: {name}: {unsure}")
+        return status
     alert = band.check(float(np.median(walls)))
     if args.json:
         from .jsonout import document
 
-        _print_json(document("check", run=name, like=like, **alert.to_dict()))
+        _print_json(document("check", run=name, like=like, decided=True, undecided=None, **alert.to_dict()))
     else:
         print(f"{'ALERT' if alert.outside else 'ok'}: {name}: median step {alert.median_us / 1000:,.2f} ms, "
               f"{alert.sentence()} (runs of {like}'s configuration)")
     return 1 if alert.outside else 0
+
+
+def _stored_summary(runs, name: str):
+    """Run ``name``'s Summary, or None where it can no longer be read (its step times still can)."""
+    try:
+        return runs.summary(name)
+    except NpumagicError:
+        return None
+
+
+def _check_undecided(band, like, history: str, walls, summary) -> str:
+    """Why ``check`` cannot judge the run ("" when it can): no band yet, a contended run (as a
+    comparison with it is never significant, :mod:`npumagic.analysis.trust`), a single step."""
+    if band is None:
+        of = f"{like}'s configuration" if like else "a finished run"
+        return f"fewer than 2 earlier finished runs of {of} in {history}: no band to check against yet"
+    if summary is not None:
+        from .analysis.trust import reasons
+
+        said = reasons(summary)
+        if said:
+            return f"its step times are unreliable: {'; '.join(said)}"
+    if walls.size < 2:
+        return "1 step: no spread to tell its median from noise; profile more steps"
+    return ""
 
 
 def _show(args) -> int:
@@ -341,7 +389,7 @@ def _run(args) -> int:
     _reference(session, args.baseline, command)
     # with --json, stdout holds the one document: the command's own output goes to stderr
     output = sys.stderr if args.json else None
-    shown = None if args.json else _print_run
+    shown = None if args.json else _unless_gone(_print_run)
     if args.on_demand:
         from .on_demand import run_on_demand
 
@@ -361,7 +409,7 @@ def _run(args) -> int:
     if args.json:
         from .jsonout import command_doc
 
-        _print_json(command_doc(command, outcomes, ended))
+        _unless_gone(_print_json)(command_doc(command, outcomes, ended))
     return ended.exit_status
 
 
@@ -381,20 +429,50 @@ def _track(results, tracker: str) -> None:
             print(f"npumagic: {what} logged to {tracker} run {run_id}", file=sys.stderr)
 
 
+def _unless_gone(show):
+    """``show`` that stops writing once stdout's reader has gone: `npumagic run ... | tee log`
+    and a Ctrl-C stops tee with the command; npumagic still records the run and exits with the
+    command's status (an on-demand job runs on), not with a broken pipe's 1."""
+    def shown(*args) -> None:
+        try:
+            show(*args)
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at the next flush
+    return shown
+
+
 def _reference(session, named: str | None, command: list[str]) -> None:
     """The run the checklist's Verify step compares with: ``--baseline``, else the latest run of
-    the same command line in the history that recorded steps (each CLI run is a new process: no
-    earlier run of its own; another script is no baseline unless named)."""
+    the history that recorded steps with the same command line, else with the same program and
+    script and other arguments (``--batch 16`` after ``--batch 8``: Verify says what changed).
+    Each CLI run is a new process: no earlier run of its own; another script is no baseline
+    unless named."""
     if named is not None:
         session.set_baseline(named)  # one that cannot be analysed is an error
         return
-    recorded = [r.name for r in session.runs.records()
-                if r.status == "ok" and (r.arguments or {}).get("command") == list(command)]
-    if recorded:
-        try:
-            session.set_baseline(recorded[-1])
-        except NpumagicError:  # its summary is gone: verified against nothing, as a first run
-            pass
+    done = [(r.name, (r.arguments or {}).get("command")) for r in session.runs.records() if r.status == "ok"]
+    same = [name for name, line in done if line == list(command)]
+    alike = [name for name, line in done if isinstance(line, list) and line and _entry(line) == _entry(command)]
+    for found in (same, alike):
+        if found:
+            try:
+                session.set_baseline(found[-1])
+                return
+            except NpumagicError:  # its summary is gone: verified against nothing, as a first run
+                pass
+
+
+def _entry(command: list[str]) -> tuple[str, ...]:
+    """What a command runs, without the arguments it passes: the program, then its first
+    argument that is no option (the script: ``python train.py``, ``torchrun --nproc-per-node 2
+    train.py``) or the module of ``-m``."""
+    program, rest = command[0], command[1:]
+    for i, word in enumerate(rest):
+        if word == "-m" and i + 1 < len(rest):
+            return program, "-m", rest[i + 1]
+        if not word.startswith("-"):
+            return program, word
+    return (program,)
 
 
 def _trigger(args) -> int:
@@ -560,7 +638,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by-operator", action="store_true",
                    help="also match device time by framework operator (aten op), e.g. a CUDA run against a torch_npu run")
     p.add_argument("--fail-if-slower", type=percent, default=None, metavar="PCT",
-                   help="CI gate: exit 1 when B is significantly slower than A by more than PCT percent")
+                   help="CI gate: exit 1 when B is significantly slower than A by more than PCT percent, 3 when "
+                        "the comparison cannot tell (a contended run, one step a side, steps too few or too noisy), "
+                        "0 otherwise")
     p.add_argument("--rank-a", type=int, default=None, help="rank of the reference to compare (default the lowest)")
     p.add_argument("--rank-b", type=int, default=None, help="rank of the run to check (default the lowest)")
     p.add_argument("--log", choices=("mlflow", "wandb"), default=None,
@@ -569,7 +649,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _scheduler_argument(p)
     p = add("check", _check, "check a run against the band learned from the earlier runs of its configuration "
-                              "(exit 1 outside it, 0 inside)")
+                              "(exit 1 outside it, 0 inside or before 2 earlier runs give a band, 3 when the run "
+                              "cannot be judged: contended, or a single step)")
     p.add_argument("run", metavar="RUN_OR_DIR", help="a run name of --history, or a profiler output path")
     p.add_argument("--history", default=OUTPUT_DIR, metavar="DIR",
                    help=f"the magics' output directory holding the earlier runs (default ./{OUTPUT_DIR})")

@@ -182,7 +182,12 @@ class Recorder:
             run_dir = self.output_dir / file_stem(run.name)
             self.store.update(run.name, run_dir=str(run_dir), run_dir_owned=make_run_dir(run_dir))
             config = Config(str(run_dir), options.as_dict(), backend=self.prefer_backend)
-            ended = launch.run(argv, launch.environment(config), output=output, forward_interrupt=forward_interrupt)
+            try:
+                ended = launch.run(argv, launch.environment(config), output=output,
+                                   forward_interrupt=forward_interrupt)
+            except launch.CannotStart:  # nothing ran (an exec format error, say): no run to record
+                self._withdraw(run.name)
+                raise
             found = launch.records(run_dir)
             result = launch.collect(run_dir, options, ended, found)
             return self.record_processes(run.name, result, found), ended
@@ -200,6 +205,15 @@ class Recorder:
         notes = (lead.get("notes") or [f"npumagic: ran {run.source}"]) + result.messages
         return self._record(name, result.status, result.run_dir, result, notes)
 
+    def _withdraw(self, name: str) -> None:
+        """Remove the reservation of a run that never happened, with the folder made for it."""
+        with held_interrupts():
+            try:
+                self.runs.remove(name, files=True)
+            except NpumagicError:  # a folder npumagic did not create stays
+                self.runs.remove(name)
+            self._unclosed.pop(name, None)
+
     def _close(self, name: str, exc: BaseException) -> None:
         """Record a run whose capture or recording was cut short (an unwritable output, a second
         Ctrl-C during the profiler's export, a failure anywhere) as interrupted or failed."""
@@ -209,6 +223,8 @@ class Recorder:
             try:
                 if self.store.get(name).status == "running":
                     self.store.finish(name, status, message=message)
+                self._unclosed.pop(name, None)
+            except UnknownRun:  # withdrawn: it never ran
                 self._unclosed.pop(name, None)
             except Exception:  # noqa: BLE001 - the original exception is the one to raise
                 self._unclosed[name] = (status, message)  # written by settle() once the history can be

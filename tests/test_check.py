@@ -4,6 +4,7 @@ on runs recorded by the magics in a real shell, through the real CLI in a subpro
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -46,7 +47,48 @@ def test_an_output_path_within_the_band_exits_0(history):
     assert done.stdout.startswith("ok: ") and "within their" in done.stdout
 
 
-@pytest.mark.parametrize("run, says", [("two", "fewer than 2 earlier finished runs"), ("nosuch", "nosuch: neither a run")])
-def test_bad_input_exits_2_naming_it(history, run, says):
-    done = _check(run, "--history", str(history))
-    assert done.returncode == 2 and says in done.stderr
+def test_bad_input_exits_2_naming_it(history):
+    done = _check("nosuch", "--history", str(history))
+    assert done.returncode == 2 and "nosuch: neither a run" in done.stderr
+
+
+@pytest.mark.parametrize("run", ["one", "two"])
+def test_fewer_than_two_earlier_runs_is_no_band_yet_exit_0_undecided(history, run):
+    # GIVEN a run with 0 or 1 earlier runs of its configuration (the nightly recipe's first nights)
+    # WHEN it is checked: no error, exit 0, and the JSON says nothing was decided
+    done = _check(run, "--history", str(history), "--json")
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert payload["decided"] is False and payload["outside"] is None
+    assert "fewer than 2 earlier finished runs" in payload["undecided"]
+    text = _check(run, "--history", str(history))
+    assert text.returncode == 0 and len(text.stdout.strip().splitlines()) == 1
+    assert text.stdout.startswith(f"no band yet: {run}: fewer than 2 earlier finished runs")
+
+
+def test_a_decided_check_says_so(history):
+    done = _check("three", "--history", str(history), "--json")
+    assert json.loads(done.stdout)["decided"] is True
+
+
+def test_a_single_step_run_cannot_be_told_from_its_band_exit_3(trainer, history):
+    # GIVEN a band of two runs, and a run of the same cell with 1 step only
+    trainer.user_ns["delay"] = 0.4
+    ran = trainer.run_cell("%npusteps --wait 0 --warmup 1 --steps 1 --no-plot --quiet --name single step()")
+    assert ran.success, ran.error_in_exec
+    # (its own configuration differs, --steps 1: checked as an output path against the band of one, two and three)
+    done = _check(str(history / "single"), "--history", str(history), "--like", "three", "--json")
+    # THEN exit 3, not decided, why
+    assert done.returncode == 3, done.stdout + done.stderr
+    payload = json.loads(done.stdout)
+    assert payload["decided"] is False and "1 step" in payload["undecided"]
+
+
+def test_a_contended_run_cannot_be_judged_exit_3(history):
+    # every wait for a core counts as contention (threshold 0%): the run is contended
+    done = subprocess.run([sys.executable, "-m", "npumagic.cli", "check", "three", "--history", str(history), "--json"],
+                          capture_output=True, text=True, env={**os.environ, "NPUMAGIC_CONTENDED_WAIT_PCT": "0"})
+    payload = json.loads(done.stdout)
+    if payload["decided"]:
+        pytest.skip("this machine's samples hold no wait for a core (no schedstat)")
+    assert done.returncode == 3 and "unreliable" in payload["undecided"]

@@ -360,3 +360,20 @@ def test_plain_advise_on_two_ranks_says_what_it_left_out_of_the_other_rank(capsy
                                     "of them, of every rank: --all")
     assert main(["advise", str(need(ASCEND / "level1")), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["other_ranks_not_shown"] == {"ranks": [1], "findings": {"high": 1, "low": 1}}
+
+
+def test_compare_by_operator_on_two_cell_captures(trainer, tmp_path):
+    # GIVEN two runs captured by %%npuprofile on the CPU (no device task launched: the table of
+    # launches is empty, and pandas inferred its thread column as object, the calls' as text)
+    for name in ("p1", "p2"):
+        ran = trainer.run_cell(f"%%npuprofile --wait 0 --warmup 1 --steps 3 --quiet --name {name}\n"
+                               "for _ in range(6):\n    train_step()\n")
+        assert ran.success, ran.error_in_exec
+    # WHEN they are compared by operator from the command line
+    done = subprocess.run([sys.executable, "-m", "npumagic.cli", "compare", "--history", str(tmp_path / "runs"),
+                           "p1", "p2", "--by-operator", "--json"], capture_output=True, text=True)
+    # THEN the operators are matched (it raised "incompatible merge keys" before)
+    assert done.returncode == 0, done.stderr
+    operators = {row["operator"]: row for row in json.loads(done.stdout)["operators"]}
+    assert "aten::linear" in operators or "aten::addmm" in operators
+    assert all(row["calls_a"] > 0 and row["calls_b"] > 0 for row in operators.values())

@@ -282,6 +282,27 @@ class Comparison:
         return (f"no difference beyond noise between {self.a} and {self.b} ({self._figures()}, "
                 f"{self._evidence()}) — more steps ({need} on each side) would narrow the interval")
 
+    def undecided(self, allowance: float | None = None) -> str:
+        """Why this comparison cannot tell whether B is slower than A ("" when it can), from its
+        own verdict: a side without steps, a side whose step times cannot be trusted
+        (:mod:`~npumagic.analysis.trust`), a single step on a side (no spread to judge noise by),
+        or a change the test could not tell from noise (not significant, p >= ALPHA: too few or
+        too noisy steps; a change the test calls within run-to-run noise is decided). With
+        ``allowance`` (a fraction, the CI gate's), only such a change that would take B's median
+        step beyond A's by more than it is undecided: one within it passes either way."""
+        if not self.n_a or not self.n_b or self.speedup != self.speedup:
+            return "a run has no steps to compare"
+        if self.untrusted:
+            return self.untrusted
+        if min(self.n_a, self.n_b) < 2:
+            return f"{min(self.n_a, self.n_b)} step on a side: no spread to judge noise by"
+        if self.significant or self.p_value < ALPHA:
+            return ""
+        if allowance is None or 1 / self.speedup - 1 > allowance:
+            return (f"{self._change()} ({self._figures()}), but the steps are too few or too noisy to tell that "
+                    f"from noise ({self._evidence()})")
+        return ""
+
     def _change(self) -> str:
         """"2.3x faster", "12% slower": "x% faster" = the step takes x% less time, "x% slower" =
         it takes x% more."""
@@ -321,6 +342,49 @@ def _shown(value: Any) -> str:
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         return shlex.join(value)
     return repr(value)
+
+
+def _arguments_changed(a: Any, b: Any) -> str | None:
+    """Two command lines that differ in their options only, said by option: "--batch 8 -> 16,
+    --amp added"; None when more differs (another program or script: then both lines are shown)."""
+    if not (isinstance(a, list) and isinstance(b, list) and a and b and a[0] == b[0]):
+        return None
+    oa, ob = _options(a[1:]), _options(b[1:])
+    if oa is None or ob is None or oa[0] != ob[0]:  # the words that are no option (the script) differ
+        return None
+    said = []
+    for name in list(oa[1]) + [n for n in ob[1] if n not in oa[1]]:
+        va, vb = oa[1].get(name), ob[1].get(name)
+        if va == vb:
+            continue
+        if va is None:
+            said.append(f"{name}{' ' + vb if vb else ''} added")
+        elif vb is None:
+            said.append(f"{name}{' ' + va if va else ''} removed")
+        else:
+            said.append(f"{name} {va or '(set)'} -> {vb or '(set)'}")
+    return ", ".join(said) or None
+
+
+def _options(words: list[str]) -> tuple[list[str], dict[str, str]] | None:
+    """A command's arguments as (the words before its first option, {option: value}); ``--x=1``
+    and ``--x 1`` alike, a flag's value ""; None where an option repeats (then order matters)."""
+    head, options, i = [], {}, 0
+    while i < len(words) and not words[i].startswith("-"):
+        head.append(words[i])
+        i += 1
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("-") or word == "-":
+            return None  # a positional argument after the options: compared as a whole
+        name, eq, value = word.partition("=")
+        if not eq and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            value, i = words[i + 1], i + 1
+        if name in options:
+            return None
+        options[name] = value
+        i += 1
+    return head, options
 
 
 def _breakdown(a: Summary, b: Summary) -> pd.DataFrame:
@@ -397,7 +461,8 @@ def changes(context_a: dict[str, Any] | None, context_b: dict[str, Any] | None,
     ignore = {"name", "out", "line", "pids"}
     for key in sorted((set(args_a) | set(args_b)) - ignore):
         if args_a.get(key) != args_b.get(key):
-            out.append(f"option {key}: {_shown(args_a.get(key))} -> {_shown(args_b.get(key))}")
+            changed = _arguments_changed(args_a.get(key), args_b.get(key)) if key == "command" else None
+            out.append(f"option {key}: {changed or f'{_shown(args_a.get(key))} -> {_shown(args_b.get(key))}'}")
     for group in ("environment", "versions"):
         da, db = ca.get(group) or {}, cb.get(group) or {}
         for key in sorted(set(da) | set(db)):

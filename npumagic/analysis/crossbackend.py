@@ -39,8 +39,9 @@ def operator_device_time(events: pd.DataFrame, rank: int | None = None) -> pd.Da
     DataFrame :data:`OPERATOR_COLUMNS`, per step (means over the steps): calls of the operator
     at the top of an ``aten::`` nest, device tasks charged to it and their time (us), by time.
     """
-    if events.empty:
-        return pd.DataFrame(columns=OPERATOR_COLUMNS)
+    if events.empty:  # typed as a full table is, so that it merges with one
+        return pd.DataFrame(columns=OPERATOR_COLUMNS).astype({"operator": str, "calls": float, "kernels": float,
+                                                             "device_us": float})
     rank = int(events["rank"].min()) if rank is None else rank
     e = events[(events["rank"] == rank) & (events["step"] >= 0)]
     steps = max(int(e["step"].nunique()), 1)
@@ -61,6 +62,7 @@ def operator_device_time(events: pd.DataFrame, rank: int | None = None) -> pd.Da
         launch = launch.assign(ts=np.where(ok, moved.fillna(0).to_numpy(np.int64), launch["ts"].to_numpy()),
                                thread=np.where(ok, inside["correlation_queue"].map(enqueue["thread"]).fillna("").to_numpy(),
                                                launch["thread"].to_numpy()))
+        launch = _text_thread(launch)
     found = _enclosing(launch, top, "operator")
     by_corr = found.drop_duplicates("correlation").set_index("correlation")["operator"].fillna(NO_OPERATOR)
     work = e[~host & e["kind"].isin(DEVICE_WORK).to_numpy()]
@@ -70,7 +72,7 @@ def operator_device_time(events: pd.DataFrame, rank: int | None = None) -> pd.Da
     table = pd.DataFrame({"operator": charged.to_numpy(), "dur": work["dur_ns"].to_numpy()}).groupby("operator").agg(
         kernels=("dur", "size"), device_ns=("dur", "sum"))
     table = table.join(calls.rename("calls"), how="outer").fillna(0)
-    out = pd.DataFrame({"operator": table.index, "calls": table["calls"].to_numpy() / steps,
+    out = pd.DataFrame({"operator": table.index.astype(str), "calls": table["calls"].to_numpy() / steps,
                         "kernels": table["kernels"].to_numpy() / steps, "device_us": table["device_ns"].to_numpy() / 1e3 / steps})
     return out.sort_values("device_us", ascending=False, kind="stable").reset_index(drop=True)[OPERATOR_COLUMNS]
 
@@ -95,8 +97,15 @@ def _thread(lane: pd.Series) -> np.ndarray:
 
 def _at(events: pd.DataFrame) -> pd.DataFrame:
     """Host calls as (thread, ts, correlation)."""
-    return pd.DataFrame({"thread": _thread(events["lane"]), "ts": events["ts_ns"].to_numpy(np.int64),
-                         "correlation": events["correlation"].to_numpy()})
+    return _text_thread(pd.DataFrame({"thread": _thread(events["lane"]), "ts": events["ts_ns"].to_numpy(np.int64),
+                                      "correlation": events["correlation"].to_numpy()}))
+
+
+def _text_thread(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its ``thread`` column as text, declared: a column built from an array of
+    strings is inferred as text, one built from an empty array as object, and pandas refuses to
+    match the two in a merge (a CPU run launches no device task: its table of launches is empty)."""
+    return frame.astype({"thread": str})
 
 
 def _outermost(events: pd.DataFrame, keep: str = "name") -> pd.DataFrame:
@@ -105,7 +114,7 @@ def _outermost(events: pd.DataFrame, keep: str = "name") -> pd.DataFrame:
     calls = pd.DataFrame({"thread": _thread(events["lane"]), "ts": events["ts_ns"].to_numpy(np.int64),
                           "end": (events["ts_ns"] + events["dur_ns"]).to_numpy(np.int64),
                           "operator": events[keep].astype(str).to_numpy() if keep == "name" else events[keep].to_numpy()})
-    calls = calls.sort_values(["thread", "ts", "end"], ascending=[True, True, False], kind="stable")
+    calls = _text_thread(calls).sort_values(["thread", "ts", "end"], ascending=[True, True, False], kind="stable")
     reach = calls.groupby("thread", sort=False)["end"].cummax().groupby(calls["thread"], sort=False).shift(1)
     return calls[reach.isna().to_numpy() | (calls["ts"] >= reach).to_numpy()].sort_values("ts", kind="stable")
 

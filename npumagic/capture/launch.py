@@ -2,9 +2,10 @@
 parent side of :mod:`npumagic.capture.inject`.
 
 The command starts with the bootstrap folder first on its ``PYTHONPATH`` (torchrun hands it on
-to every rank) and the capture's settings in ``NPUMAGIC_RUN``; it stays in npumagic's process
-group, so a Ctrl-C at the terminal reaches it as it would without npumagic, while npumagic
-waits for it to finish writing its traces. Afterwards the run directory's per-process records
+to every rank) and the capture's settings in ``NPUMAGIC_RUN``; every SIGINT meant for it reaches
+it once (on a terminal it stays in npumagic's process group, so a Ctrl-C reaches it as it would
+without npumagic; elsewhere npumagic passes the signals it gets on to it, see :class:`_Signals`),
+while npumagic waits for it to finish writing its traces. Afterwards the run directory's per-process records
 say what each process saw; :func:`collect` turns them into a :class:`CaptureResult`."""
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable
 
@@ -36,11 +38,22 @@ class CommandEnded(NpumagicError):
 
 
 def check_command(argv: list[str]) -> None:
-    """NpumagicError unless ``argv`` names a program that can be started."""
+    """NpumagicError unless ``argv`` names a program that can be started: refused before a run
+    is recorded, since a command that never ran is no failed run."""
     if not argv:
         raise NpumagicError("no command given: npumagic run [options] -- CMD ARGS...")
-    if os.sep not in argv[0] and shutil.which(argv[0]) is None:
-        raise NpumagicError(f"command not found: {argv[0]!r}")
+    program = argv[0]
+    if os.sep not in program and not (os.altsep and os.altsep in program):
+        if shutil.which(program) is None:
+            raise NpumagicError(f"command not found: {program!r}")
+        return
+    if not os.path.exists(program):
+        raise NpumagicError(f"{program}: no such file")
+    if os.path.isdir(program):
+        raise NpumagicError(f"{program}: a directory, not a program")
+    if not os.access(program, os.X_OK):
+        raise NpumagicError(f"{program}: not executable (no execute permission): chmod +x it, or name its "
+                            f"interpreter before it (python {program})")
 
 
 def environment(config: Config, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -83,41 +96,59 @@ def run(argv: list[str], env: dict[str, str], output: IO[str] | None = None,
     """Run ``argv`` to its end and say how it ended.
 
     ``output``: copy the command's stdout and stderr there line by line (default: they are this
-    process's). ``tick``: called about every 0.2 s while it runs. A Ctrl-C is the command's: a
-    terminal sends it to the whole process group, so npumagic only notes it and keeps waiting
-    while the command stops. With ``forward_interrupt`` (a notebook kernel) the command runs in a
-    process group of its own and npumagic sends it the SIGINT it gets, once: Jupyter interrupts
-    the kernel's whole group, which would otherwise give the command a second one in the middle
-    of its clean-up.
+    process's). ``tick``: called about every 0.2 s while it runs. Every SIGINT npumagic gets
+    reaches the command once (:class:`_Signals`): from a terminal, whose Ctrl-C the command
+    gets with npumagic's process group, npumagic only notes it and keeps waiting while the
+    command stops; one sent to npumagic alone (``kill -INT PID``) is passed on. With
+    ``forward_interrupt`` (a notebook kernel) the command runs in a process group of its own and
+    npumagic sends it the SIGINT it gets, once: Jupyter interrupts the kernel's whole group,
+    which would otherwise give the command a second one in the middle of its clean-up.
+    Raises :class:`CannotStart` when the command cannot be started at all.
     """
     started = time.perf_counter()
     pipe = subprocess.PIPE if output is not None else None
-    proc = subprocess.Popen(argv, env=env, stdout=pipe, stderr=subprocess.STDOUT if pipe else None,
-                            text=True, errors="replace", bufsize=1, start_new_session=forward_interrupt)
-    pump = None
-    if output is not None:
-        pump = threading.Thread(target=_copy, args=(proc.stdout, output), daemon=True)
-        pump.start()
-    interrupted = []
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGINT) if main and not forward_interrupt else None
-    if previous is not None:
-        signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    signals = _Signals.choose() if main and not forward_interrupt else None
+    if signals is not None:
+        signals.install()  # before the command starts: a Ctrl-C at its start is not lost
     try:
-        while True:
+        proc = subprocess.Popen(argv, env=env, stdout=pipe, stderr=subprocess.STDOUT if pipe else None,
+                                text=True, errors="replace", bufsize=1, start_new_session=forward_interrupt,
+                                **(signals.popen_options() if signals is not None else {}))
+    except OSError as exc:  # no exec bit, a directory, no interpreter for its #! line
+        if signals is not None:
+            signals.restore()
+        raise CannotStart(f"{argv[0]}: cannot be started ({exc.strerror or exc})") from None
+    except BaseException:
+        if signals is not None:
+            signals.restore()
+        raise
+    interrupted, pump = [], None
+    try:
+        if signals is not None:
+            signals.watch(proc)  # from here the command, not npumagic, answers a signal
+        if output is not None:
+            pump = threading.Thread(target=_copy, args=(proc.stdout, output), daemon=True)
+            pump.start()
+        while proc.poll() is None:
             try:
-                proc.wait(timeout=0.2)
-                break
+                if signals is not None:
+                    signals.wait(0.2)
+                else:
+                    proc.wait(timeout=0.2)
             except subprocess.TimeoutExpired:
-                if tick is not None:
-                    tick()
-            except KeyboardInterrupt:
+                pass
+            except KeyboardInterrupt:  # a kernel's interrupt (forward_interrupt), or outside the main thread
                 interrupted.append(signal.SIGINT)
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGINT)
+                continue
+            if tick is not None and proc.poll() is None:
+                tick()
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        if signals is not None:
+            signals.restore()
+            interrupted += signals.interrupts
         if proc.poll() is None:  # npumagic itself is failing (or a kernel shutting down): no orphan left
             proc.kill()
             proc.wait()
@@ -126,10 +157,132 @@ def run(argv: list[str], env: dict[str, str], output: IO[str] | None = None,
     return Ended(proc.returncode, bool(interrupted), time.perf_counter() - started)
 
 
+class CannotStart(NpumagicError):
+    """The command could not be started (no exec bit, a directory, a missing interpreter): no
+    run happened, so none is recorded."""
+
+
+# what a supervisor passes on to the command it runs in a process group of its own
+FORWARDED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+                  if hasattr(signal, name))
+SI_KERNEL = 0x80  # siginfo's si_code of a signal the kernel sent: a terminal's Ctrl-C (Linux)
+
+
+@dataclass
+class _Signals:
+    """How a command run from the CLI gets the signals meant for it, each once.
+
+    On a terminal (npumagic in its foreground process group) the command stays in npumagic's
+    group, so a Ctrl-C, Ctrl-Z or Ctrl-\\ reaches it as without npumagic and job control works;
+    npumagic passes on only a SIGINT sent to it by a process (``kill -INT PID``: siginfo tells
+    it from the terminal's, where ``signal.sigtimedwait`` exists). Elsewhere (CI, a container,
+    a job scheduler, a harness: no terminal sends to a whole group) the command gets a process
+    group of its own and npumagic passes on every SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and
+    SIGUSR2 it gets to that group, so ``kill -INT PID`` and ``kill -INT -PGID`` (``timeout -s
+    INT``) both reach the command once, and a ``kill -TERM -PGID`` still stops it."""
+
+    terminal: bool
+    interrupts: list = field(default_factory=list)  # SIGINTs that reached the command
+    proc: subprocess.Popen | None = None
+    previous: dict = field(default_factory=dict)
+    early: list = field(default_factory=list)  # received before the command started: passed on when it has
+    blocked: bool = False
+
+    @classmethod
+    def choose(cls) -> "_Signals":
+        return cls(terminal=_in_terminal_foreground())
+
+    def popen_options(self) -> dict:
+        if self.terminal:
+            return {}
+        return {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+
+    def install(self) -> None:
+        for signum in (signal.SIGINT,) if self.terminal else FORWARDED:
+            handler = signal.getsignal(signum)
+            if handler not in (None, signal.SIG_IGN):  # one set outside Python, or ignored, is left so
+                self.previous[signum] = handler
+                signal.signal(signum, self._received)
+
+    def watch(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        if self.terminal and signal.SIGINT in self.previous and hasattr(signal, "sigtimedwait"):
+            # blocked once the command has started (it would inherit the mask), so that wait()
+            # reads each SIGINT's siginfo; the pump thread started after this inherits the mask
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            self.blocked = True
+        for signum in self.early:  # it was not there to get them
+            self._interrupt(signum, from_terminal=False)
+        self.early.clear()
+
+    def wait(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the command to end, passing on the signals meant for it."""
+        if not self.blocked:
+            try:
+                self.proc.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                pass
+            return
+        info = signal.sigtimedwait({signal.SIGINT}, seconds)
+        if info is not None:
+            self._interrupt(signal.SIGINT, from_terminal=info.si_code == SI_KERNEL)
+
+    def _received(self, signum, frame) -> None:
+        if self.proc is None:
+            self.early.append(signum)
+        else:  # on a terminal without siginfo: taken as the terminal's, which the command has had
+            self._interrupt(signum, from_terminal=self.terminal)
+
+    def _interrupt(self, signum: int, from_terminal: bool) -> None:
+        proc = self.proc
+        if proc.poll() is not None:
+            return  # it has ended (a signal still pending when the watch ends)
+        if signum == signal.SIGINT:
+            self.interrupts.append(signum)
+        if from_terminal:
+            return
+        try:
+            if self.terminal:
+                proc.send_signal(signum)
+            else:
+                os.killpg(proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass  # it has just ended
+
+    def restore(self) -> None:
+        if self.blocked:
+            # one still pending came as the command ended: taken now, not raised once the handler is restored
+            while signal.sigtimedwait({signal.SIGINT}, 0) is not None:
+                pass
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            self.blocked = False
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        self.previous.clear()
+
+
+def _in_terminal_foreground() -> bool:
+    """Whether npumagic runs in the foreground process group of its controlling terminal (where
+    a Ctrl-C goes to the whole group)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _copy(source: IO[str], sink: IO[str]) -> None:
     for line in source:
-        sink.write(line)
-        sink.flush()
+        try:
+            sink.write(line)
+            sink.flush()
+        except (OSError, ValueError):  # the sink's reader has gone: drain on, or the command blocks on a full pipe
+            pass
 
 
 def records(run_dir: Path) -> list[dict]:

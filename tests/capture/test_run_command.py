@@ -398,3 +398,176 @@ def test_another_script_is_no_baseline_unless_named(tmp_path):
     # WHEN it is named as the baseline: the command line that changed reads as one
     done = npumagic("run", "--out", "out", "--baseline", "plain", "--", sys.executable, "other.py", cwd=tmp_path)
     assert f"option command: {sys.executable} train.py -> {sys.executable} other.py" in " ".join(done.stdout.split())
+
+
+# a command that counts the SIGINTs it gets (for a second after the first) into a file, then exits 130
+COUNTER = textwrap.dedent("""
+    import signal, sys, time
+    got = []
+    signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    open("ready", "w").close()
+    while not got:
+        time.sleep(0.02)
+    time.sleep(1.0)  # a second SIGINT, were one sent, arrives meanwhile
+    open("count", "w").write(str(len(got)))
+    sys.exit(130)
+""")
+
+
+def _wait_for(path: Path, proc) -> None:
+    deadline = time.monotonic() + 120
+    while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), "the command never started"
+
+
+@pytest.mark.parametrize("to", ["npumagic alone", "its process group"])
+def test_a_sigint_reaches_the_command_once_and_npumagic_exits_with_its_status(tmp_path, to):
+    # GIVEN a command that handles SIGINT, run by npumagic with no terminal (CI, a harness)
+    script(tmp_path, COUNTER)
+    proc = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "run", "--out", "out", "--name", "stopped", "--",
+                             sys.executable, "train.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    _wait_for(tmp_path / "ready", proc)
+    # WHEN SIGINT is sent to npumagic's pid only (kill -INT PID), or to its whole group (timeout -s INT)
+    (os.kill if to == "npumagic alone" else os.killpg)(proc.pid, signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:  # a SIGINT that never reached the command leaves it waiting: nothing is left behind
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # THEN the command got it exactly once, npumagic exits with the command's own status (130),
+    # and the run is recorded as interrupted
+    assert (tmp_path / "count").read_text() == "1"
+    assert proc.returncode == 130, err
+    (run,) = runs(tmp_path / "out", tmp_path)
+    assert run["status"] == "interrupted"
+
+
+@pytest.mark.parametrize("how", ["kill -INT PID", "Ctrl-C typed"])
+def test_on_a_terminal_a_sigint_reaches_the_command_once(tmp_path, how):
+    # GIVEN npumagic in the foreground of a terminal (a pseudo-terminal), the command in its group
+    pty = pytest.importorskip("pty")
+    script(tmp_path, COUNTER)
+    try:
+        pid, fd = pty.fork()
+    except OSError as exc:
+        pytest.skip(f"no pseudo-terminal here: {exc}")
+    if pid == 0:  # the child: npumagic, session leader of the terminal
+        try:
+            os.chdir(tmp_path)
+            os.execv(sys.executable, [sys.executable, "-m", "npumagic.cli", "run", "--out", "out", "--",
+                                      sys.executable, "train.py"])
+        finally:
+            os._exit(127)  # never back into pytest
+    try:
+        output = []
+
+        def drain() -> None:  # the terminal's reader: npumagic's output must not fill it
+            import select
+
+            while select.select([fd], [], [], 0)[0]:
+                try:
+                    output.append(os.read(fd, 65536))
+                except OSError:
+                    return
+
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            drain()
+            time.sleep(0.05)
+        # WHEN a process sends SIGINT to npumagic alone, or Ctrl-C is typed (the terminal sends
+        # it to the whole foreground group: npumagic and the command)
+        if how == "kill -INT PID":
+            os.kill(pid, signal.SIGINT)
+        else:
+            os.write(fd, b"\x03")
+        ended, status = 0, 0
+        while not ended and time.monotonic() < deadline + 120:
+            drain()
+            ended, status = os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.05)
+    finally:
+        os.close(fd)
+    # THEN the command got it exactly once (never a second, forwarded one), and npumagic exits 130
+    shown = b"".join(output).decode(errors="replace")
+    assert (tmp_path / "count").read_text() == "1", shown
+    assert ended and os.waitstatus_to_exitcode(status) == 130, shown
+
+
+def test_ctrl_c_with_the_output_piped_exits_with_the_commands_status(tmp_path):
+    # GIVEN `npumagic run ... | tee log`: a Ctrl-C stops tee with the command, so npumagic's
+    # report meets a pipe without a reader
+    script(tmp_path, COUNTER)
+    proc = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "run", "--out", "out", "--",
+                             sys.executable, "train.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    _wait_for(tmp_path / "ready", proc)
+    proc.stdout.close()  # the reader has gone
+    # WHEN the Ctrl-C reaches the group
+    os.killpg(proc.pid, signal.SIGINT)
+    err = proc.communicate(timeout=120)[1].decode()
+    # THEN npumagic still records the run and exits with the command's 130, not a broken pipe's 1
+    assert proc.returncode == 130, err
+    assert runs(tmp_path / "out", tmp_path)[0]["status"] == "interrupted"
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda d: (d / "train.sh").write_text("echo hi\n"), "not executable"),  # no exec bit
+    (lambda d: (d / "train.sh").mkdir(), "a directory, not a program"),
+    (lambda d: None, "no such file"),
+    (lambda d: ((d / "train.sh").write_bytes(b"\x01\x02 no #! line, no ELF"), (d / "train.sh").chmod(0o755)),
+     "cannot be started"),  # passes every check; exec() itself refuses it
+])
+def test_a_command_that_cannot_start_leaves_no_run(tmp_path, make, says):
+    # GIVEN a history with one run in it, and a program that cannot be started
+    script(tmp_path, "print('ok')\n", name="ok.py")
+    assert npumagic("run", "--out", "out", "--name", "first", "--", sys.executable, "ok.py", cwd=tmp_path).returncode == 0
+    make(tmp_path)
+    # WHEN npumagic is asked to run it
+    done = npumagic("run", "--out", "out", "--", "./train.sh", cwd=tmp_path)
+    # THEN one line says why, the exit is non-zero, and no failed run is left in the history
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("npumagic: error: ./train.sh: ") and says in line
+    assert [r["name"] for r in runs(tmp_path / "out", tmp_path)] == ["first"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_dir()) == ["first"]
+
+
+def test_verify_uses_the_latest_run_of_the_same_script_with_other_arguments(tmp_path):
+    # GIVEN a history holding runs of train.py and of another script, the latest of train.py with --batch 8
+    script(tmp_path, TRAIN)
+    script(tmp_path, TRAIN, name="other.py")
+    for name, argv in (("b4", ["train.py", "--batch", "4"]), ("b8", ["train.py", "--batch", "8"]),
+                       ("other", ["other.py", "--batch", "8"])):
+        done = npumagic("run", "--out", "out", "--name", name, "--", sys.executable, *argv, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    # WHEN train.py runs again with one flag changed
+    done = npumagic("run", "--out", "out", "--name", "b16", "--", sys.executable, "train.py", "--batch", "16",
+                    cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})
+    # THEN Verify compares it with b8 (not "no baseline yet", not the other script) and says what changed
+    assert done.returncode == 0, done.stderr
+    verify = " ".join(done.stdout[done.stdout.index("4. Verify"):done.stdout.index("5. Record")].split())
+    assert "no baseline yet" not in verify and "b8" in verify and "b4" not in verify and "other" not in verify
+    assert "option command: --batch 8 -> 16" in verify
+
+
+def test_a_sigterm_to_npumagics_group_still_stops_the_command(tmp_path):
+    # GIVEN a command in a process group of its own (npumagic without a terminal)
+    script(tmp_path, "import time\nopen('ready', 'w').close()\nwhile True:\n    time.sleep(0.05)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "run", "--out", "out", "--",
+                             sys.executable, "train.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    _wait_for(tmp_path / "ready", proc)
+    # WHEN CI cancels the job (timeout's SIGTERM to npumagic's process group)
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # THEN npumagic passed it on: the command stopped by SIGTERM, npumagic exits as a shell reports
+    # it (128 + 15) and records the run as failed
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    (run,) = runs(tmp_path / "out", tmp_path)
+    assert run["status"] == "failed"

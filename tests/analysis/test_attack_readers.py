@@ -44,3 +44,33 @@ def test_a_long_unterminated_string_is_refused_in_memory_near_its_size(tmp_path)
     finally:
         tracemalloc.stop()
     assert peak < 16 * 2**22, f"{peak / 2**20:.0f} MiB"
+
+
+def _launching_trace(kernel: float, host: float) -> dict:
+    """One step on an A100: aten::mm launching a kernel, then a device synchronize; the kernel's
+    and the host ops' ``dur`` as given (in µs, as Kineto writes them)."""
+    return {"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 1000.0, "dur": 500.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1010.0, "dur": host,
+         "args": {"External id": 3}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1020.0, "dur": host,
+         "args": {"correlation": 3, "External id": 3}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1, "tid": 1, "ts": 1070.0,
+         "dur": host, "args": {"correlation": 4}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1100.0, "dur": kernel,
+         "args": {"stream": 7, "device": 0, "correlation": 3}}],
+        "deviceProperties": [{"name": "NVIDIA A100", "computeMajor": 8, "computeMinor": 0, "totalGlobalMem": 1 << 30}]}
+
+
+@pytest.mark.parametrize("kernel, host", [(-0.0, 50.0), (-0.0, -0.0), (0.0, 0.0)], ids=["kernel", "all", "zeros"])
+def test_durations_of_minus_zero_are_advised_on_without_dividing_by_zero(tmp_path, kernel, host):
+    # GIVEN a trace whose only kernel (and, in "all", every host op) has a dur of -0.0 µs
+    import json
+
+    path = tmp_path / "zero.pt.trace.json"
+    path.write_text(json.dumps(_launching_trace(kernel, host)))
+    # WHEN it is advised on (the tensor-core rule divided by the kernels' total time; the
+    # synchronize rule indexed an empty union of the host ops)
+    advice = npumagic.advise(npumagic.summarize(npumagic.load(path)))
+    # THEN no rule raises, and no share of a kernel time of 0 is reported
+    assert "tensor_cores" not in {f.rule for f in advice.findings}

@@ -239,6 +239,16 @@ def cases() -> list[Case]:
              _ascend(**{KD: f"{KERNEL_HEADER}\n1,7,MatMul_1,MatMul,AI_CORE,{'9' * 40},40,0\n"
                             "1,7,Add_2,Add,AI_VECTOR_CORE,1200.000,10,0\n"}),
              r"kernel_details\.csv: 1 of 2 rows", kind="note"),
+        # a duration of 1e12 us (11.6 days) beside a task of 10 us: skipped and counted, with the
+        # host lanes of trace_view.json and without them (nothing but the file to judge it by)
+        Case("ascend-kernels-absurd-duration",
+             _ascend(**{KD: f"{KERNEL_HEADER}\n1,7,MatMul_1,MatMul,AI_CORE,1100.000,1000000000000,0\n"
+                            "1,7,Add_2,Add,AI_VECTOR_CORE,1200.000,10,0\n"}),
+             r"kernel_details\.csv: 1 of 2 rows .*Duration longer than the capture", kind="note"),
+        Case("ascend-kernels-absurd-duration-no-trace-view",
+             _ascend(**{KD: f"{KERNEL_HEADER}\n1,7,MatMul_1,MatMul,AI_CORE,1100.000,1000000000000,0\n"
+                            "1,7,Add_2,Add,AI_VECTOR_CORE,1200.000,10,0\n", TV: None}),
+             r"kernel_details\.csv: 1 of 2 rows .*Duration longer than the capture", kind="note"),
         Case("ascend-kernels-repeated-header",
              _ascend(**{KD: f"{KERNEL_HEADER}\n1,7,MatMul_1,MatMul,AI_CORE,1100.000,40,0\n{KERNEL_HEADER}\n"
                             "1,7,Add_2,Add,AI_VECTOR_CORE,1200.000,10,0\n"}),

@@ -74,3 +74,24 @@ def test_durations_of_minus_zero_are_advised_on_without_dividing_by_zero(tmp_pat
     advice = npumagic.advise(npumagic.summarize(npumagic.load(path)))
     # THEN no rule raises, and no share of a kernel time of 0 is reported
     assert "tensor_cores" not in {f.rule for f in advice.findings}
+
+
+@pytest.mark.parametrize("trace_view", [True, False], ids=["with-trace-view", "kernel-details-only"])
+def test_a_kernel_of_1e12_us_in_kernel_details_is_skipped_not_taken_as_real(tmp_path, trace_view):
+    # GIVEN kernel_details.csv with a MatMul of 1e12 us (11.6 days) beside an Add of 10 us
+    import warnings
+
+    from ..fuzz_corpus import KD, KERNEL_HEADER, TV, _ascend
+
+    rank = _ascend(**{KD: f"{KERNEL_HEADER}\n1,7,MatMul_1,MatMul,AI_CORE,1100.000,1000000000000,0\n"
+                          "1,7,Add_2,Add,AI_VECTOR_CORE,1200.000,10,0\n", **({} if trace_view else {TV: None})})(tmp_path)
+    # WHEN the rank is read and summarised
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = npumagic.load(rank)
+        summary = npumagic.summarize(trace)
+    # THEN the row is counted in the reader's one warning, and no figure holds its 11.6 days
+    assert any("kernel_details.csv: 1 of 2 rows skipped (1 Duration longer than the capture)" in str(w.message)
+               for w in caught)
+    assert list(trace.events.loc[trace.events["kind"] == "kernel", "name"]) == ["Add_2"]
+    assert summary.steps["wall_us"].max() < 1_000

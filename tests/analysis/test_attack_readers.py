@@ -95,3 +95,23 @@ def test_a_kernel_of_1e12_us_in_kernel_details_is_skipped_not_taken_as_real(tmp_
                for w in caught)
     assert list(trace.events.loc[trace.events["kind"] == "kernel", "name"]) == ["Add_2"]
     assert summary.steps["wall_us"].max() < 1_000
+
+
+@pytest.mark.parametrize("rows, shown", [
+    ("1,900,0,0,0,10,500,0,0,20\n2,400,0,0,0,100,500,0,0,20\n", "1 longer than its Stage"),
+    ("1,400,0,0,0,100,500,0,0,20\n1,300,0,0,0,200,500,0,0,20\n2,400,0,0,0,100,500,0,0,20\n",
+     "2 step listed twice with different figures"),
+], ids=["computing-longer-than-its-stage", "step-listed-twice"])
+def test_step_trace_time_alone_with_impossible_rows_warns_naming_the_file_and_keeps_sane_figures(tmp_path, rows, shown):
+    # GIVEN a rank holding only step_trace_time.csv, one step computing 900 us in a 500 us Stage
+    # or step 1 listed twice with different figures
+    from ..fuzz_corpus import _step_trace_only
+
+    rank = _step_trace_only(rows)(tmp_path)
+    # WHEN it is analysed THEN the warning names the file and the rows, and the steps shown are
+    # the ones a profiler writes: step 2 alone, computing 400 of its 500 us
+    with pytest.warns(UserWarning, match=r"step_trace_time\.csv: \d of \d rows skipped \(" + shown):
+        summary = npumagic.analyze(rank)
+    steps = summary.steps
+    assert list(steps["step"]) == [2] and (steps["computing_us"] <= steps["stage_us"]).all()
+    assert steps["computing_us"].iat[0] == 400 and steps["wall_us"].iat[0] == 520

@@ -224,7 +224,7 @@ class VendorTables(Mapping):
         if notes is not None and "step_trace_time" in self._paths and "step_trace_time" not in self._tables:
             # read now (it is small): its bad rows are said with the rank's other notes
             path = self._paths["step_trace_time"]
-            self._tables["step_trace_time"] = _good_step_trace(read_csv(path), notes, path)
+            self._tables["step_trace_time"] = good_step_trace(read_csv(path), notes, path)
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._tables:
@@ -243,7 +243,7 @@ class VendorTables(Mapping):
         return len(set(self._paths) | set(self._tables))
 
 
-def _good_step_trace(table: pd.DataFrame, notes: ReadNotes, path: Path) -> pd.DataFrame:
+def good_step_trace(table: pd.DataFrame, notes: ReadNotes, path: Path) -> pd.DataFrame:
     """step_trace_time.csv without the rows no profiler writes, each counted in ``notes``: a
     negative time, a Computing, Communication(Not Overlapped) or Free longer than the step's Stage,
     a step listed twice (an exact repeat is left out; differing rows of one step all are, as

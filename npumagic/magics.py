@@ -558,19 +558,25 @@ class NpuMagics(Magics):
             %npuab old_step new_step --threshold 2 --max-steps 400
             %npuab old_step new_step --profile
         """
+        from .capture.alternate import STEP_LIMIT, WARMUP_LIMIT, StepError, interleave
+
         args = _parse(self.npuab, line)
         variants = [self._callable(args.a), self._callable(args.b)]
         if args.a == args.b:
             raise UsageError(f"both sides are {args.a!r}; name two callables")
         if not 0 < args.threshold < 100:
             raise UsageError(f"--threshold {args.threshold:g}: a percentage above 0 and below 100")
-        if args.max_steps < 12:
-            raise UsageError(f"--max-steps {args.max_steps}: at least 12 (three ABBA blocks)")
-        if args.warmup < 0:
-            raise UsageError(f"--warmup {args.warmup}: 0 or more")
-        from .capture.alternate import interleave
-
-        result = interleave(*variants, (args.a, args.b), args.threshold / 100, args.max_steps, args.warmup, args.seed)
+        if not 12 <= args.max_steps <= STEP_LIMIT:
+            raise UsageError(f"--max-steps {args.max_steps}: at least 12 (three ABBA blocks) and at most {STEP_LIMIT:,}")
+        if not 0 <= args.warmup <= WARMUP_LIMIT:
+            raise UsageError(f"--warmup {args.warmup}: 0 to {WARMUP_LIMIT:,} untimed calls of each")
+        if args.seed is not None and args.seed < 0:
+            raise UsageError(f"--seed {args.seed}: 0 or more")
+        try:
+            result = interleave(*variants, (args.a, args.b), args.threshold / 100, args.max_steps, args.warmup,
+                                args.seed)
+        except StepError as exc:
+            raise UsageError(str(exc)) from None
         return self._ab_profiles(result, variants) if args.profile else result
 
     def _ab_profiles(self, result, variants):
@@ -598,6 +604,11 @@ class NpuMagics(Magics):
         fn = self.shell.user_ns[name]
         if not callable(fn):
             raise UsageError(f"{name!r} is a {type(fn).__name__}, not callable; give a zero-argument function")
+        from .capture.alternate import unfit_step
+
+        problem = unfit_step(fn)
+        if problem is not None:
+            raise UsageError(f"{name!r} cannot be timed as a step: {problem}")
         return fn
 
     @line_magic

@@ -41,15 +41,19 @@ class NamedRuns:
         self.output_dir = output_dir
         self.store = HistoryStore(output_dir, create=create)
         self.baseline: str | None = None
-        self._summaries: dict[str, Summary] = {}
-        self._trace: tuple[str, analysis.Trace] | None = None  # the latest one only: traces can be large
+        # cached by (name, run id): a run removed elsewhere (the CLI, another kernel) and a new one
+        # recorded under its name has another id (AUTOINCREMENT never reuses one), so the old
+        # run's summary or trace is never read as the new one's
+        self._summaries: dict[str, tuple[int, Summary]] = {}
+        self._trace: tuple[str, int, analysis.Trace] | None = None  # the latest one only: traces can be large
 
     def keep(self, name: str, summary: Summary | None = None, trace: "analysis.Trace | None" = None) -> None:
         """Cache a just recorded run's summary and trace."""
+        run_id = self.store.get(name).id
         if summary is not None:
-            self._summaries[name] = summary
+            self._summaries[name] = (run_id, summary)
         if trace is not None:
-            self._trace = (name, trace)
+            self._trace = (name, run_id, trace)
 
     def resolve(self, name: str | None) -> str:
         """A run name from ``name``: a name, -1/-2 (latest, second latest), or None (latest). The
@@ -81,22 +85,22 @@ class NamedRuns:
     def trace(self, name: str) -> "analysis.Trace":
         """The run's parsed trace (re-read from its output directory; only the timeline and
         per-rank redraws need it)."""
-        if self._trace is None or self._trace[0] != name:
-            run = self.store.get(name)
+        run = self.store.get(name)
+        if self._trace is None or self._trace[:2] != (name, run.id):
             if not run.run_dir or not Path(run.run_dir).exists():
                 raise NpumagicError(f"run {name!r} has no output directory left ({run.run_dir}): the timeline needs "
                                     f"the trace files; its summary, steps, kernels, advice and comparisons are in "
                                     f"the history")
-            self._trace = (name, analysis.load(run.run_dir))
-        return self._trace[1]
+            self._trace = (name, run.id, analysis.load(run.run_dir))
+        return self._trace[2]
 
     def summary(self, name: str) -> Summary:
         """The run's Summary: from this session, else the history, else re-parsed from its
         output directory (runs recorded before summaries were stored; then stored)."""
-        if name not in self._summaries:
+        run = self.store.get(name)
+        if self._summaries.get(name, (None,))[0] != run.id:
             stored = self.store.summary(name)
             if stored is None:
-                run = self.store.get(name)
                 if run.status in ("no-steps", "no-trace"):
                     raise NpumagicError(f"run {name!r} recorded nothing ({run.status}): there is nothing to analyse; "
                                         "profile it again so that at least one step completes in the active window")
@@ -106,8 +110,8 @@ class NamedRuns:
                 stored = analysis.summarize(self.trace(name))
                 if not self.store.readonly:
                     self.store.put_summary(name, stored)
-            self._summaries[name] = stored
-        return self._summaries[name]
+            self._summaries[name] = (run.id, stored)
+        return self._summaries[name][1]
 
     def against_baseline(self, name: str, summary: Summary) -> Comparison | None:
         """Verify against the baseline when it is comparable: a run of the same kind (a capture,

@@ -242,7 +242,7 @@ def _run_on_dask(fmt: str, groups: list[list[Path]], scheduler: str, progress: b
             client = Client(cluster)
         else:
             _probe(scheduler)
-            client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+            client = _connect(Client, scheduler)
     except (OSError, TimeoutError, ValueError) as exc:
         if cluster is not None:
             cluster.close()
@@ -266,14 +266,35 @@ def _run_on_dask(fmt: str, groups: list[list[Path]], scheduler: str, progress: b
             cluster.close()
 
 
+def _connect(client_class, scheduler: str):
+    """A Dask client of the scheduler at ``scheduler`` (its handshake already checked by
+    :func:`_probe`). What the peer sends after its handshake is decoded by Dask, whose decoder
+    raises its own errors on bytes that are no Dask message (``struct.error``, msgpack's): those
+    are one NpumagicError naming the address; OSError and TimeoutError are the caller's."""
+    try:
+        return client_class(scheduler, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the peer's bytes, whatever Dask's decoder made of them
+        raise NpumagicError(f"the Dask scheduler {scheduler} answered its handshake, then with something that is no "
+                            f"Dask message (Dask's decoder raised {_qualified(exc)}): is it a Dask scheduler of this version?") from None
+
+
+def _qualified(exc: BaseException) -> str:
+    kind = type(exc)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+
+
 MAX_HANDSHAKE_BYTES = 2**20  # a scheduler's handshake is a few hundred bytes
 
 
 def _probe(scheduler: str) -> None:
     """Check that a tcp:// ``scheduler`` speaks first as a Dask scheduler does (its handshake: an
-    8-byte length, then that many bytes) within :data:`CONNECT_TIMEOUT_S`; NpumagicError
-    otherwise. Dask itself would wait forever on a port that accepts and never answers, and
-    allocate whatever length an HTTP server or other service sends back (exabytes)."""
+    8-byte length, then that many bytes, which decode to Dask's handshake, see
+    :func:`_check_handshake`) within :data:`CONNECT_TIMEOUT_S`; NpumagicError otherwise. Dask
+    itself would wait forever on a port that accepts and never answers, allocate whatever length
+    an HTTP server or other service sends back (exabytes), and raise its decoder's own errors
+    (``struct.error`` on a frame of one byte)."""
     import socket
     import struct
 
@@ -289,12 +310,30 @@ def _probe(scheduler: str) -> None:
             if not 0 < size <= MAX_HANDSHAKE_BYTES:
                 raise refuse(f"answered with something that is no Dask handshake (a frame of {size} bytes): is it "
                              "another service's port?")
-            _read_exactly(sock, size)
+            _check_handshake(_read_exactly(sock, size), refuse)
         except TimeoutError:
             raise refuse(f"did not answer within {CONNECT_TIMEOUT_S} s (it accepted the connection but sent nothing, "
                          "as an HTTP server or a stopped process does): is it the scheduler's port?") from None
         except OSError as exc:
             raise refuse(f"closed the connection before its handshake ({exc.strerror or exc})") from None
+
+
+def _check_handshake(frame: bytes, refuse) -> None:
+    """Decode ``frame`` as Dask's client does a scheduler's first message (its frames, then
+    msgpack) and check it holds what the client reads from it (compression, pickle protocol);
+    ``refuse(why)`` otherwise. Any error of the decoder counts: the bytes are the peer's."""
+    from distributed.protocol.core import loads
+    from distributed.protocol.utils import unpack_frames
+
+    try:
+        frames, missing = unpack_frames(frame, partial=True)
+        info = loads(frames, deserialize=False) if not missing else None
+    except Exception as exc:  # noqa: BLE001 - struct.error, AssertionError, msgpack's: all mean "not Dask"
+        info = exc
+    if not (isinstance(info, dict) and {"compression", "pickle-protocol"} <= info.keys()):
+        plural = "" if len(frame) == 1 else "s"
+        raise refuse(f"answered with something that is no Dask handshake (a frame of {len(frame)} byte{plural} that "
+                     "does not decode to one): is it another service's port?")
 
 
 def _read_exactly(sock, n: int) -> bytes:

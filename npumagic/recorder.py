@@ -27,7 +27,7 @@ from .interrupts import held_interrupts
 from .named_runs import NamedRuns, history_band, name_for
 from .names import check_name, file_stem
 from .records import Run
-from .run_files import holds_output, make_run_dir
+from .run_files import default_run_dir, holds_output, make_run_dir
 from .safeio import linked
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ class Recorder:
                       versions=backend.versions())
         with self._recording(name, **fields) as run:
             reserved = run.name
-            run_dir = Path(out).resolve() if out else self.output_dir / reserved
+            run_dir = Path(out).resolve() if out else default_run_dir(self.output_dir, reserved)
             if linked(run_dir, self.output_dir):  # planted in a shared output directory: would write elsewhere
                 raise NpumagicError(f"{run_dir}: a symbolic link inside the output directory {self.output_dir}; "
                                     "npumagic writes no run through one: remove it or choose another --out")
@@ -179,7 +179,7 @@ class Recorder:
         arguments = dict(options.as_dict(), name=name, command=list(argv), cwd=os.getcwd())
         with self._recording(name, source=shlex.join(argv), arguments=arguments,
                              environment=environment_snapshot()) as run:
-            run_dir = self.output_dir / file_stem(run.name)
+            run_dir = default_run_dir(self.output_dir, run.name)
             self.store.update(run.name, run_dir=str(run_dir), run_dir_owned=make_run_dir(run_dir))
             config = Config(str(run_dir), options.as_dict(), backend=self.prefer_backend)
             try:

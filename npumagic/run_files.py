@@ -26,6 +26,20 @@ def holds_output(folder: Path) -> bool:
             or bool(rank_dirs(folder)))
 
 
+def default_run_dir(output_dir: Path, name: str) -> Path:
+    """Where a new run ``name`` writes its profiler output: ``output_dir/NAME``, or, where that
+    folder is there already (a removed run's, kept on disk by ``%npurm`` without ``--files``),
+    the first free ``NAME.2``, ``NAME.3``, ...: a folder is read as one job, so the new run's
+    traces beside the old ones would be read with them. A link planted at the name is left for
+    the caller to refuse."""
+    stem = file_stem(name)
+    path, k = output_dir / stem, 1
+    while path.is_dir() and not path.is_symlink():
+        k += 1
+        path = output_dir / f"{stem}.{k}"
+    return path
+
+
 def make_run_dir(run_dir: Path) -> bool:
     """Create a run's output directory; return whether npumagic created it (and so owns it)."""
     if run_dir.is_dir():

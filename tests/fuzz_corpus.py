@@ -116,6 +116,16 @@ PI = "profiler_info_0_DOT_json"
 PM = "profiler_metadata_DOT_json"
 
 
+ST = "ASCEND_PROFILER_OUTPUT__step_trace_time_DOT_csv"
+STEP_TRACE_HEADER = ("Step,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,Stage,Bubble,"
+                     "Communication(Not Overlapped and Exclude Receive),Preparing")
+
+
+def _step_trace_only(rows: str) -> Callable[[Path], Path]:
+    """A rank holding step_trace_time.csv alone (torch_npu's own breakdown) with these rows."""
+    return _ascend(**{ST: f"{STEP_TRACE_HEADER}\n{rows}", TV: None, KD: None, CJ: None})
+
+
 def _comm(op: dict) -> str:
     return json.dumps({"step1": {"collective": {"hcom_allReduce__1@2": op}, "p2p": {}}})
 
@@ -239,6 +249,16 @@ def cases() -> list[Case]:
              _ascend(**{KD: f"{KERNEL_HEADER}\n1,7,MatMul_1,MatMul,AI_CORE,{'9' * 40},40,0\n"
                             "1,7,Add_2,Add,AI_VECTOR_CORE,1200.000,10,0\n"}),
              r"kernel_details\.csv: 1 of 2 rows", kind="note"),
+        # a duration of 1e12 us (11.6 days) beside a task of 10 us: skipped and counted, with the
+        # host lanes of trace_view.json and without them (nothing but the file to judge it by)
+        Case("ascend-kernels-absurd-duration",
+             _ascend(**{KD: f"{KERNEL_HEADER}\n1,7,MatMul_1,MatMul,AI_CORE,1100.000,1000000000000,0\n"
+                            "1,7,Add_2,Add,AI_VECTOR_CORE,1200.000,10,0\n"}),
+             r"kernel_details\.csv: 1 of 2 rows .*Duration longer than the capture", kind="note"),
+        Case("ascend-kernels-absurd-duration-no-trace-view",
+             _ascend(**{KD: f"{KERNEL_HEADER}\n1,7,MatMul_1,MatMul,AI_CORE,1100.000,1000000000000,0\n"
+                            "1,7,Add_2,Add,AI_VECTOR_CORE,1200.000,10,0\n", TV: None}),
+             r"kernel_details\.csv: 1 of 2 rows .*Duration longer than the capture", kind="note"),
         Case("ascend-kernels-repeated-header",
              _ascend(**{KD: f"{KERNEL_HEADER}\n1,7,MatMul_1,MatMul,AI_CORE,1100.000,40,0\n{KERNEL_HEADER}\n"
                             "1,7,Add_2,Add,AI_VECTOR_CORE,1200.000,10,0\n"}),
@@ -247,6 +267,15 @@ def cases() -> list[Case]:
              _ascend(**{KD: f"{KERNEL_HEADER},Name\n1,7,MatMul_1,MatMul,AI_CORE,1100.000,40,0,x\n"
                             "1,7,Add_2,Add,AI_VECTOR_CORE,1200.000,10,0,y\n"}),
              r"kernel_details\.csv: duplicate column 'Name'", kind="note"),
+        # -- torch_npu: step_trace_time.csv alone ----------------------------------------------------------
+        Case("ascend-step-trace-computing-longer-than-stage",
+             _step_trace_only("1,900,0,0,0,10,500,0,0,20\n2,400,0,0,0,100,500,0,0,20\n"),
+             r"step_trace_time\.csv: 1 of 2 rows skipped \(1 longer than its Stage\)", kind="note"),
+        Case("ascend-step-trace-step-listed-twice",
+             _step_trace_only("1,400,0,0,0,100,500,0,0,20\n1,300,0,0,0,200,500,0,0,20\n2,400,0,0,0,100,500,0,0,20\n"),
+             r"step_trace_time\.csv: 2 of 3 rows skipped \(2 step listed twice with different figures\)", kind="note"),
+        Case("ascend-step-trace-no-good-row", _step_trace_only("1,900,0,0,0,10,500,0,0,20\n"),
+             r"step_trace_time\.csv: none of its 1 step rows is one a profiler writes"),
         Case("ascend-memory-text", _ascend(**{MR: "Component,Timestamp(us),Total Allocated(MB),Total Reserved(MB)\n"
                                                   "PTA,1000.000,lots,2.0\nPTA,1001.000,1.0,2.0\n"}),
              r"memory_record\.csv: 1 of 2 rows", kind="note"),

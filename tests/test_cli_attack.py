@@ -102,10 +102,19 @@ def test_export_csv_writes_formula_prefixes_as_text(tmp_path, prefix):
     assert row["name"] == "r1" and row["status"] == "ok"
 
 
-@pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\n\r\n", (3 * 2**29).to_bytes(8, "little")],
-                         ids=["silent", "garbage", "huge-frame"])
+# a Dask 2024 scheduler's first message, as read from a real one: a frame of 58 bytes holding one
+# msgpack frame {compression: None, python: (3, 11, 7), pickle-protocol: 5}
+DASK_HANDSHAKE = (b"\x3a" + bytes(7) + b"\x01" + bytes(7) + b"*" + bytes(7) + b"\x83\xabcompression\xc0\xa6python"
+                  b"\x93\x03\x0b\x07\xafpickle-protocol\x05")
+ONE_BYTE_FRAME = (1).to_bytes(8, "little") + b"x"
+
+
+@pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\n\r\n", (3 * 2**29).to_bytes(8, "little"),
+                                    ONE_BYTE_FRAME, DASK_HANDSHAKE + ONE_BYTE_FRAME],
+                         ids=["silent", "garbage", "huge-frame", "one-garbage-byte", "handshake-then-garbage"])
 def test_a_scheduler_port_that_is_no_scheduler_is_one_clear_error(answer):
-    # GIVEN a port that accepts and then says nothing, garbage, or a 1.5 GiB frame length
+    # GIVEN a port that accepts and then says nothing, garbage, a 1.5 GiB frame length, a frame of
+    # one garbage byte (Dask's decoder raised struct.error), or a handshake followed by one
     import socket
     import threading
 
@@ -115,11 +124,15 @@ def test_a_scheduler_port_that_is_no_scheduler_is_one_clear_error(answer):
     port = server.getsockname()[1]
     held = []
 
-    def serve():
-        conn, _ = server.accept()
-        held.append(conn)
-        if answer:
-            conn.sendall(answer)
+    def serve():  # every connection (npumagic's probe, then Dask's own) gets the same answer
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if answer:
+                conn.sendall(answer)
 
     threading.Thread(target=serve, daemon=True).start()
     try:

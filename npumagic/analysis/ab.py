@@ -66,8 +66,9 @@ def interval(diffs: np.ndarray, alpha: float) -> tuple[float, float, float]:
 
 @dataclass(frozen=True)
 class ABResult:
-    """A against B, interleaved. ``speedup`` = step time A / B (geometric mean over the blocks:
-    above 1, B is faster); ``ci`` its interval at the final look (Bonferroni-corrected 95%);
+    """A against B, interleaved. ``speedup`` = step time A / B (the geometric mean of each block's
+    own A/B ratio, the "paired ratio": above 1, B is faster; not ``median_ratio``, the ratio of
+    the two medians); ``ci`` its interval at the final look (Bonferroni-corrected 95%);
     ``steps`` the timed calls of both sides (warm-up excluded); ``decided``: the interval lies
     beyond the threshold (``significant``) or within it; ``more_steps`` an estimate of the steps
     that would have decided an undecided result; ``comparison`` (with ``--profile``) the
@@ -97,17 +98,25 @@ class ABResult:
     def median_b(self) -> float:
         return float(np.median(self.times_b)) if self.times_b.size else float("nan")
 
+    @property
+    def median_ratio(self) -> float:
+        """``median_a / median_b``: what the two medians shown say. Not ``speedup``, which pairs
+        each block's A with its own B (the tested figure); the two part where the step times
+        drift or are skewed, so both are shown, each named."""
+        return self.median_a / self.median_b if self.median_b > 0 else float("nan")
+
     def sentence(self) -> str:
         pct = f"{self.threshold:.0%}" if self.threshold >= 0.01 else f"{self.threshold:.1%}"
-        figures = (f"median step {self.a} {self.median_a * 1000:,.2f} ms, {self.b} {self.median_b * 1000:,.2f} ms; "
-                   f"{self.steps} steps interleaved")
-        evidence = (f"step-time ratio {self.a}/{self.b} {self.speedup:.2f}x, 95% CI {self.ci[0]:.2f}–{self.ci[1]:.2f}x "
-                    f"from paired ABBA blocks, sequentially corrected")
+        figures = (f"median step {self.a} {self.median_a * 1000:,.2f} ms, {self.b} {self.median_b * 1000:,.2f} ms "
+                   f"(ratio of the medians {self.median_ratio:.2f}x); {self.steps} steps interleaved")
+        evidence = (f"paired ratio {self.a}/{self.b} {self.speedup:.2f}x, 95% CI {self.ci[0]:.2f}–{self.ci[1]:.2f}x: "
+                    f"the geometric mean of the {self.steps // 4} ABBA blocks' own ratios, sequentially corrected")
         if self.significant:
             faster = self.speedup > 1
             ratio = max(self.speedup, 1 / self.speedup)
             amount = f"{ratio:.1f}x" if ratio >= 1.5 else f"{ratio - 1:.0%}"
-            return f"{self.b} is {amount} {'faster' if faster else 'slower'} than {self.a}: {figures} ({evidence})"
+            return (f"{self.b} is {amount} {'faster' if faster else 'slower'} than {self.a} (paired ratio): {figures} "
+                    f"({evidence})")
         if self.decided:
             return f"no difference beyond {pct} between {self.a} and {self.b}: {figures} ({evidence})"
         more = f"about {self.more_steps} more steps would decide" if self.more_steps else "more steps would decide"
@@ -118,7 +127,8 @@ class ABResult:
         return {"a": self.a, "b": self.b, "speedup": self.speedup, "ci": list(self.ci), "steps": self.steps,
                 "decided": self.decided, "significant": self.significant, "threshold": self.threshold,
                 "max_steps": self.max_steps, "more_steps": self.more_steps, "alpha_per_look": self.alpha,
-                "median_a_s": self.median_a, "median_b_s": self.median_b, "verdict": self.sentence()}
+                "median_a_s": self.median_a, "median_b_s": self.median_b, "median_ratio": self.median_ratio,
+                "verdict": self.sentence()}
 
     def __str__(self) -> str:
         return presentation.text(self)

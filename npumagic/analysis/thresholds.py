@@ -15,7 +15,8 @@ HOST_BOUND_IDLE_SHARE = 0.30
 # Device idle caused by host-device synchronisations above this share of the step: the host
 # waits for the device, then the device waits for the host (the pipeline drains at every sync).
 SYNC_SHARE = 0.10
-# A kernel is "tiny" below this mean duration: launch overhead (~5-10 us) rivals its work.
+# A kernel is "tiny" below this duration of its typical (median) call: launch overhead (~5-10 us)
+# rivals its work.
 TINY_KERNEL_US = 10.0
 # Tiny kernels taking above this share of device compute time, launched at least
 # SMALL_OP_MIN_PER_STEP times a step, mark a small-op-bound model.

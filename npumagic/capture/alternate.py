@@ -1,12 +1,47 @@
 """Timing one call of a variant for the interleaved A/B test: ``time.perf_counter`` around the
 call, with the device synchronised before and after it when one is in use, so queued device work
-of the previous call is not charged to this one and this call's own work is."""
+of the previous call is not charged to this one and this call's own work is. What can be timed
+so is checked before anything runs (:func:`unfit_step`)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 import time
 from typing import Callable
+
+from ..errors import NpumagicError
+
+WARMUP_LIMIT = 1_000  # untimed calls of each: warm-up needs a few; more is a typo (10**9 would never end)
+STEP_LIMIT = 100_000  # timed calls, both sides: 17 minutes at 10 ms a step; the decision comes long before
+
+
+def unfit_step(fn: Callable[..., object]) -> str | None:
+    """Why ``fn`` cannot be timed as one step (called with no arguments, its work done when it
+    returns), or None when it can. An ``async def`` or a generator function returns an object at
+    once and runs nothing, so the timing would measure nothing; a required parameter would fail
+    the first call. Callables whose signature cannot be read (some builtins) pass: their first
+    call will tell."""
+    call = getattr(fn, "__call__", None)
+    for f in (fn, call if not inspect.isroutine(fn) and not inspect.isclass(fn) else None):
+        if f is None:
+            continue
+        while isinstance(f, functools.partial):
+            f = f.func
+        if inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f):
+            return "an async function: calling it runs nothing until awaited, so there is no step to time"
+        if inspect.isgeneratorfunction(f):
+            return "a generator function: calling it runs nothing until iterated, so there is no step to time"
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    required = [p.name for p in signature.parameters.values()
+                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if required:
+        return f"it needs {'arguments' if len(required) > 1 else 'an argument'} ({', '.join(required)}); a step is called with none"
+    return None
 
 
 def device_sync() -> Callable[[], None] | None:
@@ -31,7 +66,7 @@ def timer(variants: dict[str, Callable[[], object]], sync: Callable[[], None] | 
         if sync is not None:
             sync()
         start = time.perf_counter()
-        fn()
+        _ran(fn(), side)
         if sync is not None:
             sync()
         return time.perf_counter() - start
@@ -39,11 +74,24 @@ def timer(variants: dict[str, Callable[[], object]], sync: Callable[[], None] | 
     return measure
 
 
+def _ran(returned: object, side: str) -> None:
+    """Refuse a step whose call only made an awaitable (a plain function returning a coroutine,
+    which :func:`unfit_step` cannot see): its time would be that of making it."""
+    if inspect.isawaitable(returned):
+        getattr(returned, "close", lambda: None)()  # no "never awaited" warning on top of the error
+        raise StepError(f"variant {side.upper()} returned {type(returned).__name__}: an awaitable is not a step; "
+                        "give a function that does the step's work before it returns")
+
+
+class StepError(NpumagicError, TypeError):
+    """A variant that is no step (its call returned an awaitable)."""
+
+
 def warm_up(variants: dict[str, Callable[[], object]], calls: int) -> None:
     """Run each variant ``calls`` times, alternating, untimed (compilation, caches, allocator)."""
     for _ in range(calls):
-        for fn in variants.values():
-            fn()
+        for side, fn in variants.items():
+            _ran(fn(), side)
 
 
 def interleave(a: Callable[[], object], b: Callable[[], object], names: tuple[str, str], threshold: float,

@@ -84,3 +84,22 @@ def test_looks_are_geometric_and_end_at_the_budget():
 def test_bad_budgets_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         alternate(lambda side: 1.0, **kwargs)
+
+
+def test_the_ratio_of_the_medians_and_the_paired_ratio_are_both_shown_and_named():
+    # GIVEN A steady at 2 s and B at 1 s in one block, 3 s in the next: the medians say 2 / 2, the
+    # blocks' own ratios 2 and 2/3 (geometric mean 1.15)
+    calls = {"a": 0, "b": 0}
+
+    def measure(side: str) -> float:
+        calls[side] += 1
+        return 2.0 if side == "a" else (1.0 if (calls["b"] - 1) // 2 % 2 == 0 else 3.0)
+
+    # WHEN they are alternated over 4 blocks
+    result = alternate(measure, 0.05, 16, np.random.default_rng(0))
+    # THEN each ratio is printed under its own name, and the medians' one agrees with the medians
+    assert (result.median_a, result.median_b, result.median_ratio) == (2.0, 2.0, 1.0)
+    assert result.speedup == pytest.approx(math.sqrt(2 * 2 / 3))
+    sentence = result.sentence()
+    assert "median step A 2,000.00 ms, B 2,000.00 ms (ratio of the medians 1.00x)" in sentence
+    assert "paired ratio A/B 1.15x" in sentence and "geometric mean of the 4 ABBA blocks' own ratios" in sentence

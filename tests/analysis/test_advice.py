@@ -103,9 +103,35 @@ def test_thousands_of_tiny_ops_put_small_ops_first(tmp_path):
 
     summary = _profile(tmp_path, step)
     advice = npumagic.advise(summary)
-    assert advice[0].category == "small_ops"
-    assert advice[0].evidence["tiny_per_step"] >= 3000
-    assert npumagic.checklist(summary).bottleneck == "small_ops"
+    # what the run's structure decides, not its speed: 3000 tiny operators a step (their typical
+    # call a few us however busy the host), named first among the findings that a busy host
+    # cannot make up (its time slices read as host idle and as jitter)
+    found = next(f for f in advice if f.category == "small_ops")
+    assert found.evidence["tiny_per_step"] >= 3000
+    assert [f.category for f in advice if f.category not in ("host_bound", "jitter")][0] == "small_ops"
+
+
+def test_tiny_operators_stretched_by_a_busy_host_are_still_tiny():
+    # GIVEN 4 steps of 1000 operators of 3 us each, one call a step stretched to 20 ms (a time
+    # slice of another process landing inside it): their mean is 23 us, their median 3 us
+    ms, us = 1_000_000, 1_000
+    starts, durs, steps = [], [], []
+    for k in range(4):
+        t = k * 30 * ms
+        steps.append((k + 1, t, t + 30 * ms))
+        for i in range(1000):
+            d = 20 * ms if i == 500 else 3 * us
+            starts.append(t)
+            durs.append(d)
+            t += d + us
+    events = pd.DataFrame({"name": "aten::mul", "kind": "host_op", "ts_ns": starts, "dur_ns": durs,
+                           "lane": "Host/Thread 1", "device": -1, "rank": 0, "type": "aten::mul", "core": "cpu"})
+    table = pd.DataFrame(steps, columns=["step", "start_ns", "end_ns"]).assign(rank=0)
+    summary = npumagic.summarize(schema.finish(events, table, meta={"backend": "cpu"}))
+    assert summary.kernels["mean_us"].iat[0] > 20 and summary.kernels["median_us"].iat[0] == 3
+    # WHEN advised THEN they are the small operators they are: 1000 a step, by their typical call
+    found = [f for f in npumagic.advise(summary) if f.category == "small_ops"]
+    assert found and found[0].evidence["tiny_per_step"] == 1000
 
 
 def test_a_matmul_heavy_loop_raises_no_host_bound_alarm(tmp_path):

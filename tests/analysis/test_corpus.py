@@ -45,7 +45,7 @@ def test_bad_rows_are_counted_in_one_note_and_kept_out_of_the_numbers(tmp_path, 
     notes = [m for m in messages if re.search(case.expect, m)]
     assert len(notes) == 1, messages
     assert (trace.events["dur_ns"] >= 0).all()
-    assert trace.events["ts_ns"].abs().max() < 2**62
+    assert (trace.events["ts_ns"].abs() < 2**62).all()  # (a step_trace_time.csv rank has no events)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.kind == "ok"], ids=lambda c: c.name)

@@ -22,6 +22,24 @@ def drifting():
 drifting_too = drifting
 def broken():
     raise RuntimeError("boom")
+async def coroutine_step():
+    train_step()
+async def async_generator_step():
+    yield train_step()
+def generator_step():
+    yield train_step()
+def needs_batch(batch, lr=0.1):
+    train_step()
+def needs_keyword(*, batch):
+    train_step()
+class AsyncCall:
+    async def __call__(self):
+        train_step()
+async_object = AsyncCall()
+import functools
+async_partial = functools.partial(coroutine_step)
+with_defaults = lambda n=1, *rest, **options: train_step()
+makes_a_coroutine = lambda: coroutine_step()
 """
 
 
@@ -67,7 +85,19 @@ def test_a_drift_fools_back_to_back_runs_but_not_the_interleaved_test(variants):
     ("fast fast", "both sides are 'fast'"),
     ("slow fast --threshold 0", "--threshold 0"),
     ("slow fast --max-steps 8", "at least 12"),
+    ("slow fast --max-steps -4", "at least 12"),
+    ("slow fast --max-steps 1000000000", "at most 100,000"),
+    ("slow fast --warmup -1", r"--warmup -1: 0 to 1,000"),
+    ("slow fast --warmup 1000000000", "0 to 1,000"),
+    ("slow fast --seed -1", "--seed -1: 0 or more"),
     ("slow", "required: b"),
+    ("coroutine_step fast", "'coroutine_step' cannot be timed as a step: an async function"),
+    ("fast async_generator_step", "'async_generator_step' cannot be timed as a step: an async function"),
+    ("async_object fast", "'async_object' cannot be timed as a step: an async function"),
+    ("async_partial fast", "'async_partial' cannot be timed as a step: an async function"),
+    ("generator_step fast", "'generator_step' cannot be timed as a step: a generator function"),
+    ("needs_batch fast", r"'needs_batch' cannot be timed as a step: it needs an argument \(batch\)"),
+    ("fast needs_keyword", r"it needs an argument \(batch\)"),
 ])
 def test_bad_input_is_refused_before_anything_runs(variants, line, match):
     with pytest.raises(UsageError, match=match):
@@ -99,3 +129,27 @@ def test_on_the_cpu_no_device_is_synchronised(variants):
 
     variants.run_line_magic("npuab", "slow fast --max-steps 12 --seed 0")
     assert device_sync() is None
+
+
+def test_a_callable_with_only_optional_parameters_is_a_step(variants):
+    result = variants.run_line_magic("npuab", "with_defaults fast --max-steps 12 --warmup 0 --seed 0")
+    assert result.steps == 12
+
+
+def test_a_function_that_only_returns_a_coroutine_is_refused_at_its_first_call(variants):
+    # a plain lambda returning a coroutine passes the signature check; its first call shows it
+    with pytest.raises(UsageError, match="variant A returned coroutine: an awaitable is not a step"):
+        variants.run_line_magic("npuab", "makes_a_coroutine fast --max-steps 12")
+    assert variants.run_cell("%npuab fast makes_a_coroutine --max-steps 12").error_in_exec is not None
+
+
+def test_the_medians_and_both_ratios_printed_agree_and_are_named(variants):
+    import re
+
+    result = variants.run_line_magic("npuab", "slow fast --max-steps 40 --seed 0")
+    text = str(result)
+    shown = re.search(r"median step slow ([\d.,]+) ms, fast ([\d.,]+) ms \(ratio of the medians ([\d.]+)x\)", text)
+    a, b, ratio = (float(g.replace(",", "")) for g in shown.groups())
+    assert ratio == pytest.approx(a / b, abs=0.01)  # the printed ratio is that of the printed medians
+    assert f"paired ratio slow/fast {result.speedup:.2f}x" in text and "geometric mean of the" in text
+    assert result.to_dict()["median_ratio"] == pytest.approx(result.median_a / result.median_b)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from IPython.core.error import UsageError
@@ -28,21 +29,26 @@ def _profile(shell, name, statement, steps=8):
 def test_removing_a_known_delay_is_measured_with_its_size_and_named_as_the_one_change(trainer):
     trainer.run_cell(SLOW_SETUP)
     _profile(trainer, "slow", "slow_step(0.02)")
-    slept_ms = 1000 * sum(trainer.user_ns["slept"][2:]) / len(trainer.user_ns["slept"][2:])
+    slept_ms = np.array([1000 * s for s in trainer.user_ns["slept"][2:]])  # the 8 profiled steps' own sleeps
     _profile(trainer, "fast", "slow_step(0.0)")
     report = trainer.run_line_magic("npucompare", "slow fast --no-plot")
     cmp = report.comparison
-    assert cmp.significant and cmp.speedup > 1 and cmp.ci[0] > 1  # B faster; the CI excludes no change
-    # The analysis sees the 20 ms sleep outside every operator in each slow step (sleeps only
-    # overshoot), and most of it is gone from the step time; no tighter band, as a busy machine
-    # stretches the fast steps too.
+    # The delay's size as the analysis measures it, which load can only lengthen: each slow step
+    # holds its own sleep (as measured around it: sleeps only overshoot) outside every operator.
+    # Not the step medians: at load 7 on two cores whole time slices (16-20 ms) land in the
+    # 1 ms fast steps too, so their difference is anywhere from 20 ms to none.
     slow_steps = trainer.run_line_magic("npusteps", "--run slow")
-    assert (slow_steps["free_us"] >= 20_000).all()
-    saved_ms = (cmp.median_a_us - cmp.median_b_us) / 1000
-    assert 0.5 * slept_ms < saved_ms < slept_ms + 20
+    assert len(slow_steps) == len(slept_ms) == 8
+    assert (slow_steps["free_us"].to_numpy() / 1000 >= slept_ms - 0.5).all() and (slept_ms >= 20).all()
+    # the verdict: B faster, or (a machine too busy to tell) undecided; never the wrong way. Where
+    # no time slice landed in a fast step (each well under the 20 ms removed), it must be decided.
+    fast_steps = trainer.run_line_magic("npusteps", "--run fast")
+    assert not (cmp.significant and cmp.speedup < 1)
+    assert cmp.significant or fast_steps["wall_us"].max() >= 10_000
+    if cmp.significant:
+        assert cmp.speedup > 1 and cmp.ci[0] > 1 and cmp.sentence().startswith("fast is")
     assert cmp.changed == ["cell source"]
     assert "slow_step(0.02)" in cmp.diffs["cell source"] and "slow_step(0.0)" in cmp.diffs["cell source"]
-    assert cmp.sentence().startswith("fast is")
 
 
 def test_the_identical_cell_twice_is_no_difference_beyond_noise(trainer):

@@ -159,3 +159,26 @@ def test_columns_a_span_covers_whole_go_to_the_outermost_span(monkeypatch):
     monkeypatch.setattr(lod, "TABLE_LIMIT", 0)
     out, best = lod._dominant(s, e, codes, 0.0, 1000.0, 10)
     assert out.tolist() == [0] * 10 and np.allclose(best[1:9], 100.0)
+
+
+@pytest.mark.parametrize("t0, t1", [(-1e300, 1e300), (1e300, 1e300), (-1e308, -1e307), (0.0, 0.013)])
+def test_any_window_is_answered_in_strict_json_even_with_an_infinite_counter_sample(t0, t1):
+    # GIVEN a trace whose HBM counter holds an infinite sample (a corrupt vendor file)
+    import json
+    import warnings
+
+    import dataclasses
+
+    trace = _trace(host=[(0, 5_000, "a")], device=[(1_000, 2_000, "k")])
+    trace = dataclasses.replace(trace, counters=schema.sort_counters(schema.coerce(pd.DataFrame(
+        {"rank": 0, "device": 0, "group": "HBM", "name": "read", "unit": "B/s", "ts_ns": [0, 4_000, 8_000],
+         "value": [1.0, float("inf"), 2.0]}), schema.COUNTER_COLUMNS)))
+    index = TimelineIndex.build(trace)
+    # WHEN a window at or beyond the clamp (±1e300 ms) is asked for
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflowing int64 cast on the way
+        answer = index.query(t0, t1, 500)
+    # THEN the answer is strict JSON (no Infinity, no NaN) and its window is inside the clamp
+    json.dumps(answer, allow_nan=False)
+    assert -lod.VIEW_LIMIT_MS <= answer["t0"] < answer["t1"] and answer["t0"] <= lod.VIEW_LIMIT_MS
+    assert len(answer["series"]) == 1 and all(v is None or abs(v) < 1e300 for v in answer["series"][0])

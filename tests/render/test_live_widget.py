@@ -97,3 +97,106 @@ def test_a_findings_where_opens_in_the_view():
     assert widget.view["t1"] - widget.view["t0"] == pytest.approx(3 * 0.005)
     with pytest.raises(ValueError, match="names no step and no operator"):
         widget.show("nothing here")
+
+
+def _from_browser(widget, **state):
+    """Set ``state`` as the comm handler does on a message from the browser (ipywidgets'
+    ``_handle_msg`` calls ``set_state``), failing on any exception or numpy warning raised in it."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        widget.set_state(state)
+
+
+@pytest.mark.parametrize("view, error", [
+    ({"t0": 0.0, "t1": 1.0, "width": float("nan")}, "width nan: a number of pixels"),
+    ({"t0": 0.0, "t1": 1.0, "width": "wide"}, "width 'wide': a number of pixels"),
+    ({"t0": None, "t1": 1.0}, "t0 None: a number of ms"),
+    ({"t0": [1], "t1": 2.0}, r"t0 \[1\]: a number of ms"),
+    ({"t0": "0", "t1": 2.0}, "t0 '0': a number of ms"),
+    ({"t1": 2.0}, "t0 None: a number of ms"),
+    ({"t0": 0.0, "t1": float("nan")}, "t1 nan: a number of ms"),
+    ({"t0": True, "t1": 2.0}, "t0 True: a number of ms"),
+    ({"t0": 3.0, "t1": 1.0}, "t1 1.0 is not after t0 3.0"),
+    ([0, 1], "a view is {t0, t1, width, seq}, not list"),
+    (None, "a view is {t0, t1, width, seq}, not NoneType"),
+])
+def test_a_malformed_view_is_answered_with_an_error_not_an_exception(view, error):
+    # GIVEN the widget showing its whole run
+    widget = timeline_widget(_synthetic(4_000))
+    # WHEN the browser sends a view of the wrong shape (with seq 7 where it is a dict)
+    _from_browser(widget, view=dict(view, seq=7) if isinstance(view, dict) else view)
+    # THEN the answer is an error naming what is wrong, strict JSON, with nothing to draw
+    tiles = widget.tiles
+    assert tiles["error"].startswith("view refused: ")
+    import re
+
+    assert re.search(error, tiles["error"]), tiles["error"]
+    assert tiles["seq"] == (7 if isinstance(view, dict) else None) and tiles["lanes"] == []
+    json.dumps(tiles, allow_nan=False)
+
+
+@pytest.mark.parametrize("view, t0, t1", [
+    ({"t0": -1e308, "t1": 1e308}, -1e300, 1e300),
+    ({"t0": -float("inf"), "t1": float("inf")}, -1e300, 1e300),
+    ({"t0": -10**400, "t1": 10**400}, -1e300, 1e300),
+    ({"t0": 1e301, "t1": 1e302}, 1e300, None),  # wholly beyond: the narrowest window at the limit
+    ({"t0": 0.0, "t1": 1e300, "width": 10**30}, 0.0, 1e300),
+    ({"t0": 0.0, "t1": 1.0, "width": -5, "seq": float("nan")}, 0.0, 1.0),
+])
+def test_a_view_beyond_1e300_ms_is_clamped_and_answered_in_strict_json(view, t0, t1):
+    widget = timeline_widget(_synthetic(4_000))
+    _from_browser(widget, view=view)
+    tiles = widget.tiles
+    assert "error" not in tiles and tiles["t0"] == t0 and (t1 is None or tiles["t1"] == t1)
+    assert tiles["t1"] > tiles["t0"] and 1 <= tiles["width"] <= 8192
+    assert len(tiles["lanes"]) == len(widget.frame["lanes"])
+    json.dumps(tiles, allow_nan=False)  # no Infinity, no NaN (a busy share of 0/0 would be one)
+    assert all(0 <= b <= 1 for p in tiles["lanes"] if p["mode"] == "columns" for b in p["busy"])
+
+
+@pytest.mark.parametrize("probe, error", [
+    ({"id": -1}, "no event -1; ids run from 0 to 4399"),
+    ({"id": 4_400}, "no event 4400; ids run from 0 to 4399"),
+    ({"id": 10**30}, "no event 1000000000000000000000000000000; ids run"),
+    ({"id": 1e300}, r"no event 1e\+300; ids run"),
+    ({"id": "3"}, "id '3': an event id"),
+    ({"id": "x"}, "id 'x': an event id"),
+    ({"id": 2.5}, "id 2.5: an event id"),
+    ({"id": float("nan")}, "id nan: an event id"),
+    ({"id": float("inf")}, "id inf: an event id"),
+    ({"id": None}, "id None: an event id"),
+    ({"id": True}, "id True: an event id"),
+    ([], r'a probe is \{"id": N\}, not list'),
+    (None, r'a probe is \{"id": N\}, not NoneType'),
+])
+def test_a_malformed_probe_is_answered_with_an_error_not_an_exception(probe, error):
+    import re
+
+    widget = timeline_widget(_synthetic(4_000))
+    _from_browser(widget, probe=probe)
+    detail = widget.detail
+    assert detail["error"].startswith("probe refused: ") and re.search(error, detail["error"]), detail["error"]
+    assert "name" not in detail  # never another event's details (id -1 read the last event's)
+    json.dumps(detail, allow_nan=False)
+
+
+def test_after_an_error_answer_the_next_good_message_is_answered():
+    widget = timeline_widget(_synthetic(4_000))
+    _from_browser(widget, view={"t0": None, "t1": 1.0, "seq": 1})
+    _from_browser(widget, view={"t0": 0.0, "t1": 0.5, "width": 400, "seq": 2})
+    assert "error" not in widget.tiles and (widget.tiles["seq"], widget.tiles["t1"], widget.tiles["width"]) == (2, 0.5, 400)
+    _from_browser(widget, probe={"id": -1})
+    _from_browser(widget, probe={"id": 0})
+    assert "error" not in widget.detail and widget.detail["id"] == 0
+
+
+@pytest.mark.parametrize("t0, t1", [(0, float("inf")), (float("-inf"), 1.0), (float("nan"), 1.0), (0.0, float("nan")),
+                                    ("0", 1.0)])
+def test_zoom_to_a_window_without_finite_ends_is_refused(t0, t1):
+    widget = timeline_widget(_synthetic(4_000))
+    before = dict(widget.view)
+    with pytest.raises(ValueError, match=r"must be a finite number of ms from the first step"):
+        widget.zoom(t0, t1)
+    assert widget.view == before

@@ -129,6 +129,8 @@ def _inside(points: np.ndarray, lane: np.ndarray, spans: pd.DataFrame) -> np.nda
 
 def _contains(spans: Spans, points: np.ndarray) -> np.ndarray:
     starts, ends = spans.starts, spans.ends
+    if starts.size == 0:  # every span of the lane has no length (durations of 0 or -0.0)
+        return np.zeros(points.size, dtype=bool)
     k = np.searchsorted(starts, points, side="right") - 1
     return (k >= 0) & (points < ends[np.clip(k, 0, None)])
 
@@ -155,7 +157,10 @@ def tensor_cores(s) -> list[Finding]:
     eligible_launch = launches[_inside(launches["ts_ns"].to_numpy(), launches["lane"].astype(str).to_numpy(),
                                        ops.assign(lane=ops["lane"].astype(str)))]
     eligible = kernels[kernels["correlation"].isin(set(eligible_launch["correlation"]))]
-    ratio = float(eligible["dur_ns"].sum()) / float(kernels["dur_ns"].sum())
+    total = float(kernels["dur_ns"].sum())
+    if total <= 0:
+        return []  # kernels of no length (a dur of -0.0 or 0): no share of time to speak of
+    ratio = float(eligible["dur_ns"].sum()) / total
     if ratio <= 0:
         return []
     top = eligible.groupby(eligible["name"].astype(str))["dur_ns"].sum().sort_values(ascending=False).head(3)

@@ -10,6 +10,7 @@ pixels. Pure numpy and pandas: no matplotlib, no widget."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +26,11 @@ PYRAMID_FACTOR = 4
 EVENTS_MAX_PER_LANE = 1_000  # a lane sends its events, not columns, below min(this, pixels / 2)
 GAP_MIN_FRACTION = 0.02  # device idle gaps longer than this share of the view are marked
 MAX_WIDTH_PX = 8192  # a view wider than this (a browser's report gone wrong) is answered at this width
+# a view's ends are clamped to this many ms either side of the first step: far beyond any trace
+# (int64 ns end at 9.2e12 ms), and small enough that the ends in ns (x 1e6) and the view's span
+# stay finite floats, so an answer never carries Infinity or NaN
+VIEW_LIMIT_MS = 1e300
+_INT64_SAFE = float(2**62)  # times are clipped to this before an int64 search (1e306 ns would overflow it)
 # counter lanes, as the static timeline draws them (the host's: the profiled process's CPU share)
 COUNTER_GROUPS = ("HBM", "AI Core Freq", "Host")
 HOST_COUNTER = "Process/CPU"
@@ -150,8 +156,8 @@ class LaneIndex:
     def window(self, t0: float, t1: float) -> tuple[int, int]:
         """[i, j): the events that may overlap (t0, t1) (all that do; a few nested ones may not).
         Whole ns (int64, as the arrays: a float would convert them on every search)."""
-        return (int(np.searchsorted(self.reach, np.int64(np.floor(t0)), side="right")),
-                int(np.searchsorted(self.starts, np.int64(np.ceil(t1)), side="left")))
+        return (int(np.searchsorted(self.reach, _ns(np.floor(t0)), side="right")),
+                int(np.searchsorted(self.starts, _ns(np.ceil(t1)), side="left")))
 
     def busy(self, edges: np.ndarray) -> np.ndarray:
         """Share of each column between consecutive ``edges`` covered by the lane's spans."""
@@ -174,11 +180,16 @@ class LaneIndex:
     def gaps(self, t0: float, t1: float, min_ns: float) -> np.ndarray:
         """(start, end) pairs of the holes between the lane's spans within (t0, t1), at least ``min_ns``."""
         u = self.union
-        a = max(int(np.searchsorted(u.starts, np.int64(np.floor(t0)), side="right")) - 1, 0)
-        b = min(int(np.searchsorted(u.starts, np.int64(np.ceil(t1)), side="left")), len(u) - 1)
+        a = max(int(np.searchsorted(u.starts, _ns(np.floor(t0)), side="right")) - 1, 0)
+        b = min(int(np.searchsorted(u.starts, _ns(np.ceil(t1)), side="left")), len(u) - 1)
         s, e = u.ends[a:b], u.starts[a + 1:b + 1]  # the holes after spans a .. b-1
         keep = (e > t0) & (s < t1) & (e - s >= min_ns)
         return np.column_stack([s[keep], e[keep]])
+
+
+def _ns(t: float) -> np.int64:
+    """A time (float ns) as the int64 the lane arrays are searched with, clipped to their range."""
+    return np.int64(min(max(t, -_INT64_SAFE), _INT64_SAFE))
 
 
 def _depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -324,8 +335,11 @@ class TimelineIndex:
         per column (the column's maximum, else the last sample before it; None before the first).
         """
         width = min(max(int(width_px), 1), MAX_WIDTH_PX)
-        t0 = float(t0_ms) * 1e6
-        t1 = max(float(t1_ms) * 1e6, t0 + width)  # at least 1 ns per column
+        t0_ms, t1_ms = (min(max(float(t), -VIEW_LIMIT_MS), VIEW_LIMIT_MS) for t in (t0_ms, t1_ms))
+        t0 = t0_ms * 1e6
+        # at least 1 ns per column, and columns wider than the float spacing at t0 (far from the
+        # first step, t0 + 1 ns == t0: columns of no width would give busy shares of 0/0)
+        t1 = max(t1_ms * 1e6, t0 + width * max(1.0, abs(t0) * 1e-15))
         edges = np.linspace(t0, t1, width + 1)
         used: dict[int, int] = {}
 
@@ -420,7 +434,8 @@ def _series_columns(series: dict, edges: np.ndarray) -> list:
     before = a - 1
     carry = (~has) & (before >= 0)
     out[carry] = values[before[carry]]
-    return [None if v != v else v for v in np.round(out, 4).tolist()]  # NaN (no sample yet) as null
+    # NaN (no sample yet) as null, and an infinite sample too: answers are strict JSON
+    return [v if math.isfinite(v) else None for v in np.round(out, 4).tolist()]
 
 
 def _reduce_max(values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -58,7 +58,7 @@ export default {
 
     let frame = model.get("frame"), layout = rowsOf(frame);
     let win = {t0: model.get("view").t0, t1: model.get("view").t1};
-    let seq = model.get("view").seq || 0, tiles = model.get("tiles"), drawn = 0;
+    let seq = model.get("view").seq || 0, tiles = model.get("tiles"), drawn = 0, refused = "";
     let hoverId = null;
 
     const plotWidth = () => Math.max(Math.floor(canvas.clientWidth || el.clientWidth || 1000) - GUTTER, 50);
@@ -148,7 +148,8 @@ export default {
       root.dataset.t0 = win.t0; root.dataset.t1 = win.t1; root.dataset.items = drawn;
       root.dataset.lanes = frame.lanes.length; root.dataset.answered = tiles.seq ?? -1;
       bar.textContent = `${frame.title ? frame.title + " — " : ""}${fmt(win.t0)} … ${fmt(win.t1)} (${fmt(win.t1 - win.t0)} shown)`
-        + ` · ${drawn} items · answer ${tiles.query_ms ?? "?"} ms in the kernel · wheel: zoom, drag: pan, double-click: all`;
+        + ` · ${drawn} items · answer ${tiles.query_ms ?? "?"} ms in the kernel · wheel: zoom, drag: pan, double-click: all`
+        + (refused ? ` · ${refused}` : "");
     }
 
     function drawSeries(g, row, w) {
@@ -233,7 +234,8 @@ export default {
     canvas.addEventListener("mouseleave", () => { tip.style.display = "none"; });
     canvas.addEventListener("dblclick", () => { win = {t0: frame.extent[0], t1: frame.extent[1]}; draw(); ask(); });
 
-    model.on("change:tiles", () => { tiles = model.get("tiles"); draw(); });
+    // an error answer (the kernel refused a view) keeps the last drawing and says why in the bar
+    model.on("change:tiles", () => { const t = model.get("tiles"); refused = t.error || ""; if (!t.error) tiles = t; draw(); });
     model.on("change:view", () => {
       const v = model.get("view");
       if (v.seq > seq || v.t0 !== win.t0 || v.t1 !== win.t1) { seq = Math.max(seq, v.seq || 0); win = {t0: v.t0, t1: v.t1}; draw(); }
@@ -241,6 +243,7 @@ export default {
     model.on("change:detail", () => {
       const d = model.get("detail");
       if (d.id !== hoverId || tip.style.display === "none") return;
+      if (d.error) { tip.textContent = d.error; return; }
       tip.textContent = [d.name, `${fmt(d.dur_us / 1000)} from ${fmt(d.start_ms)}`, `step ${d.step}`,
                          d.shapes && `shapes ${d.shapes}`, d.source && `source ${d.source}`].filter(Boolean).join("\n");
     });

@@ -1,11 +1,18 @@
 """The live timeline widget: an anywidget whose ES module (timeline.js) draws on a canvas and,
 on every zoom or pan, sets ``view`` (the window in ms and its pixel width); the kernel answers in
 ``tiles`` from the run's :class:`~.lod.TimelineIndex`. The browser never holds the trace, only
-the latest answer: a few thousand columns or events."""
+the latest answer: a few thousand columns or events.
+
+What the browser sets (``view``, ``probe``) is read as untrusted: a message of the wrong shape
+(a text width, a null ``t0``, an id beyond the events) is answered with ``{"error": ...}`` in
+``tiles`` or ``detail``, never with an exception in the comm handler (ipywidgets would print its
+traceback in the notebook and the view would wait for an answer that never comes)."""
 
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import re
 import time
 from pathlib import Path
@@ -14,7 +21,7 @@ import anywidget
 import numpy as np
 import traitlets
 
-from .lod import TimelineIndex
+from .lod import MAX_WIDTH_PX, VIEW_LIMIT_MS, TimelineIndex
 
 log = logging.getLogger(__name__)
 DEFAULT_WIDTH_PX = 1000  # the plot's width until the browser reports its own
@@ -31,9 +38,11 @@ class TimelineWidget(anywidget.AnyWidget):
 
     _esm = Path(__file__).with_name("timeline.js")
     frame = traitlets.Dict().tag(sync=True)  # lanes, series, steps, extent, title: drawn once
-    view = traitlets.Dict().tag(sync=True)
+    # set by the browser: Any, so a message that is no dict reaches _answer / _describe and is
+    # answered, instead of failing the trait's type check inside the comm handler
+    view = traitlets.Any({}).tag(sync=True)
     tiles = traitlets.Dict().tag(sync=True)
-    probe = traitlets.Dict().tag(sync=True)
+    probe = traitlets.Any({}).tag(sync=True)
     detail = traitlets.Dict().tag(sync=True)
 
     def __init__(self, index: TimelineIndex, title: str = "", **kwargs) -> None:
@@ -46,24 +55,38 @@ class TimelineWidget(anywidget.AnyWidget):
     @traitlets.observe("view")
     def _answer(self, change) -> None:
         v = change["new"]
-        if not (np.isfinite(float(v.get("t0", np.nan))) and np.isfinite(float(v.get("t1", np.nan)))):
-            log.debug("timeline view %r ignored: no finite window", v)
+        seq = _seq(v.get("seq", 0) if isinstance(v, dict) else None)
+        try:
+            t0, t1, width = _read_view(v)
+        except ValueError as exc:
+            log.debug("timeline view %r refused: %s", v, exc)
+            self.tiles = {"seq": seq, "error": f"view refused: {exc}", "lanes": [], "names": [], "series": []}
             return
         began = time.perf_counter()
-        answer = self.index.query(float(v["t0"]), float(v["t1"]), int(v.get("width") or DEFAULT_WIDTH_PX))
-        answer.update(seq=v.get("seq", 0), query_ms=round((time.perf_counter() - began) * 1e3, 2))
+        answer = self.index.query(t0, t1, width)
+        answer.update(seq=seq, query_ms=round((time.perf_counter() - began) * 1e3, 2))
         self.tiles = answer
-        log.debug("timeline view %.3f..%.3f ms at %s px answered in %s ms", v["t0"], v["t1"], v.get("width"),
-                  answer["query_ms"])
+        log.debug("timeline view %.3f..%.3f ms at %s px answered in %s ms", t0, t1, width, answer["query_ms"])
 
     @traitlets.observe("probe")
     def _describe(self, change) -> None:
-        row = change["new"].get("id")
-        if row is not None:
-            self.detail = dict(self.index.details(int(row)), id=row)
+        p = change["new"]
+        if isinstance(p, dict) and "id" not in p:
+            return  # nothing asked (the browser's empty probe)
+        row = p.get("id") if isinstance(p, dict) else None
+        try:
+            if not isinstance(p, dict):
+                raise ValueError(f"a probe is {{\"id\": N}}, not {type(p).__name__}")
+            self.detail = dict(self.index.details(_event_id(row, len(self.index.events))), id=row)
+        except ValueError as exc:
+            log.debug("timeline probe %r refused: %s", p, exc)
+            self.detail = {"id": _seq(row), "error": f"probe refused: {exc}"}
 
     def zoom(self, t0_ms: float, t1_ms: float) -> None:
-        """Show the window from ``t0_ms`` to ``t1_ms`` (ms from the first step)."""
+        """Show the window from ``t0_ms`` to ``t1_ms`` (ms from the first step; finite)."""
+        for end, value in (("start", t0_ms), ("end", t1_ms)):
+            if not (_is_number(value) and _finite(value)):
+                raise ValueError(f"zoom {t0_ms}:{t1_ms}: the {end} must be a finite number of ms from the first step")
         if not t1_ms > t0_ms:
             raise ValueError(f"zoom {t0_ms}:{t1_ms}: the end must come after the start")
         self.view = {"t0": float(t0_ms), "t1": float(t1_ms), "width": self.view.get("width", DEFAULT_WIDTH_PX),
@@ -101,3 +124,53 @@ class TimelineWidget(anywidget.AnyWidget):
         pad = max(best[1] - best[0], 1_000)
         self.zoom((best[0] - pad) / 1e6, (best[1] + pad) / 1e6)
         return str(index.names[code])
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _finite(value: numbers.Real) -> bool:
+    # an int is finite however long (math.isfinite would overflow converting 10**400 to float)
+    return isinstance(value, numbers.Integral) or math.isfinite(value)
+
+
+def _read_view(v: object) -> tuple[float, float, int]:
+    """(t0 ms, t1 ms, width px) of a view message, ends clamped to ±VIEW_LIMIT_MS and the width
+    to 1..MAX_WIDTH_PX; ValueError naming what is wrong with it."""
+    if not isinstance(v, dict):
+        raise ValueError(f"a view is {{t0, t1, width, seq}}, not {type(v).__name__}")
+    for key in ("t0", "t1"):
+        value = v.get(key)
+        if not _is_number(value) or value != value:
+            raise ValueError(f"{key} {value!r:.40}: a number of ms from the first step")
+    if not v["t1"] > v["t0"]:
+        raise ValueError(f"t1 {v['t1']!r:.40} is not after t0 {v['t0']!r:.40}")
+    # clamped before float(): an int of 400 digits would overflow it; a window wholly beyond the
+    # limit becomes one of the narrowest width there (TimelineIndex.query widens it)
+    ends = [float(max(min(v[key], VIEW_LIMIT_MS), -VIEW_LIMIT_MS)) for key in ("t0", "t1")]
+    width = v.get("width")
+    if width is None:
+        return ends[0], ends[1], DEFAULT_WIDTH_PX
+    if not _is_number(width) or width != width:
+        raise ValueError(f"width {width!r:.40}: a number of pixels")
+    return ends[0], ends[1], int(max(min(width, MAX_WIDTH_PX), 1))
+
+
+def _event_id(row: object, events: int) -> int:
+    """A probe's ``id`` as a row of the index's events; ValueError when it names none."""
+    if not _whole(row):
+        raise ValueError(f"id {row!r:.40}: an event id (a whole number)")
+    if not 0 <= row < events:
+        raise ValueError(f"no event {row!r:.40}; ids run from 0 to {events - 1}")
+    return int(row)
+
+
+def _whole(value: object) -> bool:
+    return _is_number(value) and _finite(value) and int(value) == value
+
+
+def _seq(value: object) -> int | None:
+    """A message's ``seq`` or ``id`` to echo: a whole number JavaScript holds exactly, else None
+    (NaN or 10**400 would not be strict JSON, or not survive the browser's parse)."""
+    return int(value) if _whole(value) and abs(value) <= 2**53 else None

@@ -51,7 +51,8 @@ def kernel_details(path: Path, events: pd.DataFrame,
                        text_or_out_of_range_Start_Time=~ts_ok, text_or_out_of_range_Duration=~dur_ok,
                        negative_Duration=dur < 0, negative_Start_Time=ts < 0,
                        # one task is one row: the same task twice (a concatenated export) would count twice
-                       repeated_row=raw.duplicated(keep="first").to_numpy())
+                       repeated_row=raw.duplicated(keep="first").to_numpy(),
+                       Duration_longer_than_the_capture=_outlasting(ts, dur, ts_ok & dur_ok & (ts >= 0) & (dur >= 0)))
     keep = good & ~is_collective(raw)  # collectives: HCCL lanes
     raw, ts, dur = raw[keep].reset_index(drop=True), ts[keep], dur[keep]
     # Stream and connection id come from the matching Ascend Hardware task (same start time).
@@ -77,6 +78,25 @@ def kernel_details(path: Path, events: pd.DataFrame,
         "type": kernel_type,
     })
     return kernels, _kernel_metrics(raw, ts, dur, stream), raw.assign(ts_ns=ts, dur_ns=dur)
+
+
+TASK_LIMIT_NS = 86_400 * 10**9  # a day: a task that long is no measurement (captures last seconds to minutes)
+
+
+def _outlasting(ts: np.ndarray, dur: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """The rows whose task cannot have run that long: longer than a day, or (as the stray device
+    events' bound, :mod:`.._stray`) longer than the capture the file's own start times span
+    (at least :data:`~.._stray.SLACK_NS`) twice over plus all the other tasks' time together.
+    The file alone judges: without trace_view.json there are no host events to bound the
+    capture, and one task of 1e12 µs beside one other is as impossible as beside a thousand."""
+    from .._stray import SLACK_NS
+
+    out = valid & (dur > TASK_LIMIT_NS)
+    if valid.sum() >= 2:
+        capture = max(float(SLACK_NS), float(ts[valid].max() - ts[valid].min()))
+        others = float(dur[valid].astype(np.float64).sum()) - dur.astype(np.float64)  # float: a sum past int64
+        out |= valid & (dur > others + 2 * capture)
+    return out
 
 
 def _type_from_name(names: pd.Series) -> pd.Series:
@@ -204,7 +224,7 @@ class VendorTables(Mapping):
         if notes is not None and "step_trace_time" in self._paths and "step_trace_time" not in self._tables:
             # read now (it is small): its bad rows are said with the rank's other notes
             path = self._paths["step_trace_time"]
-            self._tables["step_trace_time"] = _good_step_trace(read_csv(path), notes, path)
+            self._tables["step_trace_time"] = good_step_trace(read_csv(path), notes, path)
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._tables:
@@ -223,7 +243,7 @@ class VendorTables(Mapping):
         return len(set(self._paths) | set(self._tables))
 
 
-def _good_step_trace(table: pd.DataFrame, notes: ReadNotes, path: Path) -> pd.DataFrame:
+def good_step_trace(table: pd.DataFrame, notes: ReadNotes, path: Path) -> pd.DataFrame:
     """step_trace_time.csv without the rows no profiler writes, each counted in ``notes``: a
     negative time, a Computing, Communication(Not Overlapped) or Free longer than the step's Stage,
     a step listed twice (an exact repeat is left out; differing rows of one step all are, as

@@ -135,7 +135,7 @@ def read_rank_parts(rank_dir: Path, notes: ReadNotes | None = None) -> dict[str,
             parts = text.read_csv_rank(rank_dir, rank, notes)
     elif (out / "step_trace_time.csv").is_file():
         with reading(out / "step_trace_time.csv"):
-            parts = text.read_step_trace_rank(rank_dir, rank)
+            parts = text.read_step_trace_rank(rank_dir, rank, notes)
     else:
         raise TraceError(out, _unreadable(out))
     _leave_out_stray(parts, out, notes)

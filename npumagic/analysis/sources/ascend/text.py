@@ -24,8 +24,8 @@ from .._counters import chrome_counters
 from .._kineto_decode import AscendEvent
 from .._notes import ReadNotes, reading
 from .._stream import EventStream
-from .csv_tables import (KERNEL_COLUMNS, VendorTables, is_collective, kernel_details, l2_cache, memory_record,
-                         step_trace_rows, vendor_column)
+from .csv_tables import (KERNEL_COLUMNS, VendorTables, good_step_trace, is_collective, kernel_details, l2_cache,
+                         memory_record, step_trace_rows, vendor_column)
 from .discover import OUTPUT, device_info
 from .files import read_csv
 from .trace_view import hccl_tasks, process_names, profiler_steps, trace_events
@@ -150,11 +150,17 @@ def read_csv_rank(rank_dir: Path, rank: int, notes: ReadNotes) -> dict[str, Any]
     }
 
 
-def read_step_trace_rank(rank_dir: Path, rank: int) -> dict[str, Any]:
-    """Only step_trace_time.csv: torch_npu's own breakdown, kept as it is and marked as such."""
+def read_step_trace_rank(rank_dir: Path, rank: int, notes: ReadNotes | None = None) -> dict[str, Any]:
+    """Only step_trace_time.csv: torch_npu's own breakdown, kept as it is and marked as such;
+    rows no profiler writes (a part longer than its Stage, a step listed twice) left out and
+    counted in ``notes``, as where the tasks are read too."""
     out = rank_dir / OUTPUT
-    header, rows = step_trace_rows(out / "step_trace_time.csv")
-    table = pd.DataFrame(rows, columns=header)
+    path = out / "step_trace_time.csv"
+    header, rows = step_trace_rows(path)
+    table = good_step_trace(pd.DataFrame(rows, columns=header), notes if notes is not None else ReadNotes(), path)
+    if rows and table.empty:
+        raise TraceError(path, f"none of its {len(rows)} step rows is one a profiler writes (each has a part longer "
+                               "than its Stage, or lists a step twice)")
     vendor = VendorTables(out, {"step_trace_time": table})
     step = pd.to_numeric(table["Step"])
     stage = pd.to_numeric(table.get("Stage", 0), errors="coerce").fillna(0.0)

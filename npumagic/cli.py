@@ -369,9 +369,10 @@ def _reference(session, named: str | None, command: list[str]) -> None:
 
 
 def _trigger(args) -> int:
-    from .capture.launch import job_info, trigger
+    from .capture.launch import JOB_START_WAIT, job_info, trigger
 
-    steps = args.steps if args.steps is not None else int(job_info(args.run_dir).get("steps") or 3)
+    job = job_info(args.run_dir, wait=JOB_START_WAIT)  # started in the same breath (`... &`): its folder comes
+    steps = args.steps if args.steps is not None else job["steps"]
     ident = trigger(Path(args.run_dir), steps)
     into = Path(args.run_dir) / f"trigger-{ident}"
     if args.json:

@@ -265,7 +265,10 @@ def _show(args) -> int:
         raise NpumagicError("-o/--output is empty: give the image file to write (e.g. -o timeline.png)")
     out = Path(args.output)
     out = out if out.suffix else out.with_name(out.name + ".png")  # what savefig writes; said as written
-    fig.savefig(out, dpi=args.dpi)
+    from .render.views import figure_bytes
+    from .safeio import write_atomic
+
+    write_atomic(out, figure_bytes(fig, out.suffix[1:].lower(), dpi=args.dpi))  # a link planted there: replaced
     if args.json:
         from .jsonout import show_doc
 

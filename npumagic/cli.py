@@ -320,7 +320,10 @@ def _show(args) -> int:
         raise NpumagicError("-o/--output is empty: give the image file to write (e.g. -o timeline.png)")
     out = Path(args.output)
     out = out if out.suffix else out.with_name(out.name + ".png")  # what savefig writes; said as written
-    fig.savefig(out, dpi=args.dpi)
+    from .render.views import figure_bytes
+    from .safeio import write_atomic
+
+    write_atomic(out, figure_bytes(fig, out.suffix[1:].lower(), dpi=args.dpi))  # a link planted there: replaced
     if args.json:
         from .jsonout import show_doc
 
@@ -476,9 +479,10 @@ def _entry(command: list[str]) -> tuple[str, ...]:
 
 
 def _trigger(args) -> int:
-    from .capture.launch import job_info, trigger
+    from .capture.launch import JOB_START_WAIT, job_info, trigger
 
-    steps = args.steps if args.steps is not None else int(job_info(args.run_dir).get("steps") or 3)
+    job = job_info(args.run_dir, wait=JOB_START_WAIT)  # started in the same breath (`... &`): its folder comes
+    steps = args.steps if args.steps is not None else job["steps"]
     ident = trigger(Path(args.run_dir), steps)
     into = Path(args.run_dir) / f"trigger-{ident}"
     if args.json:

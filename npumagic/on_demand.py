@@ -1,11 +1,16 @@
 """An on-demand job (``npumagic run --on-demand``): the command runs with the capture armed but
 idle; each ``npumagic trigger`` makes it capture its next N steps into ``JOB_DIR/trigger-ID``,
-and each such window becomes a run in the history as soon as every process has closed it."""
+and each such window becomes a run in the history as soon as every process has closed it.
+
+The job's folder is read while the training runs, and anyone who can write it may put anything
+there: what is not a window or a record npumagic wrote is skipped and said once, and a window
+that cannot be recorded is said once too; neither ever stops the command."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import shlex
 import time
 from pathlib import Path
@@ -14,7 +19,7 @@ from typing import Callable
 from .capture import CaptureOptions
 from .capture import launch
 from .capture.backends import environment_snapshot
-from .capture.inject import TRIGGER_DIR, Config, write_json
+from .capture.inject import TRIGGER_DIR, Config, created, write_json
 from .names import check_name, file_stem
 from .recorder import RunOutcome
 from .session import Session
@@ -31,27 +36,41 @@ def run_on_demand(session: Session, argv: list[str], options: CaptureOptions, na
     if name is not None:
         check_name(name)
     job_dir = _new_folder(session.output_dir, file_stem(name or "on-demand"))
-    write_json(job_dir / launch.JOB_FILE, {"pid": os.getpid(), "command": list(argv), "steps": options.steps,
-                                           "output_dir": str(session.output_dir), "created": time.time()})
+    # the pid with its start time: `npumagic trigger` never takes a later process given this pid for the job
+    write_json(job_dir / launch.JOB_FILE, {"pid": os.getpid(), "started": created(), "command": list(argv),
+                                           "steps": options.steps, "output_dir": str(session.output_dir),
+                                           "created": time.time()})
     if started is not None:
         started(job_dir)
     recorded: dict[int, RunOutcome] = {}
+    failed: set[int] = set()
 
     def record(ended: launch.Ended | None) -> None:
-        for trigger, folder in _windows(job_dir):
-            if trigger in recorded:
+        for trigger, folder in launch.windows(job_dir):
+            if trigger in recorded or trigger in failed:
                 continue
-            found = launch.records(folder)
-            if not found or (ended is None and not _closed(found, job_dir)):
+            try:
+                found = launch.records(folder)
+                if not found or (ended is None and not _closed(found, job_dir)):
+                    continue
+                recorded[trigger] = _record(session, argv, options, name, trigger, folder, found, ended)
+            except Exception as exc:  # noqa: BLE001 - the training must go on: the window is said lost, once
+                failed.add(trigger)
+                print(f"npumagic: trigger {trigger}'s window ({folder}) could not be recorded "
+                      f"({type(exc).__name__}: {exc}); the job runs on", file=sys.stderr, flush=True)
                 continue
-            recorded[trigger] = _record(session, argv, options, name, trigger, folder, found, ended)
             if shown is not None:
-                shown(recorded[trigger])
+                try:
+                    shown(recorded[trigger])
+                except Exception as exc:  # noqa: BLE001 - it is recorded; showing it must not stop the job
+                    print(f"npumagic: {recorded[trigger].run.name} is recorded but could not be shown "
+                          f"({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
 
     config = Config(str(job_dir), options.as_dict(), on_demand=True, backend=session.prefer_backend)
     ended = launch.run(argv, launch.environment(config), output=output, tick=lambda: record(None),
                        forward_interrupt=forward_interrupt)
     record(ended)
+    _untaken(job_dir, set(recorded) | failed)
     return [recorded[k] for k in sorted(recorded)], ended
 
 
@@ -67,23 +86,20 @@ def _new_folder(root: Path, stem: str) -> Path:
     raise FileExistsError(root / stem)
 
 
-def _windows(job_dir: Path) -> list[tuple[int, Path]]:
-    out = []
-    for folder in job_dir.glob(TRIGGER_DIR.format("*")):
-        ident = folder.name.split("-", 1)[1]
-        if ident.isdigit():
-            out.append((int(ident), folder))
-    return sorted(out)
-
-
 def _closed(found: list[dict], job_dir: Path) -> bool:
     """Whether every process of the job that is still running has closed this window (a rank
     that has not yet seen the trigger has not written its record)."""
-    import psutil
+    known = {(r["pid"], r.get("created")) for _, folder in launch.windows(job_dir) for r in launch.records(folder)}
+    done = {r["pid"] for r in found if r["state"] == "done"}
+    return all(pid in done or not launch.process_alive(pid, started) for pid, started in known)
 
-    known = {r["pid"] for _, folder in _windows(job_dir) for r in launch.records(folder)}
-    done = {r["pid"] for r in found if r.get("state") == "done"}
-    return all(pid in done or not psutil.pid_exists(pid) for pid in known)
+
+def _untaken(job_dir: Path, recorded: set[int]) -> None:
+    """Say which triggers the job ended without capturing (sent before a step it never reached)."""
+    for ident in range(1, launch.sent_trigger(job_dir) + 1):
+        if ident not in recorded:
+            print(f"npumagic: trigger {ident} captured nothing: no process of the job reached a step boundary "
+                  "(optimizer.step() or npumagic.step()) after it was sent", file=sys.stderr, flush=True)
 
 
 def _record(session: Session, argv: list[str], options: CaptureOptions, name: str | None, trigger: int,
@@ -109,8 +125,8 @@ def attach(job_dir: str | Path, steps: int | None = None, timeout: float = 600) 
     from .named_runs import NamedRuns
 
     job_dir = Path(job_dir).resolve()
-    job = launch.job_info(job_dir)
-    ident = launch.trigger(job_dir, steps if steps is not None else int(job.get("steps") or 3))
+    job = launch.job_info(job_dir, wait=launch.JOB_START_WAIT)
+    ident = launch.trigger(job_dir, steps if steps is not None else job["steps"])
     window, out = str(job_dir / TRIGGER_DIR.format(ident)), Path(job["output_dir"])
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -11,15 +11,26 @@ import secrets
 from pathlib import Path
 
 
-def write_atomic(path: str | Path, data: bytes | str, encoding: str = "utf-8") -> None:
-    """Write ``data`` to ``path`` whole or not at all (OSError when it cannot be written)."""
+def write_atomic(path: str | Path, data: bytes | str, encoding: str = "utf-8", mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` whole or not at all (OSError when it cannot be written).
+
+    The temporary file is created new (``O_CREAT | O_EXCL | O_NOFOLLOW``) under a random name:
+    a link or file planted at any name beside it is never opened, and a name already taken
+    is passed over for another."""
     path = Path(path)
     if isinstance(data, str):
         data = data.encode(encoding)
     if path.is_dir():
         raise IsADirectoryError(21, "Is a directory", str(path))
-    tmp = path.with_name(f".{path.name[:200]}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for attempt in range(_TRIES):
+        tmp = path.with_name(f".{path.name[:200]}.{secrets.token_hex(8)}.tmp")
+        try:
+            fd = os.open(tmp, flags, mode)
+            break
+        except FileExistsError:
+            if attempt == _TRIES - 1:
+                raise
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -32,6 +43,9 @@ def write_atomic(path: str | Path, data: bytes | str, encoding: str = "utf-8") -
         except OSError:
             pass
         raise
+
+
+_TRIES = 5  # random names: a taken one is a planted file, and five in a row something else
 
 
 def linked(path: str | Path, root: str | Path) -> bool:

@@ -307,7 +307,9 @@ class HostSampler:
         if frame["ts_ns"].nunique() < 2:
             return None
         path = Path(run_dir) / FILE_NAME
-        frame.round(3).to_csv(path, index=False)
+        from ..safeio import write_atomic
+
+        write_atomic(path, frame.round(3).to_csv(index=False))  # a link planted at the name is not written through
         return path
 
 

@@ -57,17 +57,30 @@ class Config:
 def rank() -> int:
     """This process's rank as torchrun (or mpirun / SLURM through torch) sets it; 0 alone."""
     for key in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-        if os.environ.get(key, "").isdigit():
-            return int(os.environ[key])
+        value = os.environ.get(key, "")
+        if value.isascii() and value.isdigit() and len(value) < 10:  # "²".isdigit() is True too
+            return int(value)
     return 0
 
 
 def write_json(path: Path, payload: dict) -> None:
-    """Write ``payload`` so a reader never sees half of it."""
+    """Write ``payload`` so a reader never sees half of it and no link planted beside it (at
+    the temporary name of this or the next pid) is followed: see :func:`npumagic.safeio.write_atomic`."""
+    from ..safeio import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, default=str))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(payload, default=str))
+
+
+def created(pid: int | None = None) -> float | None:
+    """When process ``pid`` (default this one) started, as psutil says: with its pid, what
+    tells it from a later process given the same pid. None where psutil cannot say."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).create_time()
+    except Exception:  # noqa: BLE001 - psutil missing where the command runs, or the process gone
+        return None
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -123,6 +136,7 @@ class Injected:
         self.stopped: str | None = None  # why
         self.trigger: int | None = None
         self.window_options = self.options
+        self.created = created()  # with the pid in each record: the parent tells this process from a later one
 
     # -- arming -----------------------------------------------------------------------------
     def install(self, hook: bool = True, seen_loaders: list = ()) -> None:
@@ -151,8 +165,11 @@ class Injected:
         sys.excepthook = excepthook
         atexit.register(self.close)
         if self.config.on_demand:
-            self.seen_control = _stamp(self.control)  # a trigger written before this job started is old
-            self.handled = _read_id(self.control)
+            # a trigger sent before this process's first step is taken at that step, unless the
+            # job's other processes have closed its window already (this one started after it)
+            order = _read_order(self.control)
+            if order is not None and _window_closed(self.run_dir / TRIGGER_DIR.format(order[0])):
+                self.seen_control, self.handled = _stamp(self.control), order[0]
 
     def _watch_loaders(self, module) -> None:
         from .dataloaders import recording
@@ -187,7 +204,10 @@ class Injected:
             except Exception:  # noqa: BLE001
                 pass
         self.window_dir = self.window_dir or self.run_dir
-        self._write("done", clock)
+        try:
+            self._write("done", clock)
+        except Exception:  # noqa: BLE001 - the window's folder cannot be written: said above, training goes on
+            pass
 
     def _step(self, explicit: bool) -> None:
         clock = self.clock
@@ -206,11 +226,10 @@ class Injected:
         if stamp is None or stamp == self.seen_control:
             return
         self.seen_control = stamp
-        try:
-            order = json.loads(self.control.read_text())
-            trigger, count = int(order["id"]), int(order["steps"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return  # half-written or edited by hand: the next boundary reads it again
+        order = _read_order(self.control)
+        if order is None:
+            return  # not a trigger npumagic wrote (said once); a new one replaces it
+        trigger, count = order
         if trigger == self.handled:
             return
         self.handled = trigger
@@ -262,20 +281,29 @@ class Injected:
             except BaseException as exc:  # noqa: BLE001 - the record must still be written
                 self.error = self.error or (f"the profiler did not finish writing its trace "
                                             f"({type(exc).__name__}: {exc})")
-                self._write("done", clock)
+                self._write_at_exit(clock)
         elif self.window_dir is not None and not self.config.on_demand:
-            self._write("done", None)  # the steps seen after the window
+            self._write_at_exit(None)  # the steps seen after the window
+
+    def _write_at_exit(self, clock: "_steps.StepClock | None") -> None:
+        try:
+            self._write("done", clock)
+        except Exception as exc:  # noqa: BLE001 - the command's own exit comes first
+            print(f"npumagic: the capture's record could not be written ({type(exc).__name__}: {exc})",
+                  file=sys.stderr)
 
     def _write(self, state: str, clock: "_steps.StepClock | None" = None) -> None:
         from .runner import recorded
 
         steps = clock.steps if clock is not None else None
         path = self.window_dir / PROCESSES / f"{os.getpid()}.json"
-        if clock is None and path.exists() and state == "done":
-            payload = json.loads(path.read_text())
-        else:
+        payload = None
+        if clock is None and state == "done":
+            payload = _own_record(path)
+        if payload is None:
             backend = self.backend
-            payload = {"pid": os.getpid(), "host": socket.gethostname(), "rank": rank(), "trigger": self.trigger,
+            payload = {"pid": os.getpid(), "created": self.created, "host": socket.gethostname(), "rank": rank(),
+                       "trigger": self.trigger,
                        "backend": getattr(backend, "name", None), "device": getattr(backend, "device_name", None),
                        "versions": backend.versions() if backend else {}, "notes": self.notes, "started": self.started,
                        "steps": steps or 0, "recorded": recorded(self.window_options, steps or 0),
@@ -308,10 +336,41 @@ def _stamp(path: Path) -> tuple | None:
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
-def _read_id(path: Path) -> int | None:
+def _read_order(path: Path) -> tuple[int, int] | None:
+    """The trigger's (id, steps) in the control file; None when there is none, or it is not one
+    npumagic wrote (said once on stderr: a planted file never stops the training)."""
+    from .jobfiles import TRIGGER_FIELDS, BadFile, read_record, said_once
+
     try:
-        return int(json.loads(path.read_text())["id"])
-    except (OSError, ValueError, KeyError, TypeError):
+        order = read_record(path, TRIGGER_FIELDS, "a trigger")
+    except FileNotFoundError:
+        return None
+    except BadFile as exc:
+        said_once(exc, "ignored", stderr=True)
+        return None
+    return order["id"], order["steps"]
+
+
+def _window_closed(window: Path) -> bool:
+    """Whether some process of the job has closed trigger window ``window`` (a done record)."""
+    from .jobfiles import PROCESS_FIELDS, BadFile, read_record
+
+    for path in sorted((window / PROCESSES).glob("*.json")):
+        try:
+            if read_record(path, PROCESS_FIELDS, "a process record")["state"] == "done":
+                return True
+        except (OSError, BadFile):
+            continue
+    return False
+
+
+def _own_record(path: Path) -> dict | None:
+    """This process's record as it last wrote it; None when it is gone or not one (replaced)."""
+    from .jobfiles import PROCESS_FIELDS, BadFile, read_record
+
+    try:
+        return read_record(path, PROCESS_FIELDS, "a process record")
+    except (OSError, BadFile):
         return None
 
 

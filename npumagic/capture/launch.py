@@ -10,8 +10,8 @@ say what each process saw; :func:`collect` turns them into a :class:`CaptureResu
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -25,12 +25,14 @@ from typing import IO, Callable
 
 from ..errors import NpumagicError
 from .inject import CONTROL, ENV, PROCESSES, TRIGGER_DIR, Config, write_json
+from .jobfiles import COUNT_MAX, ID_MAX, JOB_FIELDS, PROCESS_FIELDS, TRIGGER_FIELDS, BadFile, read_record, said_once
 from .options import CaptureOptions
 from .runner import CaptureResult
 
 BOOTSTRAP = Path(__file__).resolve().with_name("bootstrap")  # holds the sitecustomize.py
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds this npumagic
 JOB_FILE = "npumagic_job.json"  # an on-demand job's pid and command, for `npumagic trigger`
+JOB_START_WAIT = 10.0  # s `npumagic trigger` waits for a job folder not made yet (`npumagic run --on-demand ... &`)
 
 
 class CommandEnded(NpumagicError):
@@ -286,14 +288,21 @@ def _copy(source: IO[str], sink: IO[str]) -> None:
 
 
 def records(run_dir: Path) -> list[dict]:
-    """What each process of the command wrote about its capture, lowest rank first."""
+    """What each process of the command wrote about its capture, lowest rank first. A file
+    that is not such a record (planted, edited, another user's) is skipped and said once."""
     out = []
-    for path in sorted((run_dir / PROCESSES).glob("*.json")):
+    folder = run_dir / PROCESSES
+    if folder.is_symlink():
+        said_once(BadFile(folder, "a symbolic link: its records are not this run's"))
+        return out
+    for path in sorted(folder.glob("*.json")):
         try:
-            out.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue  # a process killed while writing: its trace says what it recorded
-    return sorted(out, key=lambda r: (r.get("rank", 0), r.get("pid", 0)))
+            out.append(read_record(path, PROCESS_FIELDS, "a process record"))
+        except FileNotFoundError:
+            continue
+        except BadFile as exc:  # an empty one is a process killed while writing: its trace says what it recorded
+            said_once(exc)
+    return sorted(out, key=lambda r: (r.get("rank", 0), r["pid"]))
 
 
 def collect(run_dir: Path, options: CaptureOptions, ended: Ended | None, found: list[dict]) -> CaptureResult:
@@ -334,36 +343,106 @@ def collect(run_dir: Path, options: CaptureOptions, ended: Ended | None, found: 
     return result
 
 
-def job_info(run_dir: Path) -> dict:
-    """An on-demand job's record (its pid and command); NpumagicError naming ``run_dir`` if none."""
+def job_info(run_dir: Path, wait: float = 0) -> dict:
+    """An on-demand job's record (its pid, start time, command, --steps, output directory),
+    checked; NpumagicError naming ``run_dir`` if there is none or it is not one npumagic wrote.
+    ``wait``: seconds to wait for a job starting now (its folder not made yet)."""
+    path = Path(run_dir) / JOB_FILE
+    deadline = time.monotonic() + wait
+    while not Path(run_dir).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
     try:
-        return json.loads((Path(run_dir) / JOB_FILE).read_text())
-    except (OSError, ValueError):
-        raise NpumagicError(f"{run_dir}: no on-demand job here (expected the run directory `npumagic run --on-demand` "
-                            f"printed, holding {JOB_FILE})") from None
+        return read_record(path, JOB_FIELDS, "an on-demand job file")
+    except FileNotFoundError:
+        pass
+    except BadFile as exc:
+        raise NpumagicError(f"{run_dir}: not a job npumagic started: {exc}") from None
+    raise NpumagicError(f"{run_dir}: no on-demand job here (expected the run directory `npumagic run --on-demand` "
+                        f"printed, holding {JOB_FILE})")
+
+
+def process_alive(pid: int, started: float | None) -> bool:
+    """Whether process ``pid`` runs and is the one that started at ``started`` (seconds since
+    the epoch, as psutil gives it; None: any process of that pid): a pid the system has given
+    to a later process is not it."""
+    import psutil
+
+    try:
+        now = psutil.Process(pid).create_time()
+    except (psutil.Error, ValueError, OverflowError):
+        return False
+    return started is None or abs(now - started) < START_SLACK
+
+
+START_SLACK = 1.0  # s: psutil derives start times from the boot time, which a clock step can move by a second
 
 
 def job_alive(job: dict) -> bool:
     """Whether the npumagic process of an on-demand job (:func:`job_info`) still runs."""
-    import psutil
+    return process_alive(job["pid"], job["started"])
 
-    return psutil.pid_exists(int(job.get("pid", 0)))
+
+def windows(run_dir: Path) -> list[tuple[int, Path]]:
+    """The trigger windows of an on-demand job's folder, by id: ``trigger-ID`` folders (real
+    ones, not links, ID as npumagic writes it); anything else there is not one."""
+    out = []
+    for folder in Path(run_dir).glob(TRIGGER_DIR.format("*")):
+        ident = folder.name.split("-", 1)[1]
+        if re.fullmatch(r"[1-9][0-9]{0,8}", ident) and folder.is_dir() and not folder.is_symlink():
+            out.append((int(ident), folder))
+    return sorted(out)
+
+
+def window_state(folder: Path) -> str:
+    """Where trigger window ``folder`` stands: "waiting" (no process has taken it up yet),
+    "recording" (a process that still runs has it open) or "closed"."""
+    found = records(folder)
+    if not found:
+        return "waiting"
+    if any(r["state"] != "done" and process_alive(r["pid"], r.get("created")) for r in found):
+        return "recording"
+    return "closed"
+
+
+def sent_trigger(run_dir: Path) -> int:
+    """The id of the last trigger sent to the job of ``run_dir`` (0: none yet)."""
+    try:
+        last = read_record(Path(run_dir) / CONTROL, TRIGGER_FIELDS, "a trigger")["id"]
+    except FileNotFoundError:
+        last = 0
+    except BadFile as exc:
+        said_once(exc, "ignored")
+        last = 0
+    return max([last] + [ident for ident, _ in windows(run_dir)])
 
 
 def trigger(run_dir: Path, steps: int) -> int:
     """Ask the on-demand job of ``run_dir`` to capture its next ``steps`` steps; return the
-    trigger's id (its window is ``RUN_DIR/trigger-ID``)."""
-    if steps < 1:
-        raise NpumagicError(f"--steps must be >= 1, got {steps}")
+    trigger's id (its window is ``RUN_DIR/trigger-ID``). One trigger at a time: NpumagicError
+    while the last one's window is still to be taken up or recorded, and for the second of two
+    sent at the same moment (each claims its window's folder first; one of them gets it)."""
+    if not 1 <= steps <= COUNT_MAX:
+        raise NpumagicError(f"--steps must be from 1 to {COUNT_MAX}, got {steps}")
     job = job_info(run_dir)
     if not job_alive(job):
         raise NpumagicError(f"{run_dir}: its job ({shlex.join(job['command'])}) has ended")
-    taken = [int(p.name.split("-", 1)[1]) for p in Path(run_dir).glob(TRIGGER_DIR.format("*"))
-             if p.name.split("-", 1)[1].isdigit()]
+    last = sent_trigger(run_dir)
+    if last:
+        state = window_state(Path(run_dir) / TRIGGER_DIR.format(last))
+        if state == "waiting":
+            raise NpumagicError(f"{run_dir}: trigger {last} is still waiting for the job's next step (its processes "
+                                "have not reached a step boundary since it was sent); send another once its window "
+                                "is recorded")
+        if state == "recording":
+            raise NpumagicError(f"{run_dir}: trigger {last} is still recording its window; send another once it is "
+                                "recorded")
+    ident = last + 1
+    if ident > ID_MAX:
+        raise NpumagicError(f"{run_dir}: {ID_MAX} triggers sent; start the job again for more")
     try:
-        last = json.loads((Path(run_dir) / CONTROL).read_text())["id"]
-    except (OSError, ValueError, KeyError):
-        last = 0
-    ident = max(taken + [int(last)]) + 1
+        (Path(run_dir) / TRIGGER_DIR.format(ident)).mkdir()
+    except FileExistsError:
+        raise NpumagicError(f"{run_dir}: another trigger ({ident}) was sent at the same moment; this one is not "
+                            "sent") from None
     write_json(Path(run_dir) / CONTROL, {"id": ident, "steps": steps, "written": time.time()})
     return ident

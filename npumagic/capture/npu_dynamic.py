@@ -68,5 +68,7 @@ def write_config(folder: str | Path, config: dict) -> Path:
     """Write ``config`` as ``folder/profiler_config.json`` (the folder ``PROF_CONFIG_PATH`` names)."""
     path = Path(folder) / CONFIG_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(config, indent=2))
+    from ..safeio import write_atomic
+
+    write_atomic(path, json.dumps(config, indent=2))
     return path

@@ -11,12 +11,13 @@ import secrets
 from pathlib import Path
 
 
-def write_atomic(path: str | Path, data: bytes | str, encoding: str = "utf-8", mode: int = 0o644) -> None:
+def write_atomic(path: str | Path, data: bytes | str, encoding: str = "utf-8", mode: int = 0o666) -> None:
     """Write ``data`` to ``path`` whole or not at all (OSError when it cannot be written).
 
     The temporary file is created new (``O_CREAT | O_EXCL | O_NOFOLLOW``) under a random name:
     a link or file planted at any name beside it is never opened, and a name already taken
-    is passed over for another."""
+    is passed over for another. ``mode`` is narrowed by the umask, as ``open()`` does, so a
+    group-shared output folder (umask 002) stays group-writable."""
     path = Path(path)
     if isinstance(data, str):
         data = data.encode(encoding)

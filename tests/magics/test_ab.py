@@ -15,10 +15,11 @@ def fast():
 def fast_too():
     time.sleep(0.01); train_step()
 def drifting():
-    '''The machine slows down as it goes: each call sleeps 0.5 ms longer than the one before.'''
+    '''The machine slows down as it goes: each call sleeps 4 ms longer than the one before (more
+    than a loaded machine's jitter of the training step, so the drift shows under load too).'''
     global calls
     calls += 1
-    time.sleep(0.005 + 0.0005 * calls); train_step()
+    time.sleep(0.005 + 0.004 * calls); train_step()
 drifting_too = drifting
 def broken():
     raise RuntimeError("boom")

@@ -24,7 +24,7 @@ from npumagic.cli import main
 from npumagic.errors import NpumagicError
 from npumagic.history import HistoryStore
 
-from .test_run_command import npumagic, runs, script, wait_for
+from .test_run_command import LOOP, npumagic, runs, script, wait_for
 
 GOOD_RECORD = {"pid": 4321, "rank": 0, "state": "done", "steps": 2, "recorded": 2, "wanted": 2, "trigger": 1}
 
@@ -231,20 +231,10 @@ def test_of_two_triggers_sent_at_the_same_moment_one_is_sent_and_the_other_refus
 
 # steps only once a trigger has been sent: the trigger comes before the first step
 SLOW_START = textwrap.dedent("""
-    import os, sys, time, torch
-    job = os.path.join("out", "job")
-    while not os.path.exists(os.path.join(job, "npumagic_trigger.json")):
+    import os, time
+    while not os.path.exists(os.path.join("out", "job", "npumagic_trigger.json")):
         time.sleep(0.05)
-    model = torch.nn.Linear(16, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(8, 16), torch.randn(8, 1)
-    for i in range(100000):
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step(); opt.zero_grad()
-        time.sleep(0.002)
-        if i == 5: open("ready", "w").close()
-        if os.path.exists("stop"): break
-""")
+""") + LOOP
 
 
 def start_job(tmp_path: Path, *command: str) -> subprocess.Popen:
@@ -287,10 +277,6 @@ def test_a_trigger_the_job_never_reached_a_step_for_is_said(tmp_path):
     # THEN the job's end says that trigger captured nothing, and why
     assert job.returncode == 0, err
     assert "trigger 1 captured nothing: no process of the job reached a step boundary" in err
-
-
-LOOP = SLOW_START.replace('while not os.path.exists(os.path.join(job, "npumagic_trigger.json")):\n    time.sleep(0.05)\n',
-                          "")
 
 
 def test_a_job_trains_on_and_records_its_window_among_planted_files(tmp_path):

@@ -145,6 +145,9 @@ def _compare(args) -> int:
     from .analysis.compare import compare
     from .named_runs import two_sides
 
+    if runs is None:  # one output on both sides would read as "no difference", a measurement
+        two_sides(str(Path(args.path_a).resolve()), str(Path(args.path_b).resolve()), "paths")
+
     if runs is not None:  # -1 the latest run, -2 the one before, as the magics take them
         args.path_a, args.path_b = (runs.resolve(r) if re.fullmatch(r"-\d+", r) else r
                                     for r in (args.path_a, args.path_b))

@@ -155,6 +155,10 @@ def test_compare_takes_runs_counted_back_and_export_writes_to_standard_output(tm
     capsys.readouterr()
     assert main(["compare", "-1", "b", "--history", str(tmp_path)]) == 2
     assert "both sides are 'b'" in capsys.readouterr().err
+    # one output directory on both sides, however it is spelled, is refused as the MCP server refuses it
+    trace = need(CUDA / "alexnet_sync")
+    assert main(["compare", str(trace), str(trace / ".." / trace.name)]) == 2
+    assert f"both sides are '{trace.resolve()}'; name two different paths" in capsys.readouterr().err
     # `--md -` is the Markdown on standard output, not a file named "-"
     assert main(["export", "--out", str(tmp_path), "--md", "-"]) == 0
     assert capsys.readouterr().out.startswith("# ") and not (tmp_path / "-").exists()

@@ -32,7 +32,7 @@ from .runner import CaptureResult
 BOOTSTRAP = Path(__file__).resolve().with_name("bootstrap")  # holds the sitecustomize.py
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds this npumagic
 JOB_FILE = "npumagic_job.json"  # an on-demand job's pid and command, for `npumagic trigger`
-JOB_START_WAIT = 10.0  # s `npumagic trigger` waits for a job folder not made yet (`npumagic run --on-demand ... &`)
+JOB_START_WAIT = 20.0  # s `npumagic trigger` waits for a job not written yet (`npumagic run --on-demand ... &`: its start-up imports take seconds on a busy machine)
 
 
 class CommandEnded(NpumagicError):
@@ -346,10 +346,11 @@ def collect(run_dir: Path, options: CaptureOptions, ended: Ended | None, found: 
 def job_info(run_dir: Path, wait: float = 0) -> dict:
     """An on-demand job's record (its pid, start time, command, --steps, output directory),
     checked; NpumagicError naming ``run_dir`` if there is none or it is not one npumagic wrote.
-    ``wait``: seconds to wait for a job starting now (its folder not made yet)."""
+    ``wait``: seconds to wait for a job starting now (its folder not made yet, or made and still
+    empty: the job file follows it a moment later)."""
     path = Path(run_dir) / JOB_FILE
     deadline = time.monotonic() + wait
-    while not Path(run_dir).exists() and time.monotonic() < deadline:
+    while _starting(Path(run_dir)) and time.monotonic() < deadline:
         time.sleep(0.1)
     try:
         return read_record(path, JOB_FIELDS, "an on-demand job file")
@@ -359,6 +360,17 @@ def job_info(run_dir: Path, wait: float = 0) -> dict:
         raise NpumagicError(f"{run_dir}: not a job npumagic started: {exc}") from None
     raise NpumagicError(f"{run_dir}: no on-demand job here (expected the run directory `npumagic run --on-demand` "
                         f"printed, holding {JOB_FILE})")
+
+
+def _starting(run_dir: Path) -> bool:
+    """Whether ``run_dir`` looks like a job folder about to be written: absent, or empty."""
+    try:
+        with os.scandir(run_dir) as entries:
+            return next(entries, None) is None
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
 
 
 def process_alive(pid: int, started: float | None) -> bool:

@@ -309,3 +309,19 @@ def test_a_job_trains_on_and_records_its_window_among_planted_files(tmp_path):
     assert [(r["name"], r["status"], r["steps"]) for r in runs(tmp_path / "out", tmp_path)] == [("job.1", "ok", 2)]
     for i in range(len(BAD_RECORDS)):
         assert err.count(f"{Path('job', 'trigger-1', PROCESSES, f'{i + 1}.json')}:") == 1, err
+
+
+def test_a_trigger_waits_for_a_job_folder_made_but_not_yet_written(tmp_path):
+    # GIVEN a job starting in the same breath: its folder is made, its job file comes a moment later
+    folder = tmp_path / "job"
+    folder.mkdir()
+    writer = threading.Timer(0.5, live_job, (folder,))
+    writer.start()
+    try:
+        # WHEN trigger reads it THEN it waits for the file instead of saying there is no job
+        assert launch.job_info(folder, wait=30)["pid"] == os.getpid()
+    finally:
+        writer.join()
+    # and a folder that holds something else is refused at once
+    with pytest.raises(NpumagicError, match="no on-demand job here"):
+        launch.job_info(tmp_path, wait=30)

@@ -159,6 +159,11 @@ def shell(tmp_path, monkeypatch):
     hidden = ip.user_ns_hidden
     for key in [k for k in ip.user_ns if k not in hidden]:
         del ip.user_ns[key]
+    # and the output cache's _, __ and ___ as the display hook holds them: where they differ from
+    # the namespace's (a result shown while something had put `_` in builtins), IPython takes them
+    # for the user's own and stops updating `_` for every later test in this process
+    hook = ip.displayhook
+    ip.user_ns.update({"_": getattr(hook, "_"), "__": getattr(hook, "__"), "___": getattr(hook, "___")})
 
 
 @pytest.fixture

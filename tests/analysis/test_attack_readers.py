@@ -102,6 +102,7 @@ def test_a_kernel_of_1e12_us_in_kernel_details_is_skipped_not_taken_as_real(tmp_
     ("1,400,0,0,0,100,500,0,0,20\n1,300,0,0,0,200,500,0,0,20\n2,400,0,0,0,100,500,0,0,20\n",
      "2 step listed twice with different figures"),
 ], ids=["computing-longer-than-its-stage", "step-listed-twice"])
+@pytest.mark.filterwarnings("ignore:.*only step_trace_time.csv:UserWarning")  # what such a rank is, said as it always is
 def test_step_trace_time_alone_with_impossible_rows_warns_naming_the_file_and_keeps_sane_figures(tmp_path, rows, shown):
     # GIVEN a rank holding only step_trace_time.csv, one step computing 900 us in a 500 us Stage
     # or step 1 listed twice with different figures

@@ -135,6 +135,9 @@ def _split_statement(line: str, magic) -> tuple[str, str]:
     return line[: tokens[i].start()], line[tokens[i].start():]
 
 
+ATTACH_TIMEOUT_MAX = 7 * 24 * 3600  # s: %npuattach waits for a window at most a week
+
+
 @magics_class
 class NpuMagics(Magics):
     """npumagic's magics: %%npuprofile, %npusteps, %npurun, %npuattach, %npuruns, %npuload, %npushow,
@@ -309,6 +312,8 @@ class NpuMagics(Magics):
         from .on_demand import attach
 
         args = _parse(self.npuattach, line)
+        if not 0 < args.timeout <= ATTACH_TIMEOUT_MAX:  # NaN too
+            raise UsageError(f"--timeout must be seconds from 0 to {ATTACH_TIMEOUT_MAX:g}, not {args.timeout:g}")
         try:
             out, name = attach(args.job_dir, args.steps, timeout=args.timeout)
         except NpumagicError as exc:

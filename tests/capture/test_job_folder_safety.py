@@ -126,6 +126,16 @@ def test_npuattach_on_a_planted_job_folder_is_a_usage_error(shell, tmp_path):
     assert isinstance(shell.run_cell("%npuattach runs/job").error_in_exec, UsageError)
 
 
+@pytest.mark.parametrize("timeout", ["nan", "-1", "0", "1e300"])
+def test_npuattach_refuses_a_timeout_it_cannot_wait(shell, tmp_path, timeout):
+    # GIVEN a live job WHEN attached with a wait that is no number of seconds THEN UsageError, no trigger sent
+    live_job(tmp_path / "runs" / "job")
+    with pytest.raises(UsageError, match="--timeout must be seconds from 0 to"):
+        shell.run_line_magic("npuattach", f"runs/job --timeout {timeout}")
+    assert isinstance(shell.run_cell(f"%npuattach runs/job --timeout {timeout}").error_in_exec, UsageError)
+    assert not (tmp_path / "runs" / "job" / CONTROL).exists()
+
+
 def test_the_job_file_and_the_trigger_file_of_another_user_are_refused(tmp_path, monkeypatch):
     from npumagic.capture.inject import _read_order
 

@@ -252,6 +252,16 @@ def start_job(tmp_path: Path, *command: str) -> subprocess.Popen:
                              "--", *command], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def stop_after_the_window(job: subprocess.Popen, tmp_path: Path) -> str:
+    """Wait until the job's first window is a run in its history (or the job has ended), then stop
+    the training; the job's standard error."""
+    store = tmp_path / "out" / "history.sqlite"
+    wait_for(lambda: job.poll() is not None or (store.exists() and HistoryStore(tmp_path / "out", create=False).names()),
+             "the window to be recorded")
+    (tmp_path / "stop").touch()
+    return job.communicate(timeout=120)[1]
+
+
 def test_a_trigger_sent_before_the_first_step_captures_the_first_steps(tmp_path):
     # GIVEN a job started in the background and triggered at once, as the README shows
     script(tmp_path, SLOW_START)
@@ -260,11 +270,7 @@ def test_a_trigger_sent_before_the_first_step_captures_the_first_steps(tmp_path)
         sent = npumagic("trigger", "out/job", "--steps", "2", cwd=tmp_path)
         assert sent.returncode == 0, sent.stderr
         # WHEN the job reaches its first steps
-        store = tmp_path / "out" / "history.sqlite"
-        wait_for(lambda: job.poll() is not None or (store.exists() and HistoryStore(tmp_path / "out", create=False).names()),
-                 "the window to be recorded")
-        (tmp_path / "stop").touch()
-        _, err = job.communicate(timeout=120)
+        err = stop_after_the_window(job, tmp_path)
     finally:
         if job.poll() is None:
             job.kill()
@@ -305,11 +311,7 @@ def test_a_job_trains_on_and_records_its_window_among_planted_files(tmp_path):
         assert sent.returncode == 0, sent.stderr
         for i, text in enumerate(BAD_RECORDS.values()):
             plant_record(folder / "trigger-1", f"{i + 1}.json", text)
-        store = tmp_path / "out" / "history.sqlite"
-        wait_for(lambda: job.poll() is not None or (store.exists() and HistoryStore(tmp_path / "out", create=False).names()),
-                 "the window to be recorded")
-        (tmp_path / "stop").touch()
-        _, err = job.communicate(timeout=120)
+        err = stop_after_the_window(job, tmp_path)
     finally:
         if job.poll() is None:
             job.kill()

@@ -14,7 +14,7 @@ _PALETTE = ([colormaps["tab20"](i) for i in range(20) if i not in (14, 15)]
 OTHER = (0.75, 0.75, 0.75, 1.0)
 KIND_COLORS = {"kernel": "#1f77b4", "comm": "#d62728", "memcpy": "#9467bd", "host_op": "#2ca02c",
                "dataloader": "#ff7f0e", "sync": "#8c564b", "runtime": "#7f7f7f", "python": "#bcbd22",
-               "annotation": "#17becf"}
+               "annotation": "#17becf", "idle": "#ffd92f"}  # idle: device gaps, yellow so they stand out
 BREAKDOWN_COLORS = {"computing_us": "#1f77b4", "comm_not_overlapped_us": "#d62728", "idle_us": "#c7c7c7",
                     "dataloader_us": "#ff7f0e"}
 # Two colours closer than this (RGB distance, 0..1.73) read as the same one in a legend.

@@ -286,6 +286,7 @@ class TimelineIndex:
     lo: int
     hi: int
     series: list[dict] = field(default_factory=list)  # memory and counter lines: lane, label, unit, ts, values
+    name_kinds: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))  # each name's kind, by code
 
     @classmethod
     def build(cls, trace: Trace) -> "TimelineIndex":
@@ -321,7 +322,7 @@ class TimelineIndex:
                                    union, cum))
             lanes[-1].levels = _pyramid(lanes[-1])
         details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind"]]
-        return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin))
+        return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), _name_kinds(ev, names.size))
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
         """The view from ``t0_ms`` to ``t1_ms`` (ms from :attr:`origin`) at ``width_px`` columns.
@@ -374,7 +375,8 @@ class TimelineIndex:
                 part["gaps"] = [ms(g) for g in lane.gaps(t0, t1, GAP_MIN_FRACTION * (t1 - t0))]
             answer.append(part)
         return {"t0": t0 / 1e6, "t1": t1 / 1e6, "width": width,
-                "names": [str(self.names[c]) for c in used], "lanes": answer,
+                "names": [str(self.names[c]) for c in used], "kinds": [str(self.name_kinds[c]) for c in used],
+                "lanes": answer,
                 "series": [_series_columns(s, edges) for s in self.series]}
 
     def details(self, row: int) -> dict:
@@ -396,6 +398,17 @@ class TimelineIndex:
                            "end": ms(r.end_ns - self.origin)}
                           for r in self.steps.itertuples()],
                 "extent": [ms(self.lo), ms(self.hi)]}
+
+
+def _name_kinds(ev: pd.DataFrame, names: int) -> np.ndarray:
+    """The kind of each name code: the kind most of its events have (one bincount, no sort)."""
+    if not names:
+        return np.array([], dtype=object)
+    kinds = ev["kind"].cat
+    k = len(kinds.categories)
+    table = np.bincount(ev["name"].cat.codes.to_numpy().astype(np.int64) * k + kinds.codes.to_numpy(),
+                        minlength=names * k).reshape(names, k)
+    return np.asarray(kinds.categories.astype(str))[table.argmax(axis=1)]
 
 
 def _series(trace: Trace, origin: int) -> list[dict]:

@@ -1,14 +1,36 @@
 // npumagic's live timeline: draws the kernel's answer for the visible window on a canvas and asks
 // for a new one on every zoom (wheel) or pan (drag). It never holds the trace: only the latest
 // answer, a few thousand columns or events. Double-click shows the whole run again.
+// Colours: one per kind of work at overview zoom (the legend's); once events come as themselves,
+// one per operator name, except DataLoader waits, syncs and annotations, which keep their kind's.
 
 const GUTTER = 190, AXIS = 22, ROW = 18, DEPTH_ROW = 9, SERIES = 34, RANK_HEAD = 16;
 const GROUP_COLOR = {host: "#4c72b0", device: "#dd8452", comm: "#8172b3"};
 
+const OWN_KIND = new Set(["dataloader", "sync", "annotation"]);  // drawn in their kind's colour at any zoom
+
 function colorOf(name) {
+  // hues 70..340: never the DataLoader wait's orange or the idle gaps' yellow
   let h = 0;
   for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
-  return `hsl(${h % 360},55%,${48 + (h >> 9) % 14}%)`;
+  return `hsl(${70 + h % 270},55%,${42 + (h >> 9) % 14}%)`;
+}
+
+function legendOf(frame) {
+  const box = document.createElement("div");
+  box.className = "npumagic-legend";
+  box.style.cssText = "display:flex;flex-wrap:wrap;gap:2px 12px;margin:0 0 4px 0;color:#333";
+  for (const item of frame.legend || []) {
+    const entry = document.createElement("span");
+    entry.className = "npumagic-legend-item";
+    entry.dataset.kind = item.kind;
+    const swatch = document.createElement("span");
+    swatch.style.cssText = `display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle;background:${item.color}`
+      + (item.kind === "idle" ? ";outline:1px dashed #000;outline-offset:-1px" : "");
+    entry.append(swatch, document.createTextNode(item.label));
+    box.appendChild(entry);
+  }
+  return box;
 }
 
 function rowsOf(frame) {
@@ -53,10 +75,11 @@ export default {
     tip.className = "npumagic-tip";
     tip.style.cssText = "position:absolute;display:none;pointer-events:none;background:#fffff4;border:1px solid #999;"
       + "padding:3px 6px;max-width:520px;white-space:pre-wrap;box-shadow:1px 1px 3px #aaa;z-index:10";
-    root.append(bar, canvas, tip);
+    let frame = model.get("frame"), layout = rowsOf(frame), legend = legendOf(frame);
+    root.append(bar, legend, canvas, tip);
     el.appendChild(root);
+    let kindColor = Object.fromEntries((frame.legend || []).map(l => [l.kind, l.color]));
 
-    let frame = model.get("frame"), layout = rowsOf(frame);
     let win = {t0: model.get("view").t0, t1: model.get("view").t1};
     let seq = model.get("view").seq || 0, tiles = model.get("tiles"), drawn = 0, refused = "";
     let hoverId = null;
@@ -103,7 +126,11 @@ export default {
       }
       g.fillText("ms from the first step", 4, layout.height - 6);
       const byLane = new Map((tiles.lanes || []).map(p => [p.lane, p]));
-      const names = tiles.names || [];
+      const names = tiles.names || [], kinds = tiles.kinds || [];
+      const fill = (code, perName) => {
+        const kind = kinds[code];
+        return perName && !OWN_KIND.has(kind) ? colorOf(names[code]) : kindColor[kind] || "#999";
+      };
       // tiles answer a window that may lag the view: map their times to the current one
       const tx = t => xOf(t);
       for (const row of layout.rows) {
@@ -119,7 +146,7 @@ export default {
         if (part.mode === "events") {
           for (let i = 0; i < part.start.length; i++) {
             const a = tx(part.start[i]), b = Math.max(tx(part.end[i]), a + 1), d = Math.min(part.depth[i], 4);
-            g.fillStyle = colorOf(names[part.name[i]]);
+            g.fillStyle = fill(part.name[i], true);
             g.fillRect(a, row.y + d * DEPTH_ROW, b - a, ROW - 2);
             if (b - a > 40) { g.fillStyle = "#fff"; g.fillText(names[part.name[i]].slice(0, Math.floor((b - a) / 6)), a + 2, row.y + d * DEPTH_ROW + 12); }
             drawn += 1;
@@ -131,13 +158,14 @@ export default {
             let e = c;
             while (e + 1 < part.busy.length && part.dominant[e + 1] === part.dominant[c] && Math.abs(part.busy[e + 1] - part.busy[c]) < 0.05) e++;
             const h = Math.max((row.h - 2) * part.busy[c], 1);
-            g.fillStyle = part.dominant[c] >= 0 ? colorOf(names[part.dominant[c]]) : "#999";
+            g.fillStyle = part.dominant[c] >= 0 ? fill(part.dominant[c], false) : "#999";
             g.fillRect(tx(tiles.t0) + c * cw, row.y + row.h - 1 - h, (e - c + 1) * cw, h);
             drawn += 1; c = e;
           }
         }
         for (const [a0, b0] of part.gaps || []) {
           const a = tx(a0), b = tx(b0);
+          g.globalAlpha = 0.6; g.fillStyle = kindColor.idle || "#ffd92f"; g.fillRect(a, row.y + 1, b - a, row.h - 2); g.globalAlpha = 1;
           g.strokeStyle = "#000"; g.setLineDash([3, 2]); g.strokeRect(a, row.y + 1, b - a, row.h - 2); g.setLineDash([]);
           const text = `idle ${fmt(b0 - a0)}`;
           if (b - a > g.measureText(text).width + 8) { g.fillStyle = "#000"; g.fillText(text, (a + b) / 2 - g.measureText(text).width / 2, row.y + 13); }
@@ -247,7 +275,12 @@ export default {
       tip.textContent = [d.name, `${fmt(d.dur_us / 1000)} from ${fmt(d.start_ms)}`, `step ${d.step}`,
                          d.shapes && `shapes ${d.shapes}`, d.source && `source ${d.source}`].filter(Boolean).join("\n");
     });
-    model.on("change:frame", () => { frame = model.get("frame"); layout = rowsOf(frame); draw(); });
+    model.on("change:frame", () => {
+      frame = model.get("frame"); layout = rowsOf(frame);
+      const fresh = legendOf(frame); legend.replaceWith(fresh); legend = fresh;
+      kindColor = Object.fromEntries((frame.legend || []).map(l => [l.kind, l.color]));
+      draw();
+    });
     const resize = new ResizeObserver(() => { draw(); if (Math.abs(plotWidth() - (tiles.width || 0)) > 2) ask(); });
     resize.observe(root);
     draw();

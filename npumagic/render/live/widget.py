@@ -21,6 +21,7 @@ import anywidget
 import numpy as np
 import traitlets
 
+from .legend import legend
 from .lod import MAX_WIDTH_PX, VIEW_LIMIT_MS, TimelineIndex
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ class TimelineWidget(anywidget.AnyWidget):
     the browser asks for one event's name, duration, step, shapes and source on hover."""
 
     _esm = Path(__file__).with_name("timeline.js")
-    frame = traitlets.Dict().tag(sync=True)  # lanes, series, steps, extent, title: drawn once
+    frame = traitlets.Dict().tag(sync=True)  # lanes, series, steps, extent, title, legend: drawn once
     # set by the browser: Any, so a message that is no dict reaches _answer / _describe and is
     # answered, instead of failing the trait's type check inside the comm handler
     view = traitlets.Any({}).tag(sync=True)
@@ -48,7 +49,7 @@ class TimelineWidget(anywidget.AnyWidget):
     def __init__(self, index: TimelineIndex, title: str = "", **kwargs) -> None:
         super().__init__(**kwargs)
         self.index = index
-        self.frame = dict(index.layout(), title=title)
+        self.frame = dict(index.layout(), title=title, legend=legend(index))
         lo, hi = self.frame["extent"]
         self.view = {"t0": lo, "t1": hi, "width": DEFAULT_WIDTH_PX, "seq": 0}
 

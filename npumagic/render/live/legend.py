@@ -1,0 +1,22 @@
+"""The live timeline's legend: the kinds of work its lanes draw, each with the one colour it has
+at overview zoom (:data:`~npumagic.render.colors.KIND_COLORS`), so a DataLoader wait or an idle
+gap is recognised without hovering."""
+
+from __future__ import annotations
+
+from ..colors import KIND_COLORS
+
+# what each kind reads as, in the order the legend shows them (host first, as the lanes are)
+KIND_LABELS = {"host_op": "host operator", "dataloader": "DataLoader wait", "sync": "sync",
+               "annotation": "annotation", "kernel": "kernel", "memcpy": "memcpy", "comm": "collective",
+               "idle": "idle gap"}
+
+
+def legend(index) -> list[dict]:
+    """``[{kind, label, color}]`` of the kinds a :class:`~.lod.TimelineIndex` draws: those of its
+    events, and ``idle`` where a device lane has a hole between its spans."""
+    present = {str(k) for k in index.events["kind"].unique()}
+    if any(lane.group != "host" and len(lane.union) > 1 for lane in index.lanes):
+        present.add("idle")
+    return [{"kind": kind, "label": label, "color": KIND_COLORS[kind]}
+            for kind, label in KIND_LABELS.items() if kind in present]

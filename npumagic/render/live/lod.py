@@ -18,6 +18,7 @@ import pandas as pd
 
 from ...analysis.intervals import Spans
 from ...analysis.schema import DEVICE_WORK, Trace
+from .rows import stack
 
 HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
 EXACT_LIMIT = 40_000  # events in view up to which the dominant operator is computed from the events
@@ -328,8 +329,9 @@ class TimelineIndex:
         """The view from ``t0_ms`` to ``t1_ms`` (ms from :attr:`origin`) at ``width_px`` columns.
 
         Returns a JSON-ready dict: ``t0``, ``t1``, ``width``, ``names`` (the operator names the
-        answer uses, by code) and ``lanes``, one per lane: ``mode`` "events" (``start``, ``end`` in
-        ms, ``name`` codes, ``depth``, ``id`` for :meth:`details`) or "columns" (``busy``: share of
+        answer uses, by code), ``kinds`` (each name's kind) and ``lanes``, one per lane: ``mode``
+        "events" (``start``, ``end`` in ms, ``name`` codes, ``depth``: the row, no two events of a
+        row overlapping (:func:`~.rows.stack`), ``id`` for :meth:`details`) or "columns" (``busy``: share of
         each column the lane's spans cover, their union; ``dominant``: the code of the name with the
         most time in it, -1 where idle); device lanes also carry ``gaps``, [start, end] ms of
         idle holes of at least 2% of the view. ``series``: per memory/counter line, one value
@@ -367,7 +369,8 @@ class TimelineIndex:
             if inside is not None:
                 idx = np.arange(i, j)[inside]
                 part.update(mode="events", start=ms(lane.starts[idx]), end=ms(lane.ends[idx]),
-                            name=remap(lane.codes[idx]), depth=lane.depth[idx].tolist(), id=lane.rows[idx].tolist())
+                            name=remap(lane.codes[idx]), id=lane.rows[idx].tolist(),
+                            depth=stack(lane.starts[idx], lane.ends[idx], lane.depth[idx]).tolist())
             else:
                 part.update(mode="columns", busy=np.round(lane.busy(edges), 4).tolist(),
                             dominant=remap(lane.dominant(t0, t1, width)))
@@ -380,12 +383,18 @@ class TimelineIndex:
                 "series": [_series_columns(s, edges) for s in self.series]}
 
     def details(self, row: int) -> dict:
-        """Name, duration, step, shapes and source of one event (an ``id`` of an events answer)."""
+        """Name, duration, step, shapes and source of one event (an ``id`` of an events answer),
+        and ``lines``: them as the tooltip shows them, with units as the tables write them."""
         r = self.events.iloc[int(row)]
         text = lambda v: "" if pd.isna(v) else str(v)  # noqa: E731
-        return {"name": str(r["name"]), "kind": str(r["kind"]), "start_ms": (int(r["ts_ns"]) - self.origin) / 1e6,
-                "dur_us": int(r["dur_ns"]) / 1e3, "step": int(r["step"]), "shapes": text(r["shapes"]),
-                "source": text(r["source"])}
+        out = {"name": str(r["name"]), "kind": str(r["kind"]), "start_ms": (int(r["ts_ns"]) - self.origin) / 1e6,
+               "dur_us": int(r["dur_ns"]) / 1e3, "step": int(r["step"]), "shapes": text(r["shapes"]),
+               "source": text(r["source"])}
+        out["lines"] = [out["name"], f"{out['kind'].replace('_', ' ')}: {duration(out['dur_us'])} from "
+                        f"{duration(out['start_ms'] * 1e3)}", f"step {out['step']}" if out["step"] >= 0 else "outside the steps",
+                        *([f"shapes {out['shapes']}"] if out["shapes"] else []),
+                        *([f"source {out['source']}"] if out["source"] else [])]
+        return out
 
     def layout(self) -> dict:
         """What the view draws once: lanes (name, rank, group, max depth), series, steps, extent (ms)."""
@@ -398,6 +407,11 @@ class TimelineIndex:
                            "end": ms(r.end_ns - self.origin)}
                           for r in self.steps.itertuples()],
                 "extent": [ms(self.lo), ms(self.hi)]}
+
+
+def duration(us: float) -> str:
+    """A time as the tables write it: ms with two decimals from 1 ms, else us with one."""
+    return f"{us / 1e3:,.2f} ms" if abs(us) >= 1e3 else f"{us:,.1f} µs"
 
 
 def _name_kinds(ev: pd.DataFrame, names: int) -> np.ndarray:

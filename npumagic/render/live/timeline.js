@@ -4,7 +4,7 @@
 // Colours: one per kind of work at overview zoom (the legend's); once events come as themselves,
 // one per operator name, except DataLoader waits, syncs and annotations, which keep their kind's.
 
-const GUTTER = 190, AXIS = 22, ROW = 18, DEPTH_ROW = 9, SERIES = 34, RANK_HEAD = 16;
+const GUTTER = 190, AXIS = 22, ROW = 18, DEPTH_ROW = 16, BOX = 14, SERIES = 34, RANK_HEAD = 16;
 const GROUP_COLOR = {host: "#4c72b0", device: "#dd8452", comm: "#8172b3"};
 
 const OWN_KIND = new Set(["dataloader", "sync", "annotation"]);  // drawn in their kind's colour at any zoom
@@ -42,7 +42,8 @@ function rowsOf(frame) {
     if (ranks.length > 1) { rows.push({kind: "rank", rank, y, h: RANK_HEAD}); y += RANK_HEAD; }
     frame.lanes.forEach((lane, k) => {
       if (lane.rank !== rank) return;
-      const h = lane.group === "host" ? ROW + DEPTH_ROW * Math.min(lane.depth, 4) : ROW;
+      // one row per nesting depth (the kernel's layout caps it), so nested boxes never overlap
+      const h = lane.group === "host" ? DEPTH_ROW * (lane.depth + 1) + 2 : ROW;
       rows.push({kind: "lane", k, lane, y, h}); y += h + 2;
     });
     frame.series.forEach((s, k) => {
@@ -58,8 +59,25 @@ function niceStep(span, target) {
   return [1, 2, 5, 10].map(m => m * p).find(s => s >= raw) || raw;
 }
 
+const number = (v, digits) => v.toLocaleString("en-US", {minimumFractionDigits: digits, maximumFractionDigits: digits});
+
 function fmt(ms) {
-  return Math.abs(ms) >= 1 || ms === 0 ? `${ms.toFixed(Math.abs(ms) >= 100 ? 0 : 2)} ms` : `${(ms * 1000).toFixed(ms >= 0.01 ? 1 : 3)} µs`;
+  // as the tables write times: ms with two decimals from 1 ms, else µs with one
+  return Math.abs(ms) >= 1 || ms === 0 ? `${number(ms, 2)} ms` : `${number(ms * 1000, Math.abs(ms) >= 1e-4 ? 1 : 3)} µs`;
+}
+
+function fmtValue(v, unit) {
+  // a counter or memory sample with its unit: shares as whole %, others with two decimals
+  if (unit === "%") return `${number(v, 0)}%`;
+  return `${number(v, Math.abs(v) >= 100 ? 0 : 2)}${unit ? " " + unit : ""}`;
+}
+
+function clipped(g, text, room) {
+  // the longest head of text that fits room px with an ellipsis ("" when not even one letter does)
+  if (g.measureText(text).width <= room) return text;
+  let n = Math.min(text.length - 1, Math.floor(room / Math.max(g.measureText("e").width, 1)));
+  while (n > 0 && g.measureText(text.slice(0, n) + "…").width > room) n--;
+  return n > 0 ? text.slice(0, n) + "…" : "";
 }
 
 export default {
@@ -144,11 +162,15 @@ export default {
         if (!part) continue;
         g.save(); g.beginPath(); g.rect(GUTTER, row.y, w - GUTTER, row.h); g.clip();
         if (part.mode === "events") {
+          const deep = row.lane.group === "host";
           for (let i = 0; i < part.start.length; i++) {
-            const a = tx(part.start[i]), b = Math.max(tx(part.end[i]), a + 1), d = Math.min(part.depth[i], 4);
+            const a = tx(part.start[i]), b = Math.max(tx(part.end[i]), a + 1), d = deep ? part.depth[i] : 0;
+            if (d > row.lane.depth) continue;  // deeper than the lane's rows: in the tooltip of its parent's row only
+            const y = row.y + d * DEPTH_ROW + 1, left = Math.max(a, GUTTER), right = Math.min(b, w);
             g.fillStyle = fill(part.name[i], true);
-            g.fillRect(a, row.y + d * DEPTH_ROW, b - a, ROW - 2);
-            if (b - a > 40) { g.fillStyle = "#fff"; g.fillText(names[part.name[i]].slice(0, Math.floor((b - a) / 6)), a + 2, row.y + d * DEPTH_ROW + 12); }
+            g.fillRect(a, y, b - a, deep ? BOX : row.h - 2);
+            const label = right - left > 14 ? clipped(g, names[part.name[i]], right - left - 4) : "";
+            if (label) { g.fillStyle = "#fff"; g.fillText(label, left + 2, y + 11); }
             drawn += 1;
           }
         } else {
@@ -206,7 +228,7 @@ export default {
       if (row.kind === "series") {
         const values = (tiles.series || [])[row.k] || [];
         const c = Math.floor((t - tiles.t0) / (tiles.t1 - tiles.t0) * values.length);
-        return values[c] == null ? null : {text: `${row.s.label}: ${values[c]} ${row.s.unit}`};
+        return values[c] == null ? null : {text: `${row.s.label}: ${fmtValue(values[c], row.s.unit)}`};
       }
       if (row.kind !== "lane") return null;
       const part = (tiles.lanes || []).find(p => p.lane === row.k);
@@ -214,9 +236,11 @@ export default {
       for (const [a, b] of part.gaps || []) if (t >= a && t <= b) return {text: `${row.lane.name}\nidle ${fmt(b - a)}`};
       if (part.mode === "events") {
         let best = -1;
-        const depth = Math.floor((y - row.y) / DEPTH_ROW);
-        for (let i = 0; i < part.start.length; i++)
-          if (part.start[i] <= t && t <= part.end[i] && (best < 0 || Math.abs(part.depth[i] - depth) < Math.abs(part.depth[best] - depth))) best = i;
+        const depth = row.lane.group === "host" ? Math.floor((y - row.y) / DEPTH_ROW) : 0;
+        for (let i = 0; i < part.start.length; i++) {
+          const d = row.lane.group === "host" ? part.depth[i] : 0;
+          if (part.start[i] <= t && t <= part.end[i] && (best < 0 || Math.abs(d - depth) < Math.abs(part.depth[best] - depth))) best = i;
+        }
         if (best < 0) return null;
         return {id: part.id[best], text: `${names[part.name[best]]}\n${fmt(part.end[best] - part.start[best])}`};
       }
@@ -272,8 +296,7 @@ export default {
       const d = model.get("detail");
       if (d.id !== hoverId || tip.style.display === "none") return;
       if (d.error) { tip.textContent = d.error; return; }
-      tip.textContent = [d.name, `${fmt(d.dur_us / 1000)} from ${fmt(d.start_ms)}`, `step ${d.step}`,
-                         d.shapes && `shapes ${d.shapes}`, d.source && `source ${d.source}`].filter(Boolean).join("\n");
+      tip.textContent = (d.lines || [d.name]).join("\n");
     });
     model.on("change:frame", () => {
       frame = model.get("frame"); layout = rowsOf(frame);

@@ -5,7 +5,8 @@ ten kernels holding two inner ones), two device streams of kernels from 300 name
 overlapping the first), a collective lane and memory samples. Prints the index build, the first
 view (the whole run at 1200 px) and the 50th/95th percentile and maximum of 300 zoom and pan
 answers (random windows from the whole run down to ~1 us per pixel, and pans of a tenth of a
-window), all measured in this process.
+window), then a search (its count and time) and the aggregate of a range selection (the whole
+run, and one step), all measured in this process.
 
     python bench/timeline.py --events 2000000
 Target (issue 33): first view (build + first answer) under 1 s and each answer under 100 ms at the 95th percentile, 2M events.
@@ -21,6 +22,8 @@ import pandas as pd
 
 from npumagic.analysis import schema
 from npumagic.render.live.lod import TimelineIndex
+from npumagic.render.live.lookup import search
+from npumagic.render.live.selection import aggregate
 
 EVENTS_PER_STEP = 20_000
 KERNEL_NS = 2_000
@@ -112,6 +115,16 @@ def main() -> None:
     print(f"zoom/pan answers ({args.views}): p50 {np.percentile(ms, 50):.1f} ms, p95 {np.percentile(ms, 95):.1f} ms, "
           f"max {ms.max():.1f} ms; items per answer: max {max(items):,} "
           f"(first view {sum(len(p.get('busy', ())) or len(p['start']) for p in first['lanes']):,})")
+    t = time.perf_counter()
+    found = search(index, "kernel_01")
+    searched = time.perf_counter()
+    aggregate(index, lo, hi)
+    whole = time.perf_counter()
+    step = index.layout()["steps"][len(trace.steps) // 2]
+    aggregate(index, step["start"], step["end"])
+    one = time.perf_counter()
+    print(f"search 'kernel_01' ({len(found):,} matches): {(searched - t) * 1e3:.0f} ms; range aggregate: "
+          f"whole run {(whole - searched) * 1e3:.0f} ms, one step {(one - whole) * 1e3:.0f} ms")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """The live timeline in a real JupyterLab, in Debian's chromium driven by Playwright: the widget
 appears under a %%npuprofile cell, a wheel zoom changes the visible window (and the kernel answers
-it), hovering a lane shows an operator's name, and a screenshot of the shared level1 job's view
-holds its lanes. Screenshots are kept in the test's tmp dir (the CI artifact)."""
+it), hovering a lane shows an operator's name, the legend names the kinds drawn, a search and
+"next" move the view to each match, W and D zoom and pan (never reaching JupyterLab's own keys), a
+shift-drag shows the range's aggregate, and a screenshot of the shared level1 job's view holds
+its lanes. Screenshots are kept in the test's tmp dir (the CI artifact)."""
 
 from __future__ import annotations
 
@@ -185,6 +187,84 @@ def test_hovering_a_lane_shows_an_operators_name(page):
                 if re.search(r"\w::\w|\w\.\w", seen[-1]):
                     return
     pytest.fail(f"no operator name on hover; the tooltips read {seen[:10]}")
+
+
+def test_the_legend_names_the_kinds_drawn(page):
+    page, _ = page
+    root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")
+    items = root.locator(".npumagic-legend-item")
+    kinds = [items.nth(k).get_attribute("data-kind") for k in range(items.count())]
+    # the CPU run's lanes are host threads: host operators at least, each entry with its label
+    assert "host_op" in kinds and items.nth(kinds.index("host_op")).inner_text().strip() == "host operator"
+    assert root.locator(".npumagic-legend").is_visible()
+
+
+def _wait_dataset(page, root, key: str, value: int) -> None:
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if root.evaluate(f"el => +(el.dataset.{key} || 0)") == value:
+            return
+        page.wait_for_timeout(200)
+    pytest.fail(f"{key} never became {value}: {root.evaluate('el => ({...el.dataset})')}")
+
+
+def test_a_search_and_next_move_the_view_to_each_match(page):
+    page, home = page
+    root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")
+    root.locator("canvas").dblclick()  # the whole run again
+    whole = _answered_since(page, root, 0)
+    # WHEN the model's first Linear layer (aten::addmm, once a step forward) is searched for
+    box = root.locator(".npumagic-search")
+    box.fill("aten::addmm")
+    box.press("Enter")
+    _wait_dataset(page, root, "at", 1)
+    first = _state(root)
+    count = root.evaluate("el => +el.dataset.found")
+    # THEN the count is shown and the view closes in on the first match
+    assert count >= 2 and root.locator(".npumagic-found").inner_text().startswith(f"1 of {count}: aten::addmm")
+    assert first["t1"] - first["t0"] < 0.2 * (whole["t1"] - whole["t0"])
+    # WHEN "next" is pressed THEN the view moves on, to a later match
+    root.locator(".npumagic-next").click()
+    _wait_dataset(page, root, "at", 2)
+    second = _state(root)
+    assert second["t0"] > first["t0"] and second["t1"] - second["t0"] < 0.2 * (whole["t1"] - whole["t0"])
+    root.screenshot(path=str(home / "search.png"))
+
+
+def test_w_and_d_zoom_and_pan_without_reaching_jupyterlab(page):
+    page, _ = page
+    cells = page.locator(".jp-Cell").count()
+    root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")
+    root.locator("canvas").dblclick()
+    before = _answered_since(page, root, 0)
+    root.locator("canvas").click(position={"x": GUTTER + 100, "y": 30})  # focus the view
+    page.keyboard.press("w")
+    zoomed = _answered_since(page, root, before["answered"])
+    assert zoomed["t1"] - zoomed["t0"] < 0.9 * (before["t1"] - before["t0"])
+    page.keyboard.press("d")
+    page.keyboard.press("d")  # D, D deletes a cell in JupyterLab's command mode
+    panned = _answered_since(page, root, zoomed["answered"] + 1)
+    assert panned["t0"] > zoomed["t0"]
+    assert page.locator(".jp-Cell").count() == cells
+
+
+def test_a_shift_drag_shows_the_ranges_aggregate_from_the_kernel(page):
+    page, _ = page
+    root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")
+    root.locator("canvas").dblclick()
+    _answered_since(page, root, 0)
+    box = root.locator("canvas").bounding_box()
+    y = box["y"] + 30
+    page.keyboard.down("Shift")
+    page.mouse.move(box["x"] + GUTTER + 50, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + GUTTER + 300, y, steps=5)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    _wait_dataset(page, root, "selected", 1)
+    text = root.locator(".npumagic-selection").inner_text()
+    assert text.startswith("selected ") and re.search(r"rank 0: host busy \d+%", text), text
+    assert "top operators: " in text
 
 
 def _colored_bands(png: Path) -> int:

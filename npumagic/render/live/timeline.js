@@ -1,19 +1,46 @@
 // npumagic's live timeline: draws the kernel's answer for the visible window on a canvas and asks
 // for a new one on every zoom (wheel) or pan (drag). It never holds the trace: only the latest
-// answer, a few thousand columns or events. Double-click shows the whole run again.
+// answer, a few thousand columns or events. Double-click shows the whole run again; W/S zoom,
+// A/D pan (as in Perfetto); shift-drag selects a range the kernel sums up; search is answered
+// by the kernel, which moves the view to each match.
 // Colours: one per kind of work at overview zoom (the legend's); once events come as themselves,
-// one per operator name, except DataLoader waits, syncs and annotations, which keep their kind's.
+// one per operator name, except DataLoader waits, syncs, annotations, collectives and copies.
 
 const GUTTER = 190, AXIS = 22, ROW = 18, DEPTH_ROW = 16, BOX = 14, SERIES = 34, RANK_HEAD = 16;
 const GROUP_COLOR = {host: "#4c72b0", device: "#dd8452", comm: "#8172b3"};
 
-const OWN_KIND = new Set(["dataloader", "sync", "annotation"]);  // drawn in their kind's colour at any zoom
+// drawn in their kind's colour at any zoom: what a glance at the lanes must find
+const OWN_KIND = new Set(["dataloader", "sync", "annotation", "comm", "memcpy"]);
 
 function colorOf(name) {
   // hues 70..340: never the DataLoader wait's orange or the idle gaps' yellow
   let h = 0;
   for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
   return `hsl(${70 + h % 270},55%,${42 + (h >> 9) % 14}%)`;
+}
+
+function toolsOf() {
+  // the search box, its regex switch, previous/next and the count of matches
+  const box = document.createElement("div");
+  box.className = "npumagic-tools";
+  box.style.cssText = "display:flex;gap:6px;align-items:center;margin:0 0 4px 0";
+  const input = document.createElement("input");
+  input.className = "npumagic-search"; input.type = "text"; input.placeholder = "search a name (Enter)";
+  input.style.cssText = "width:220px;font:11px sans-serif";
+  const regex = document.createElement("input");
+  regex.type = "checkbox"; regex.className = "npumagic-regex";
+  const label = document.createElement("label");
+  label.append(regex, document.createTextNode(" regex"));
+  const button = (cls, text, title) => {
+    const b = document.createElement("button");
+    b.className = cls; b.textContent = text; b.title = title; b.style.cssText = "font:11px sans-serif;padding:0 6px";
+    return b;
+  };
+  const prev = button("npumagic-prev", "◀", "previous match"), next = button("npumagic-next", "▶", "next match");
+  const count = document.createElement("span");
+  count.className = "npumagic-found"; count.style.color = "#555";
+  box.append(input, label, prev, next, count);
+  return {box, input, regex, prev, next, count};
 }
 
 function legendOf(frame) {
@@ -93,14 +120,20 @@ export default {
     tip.className = "npumagic-tip";
     tip.style.cssText = "position:absolute;display:none;pointer-events:none;background:#fffff4;border:1px solid #999;"
       + "padding:3px 6px;max-width:520px;white-space:pre-wrap;box-shadow:1px 1px 3px #aaa;z-index:10";
+    const panel = document.createElement("div");
+    panel.className = "npumagic-selection";
+    panel.style.cssText = "display:none;white-space:pre-wrap;margin:4px 0;padding:3px 6px;border-left:3px solid #4c72b0;color:#222";
+    const tools = toolsOf();
     let frame = model.get("frame"), layout = rowsOf(frame), legend = legendOf(frame);
-    root.append(bar, legend, canvas, tip);
+    root.append(bar, tools.box, legend, canvas, tip, panel);
+    root.tabIndex = 0;  // W/S/A/D reach the view once it is clicked
+    root.setAttribute("data-lm-suppress-shortcuts", "true");  // not JupyterLab's command-mode keys (A, D, D...)
     el.appendChild(root);
     let kindColor = Object.fromEntries((frame.legend || []).map(l => [l.kind, l.color]));
 
     let win = {t0: model.get("view").t0, t1: model.get("view").t1};
     let seq = model.get("view").seq || 0, tiles = model.get("tiles"), drawn = 0, refused = "";
-    let hoverId = null;
+    let hoverId = null, match = null, picked = null, asked = {query: "", regex: false}, findSeq = 0, selectSeq = 0;
 
     const plotWidth = () => Math.max(Math.floor(canvas.clientWidth || el.clientWidth || 1000) - GUTTER, 50);
     const xOf = t => GUTTER + (t - win.t0) / (win.t1 - win.t0) * plotWidth();
@@ -179,9 +212,10 @@ export default {
             if (part.busy[c] <= 0) continue;
             let e = c;
             while (e + 1 < part.busy.length && part.dominant[e + 1] === part.dominant[c] && Math.abs(part.busy[e + 1] - part.busy[c]) < 0.05) e++;
-            const h = Math.max((row.h - 2) * part.busy[c], 1);
+            // a host lane's columns fill its top row (the outermost operators' row), as tall as busy
+            const full = row.lane.group === "host" ? BOX : row.h - 2, h = Math.max(full * part.busy[c], 1);
             g.fillStyle = part.dominant[c] >= 0 ? fill(part.dominant[c], false) : "#999";
-            g.fillRect(tx(tiles.t0) + c * cw, row.y + row.h - 1 - h, (e - c + 1) * cw, h);
+            g.fillRect(tx(tiles.t0) + c * cw, row.y + 1 + full - h, (e - c + 1) * cw, h);
             drawn += 1; c = e;
           }
         }
@@ -195,10 +229,19 @@ export default {
         }
         g.restore();
       }
+      if (match) {  // the search's match shown: outlined across its lane
+        const row = layout.rows.find(r => r.kind === "lane" && r.k === match.lane);
+        if (row) { g.strokeStyle = "#e00"; g.lineWidth = 2; g.strokeRect(xOf(match.start) - 2, row.y, Math.max(xOf(match.end) - xOf(match.start), 1) + 4, row.h); g.lineWidth = 1; }
+      }
+      if (picked) {  // the selected range
+        const a = Math.max(xOf(picked.t0), GUTTER), b = Math.min(xOf(picked.t1), w);
+        if (b > a) { g.fillStyle = "rgba(76,114,176,0.18)"; g.fillRect(a, AXIS, b - a, layout.height - 2 * AXIS); }
+      }
       root.dataset.t0 = win.t0; root.dataset.t1 = win.t1; root.dataset.items = drawn;
       root.dataset.lanes = frame.lanes.length; root.dataset.answered = tiles.seq ?? -1;
       bar.textContent = `${frame.title ? frame.title + " — " : ""}${fmt(win.t0)} … ${fmt(win.t1)} (${fmt(win.t1 - win.t0)} shown)`
-        + ` · ${drawn} items · answer ${tiles.query_ms ?? "?"} ms in the kernel · wheel: zoom, drag: pan, double-click: all`
+        + ` · ${drawn} items · answer ${tiles.query_ms ?? "?"} ms in the kernel · wheel or W/S: zoom, drag or A/D: pan,`
+        + " shift-drag: select, double-click: all"
         + (refused ? ` · ${refused}` : "");
     }
 
@@ -272,10 +315,33 @@ export default {
       win = {t0: t - k * span, t1: t - k * span + span};
       draw(); ask();
     }, {passive: false});
-    canvas.addEventListener("mousedown", ev => { drag = {x: ev.clientX, win: {...win}}; canvas.style.cursor = "grabbing"; });
-    window.addEventListener("mouseup", () => { drag = null; canvas.style.cursor = "grab"; });
+    let mouseX = null;
+    canvas.addEventListener("mousedown", ev => {
+      root.focus({preventScroll: true});
+      const x = ev.clientX - canvas.getBoundingClientRect().left;
+      if (ev.shiftKey) {  // a range: JupyterLab's shift-click (cell selection) must not take it
+        ev.preventDefault(); ev.stopPropagation();
+        drag = {select: true, t: tOf(x)}; picked = {t0: tOf(x), t1: tOf(x)}; return;
+      }
+      drag = {x: ev.clientX, win: {...win}}; canvas.style.cursor = "grabbing";
+    });
+    window.addEventListener("mouseup", ev => {
+      if (drag && drag.select) {  // its end from the release itself: moves may reach another element meanwhile
+        const t = tOf(ev.clientX - canvas.getBoundingClientRect().left);
+        picked = {t0: Math.max(Math.min(t, drag.t), win.t0), t1: Math.min(Math.max(t, drag.t), win.t1)};
+      }
+      if (drag && drag.select && picked && xOf(picked.t1) - xOf(picked.t0) > 3) {
+        selectSeq += 1; model.set("select", {t0: picked.t0, t1: picked.t1, seq: selectSeq}); model.save_changes();
+        panel.style.display = "block"; panel.textContent = "summing up the range in the kernel…";
+      } else if (drag && drag.select) { picked = null; draw(); }
+      drag = null; canvas.style.cursor = "grab";
+    });
     canvas.addEventListener("mousemove", ev => {
       const rect = canvas.getBoundingClientRect(), x = ev.clientX - rect.left, y = ev.clientY - rect.top;
+      mouseX = x;
+      if (drag && drag.select) {
+        const t = tOf(x); picked = {t0: Math.min(t, drag.t), t1: Math.max(t, drag.t)}; draw(); return;
+      }
       if (drag) {
         const dt = (ev.clientX - drag.x) / plotWidth() * (drag.win.t1 - drag.win.t0);
         win = {t0: drag.win.t0 - dt, t1: drag.win.t1 - dt};
@@ -283,7 +349,56 @@ export default {
       }
       showTip(hit(x, y), x, y);
     });
-    canvas.addEventListener("mouseleave", () => { tip.style.display = "none"; });
+    canvas.addEventListener("mouseleave", () => { tip.style.display = "none"; mouseX = null; });
+
+    function zoomBy(f, x) {
+      const t = x !== null && x >= GUTTER ? tOf(x) : (win.t0 + win.t1) / 2;
+      const span = Math.max((win.t1 - win.t0) * f, 1e-6), k = (t - win.t0) / (win.t1 - win.t0);
+      win = {t0: t - k * span, t1: t - k * span + span}; draw(); ask();
+    }
+    function panBy(share) {
+      const dt = (win.t1 - win.t0) * share;
+      win = {t0: win.t0 + dt, t1: win.t1 + dt}; draw(); ask();
+    }
+    root.addEventListener("keydown", ev => {
+      if (ev.target !== root || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+      const act = {w: () => zoomBy(0.8, mouseX), s: () => zoomBy(1.25, mouseX), a: () => panBy(-0.15), d: () => panBy(0.15),
+                   escape: () => { picked = null; panel.style.display = "none"; draw(); }}[ev.key.toLowerCase()];
+      if (!act) return;
+      ev.preventDefault(); ev.stopPropagation(); act();
+    });
+
+    function find(move) {
+      const query = tools.input.value, regex = tools.regex.checked;
+      if (!query) return;
+      const same = query === asked.query && regex === asked.regex;
+      asked = {query, regex}; findSeq += 1;
+      model.set("find", {query, regex, move: same ? move : 0, seq: findSeq}); model.save_changes();
+    }
+    tools.input.addEventListener("keydown", ev => {
+      ev.stopPropagation();  // typing is the box's, not JupyterLab's or the view's
+      if (ev.key === "Enter") { ev.preventDefault(); find(ev.shiftKey ? -1 : 1); }
+    });
+    tools.next.addEventListener("click", () => find(1));
+    tools.prev.addEventListener("click", () => find(-1));
+    model.on("change:found", () => {
+      const f = model.get("found");
+      if (f.error) { tools.count.textContent = f.error; match = null; }
+      else {
+        tools.count.textContent = f.count ? `${f.at} of ${f.count}: ${f.name}` : "no match";
+        match = f.count ? {lane: f.lane, start: f.start, end: f.end} : null;
+      }
+      root.dataset.found = f.count ?? 0; root.dataset.at = f.at ?? 0;
+      draw();
+    });
+    model.on("change:selection", () => {
+      const s = model.get("selection");
+      panel.style.display = "block";
+      panel.textContent = s.error || (s.lines || []).join("\n");
+      if (!s.error) picked = {t0: s.t0, t1: s.t1};
+      root.dataset.selected = s.seq ?? -1;
+      draw();
+    });
     canvas.addEventListener("dblclick", () => { win = {t0: frame.extent[0], t1: frame.extent[1]}; draw(); ask(); });
 
     // an error answer (the kernel refused a view) keeps the last drawing and says why in the bar

@@ -23,6 +23,8 @@ import traitlets
 
 from .legend import legend
 from .lod import MAX_WIDTH_PX, VIEW_LIMIT_MS, TimelineIndex
+from .lookup import Matches, search
+from .selection import aggregate
 
 log = logging.getLogger(__name__)
 DEFAULT_WIDTH_PX = 1000  # the plot's width until the browser reports its own
@@ -45,6 +47,10 @@ class TimelineWidget(anywidget.AnyWidget):
     tiles = traitlets.Dict().tag(sync=True)
     probe = traitlets.Any({}).tag(sync=True)
     detail = traitlets.Dict().tag(sync=True)
+    find = traitlets.Any({}).tag(sync=True)  # set by the browser: {query, regex, move (0, 1, -1), seq}
+    found = traitlets.Dict().tag(sync=True)  # the kernel's answer: count, position, the match shown
+    select = traitlets.Any({}).tag(sync=True)  # set by the browser (shift-drag): {t0, t1, seq} in ms
+    selection = traitlets.Dict().tag(sync=True)  # the range's aggregate (selection.aggregate)
 
     def __init__(self, index: TimelineIndex, title: str = "", **kwargs) -> None:
         super().__init__(**kwargs)
@@ -52,6 +58,8 @@ class TimelineWidget(anywidget.AnyWidget):
         self.frame = dict(index.layout(), title=title, legend=legend(index))
         lo, hi = self.frame["extent"]
         self.view = {"t0": lo, "t1": hi, "width": DEFAULT_WIDTH_PX, "seq": 0}
+        self._matches: Matches | None = None
+        self._at = -1  # the match shown
 
     @traitlets.observe("view")
     def _answer(self, change) -> None:
@@ -82,6 +90,89 @@ class TimelineWidget(anywidget.AnyWidget):
         except ValueError as exc:
             log.debug("timeline probe %r refused: %s", p, exc)
             self.detail = {"id": _seq(row), "error": f"probe refused: {exc}"}
+
+    @traitlets.observe("find")
+    def _find(self, change) -> None:
+        f = change["new"]
+        if isinstance(f, dict) and not f:
+            return  # nothing asked
+        seq = _seq(f.get("seq", 0) if isinstance(f, dict) else None)
+        try:
+            if not isinstance(f, dict):
+                raise ValueError(f"a search is {{query, regex, move}}, not {type(f).__name__}")
+            move = f.get("move", 0)
+            if move not in (0, 1, -1) or isinstance(move, bool):
+                raise ValueError(f"move {move!r:.40}: 0 (search), 1 (next) or -1 (previous)")
+            query, regex = f.get("query"), f.get("regex", False)
+            if not isinstance(regex, bool):
+                raise ValueError(f"regex {regex!r:.40}: true or false")
+            if move and self._matches is not None and (query, regex) == (self._matches.query, self._matches.regex):
+                self._step(move)
+            else:
+                self.search(query, regex)
+            self.found = dict(self.found, seq=seq)
+        except ValueError as exc:
+            log.debug("timeline search %r refused: %s", f, exc)
+            self.found = {"seq": seq, "error": f"search refused: {exc}", "count": 0}
+
+    @traitlets.observe("select")
+    def _select(self, change) -> None:
+        s = change["new"]
+        if isinstance(s, dict) and not s:
+            return
+        seq = _seq(s.get("seq", 0) if isinstance(s, dict) else None)
+        try:
+            t0, t1, _ = _read_view(dict(s, width=None) if isinstance(s, dict) else s)
+            self.selection = dict(aggregate(self.index, t0, t1), seq=seq)
+        except ValueError as exc:
+            log.debug("timeline selection %r refused: %s", s, exc)
+            self.selection = {"seq": seq, "error": f"selection refused: {exc}"}
+
+    def search(self, query: str, regex: bool = False) -> int:
+        """Find the events whose name holds ``query`` (case-insensitive; a regular expression with
+        ``regex=True``) and show the first one from the view's start on. Returns how many there
+        are; :meth:`next` and :meth:`previous` show the others."""
+        self._matches = search(self.index, query, regex)
+        if not len(self._matches):
+            self._at = -1
+            self.found = {"query": query, "regex": regex, "count": 0, "at": 0, "names": []}
+            return 0
+        self._at = self._matches.after(float(self.view.get("t0", 0)) * 1e6)
+        self._show_match()
+        return len(self._matches)
+
+    def next(self) -> int:
+        """Show the next match of the last :meth:`search` (after the last, the first); its position from 1."""
+        return self._step(1)
+
+    def previous(self) -> int:
+        """Show the previous match of the last :meth:`search`; its position from 1."""
+        return self._step(-1)
+
+    def select_range(self, t0_ms: float, t1_ms: float) -> dict:
+        """The aggregate of the range from ``t0_ms`` to ``t1_ms`` (ms from the first step), as a
+        shift-drag in the view shows it (:func:`~.selection.aggregate`)."""
+        self.select = {"t0": t0_ms, "t1": t1_ms, "seq": (self.selection.get("seq") or 0) + 1}
+        if "error" in self.selection:
+            raise ValueError(self.selection["error"])
+        return self.selection
+
+    def _step(self, move: int) -> int:
+        if self._matches is None:
+            raise ValueError("nothing searched yet: search(text) first")
+        if len(self._matches):
+            self._at = (self._at + move) % len(self._matches)
+            self._show_match()
+        return self._at + 1
+
+    def _show_match(self) -> None:
+        m, k = self._matches, self._at
+        start, end = int(m.starts[k]), int(m.ends[k])
+        pad = max(end - start, 1_000)
+        self.found = {"query": m.query, "regex": m.regex, "count": len(m), "at": k + 1, "names": m.names,
+                      "lane": int(m.lanes[k]), "id": int(m.rows[k]), "name": str(self.index.events["name"].iat[int(m.rows[k])]),
+                      "start": start / 1e6, "end": end / 1e6}
+        self.zoom((start - pad) / 1e6, (end + pad) / 1e6)
 
     def zoom(self, t0_ms: float, t1_ms: float) -> None:
         """Show the window from ``t0_ms`` to ``t1_ms`` (ms from the first step; finite)."""

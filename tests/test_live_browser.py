@@ -217,7 +217,7 @@ def test_a_search_and_next_move_the_view_to_each_match(page):
     box = root.locator(".npumagic-search")
     box.fill("aten::addmm")
     box.press("Enter")
-    _wait_dataset(page, root, "at", 1)
+    _wait_dataset(page, root, "at", 1)  # the kernel sends the view before the count
     first = _state(root)
     count = root.evaluate("el => +el.dataset.found")
     # THEN the count is shown and the view closes in on the first match

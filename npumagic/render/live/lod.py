@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ...analysis.intervals import Spans
-from ...analysis.schema import DEVICE_WORK, Trace
+from ...analysis.schema import DEVICE_WORK, LAUNCH_KINDS, Trace
 from .rows import stack
 
 HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
@@ -288,6 +288,8 @@ class TimelineIndex:
     hi: int
     series: list[dict] = field(default_factory=list)  # memory and counter lines: lane, label, unit, ts, values
     name_kinds: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))  # each name's kind, by code
+    # host calls carrying a launch's correlation id (not drawn): rank, lane, name, start_ns/end_ns from origin, correlation
+    launches: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @classmethod
     def build(cls, trace: Trace) -> "TimelineIndex":
@@ -322,8 +324,9 @@ class TimelineIndex:
             lanes.append(LaneIndex(lane, rank, group, s, e, np.maximum.accumulate(e), codes, rows, _depth(s, e),
                                    union, cum))
             lanes[-1].levels = _pyramid(lanes[-1])
-        details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind"]]
-        return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), _name_kinds(ev, names.size))
+        details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind", "rank", "correlation"]]
+        return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), _name_kinds(ev, names.size),
+                   _launches(trace.events, origin))
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
         """The view from ``t0_ms`` to ``t1_ms`` (ms from :attr:`origin`) at ``width_px`` columns.
@@ -407,6 +410,16 @@ class TimelineIndex:
                            "end": ms(r.end_ns - self.origin)}
                           for r in self.steps.itertuples()],
                 "extent": [ms(self.lo), ms(self.hi)]}
+
+
+def _launches(events: pd.DataFrame, origin: int) -> pd.DataFrame:
+    """The host's launch calls (kernel launches, copies, syncs) that carry a correlation id."""
+    mine = (events["kind"].isin(LAUNCH_KINDS) & (events["device"] < 0) & (events["correlation"] >= 0)).to_numpy()
+    ev = events[mine]
+    return pd.DataFrame({"rank": ev["rank"].to_numpy(), "lane": ev["lane"].astype(str).to_numpy(),
+                         "name": ev["name"].astype(str).to_numpy(), "start_ns": ev["ts_ns"].to_numpy() - origin,
+                         "end_ns": ev["ts_ns"].to_numpy() + np.maximum(ev["dur_ns"].to_numpy(), 0) - origin,
+                         "correlation": ev["correlation"].to_numpy()})
 
 
 def duration(us: float) -> str:

@@ -133,7 +133,7 @@ export default {
 
     let win = {t0: model.get("view").t0, t1: model.get("view").t1};
     let seq = model.get("view").seq || 0, tiles = model.get("tiles"), drawn = 0, refused = "";
-    let hoverId = null, match = null, picked = null, asked = {query: "", regex: false}, findSeq = 0, selectSeq = 0;
+    let hoverId = null, flow = null, linkSeq = 0, match = null, picked = null, asked = {query: "", regex: false}, findSeq = 0, selectSeq = 0;
 
     const plotWidth = () => Math.max(Math.floor(canvas.clientWidth || el.clientWidth || 1000) - GUTTER, 50);
     const xOf = t => GUTTER + (t - win.t0) / (win.t1 - win.t0) * plotWidth();
@@ -232,6 +232,19 @@ export default {
       if (match) {  // the search's match shown: outlined across its lane
         const row = layout.rows.find(r => r.kind === "lane" && r.k === match.lane);
         if (row) { g.strokeStyle = "#e00"; g.lineWidth = 2; g.strokeRect(xOf(match.start) - 2, row.y, Math.max(xOf(match.end) - xOf(match.start), 1) + 4, row.h); g.lineWidth = 1; }
+      }
+      for (const arrow of (flow && flow.arrows) || []) {  // launch -> device work, from the correlation ids
+        const to = layout.rows.find(r => r.kind === "lane" && r.k === arrow.to.lane);
+        const from = layout.rows.find(r => r.kind === "lane" && r.k === arrow.from.lane);
+        if (!to) continue;
+        const x1 = xOf(arrow.from.t), y1 = from ? from.y + DEPTH_ROW / 2 : to.y - 6, x2 = xOf(arrow.to.t), y2 = to.y + to.h / 2;
+        g.strokeStyle = "#111"; g.fillStyle = "#111"; g.lineWidth = 1.5;
+        g.beginPath(); g.moveTo(x1, y1); g.lineTo(x2, y2); g.stroke();
+        const angle = Math.atan2(y2 - y1, x2 - x1);
+        g.beginPath(); g.moveTo(x2, y2);
+        g.lineTo(x2 - 7 * Math.cos(angle - 0.4), y2 - 7 * Math.sin(angle - 0.4));
+        g.lineTo(x2 - 7 * Math.cos(angle + 0.4), y2 - 7 * Math.sin(angle + 0.4)); g.fill();
+        g.lineWidth = 1;
       }
       if (picked) {  // the selected range
         const a = Math.max(xOf(picked.t0), GUTTER), b = Math.min(xOf(picked.t1), w);
@@ -334,6 +347,10 @@ export default {
         selectSeq += 1; model.set("select", {t0: picked.t0, t1: picked.t1, seq: selectSeq}); model.save_changes();
         panel.style.display = "block"; panel.textContent = "summing up the range in the kernel…";
       } else if (drag && drag.select) { picked = null; draw(); }
+      else if (drag && Math.abs(ev.clientX - drag.x) < 3 && ev.target === canvas) {  // a click: the event's flows
+        const rect = canvas.getBoundingClientRect(), found = hit(ev.clientX - rect.left, ev.clientY - rect.top);
+        if (found && found.id !== undefined) { linkSeq += 1; model.set("link", {id: found.id, seq: linkSeq}); model.save_changes(); }
+      }
       drag = null; canvas.style.cursor = "grab";
     });
     canvas.addEventListener("mousemove", ev => {
@@ -363,7 +380,7 @@ export default {
     root.addEventListener("keydown", ev => {
       if (ev.target !== root || ev.ctrlKey || ev.metaKey || ev.altKey) return;
       const act = {w: () => zoomBy(0.8, mouseX), s: () => zoomBy(1.25, mouseX), a: () => panBy(-0.15), d: () => panBy(0.15),
-                   escape: () => { picked = null; panel.style.display = "none"; draw(); }}[ev.key.toLowerCase()];
+                   escape: () => { picked = null; flow = null; panel.style.display = "none"; draw(); }}[ev.key.toLowerCase()];
       if (!act) return;
       ev.preventDefault(); ev.stopPropagation(); act();
     });
@@ -389,6 +406,13 @@ export default {
         match = f.count ? {lane: f.lane, start: f.start, end: f.end} : null;
       }
       root.dataset.found = f.count ?? 0; root.dataset.at = f.at ?? 0;
+      draw();
+    });
+    model.on("change:flow", () => {
+      const f = model.get("flow");
+      flow = f.error ? null : f;
+      panel.style.display = "block"; panel.textContent = f.error || (f.lines || []).join("\n");
+      root.dataset.flows = flow ? flow.arrows.length : 0;
       draw();
     });
     model.on("change:selection", () => {

@@ -21,6 +21,7 @@ import anywidget
 import numpy as np
 import traitlets
 
+from .flows import flows
 from .legend import legend
 from .lod import MAX_WIDTH_PX, VIEW_LIMIT_MS, TimelineIndex
 from .lookup import Matches, search
@@ -51,6 +52,8 @@ class TimelineWidget(anywidget.AnyWidget):
     found = traitlets.Dict().tag(sync=True)  # the kernel's answer: count, position, the match shown
     select = traitlets.Any({}).tag(sync=True)  # set by the browser (shift-drag): {t0, t1, seq} in ms
     selection = traitlets.Dict().tag(sync=True)  # the range's aggregate (selection.aggregate)
+    link = traitlets.Any({}).tag(sync=True)  # set by the browser (a click on an event): {id, seq}
+    flow = traitlets.Dict().tag(sync=True)  # its arrows between launch and device work (flows.flows)
 
     def __init__(self, index: TimelineIndex, title: str = "", **kwargs) -> None:
         super().__init__(**kwargs)
@@ -128,6 +131,20 @@ class TimelineWidget(anywidget.AnyWidget):
             log.debug("timeline selection %r refused: %s", s, exc)
             self.selection = {"seq": seq, "error": f"selection refused: {exc}"}
 
+    @traitlets.observe("link")
+    def _link(self, change) -> None:
+        p = change["new"]
+        if isinstance(p, dict) and "id" not in p:
+            return
+        seq = _seq(p.get("seq", 0) if isinstance(p, dict) else None)
+        try:
+            if not isinstance(p, dict):
+                raise ValueError(f"a click is {{\"id\": N}}, not {type(p).__name__}")
+            self.flow = dict(flows(self.index, _event_id(p.get("id"), len(self.index.events))), seq=seq, id=p["id"])
+        except ValueError as exc:
+            log.debug("timeline click %r refused: %s", p, exc)
+            self.flow = {"seq": seq, "error": f"click refused: {exc}", "arrows": []}
+
     def search(self, query: str, regex: bool = False) -> int:
         """Find the events whose name holds ``query`` (case-insensitive; a regular expression with
         ``regex=True``) and show the first one from the view's start on. Returns how many there
@@ -169,10 +186,11 @@ class TimelineWidget(anywidget.AnyWidget):
         m, k = self._matches, self._at
         start, end = int(m.starts[k]), int(m.ends[k])
         pad = max(end - start, 1_000)
+        # the view first: the browser then has the window when the count arrives
+        self.zoom((start - pad) / 1e6, (end + pad) / 1e6)
         self.found = {"query": m.query, "regex": m.regex, "count": len(m), "at": k + 1, "names": m.names,
                       "lane": int(m.lanes[k]), "id": int(m.rows[k]), "name": str(self.index.events["name"].iat[int(m.rows[k])]),
                       "start": start / 1e6, "end": end / 1e6}
-        self.zoom((start - pad) / 1e6, (end + pad) / 1e6)
 
     def zoom(self, t0_ms: float, t1_ms: float) -> None:
         """Show the window from ``t0_ms`` to ``t1_ms`` (ms from the first step; finite)."""

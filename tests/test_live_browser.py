@@ -208,6 +208,10 @@ def _wait_dataset(page, root, key: str, value: int) -> None:
     pytest.fail(f"{key} never became {value}: {root.evaluate('el => ({...el.dataset})')}")
 
 
+def _match(root) -> tuple[float, float]:
+    return tuple(root.evaluate("el => [+el.dataset.matchStart, +el.dataset.matchEnd]"))
+
+
 def test_a_search_and_next_move_the_view_to_each_match(page):
     page, home = page
     root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")
@@ -218,16 +222,17 @@ def test_a_search_and_next_move_the_view_to_each_match(page):
     box.fill("aten::addmm")
     box.press("Enter")
     _wait_dataset(page, root, "at", 1)  # the kernel sends the view before the count
-    first = _state(root)
+    first, match = _state(root), _match(root)
     count = root.evaluate("el => +el.dataset.found")
-    # THEN the count is shown and the view closes in on the first match
+    # THEN the count is shown and the view closes in on the first match: it, and as much again either side
     assert count >= 2 and root.locator(".npumagic-found").inner_text().startswith(f"1 of {count}: aten::addmm")
-    assert first["t1"] - first["t0"] < 0.2 * (whole["t1"] - whole["t0"])
-    # WHEN "next" is pressed THEN the view moves on, to a later match
+    assert first["t0"] < match[0] < match[1] < first["t1"] < whole["t1"]
+    assert first["t1"] - first["t0"] == pytest.approx(3 * max(match[1] - match[0], 0.001), rel=1e-3)
+    # WHEN "next" is pressed THEN the view moves on, to the next match
     root.locator(".npumagic-next").click()
     _wait_dataset(page, root, "at", 2)
-    second = _state(root)
-    assert second["t0"] > first["t0"] and second["t1"] - second["t0"] < 0.2 * (whole["t1"] - whole["t0"])
+    second, later = _state(root), _match(root)
+    assert later[0] > match[1] and second["t0"] < later[0] < later[1] < second["t1"]
     root.screenshot(path=str(home / "search.png"))
 
 

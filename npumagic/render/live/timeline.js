@@ -406,6 +406,7 @@ export default {
         match = f.count ? {lane: f.lane, start: f.start, end: f.end} : null;
       }
       root.dataset.found = f.count ?? 0; root.dataset.at = f.at ?? 0;
+      root.dataset.matchStart = f.start ?? ""; root.dataset.matchEnd = f.end ?? "";
       draw();
     });
     model.on("change:flow", () => {

@@ -3,7 +3,7 @@ on every zoom or pan, sets ``view`` (the window in ms and its pixel width); the 
 ``tiles`` from the run's :class:`~.lod.TimelineIndex`. The browser never holds the trace, only
 the latest answer: a few thousand columns or events.
 
-What the browser sets (``view``, ``probe``) is read as untrusted: a message of the wrong shape
+What the browser sets (``view``, ``probe``, ``find``, ``select``, ``link``) is read as untrusted: a message of the wrong shape
 (a text width, a null ``t0``, an id beyond the events) is answered with ``{"error": ...}`` in
 ``tiles`` or ``detail``, never with an exception in the comm handler (ipywidgets would print its
 traceback in the notebook and the view would wait for an answer that never comes)."""
@@ -38,7 +38,11 @@ class TimelineWidget(anywidget.AnyWidget):
     ``view``: {t0, t1 (ms from the first step), width (px), seq}; set it (or call :meth:`zoom`,
     :meth:`show_step`) to move the view from Python. ``tiles``: the kernel's answer to the latest
     view (:meth:`TimelineIndex.query`), with its ``seq`` and ``query_ms``. ``probe``/``detail``:
-    the browser asks for one event's name, duration, step, shapes and source on hover."""
+    the browser asks for one event's name, duration, step, shapes and source on hover.
+    ``find``/``found``: a search and its count, the view moved to the match shown (:meth:`search`,
+    :meth:`next`, :meth:`previous`). ``select``/``selection``: a shift-dragged range and its
+    aggregate (:meth:`select_range`). ``link``/``flow``: a clicked event and its arrows between
+    launch and device work."""
 
     _esm = Path(__file__).with_name("timeline.js")
     frame = traitlets.Dict().tag(sync=True)  # lanes, series, steps, extent, title, legend: drawn once

@@ -236,6 +236,23 @@ def test_a_search_and_next_move_the_view_to_each_match(page):
     root.screenshot(path=str(home / "search.png"))
 
 
+def test_a_click_on_an_operator_is_answered_with_its_flows(page):
+    page, _ = page
+    root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")
+    # GIVEN the view on the search's match (an aten::addmm, one row below its aten::linear)
+    view, match = _state(root), _match(root)
+    box = root.locator("canvas").bounding_box()
+    x = GUTTER + (box["width"] - GUTTER) * ((match[0] + match[1]) / 2 - view["t0"]) / (view["t1"] - view["t0"])
+    # WHEN it is clicked
+    root.locator("canvas").click(position={"x": x, "y": 22 + 16 + 8})
+    # THEN the kernel's answer names it (a CPU run: no launch to draw)
+    deadline = time.time() + 60
+    panel = root.locator(".npumagic-selection")
+    while time.time() < deadline and not panel.inner_text().startswith("aten::addmm: "):
+        page.wait_for_timeout(200)
+    assert panel.inner_text().startswith("aten::addmm: "), panel.inner_text()
+
+
 def test_w_and_d_zoom_and_pan_without_reaching_jupyterlab(page):
     page, _ = page
     cells = page.locator(".jp-Cell").count()

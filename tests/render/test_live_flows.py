@@ -35,7 +35,8 @@ def test_a_click_on_a_kernel_draws_the_arrow_from_its_launch(widget):
     # GIVEN a kernel of step 7 whose launch is in the trace
     ev = index.events
     launches = _launches(trace)
-    kernels = np.flatnonzero(((ev["kind"] == "kernel") & (ev["step"] == 7) & ev["correlation"].isin(launches["correlation"])).to_numpy())
+    launched = ev["correlation"].isin(launches["correlation"])
+    kernels = np.flatnonzero(((ev["kind"] == "kernel") & (ev["step"] == 7) & launched).to_numpy())
     row = int(kernels[len(kernels) // 2])
     launch = launches[launches["correlation"] == ev["correlation"].iat[row]].iloc[0]
     # WHEN the browser says it was clicked
@@ -67,8 +68,9 @@ def test_a_click_on_a_host_operator_draws_arrows_to_the_work_its_launches_starte
     lane = next(ln for ln in index.lanes if row in set(ln.rows.tolist()))
     launches = _launches(trace)
     mine = launches[((launches["lane"] == lane.name) & (launches["ts_ns"] >= start) & (launches["ts_ns"] < end)).to_numpy()]
-    device = trace.events[(trace.events["device"] >= 0).to_numpy() & trace.events["correlation"].isin(mine["correlation"]).to_numpy()
-                          & trace.events["kind"].isin(["kernel", "memcpy", "comm"]).to_numpy()]
+    every = trace.events
+    device = every[((every["device"] >= 0) & every["correlation"].isin(mine["correlation"])
+                    & every["kind"].isin(["kernel", "memcpy", "comm"])).to_numpy()]
     assert len(device) >= 1
     widget.set_state({"link": {"id": row, "seq": 4}})
     flow = widget.flow

@@ -62,7 +62,8 @@ def test_a_ranges_aggregate_equals_the_same_range_computed_from_the_events(name,
     index = TimelineIndex.build(trace)
     steps = index.layout()["steps"]
     lo_ms, hi_ms = index.lo / 1e6, index.hi / 1e6
-    t0, t1 = {"a step": (steps[-1]["start"], steps[-1]["end"]), "a third of the run": (lo_ms + (hi_ms - lo_ms) / 3, lo_ms + 2 * (hi_ms - lo_ms) / 3),
+    third = (hi_ms - lo_ms) / 3
+    t0, t1 = {"a step": (steps[-1]["start"], steps[-1]["end"]), "a third of the run": (lo_ms + third, lo_ms + 2 * third),
               "2 ms into the first step": (steps[0]["start"] + 0.25, steps[0]["start"] + 2.25)}[where]
     # WHEN it is summed up
     got = aggregate(index, t0, t1)

@@ -51,7 +51,8 @@ def flows(index, row: int) -> dict:
         if names.size:
             kinds, counts = np.unique(names, return_counts=True)
             top = np.argsort(-counts, kind="stable")[:3]
-            lines.append("started " + ", ".join(f"{shorten(str(kinds[k]), NAME_CHARS)} x{counts[k]}" for k in top) + (" …" if kinds.size > 3 else ""))
+            started = ", ".join(f"{shorten(str(kinds[k]), NAME_CHARS)} x{counts[k]}" for k in top)
+            lines.append(f"started {started}" + (" …" if kinds.size > 3 else ""))
     arrows = []
     for launch, target in pairs[:MAX_ARROWS]:
         t = (int(ev["ts_ns"].iat[target]) - index.origin) / 1e6

@@ -271,7 +271,7 @@ def test_w_and_d_zoom_and_pan_without_reaching_jupyterlab(page):
 
 
 def test_a_shift_drag_shows_the_ranges_aggregate_from_the_kernel(page):
-    page, _ = page
+    page, home = page
     root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")
     root.locator("canvas").dblclick()
     _answered_since(page, root, 0)
@@ -287,6 +287,24 @@ def test_a_shift_drag_shows_the_ranges_aggregate_from_the_kernel(page):
     text = root.locator(".npumagic-selection").inner_text()
     assert text.startswith("selected ") and re.search(r"rank 0: host busy \d+%", text), text
     assert "top operators: " in text
+    # and it is that range's, computed from the run's saved events: the busy share of the host
+    # operators' union, and every line as the kernel's aggregate of the same range writes it
+    import numpy as np
+
+    import npumagic
+    from npumagic.analysis.intervals import Spans
+    from npumagic.render.live.lod import TimelineIndex
+    from npumagic.render.live.selection import aggregate
+
+    t0, t1 = root.evaluate("el => [+el.dataset.selT0, +el.dataset.selT1]")
+    trace = npumagic.load(home / "runs" / "live")
+    ev = trace.events[(trace.events["kind"] == "host_op").to_numpy()]
+    origin, lo, hi = int(trace.steps["start_ns"].min()), int(round(t0 * 1e6)), int(round(t1 * 1e6))
+    s = np.clip(ev["ts_ns"].to_numpy() - origin, lo, hi)
+    e = np.clip(ev["ts_ns"].to_numpy() + ev["dur_ns"].to_numpy() - origin, lo, hi)
+    busy = Spans.union_of(s, e).total / (hi - lo)
+    assert f"rank 0: host busy {busy:.0%}," in text
+    assert text.splitlines() == aggregate(TimelineIndex.build(trace), t0, t1)["lines"]
 
 
 def _colored_bands(png: Path) -> int:

@@ -420,7 +420,7 @@ export default {
       const s = model.get("selection");
       panel.style.display = "block";
       panel.textContent = s.error || (s.lines || []).join("\n");
-      if (!s.error) picked = {t0: s.t0, t1: s.t1};
+      if (!s.error) { picked = {t0: s.t0, t1: s.t1}; root.dataset.selT0 = s.t0; root.dataset.selT1 = s.t1; }
       root.dataset.selected = s.seq ?? -1;
       draw();
     });

@@ -11,6 +11,7 @@ pixels. Pure numpy and pandas: no matplotlib, no widget."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,6 +36,11 @@ _INT64_SAFE = float(2**62)  # times are clipped to this before an int64 search (
 # counter lanes, as the static timeline draws them (the host's: the profiled process's CPU share)
 COUNTER_GROUPS = ("HBM", "AI Core Freq", "Host")
 HOST_COUNTER = "Process/CPU"
+# the host sampler's other CPU lines, each a lane of its own: the cell's thread, each DataLoader
+# worker (competing with it for cores), each core (up to CORE_LANES: beyond, a lane a core is noise)
+HOST_LINES = ((re.compile(r"Main thread/CPU"), "main thread CPU"), (re.compile(r"Worker (\d+)/CPU"), "DataLoader worker {} CPU"),
+              (re.compile(r"Core (\d+)/CPU"), "core {} CPU"))
+CORE_LANES = 16
 
 
 def _cover(starts: np.ndarray, ends: np.ndarray, cum: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -447,6 +453,7 @@ def _series(trace: Trace, origin: int) -> list[dict]:
         out.append({"rank": int(rank), "lane": "memory", "label": f"{device} allocated", "unit": "MiB",
                     "ts": m["ts_ns"].to_numpy() - origin, "values": m["allocated_bytes"].to_numpy() / 2**20})
     c = trace.counters
+    host_lines = _host_lines(c, origin)
     c = c[c["group"].astype(str).isin(COUNTER_GROUPS).to_numpy()]
     c = c[((c["group"].astype(str) != "Host") | (c["name"].astype(str) == HOST_COUNTER)).to_numpy()]
     for (rank, group), part in c.groupby(["rank", c["group"].astype(str)], observed=True):
@@ -456,6 +463,25 @@ def _series(trace: Trace, origin: int) -> list[dict]:
         values = per_ts.sum() / 2**30 if unit == "B/s" else per_ts.mean()
         out.append({"rank": int(rank), "lane": group, "label": group, "unit": "GB/s" if unit == "B/s" else unit,
                     "ts": values.index.to_numpy() - origin, "values": values.to_numpy(dtype=np.float64)})
+    return out + host_lines
+
+
+def _host_lines(counters: pd.DataFrame, origin: int) -> list[dict]:
+    """The host sampler's CPU lines beyond the process's (:data:`HOST_LINES`), in %, per rank:
+    the main thread, then the workers, then the cores (numbered in order)."""
+    host = counters[(counters["group"].astype(str) == "Host").to_numpy()]
+    out = []
+    for (rank, name), part in host.groupby(["rank", host["name"].astype(str)], observed=True, sort=False):
+        for order, (pattern, label) in enumerate(HOST_LINES):
+            m = pattern.fullmatch(name)
+            if m is None or (order == 2 and int(m.group(1)) >= CORE_LANES):
+                continue
+            part = part[part["value"].notna().to_numpy()].sort_values("ts_ns")  # the first reading has no interval
+            number = int(m.group(1)) if m.groups() else 0
+            out.append({"rank": int(rank), "lane": "Host CPU", "label": label.format(*m.groups()), "unit": "%",
+                        "ts": part["ts_ns"].to_numpy() - origin, "values": part["value"].to_numpy(dtype=np.float64),
+                        "order": (int(rank), order, number)})
+    out.sort(key=lambda s: s.pop("order"))
     return out
 
 

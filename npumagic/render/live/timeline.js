@@ -6,7 +6,8 @@
 // Colours: one per kind of work at overview zoom (the legend's); once events come as themselves,
 // one per operator name, except DataLoader waits, syncs, annotations, collectives and copies.
 
-const GUTTER = 190, AXIS = 22, ROW = 18, DEPTH_ROW = 16, BOX = 14, SERIES = 34, RANK_HEAD = 16;
+const GUTTER = 190, AXIS = 22, ROW = 18, DEPTH_ROW = 16, BOX = 14, SERIES = 34, RANK_HEAD = 16, CORE_ROW = 9;
+const isCore = s => /^core \d+ CPU$/.test(s.label);  // the host's cores: a heat strip each, not a line
 const GROUP_COLOR = {host: "#4c72b0", device: "#dd8452", comm: "#8172b3"};
 
 // drawn in their kind's colour at any zoom: what a glance at the lanes must find
@@ -75,7 +76,8 @@ function rowsOf(frame) {
     });
     frame.series.forEach((s, k) => {
       if (s.rank !== rank) return;
-      rows.push({kind: "series", k, s, y, h: SERIES}); y += SERIES + 2;
+      const h = isCore(s) ? CORE_ROW : SERIES;
+      rows.push({kind: "series", k, s, y, h}); y += h + (isCore(s) ? 1 : 2);
     });
   }
   return {rows, height: y + AXIS};
@@ -259,8 +261,19 @@ export default {
     }
 
     function drawSeries(g, row, w) {
-      g.fillStyle = "#222"; g.fillText(`${row.s.label} (${row.s.unit || "-"})`.slice(0, 30), 4, row.y + 13);
       const values = (tiles.series || [])[row.k];
+      if (isCore(row.s)) {  // busy share as the red's strength, per column
+        g.font = "8px sans-serif"; g.fillStyle = "#222"; g.fillText(row.s.label, 4, row.y + 8); g.font = "11px sans-serif";
+        if (!values) return;
+        const cw = (xOf(tiles.t1) - xOf(tiles.t0)) / values.length;
+        values.forEach((v, c) => {
+          if (v === null || v <= 0) return;
+          g.fillStyle = `rgba(214,39,40,${Math.min(v, 100) / 100})`;
+          g.fillRect(xOf(tiles.t0) + c * cw, row.y, cw + 0.5, row.h);
+        });
+        drawn += 1; return;
+      }
+      g.fillStyle = "#222"; g.fillText(`${row.s.label} (${row.s.unit || "-"})`.slice(0, 30), 4, row.y + 13);
       if (!values) return;
       const finite = values.filter(v => v !== null);
       if (!finite.length) return;

@@ -27,7 +27,7 @@ def flows(index, row: int) -> dict:
     launches = index.launches
     if launches.empty:
         return {"arrows": [], "count": 0, "lines": [f"{name}: the trace holds no launch with a correlation id"]}
-    rank, corr = int(ev["rank"].iat[row]), int(ev["correlation"].iat[row])
+    rank, corr = lane.rank, int(ev["correlation"].iat[row])
     if lane.group != "host" and kind in DEVICE_WORK:
         found = launches[((launches["rank"] == rank) & (launches["correlation"] == corr)).to_numpy()] if corr >= 0 \
             else launches.iloc[:0]
@@ -96,13 +96,7 @@ def _device_rows(index, rank: int, correlations: np.ndarray) -> np.ndarray:
     ev = index.events
     if not correlations.size:
         return np.empty(0, np.int64)
-    mine = (ev["rank"].to_numpy() == rank) & ev["kind"].isin(DEVICE_WORK).to_numpy() \
+    device_lane = np.array([lane.group != "host" and lane.rank == rank for lane in index.lanes])
+    mine = device_lane[_lane_of(index)] & ev["kind"].isin(DEVICE_WORK).to_numpy() \
         & np.isin(ev["correlation"].to_numpy(), correlations)
-    return np.flatnonzero(mine & (_lane_groups(index) != 0))
-
-
-def _lane_groups(index) -> np.ndarray:
-    """Per event row: 0 for a host lane, 1 for a device or comm lane."""
-    lane_of = _lane_of(index)
-    groups = np.array([lane.group != "host" for lane in index.lanes], dtype=np.int8)
-    return groups[lane_of]
+    return np.flatnonzero(mine)

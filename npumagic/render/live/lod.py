@@ -295,6 +295,7 @@ class TimelineIndex:
     series: list[dict] = field(default_factory=list)  # memory and counter lines: lane, label, unit, ts, values
     name_kinds: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))  # each name's kind, by code
     # host calls carrying a launch's correlation id (not drawn): rank, lane, name, start_ns/end_ns from origin, correlation
+    # (an event's rank is its lane's: the events frame does not repeat it)
     launches: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @classmethod
@@ -330,7 +331,7 @@ class TimelineIndex:
             lanes.append(LaneIndex(lane, rank, group, s, e, np.maximum.accumulate(e), codes, rows, _depth(s, e),
                                    union, cum))
             lanes[-1].levels = _pyramid(lanes[-1])
-        details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind", "rank", "correlation"]]
+        details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind", "correlation"]]
         return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), _name_kinds(ev, names.size),
                    _launches(trace.events, origin))
 

@@ -331,6 +331,26 @@ def test_a_screenshot_of_the_level1_job_shows_its_lanes(page):
     (home / "level1_state.json").write_text(json.dumps(state))
 
 
+@pytest.mark.skipif(not (ASCEND / "level1").exists(), reason=f"{NEED_SHARED} — {ASCEND / 'level1'} is absent")
+def test_a_click_on_a_ranks_header_collapses_its_group(page):
+    page, _ = page
+    root = page.locator(".jp-Cell").nth(2).locator(".npumagic-live")
+    root.scroll_into_view_if_needed()
+    canvas = root.locator("canvas")
+    tall = canvas.bounding_box()["height"]
+    heads = [float(y) for y in root.evaluate("el => el.dataset.heads").split(",")]
+    assert len(heads) == 2  # rank 0 and rank 1
+    # WHEN rank 0's header is clicked THEN its lanes go, rank 1's header moves up to below it
+    canvas.click(position={"x": 20, "y": heads[0] + 8})
+    page.wait_for_function("el => el.dataset.collapsed === '0'", arg=root.element_handle(), timeout=10_000)
+    after = [float(y) for y in root.evaluate("el => el.dataset.heads").split(",")]
+    assert after[0] == heads[0] and after[1] < heads[1] and canvas.bounding_box()["height"] < tall
+    # and a second click brings them back
+    canvas.click(position={"x": 20, "y": heads[0] + 8})
+    page.wait_for_function("el => el.dataset.collapsed === ''", arg=root.element_handle(), timeout=10_000)
+    assert [float(y) for y in root.evaluate("el => el.dataset.heads").split(",")] == heads
+
+
 @pytest.mark.parametrize("static", [False, True], ids=["saved-without-widget-state", "NPUMAGIC_STATIC=1"])
 def test_a_notebook_exported_to_html_shows_the_png_timeline(tmp_path, monkeypatch, static):
     """Saved as JupyterLab saves it by default (no widget state), or executed with NPUMAGIC_STATIC=1

@@ -61,13 +61,15 @@ function legendOf(frame) {
   return box;
 }
 
-function rowsOf(frame) {
-  // one group per rank: a header, its lanes (host lanes as tall as their nesting), then its series
+function rowsOf(frame, collapsed = new Set()) {
+  // one group per rank: a header, its lanes (host lanes as tall as their nesting), then its series;
+  // a collapsed rank (a click on its header) keeps its header only
   const rows = [];
   let y = AXIS;
   const ranks = [...new Set(frame.lanes.map(l => l.rank).concat(frame.series.map(s => s.rank)))].sort((a, b) => a - b);
   for (const rank of ranks) {
     if (ranks.length > 1) { rows.push({kind: "rank", rank, y, h: RANK_HEAD}); y += RANK_HEAD; }
+    if (collapsed.has(rank)) continue;
     frame.lanes.forEach((lane, k) => {
       if (lane.rank !== rank) return;
       // one row per nesting depth (the kernel's layout caps it), so nested boxes never overlap
@@ -126,7 +128,8 @@ export default {
     panel.className = "npumagic-selection";
     panel.style.cssText = "display:none;white-space:pre-wrap;margin:4px 0;padding:3px 6px;border-left:3px solid #4c72b0;color:#222";
     const tools = toolsOf();
-    let frame = model.get("frame"), layout = rowsOf(frame), legend = legendOf(frame);
+    const collapsed = new Set();
+    let frame = model.get("frame"), layout = rowsOf(frame, collapsed), legend = legendOf(frame);
     root.append(bar, tools.box, legend, canvas, tip, panel);
     root.tabIndex = 0;  // W/S/A/D reach the view once it is clicked
     root.setAttribute("data-lm-suppress-shortcuts", "true");  // not JupyterLab's command-mode keys (A, D, D...)
@@ -188,7 +191,7 @@ export default {
       const tx = t => xOf(t);
       for (const row of layout.rows) {
         g.fillStyle = "#222";
-        if (row.kind === "rank") { g.font = "bold 11px sans-serif"; g.fillStyle = "#222"; g.fillText(`rank ${row.rank}`, 4, row.y + 12); g.font = "11px sans-serif"; continue; }
+        if (row.kind === "rank") { g.font = "bold 11px sans-serif"; g.fillStyle = "#222"; g.fillText(`${collapsed.has(row.rank) ? "▸" : "▾"} rank ${row.rank}`, 4, row.y + 12); g.font = "11px sans-serif"; continue; }
         if (row.kind === "series") { drawSeries(g, row, w); continue; }
         const label = row.lane.name.length > 30 ? row.lane.name.slice(0, 14) + "…" + row.lane.name.slice(-15) : row.lane.name;
         g.fillText(label, 4, row.y + 13);
@@ -253,6 +256,7 @@ export default {
         if (b > a) { g.fillStyle = "rgba(76,114,176,0.18)"; g.fillRect(a, AXIS, b - a, layout.height - 2 * AXIS); }
       }
       root.dataset.t0 = win.t0; root.dataset.t1 = win.t1; root.dataset.items = drawn;
+      root.dataset.heads = layout.rows.filter(r => r.kind === "rank").map(r => r.y).join(",");
       root.dataset.lanes = frame.lanes.length; root.dataset.answered = tiles.seq ?? -1;
       bar.textContent = `${frame.title ? frame.title + " — " : ""}${fmt(win.t0)} … ${fmt(win.t1)} (${fmt(win.t1 - win.t0)} shown)`
         + ` · ${drawn} items · answer ${tiles.query_ms ?? "?"} ms in the kernel · wheel or W/S: zoom, drag or A/D: pan,`
@@ -361,7 +365,13 @@ export default {
         panel.style.display = "block"; panel.textContent = "summing up the range in the kernel…";
       } else if (drag && drag.select) { picked = null; draw(); }
       else if (drag && Math.abs(ev.clientX - drag.x) < 3 && ev.target === canvas) {  // a click: the event's flows
-        const rect = canvas.getBoundingClientRect(), found = hit(ev.clientX - rect.left, ev.clientY - rect.top);
+        const rect = canvas.getBoundingClientRect(), x = ev.clientX - rect.left, y = ev.clientY - rect.top;
+        const head = x < GUTTER && layout.rows.find(r => r.kind === "rank" && y >= r.y && y < r.y + r.h);
+        if (head) {  // a rank's header: collapse or expand its group
+          collapsed.has(head.rank) ? collapsed.delete(head.rank) : collapsed.add(head.rank);
+          layout = rowsOf(frame, collapsed); root.dataset.collapsed = [...collapsed].join(","); draw();
+        }
+        const found = head ? null : hit(x, y);
         if (found && found.id !== undefined) { linkSeq += 1; model.set("link", {id: found.id, seq: linkSeq}); model.save_changes(); }
       }
       drag = null; canvas.style.cursor = "grab";
@@ -452,7 +462,7 @@ export default {
       tip.textContent = (d.lines || [d.name]).join("\n");
     });
     model.on("change:frame", () => {
-      frame = model.get("frame"); layout = rowsOf(frame);
+      frame = model.get("frame"); layout = rowsOf(frame, collapsed);
       const fresh = legendOf(frame); legend.replaceWith(fresh); legend = fresh;
       kindColor = Object.fromEntries((frame.legend || []).map(l => [l.kind, l.color]));
       draw();

@@ -320,7 +320,8 @@ export default {
       const c = Math.floor((t - tiles.t0) / (tiles.t1 - tiles.t0) * part.busy.length);
       if (!(part.busy[c] > 0)) return null;
       const name = part.dominant[c] >= 0 ? names[part.dominant[c]] : "?";
-      return {text: `${name}\nmost of this pixel; busy ${(part.busy[c] * 100).toFixed(0)}% of ${fmt((tiles.t1 - tiles.t0) / part.busy.length)}\n(zoom in for the events)`};
+      const label = (frame.legend || []).find(l => l.kind === (tiles.kinds || [])[part.dominant[c]]);
+      return {text: `${name}${label ? ` (${label.label})` : ""}\nmost of this pixel; busy ${(part.busy[c] * 100).toFixed(0)}% of ${fmt((tiles.t1 - tiles.t0) / part.busy.length)}\n(zoom in for the events)`};
     }
 
     function showTip(found, x, y) {
@@ -426,6 +427,7 @@ export default {
       if (f.error) { tools.count.textContent = f.error; match = null; }
       else {
         tools.count.textContent = f.count ? `${f.at} of ${f.count}: ${f.name}` : "no match";
+        tools.count.title = (f.names || []).join("\n");  // the names matched, most matches first
         match = f.count ? {lane: f.lane, start: f.start, end: f.end} : null;
       }
       root.dataset.found = f.count ?? 0; root.dataset.at = f.at ?? 0;

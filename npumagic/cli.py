@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from .commands import SHELL
+from .wording import SHELL
 from .errors import NpumagicError
 from .terminal import SafeStream, safe_text, terminal_width
 

@@ -29,7 +29,7 @@ from .analysis.metrics import Summary
 from .analysis.persist import FORMAT as SUMMARY_FORMAT
 from .analysis.persist import READABLE as READABLE_SUMMARY_FORMATS
 from .analysis.persist import dump_summary, load_summary
-from .commands import say
+from .wording import say
 from .errors import NpumagicError
 from .names import DB_NAME, check_name  # noqa: F401  (DB_NAME: imported from here too)
 from .records import Run, when

@@ -377,7 +377,7 @@ def build_server(out: str | Path = "npumagic_runs", roots: list[str | Path] | No
 def serve(out: str | Path, roots: list[str | Path] | None = None) -> None:
     """Serve over stdin/stdout until the client closes them (a ``--root`` that is no directory is
     refused first)."""
-    from .commands import SHELL
+    from .wording import SHELL
 
     server = build_server(out, roots)
     SHELL.set("cli")  # the assistant's user runs commands, not magics

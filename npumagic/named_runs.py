@@ -15,7 +15,7 @@ from . import analysis
 from .analysis.alerts import Band, learn_band
 from .analysis.compare import Comparison, Noise, between_run_noise, compare
 from .analysis.metrics import Summary
-from .commands import say
+from .wording import say
 from .errors import NpumagicError
 from .history import HistoryStore
 from .names import check_name

@@ -20,7 +20,7 @@ from .analysis.checklist import Verdict, checklist
 from .analysis.metrics import Summary
 from .capture import CaptureOptions, CaptureResult, capture, choose_backend, ensure_idle
 from .capture.backends import BackendChoice, environment_snapshot
-from .commands import say
+from .wording import say
 from .errors import NpumagicError
 from .history import UnknownRun
 from .interrupts import held_interrupts

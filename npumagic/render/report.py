@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..analysis.checklist import Verdict
 from ..analysis.metrics import Summary
-from ..commands import say
+from ..wording import say
 from ..records import Run
 from .live.bundle import live_bundle
 from ..terminal import display_width, terminal_safe, wrap

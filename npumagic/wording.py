@@ -1,4 +1,4 @@
-"""How a message names what the user can do next, in the words of the shell they use.
+"""Message wording: how a message names what the user can do next, in the words of the shell they use.
 
 The core (session, history) says *what* to do ("remove that run", "list the runs"); this table
 says it as a magic in a notebook and as a command in a terminal. The shells set :data:`SHELL`

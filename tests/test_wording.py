@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from npumagic.commands import SHELL
+from npumagic.wording import SHELL
 from npumagic.errors import NpumagicError
 from npumagic.history import HistoryStore, RunNameTaken
 from npumagic.session import Session

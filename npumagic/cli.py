@@ -60,24 +60,8 @@ def _exists(path) -> None:
         raise TraceError(path, "no such file or directory")
 
 
-def _records(frame, limit: int | None = None) -> list[dict]:
-    frame = frame.head(limit) if limit else frame
-    return json.loads(frame.to_json(orient="records"))
-
-
 def _print_json(payload: dict) -> None:
     print(json.dumps(payload, default=str, indent=2, allow_nan=False))
-
-
-def _clean(value):
-    """NaN/inf -> None, recursively, so the JSON is strict."""
-    if isinstance(value, float):
-        return value if value == value and abs(value) != float("inf") else None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
 
 
 def _analyze(args) -> int:
@@ -551,7 +535,7 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
 def _history(out: str):
     """The runs of ``out``'s history, read only (:class:`~npumagic.named_runs.NamedRuns`, as the
     magics see them); None for an output directory without a history."""
-    from .history import DB_NAME
+    from .names import DB_NAME
 
     if Path(out).is_dir() and not (Path(out) / DB_NAME).exists():
         return None

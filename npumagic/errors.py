@@ -24,3 +24,14 @@ class TraceError(NpumagicError, ValueError):
     def __reduce__(self):
         # rebuilt from its own arguments, so it survives pickling (a Dask worker raising it)
         return type(self), (self.path, self.problem)
+
+
+class RunNameTaken(NpumagicError):
+    """A run name that is already in the history."""
+
+
+class UnknownRun(NpumagicError, KeyError):
+    """A run name not in the history; the message lists the known ones."""
+
+    def __str__(self) -> str:
+        return self.args[0]

@@ -30,7 +30,7 @@ from .analysis.persist import FORMAT as SUMMARY_FORMAT
 from .analysis.persist import READABLE as READABLE_SUMMARY_FORMATS
 from .analysis.persist import dump_summary, load_summary
 from .wording import say
-from .errors import NpumagicError
+from .errors import NpumagicError, RunNameTaken, UnknownRun  # noqa: F401 - the history raises them
 from .names import DB_NAME, check_name  # noqa: F401  (DB_NAME: imported from here too)
 from .records import Run, when
 
@@ -99,17 +99,6 @@ class HistoryError(NpumagicError):
 
 class NewerHistory(HistoryError):
     """A history written by a newer npumagic (a schema version this one does not know)."""
-
-
-class RunNameTaken(NpumagicError):
-    """A run name that is already in the history."""
-
-
-class UnknownRun(NpumagicError, KeyError):
-    """A run name not in the history; the message lists the known ones."""
-
-    def __str__(self) -> str:
-        return self.args[0]
 
 
 _TEXT_FIELDS = ("name", "kind", "status", "backend", "device", "source", "run_dir", "message", "note")

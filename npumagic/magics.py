@@ -19,8 +19,7 @@ from .analysis.ab import MAX_STEPS as AB_MAX_STEPS
 from .analysis.ab import THRESHOLD as AB_THRESHOLD
 from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError
 from .capture.options import HOST_SYS
-from .errors import NpumagicError
-from .history import RunNameTaken, UnknownRun
+from .errors import NpumagicError, RunNameTaken, UnknownRun
 from .offline import parse_raw
 from .names import RULE as NAME_RULE
 from .names import check_name

@@ -87,3 +87,36 @@ def test_no_module_imports_one_that_imports_it_back(graph):
         if node not in index:
             visit(node)
     assert circles == []
+
+
+SHELLS = ("npumagic.magics", "npumagic.cli", "npumagic.mcp_server")
+
+
+def test_the_shells_reach_the_history_only_through_the_session(graph):
+    # errors live in errors.py and DB_NAME in names.py: a shell naming the store itself would
+    # bypass the session's naming and locking
+    assert sorted(f"{s} imports {m}" for s in graph if s.startswith(SHELLS) for m in graph[s]
+                  if m == "npumagic.history") == []
+
+
+def _dynamic_imports(path: Path) -> list[str]:
+    """The first argument of each ``importlib.import_module`` call, as source text."""
+    tree = ast.parse(path.read_text(), str(path))
+    return [ast.unparse(node.args[0]) for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and ast.unparse(node.func).endswith("import_module") and node.args]
+
+
+def test_the_one_import_by_name_upwards_is_the_renderer_registry():
+    """presentation.py (imported by the analysis layer's data classes) loads the renderer by
+    name, as pandas its plotting backend: that edge points at the registry and nowhere else,
+    and the registry imports presentation (it registers; it is not called by analysis)."""
+    import npumagic.presentation as presentation
+
+    known = modules()
+    assert _dynamic_imports(known["npumagic.presentation"]) == ["RENDERER"]
+    assert presentation.RENDERER == "npumagic.render.display" and presentation.RENDERER in known
+    assert "npumagic.presentation" in imports(known[presentation.RENDERER], known)
+    # the package's lazy attributes and the tracker plugins are the only other names imported by name
+    others = {name: _dynamic_imports(path) for name, path in known.items() if name != "npumagic.presentation"}
+    assert {name: found for name, found in others.items() if found} == {
+        "npumagic": ["f'.{_WHERE[name]}'"], "npumagic.render": ["f'.{_WHERE[name]}'"], "npumagic.trackers": ["tracker"]}

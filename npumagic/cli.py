@@ -11,7 +11,7 @@ earlier runs exits 0, undecided; ``run`` exits with its command's status (a sign
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import os
 import re
 import sys
@@ -19,9 +19,13 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from .wording import SHELL
+from .cli_run import print_json, run_arguments, run_command, send_trigger, track
+from .commands import COMMANDS, ERRORS, Places, find
+from .commands.base import TARGET
 from .errors import NpumagicError
+from .names import DEMO_DIR, OUTPUT_DIR
 from .terminal import SafeStream, safe_text, terminal_width
+from .wording import SHELL
 
 # render.views.VIEWS, spelled out so parsing the command line does not import matplotlib
 VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix")
@@ -49,7 +53,7 @@ def _summary(args, path, rank=None):
     # (Dask); one rank in this process
     return parallel.analyze(path, rank=rank, scheduler=getattr(args, "scheduler", None),
                             progress=not getattr(args, "json", False) and sys.stderr.isatty(),
-                            every_rank=getattr(args, "every_rank", False) or getattr(args, "all", False))
+                            every_rank=getattr(args, "read_every_rank", False) or getattr(args, "every_rank", False))
 
 
 def _exists(path) -> None:
@@ -60,59 +64,50 @@ def _exists(path) -> None:
         raise TraceError(path, "no such file or directory")
 
 
-def _print_json(payload: dict) -> None:
-    print(json.dumps(payload, default=str, indent=2, allow_nan=False))
+class CliPlaces(Places):
+    """The CLI's places: a path is read with a progress bar on a terminal, ``--scheduler`` and
+    ``--parse-raw``; the runs are those of ``--history`` (read only), and a word that is neither
+    one of them nor a path is told so."""
+
+    def __init__(self, args, runs=None, out=None) -> None:
+        super().__init__(runs, out)
+        self.args = args
+
+    def read(self, path, rank):
+        return _summary(self.args, path, rank)
+
+    def unknown(self, ref: str) -> Exception | None:
+        if self.runs is None:
+            return None
+        known = ", ".join(r.name for r in self.runs.records()) or "none yet"
+        return NpumagicError(f"{ref}: neither a run of {self.args.history} (known: {known}) nor a path")
 
 
-def _analyze(args) -> int:
-    summary = _summary(args, args.path, args.rank)
-    from .analysis.checklist import checklist
-    from .render.tables import format_kernels, format_ranks, kernel_caption, rank_caption
+def _places(args) -> CliPlaces:
+    if hasattr(args, "dir"):  # runs, export: an output directory's history
+        out = _output_dir(args)
+        return CliPlaces(args, _history(out), out)
+    if getattr(args, "history", None) is not None:
+        return CliPlaces(args, _named_runs(args.history), args.history)
+    return CliPlaces(args)
 
-    verdict = checklist(summary)
+
+def _answer(args, result) -> None:
     if args.json:
-        from .jsonout import analyze_doc
-
-        _print_json(analyze_doc(summary, verdict, args.path, args.top))
-        return 0
-    from .render.text import summary_text, verdict_text
-
-    width = terminal_width()
-    print(summary_text(summary, width))
-    print()
-    print(format_kernels(summary.kernels, args.top, kernel_caption(summary)).to_text(width))
-    if len(summary.ranks) > 1:
-        print()
-        print(format_ranks(summary.ranks, rank_caption(summary)).to_text(width))
-    print()
-    print(verdict_text(verdict, width))
-    return 0
-
-
-def _advise(args) -> int:
-    summary = _summary(args, args.path, args.rank)
-    from .analysis.advice import advise_run
-
-    advice = advise_run(summary, str(args.path), every_rank=args.all, low=args.all)
-    if args.json:
-        from .jsonout import advice_doc
-
-        _print_json(advice_doc(advice, args.path))
+        print_json(result.to_dict())
     else:
-        from .render.text import advice_text
+        print(result.text(terminal_width()))
 
-        print(advice_text(advice, terminal_width()))
+
+def _run_command(args):
+    """The result of the command ``args.command`` of :data:`~npumagic.commands.COMMANDS`."""
+    command = find(args.command)
+    return command.run(_places(args), **{arg.name: getattr(args, arg.name) for arg in command.args})
+
+
+def _command(args) -> int:
+    _answer(args, _run_command(args))
     return 0
-
-
-def _side(args, runs, ref: str, rank):
-    """(Summary, name, record) of one side of ``compare``: a run of ``--history`` by name, else a path."""
-    if runs is not None and runs.has(ref):
-        return runs.summary(ref), ref, runs.context(ref)
-    if runs is not None and not Path(ref).exists():
-        known = ", ".join(r.name for r in runs.records()) or "none yet"
-        raise NpumagicError(f"{ref}: neither a run of {args.history} (known: {known}) nor a path")
-    return _summary(args, ref, rank), None, None
 
 
 def _compare(args) -> int:
@@ -120,75 +115,59 @@ def _compare(args) -> int:
         from .trackers import available
 
         available(args.log)
-    runs = None
-    if args.history is not None:
-        runs = _named_runs(args.history)
-    else:  # a missing side is said before the other is read, and before pandas is imported
-        _exists(args.path_a)
-        _exists(args.path_b)
-    from .analysis.compare import compare
-    from .named_runs import two_sides
-
-    if runs is None:  # one output on both sides would read as "no difference", a measurement
-        two_sides(str(Path(args.path_a).resolve()), str(Path(args.path_b).resolve()), "paths")
-
-    if runs is not None:  # -1 the latest run, -2 the one before, as the magics take them
-        args.path_a, args.path_b = (runs.resolve(r) if re.fullmatch(r"-\d+", r) else r
-                                    for r in (args.path_a, args.path_b))
-    a, run_a, context_a = _side(args, runs, args.path_a, args.rank_a)
-    b, run_b, context_b = _side(args, runs, args.path_b, args.rank_b)
-    name_a, name_b = run_a or Path(args.path_a).name, run_b or Path(args.path_b).name
-    if run_a and run_b:
-        two_sides(run_a, run_b)
-    if name_a == name_b:  # e.g. two rank0_ascend_pt directories: say which is which
-        name_a, name_b = (f"{Path(p).parent.name}/{Path(p).name}" for p in (args.path_a, args.path_b))
-    if run_a and run_b:  # as %npucompare A B: with the history's run-to-run noise
-        cmp = runs.compare(run_a, run_b)
-    else:
-        cmp = compare(a, b, name_a, name_b, context_a, context_b)
+    result = _run_command(args)
+    cmp = result.comparison
     failed = args.fail_if_slower is not None and _slower_beyond(cmp, args.fail_if_slower)
     # the gate cannot tell (exit 3) where the comparison cannot judge a slowdown beyond the allowance
     unsure = "" if args.fail_if_slower is None or failed else cmp.undecided(args.fail_if_slower / 100)
-    operators = _by_operator(args, runs) if args.by_operator else None
+    operators = _by_operator(args, result) if args.by_operator else None
     if args.json:
-        from .jsonout import comparison_doc, records
-
-        doc = comparison_doc(cmp, args.path_a, args.path_b)
-        if args.fail_if_slower is not None:  # the gate's own question decides
-            doc["decided"], doc["undecided"] = not unsure, unsure or None
-        doc["gate"] = None if args.fail_if_slower is None else {"fail_if_slower_pct": args.fail_if_slower,
-                                                                "failed": failed, "decided": not unsure,
-                                                                "undecided": unsure or None}
-        if operators is not None:
-            doc["operators"] = records(operators)
-        _print_json(doc)
+        print_json(_gate_doc(args, result, failed, unsure, operators))
     else:
-        from .render.text import comparison_text
-
-        print(comparison_text(cmp, width=terminal_width()))
+        print(result.text(terminal_width()))
         if operators is not None:
             from .render.text import operator_match_text
 
             print()
-            print(operator_match_text(operators, name_a, name_b))
-        if unsure:
-            print(f"\ncannot tell: --fail-if-slower {args.fail_if_slower:g}%: whether {name_b} is slower than "
-                  f"{name_a} by more than that: {unsure}")
-        elif args.fail_if_slower is not None:
-            print(f"\n{'FAIL' if failed else 'pass'}: --fail-if-slower {args.fail_if_slower:g}%: {name_b} is "
-                  + (f"significantly slower than {name_a}, by {1 / cmp.speedup - 1:.1%}" if failed else
-                     f"not significantly slower than {name_a} by more than that"))
+            print(operator_match_text(operators, cmp.a, cmp.b))
+        _say_gate(args, cmp, failed, unsure)
     if args.log:
-        _track([cmp], args.log)
+        track([cmp], args.log)
     return 1 if failed else (CANNOT_TELL if unsure else 0)
+
+
+def _gate_doc(args, result, failed: bool, unsure: str, operators) -> dict:
+    doc = result.to_dict()
+    if args.fail_if_slower is not None:  # the gate's own question decides
+        doc["decided"], doc["undecided"] = not unsure, unsure or None
+    doc["gate"] = None if args.fail_if_slower is None else {"fail_if_slower_pct": args.fail_if_slower,
+                                                            "failed": failed, "decided": not unsure,
+                                                            "undecided": unsure or None}
+    if operators is not None:
+        from .jsonout import records
+
+        doc["operators"] = records(operators)
+    return doc
+
+
+def _say_gate(args, cmp, failed: bool, unsure: str) -> None:
+    if unsure:
+        print(f"\ncannot tell: --fail-if-slower {args.fail_if_slower:g}%: whether {cmp.b} is slower than "
+              f"{cmp.a} by more than that: {unsure}")
+    elif args.fail_if_slower is not None:
+        print(f"\n{'FAIL' if failed else 'pass'}: --fail-if-slower {args.fail_if_slower:g}%: {cmp.b} is "
+              + (f"significantly slower than {cmp.a}, by {1 / cmp.speedup - 1:.1%}" if failed else
+                 f"not significantly slower than {cmp.a} by more than that"))
 
 
 CANNOT_TELL = 3  # the CI gate's exit status where the comparison cannot judge (not a pass, not a failure)
 
 
-def _by_operator(args, runs):
+def _by_operator(args, result):
     """Both sides' device time matched by framework operator (the traces are re-read)."""
     from .analysis.crossbackend import match_operators, operator_device_time
+
+    runs = _named_runs(args.history) if args.history is not None else None
 
     def side(ref: str, rank):
         path = runs.run_dir(ref) if runs is not None and runs.has(ref) else ref
@@ -196,7 +175,7 @@ def _by_operator(args, runs):
             raise NpumagicError(f"{ref}: --by-operator needs its trace files, and {path} is gone")
         return operator_device_time(_load(args, path).events, rank)
 
-    return match_operators(side(args.path_a, args.rank_a), side(args.path_b, args.rank_b))
+    return match_operators(side(result.label_a, args.rank_a), side(result.label_b, args.rank_b))
 
 
 def _slower_beyond(cmp, pct: float) -> bool:
@@ -242,7 +221,7 @@ def _check(args) -> int:
         if args.json:
             from .jsonout import document
 
-            _print_json(document("check", run=name, like=like, decided=False, undecided=unsure, outside=None,
+            print_json(document("check", run=name, like=like, decided=False, undecided=unsure, outside=None,
                                  median_us=float(np.median(walls))))
         else:
             print(f"{'no band yet' if band is None else 'cannot tell'}: {name}: {unsure}")
@@ -251,7 +230,7 @@ def _check(args) -> int:
     if args.json:
         from .jsonout import document
 
-        _print_json(document("check", run=name, like=like, decided=True, undecided=None, **alert.to_dict()))
+        print_json(document("check", run=name, like=like, decided=True, undecided=None, **alert.to_dict()))
     else:
         print(f"{'ALERT' if alert.outside else 'ok'}: {name}: median step {alert.median_us / 1000:,.2f} ms, "
               f"{alert.sentence()} (runs of {like}'s configuration)")
@@ -314,222 +293,27 @@ def _show(args) -> int:
     if args.json:
         from .jsonout import show_doc
 
-        _print_json(show_doc(args.path, view, out, summary, options))
+        print_json(show_doc(args.path, view, out, summary, options))
     else:
         print(f"wrote {out}")
     return 0
 
 
-def _runs(args) -> int:
-    out = _output_dir(args)
-    from .render.tables import format_runs
-
-    runs = _history(out)
-    table = runs.table() if runs is not None else None
-    if args.json:
-        from .jsonout import runs_doc
-
-        _print_json(runs_doc(table, out))
-    elif table is None:
-        print(f"no runs in {out}")
-    else:
-        print(format_runs(table).to_text() if len(table) else f"no runs in {out}")
-    return 0
-
-
 def _export(args) -> int:
-    out = _output_dir(args)
-    from .render.export import render_markdown, write_log
-
-    history = _history(out)
-    runs = history.records() if history is not None else []
+    log = _run_command(args)
     if args.md or args.csv:
-        write_log(runs, md=args.md, csv=args.csv)
+        from .render.export import write_log
+
+        write_log(log.runs, md=args.md, csv=args.csv)
     files = [p for p in (args.md, args.csv) if p and p != "-"]  # "-" is standard output
     if args.json:
-        from .jsonout import export_doc
-
-        _print_json(export_doc(runs, out, files))
+        print_json(dataclasses.replace(log, written=tuple(files)).to_dict())
     elif not (args.md or args.csv):
-        print(render_markdown(runs))
+        print(log.text())
     elif files:  # as `show` says what it wrote (beside a log printed to stdout: on stderr)
-        print(f"exported {len(runs)} run{'' if len(runs) == 1 else 's'} to {', '.join(files)}",
+        print(f"exported {len(log.runs)} run{'' if len(log.runs) == 1 else 's'} to {', '.join(files)}",
               file=sys.stderr if "-" in (args.md, args.csv) else sys.stdout)
     return 0
-
-
-def _run(args) -> int:
-    from .capture import CaptureOptions
-    from .session import Session
-
-    from .capture.launch import check_command
-
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    check_command(command)
-    if args.log:
-        from .trackers import available
-
-        available(args.log)  # before the command runs, not after an hour of training
-    options = CaptureOptions(wait=args.wait, warmup=args.warmup, steps=args.steps, repeat=args.repeat,
-                             skip_first=args.skip_first, activities=_items(args.activities), memory=args.memory,
-                             shapes=args.shapes, stack=args.stack, modules=args.modules, level=args.level,
-                             aic_metrics=args.aic_metrics, export=_items(args.export) or ("text",),
-                             host=not args.no_host)
-    session = Session(args.out or OUTPUT_DIR, backend=args.backend)
-    _reference(session, args.baseline, command)
-    # with --json, stdout holds the one document: the command's own output goes to stderr
-    output = sys.stderr if args.json else None
-    shown = None if args.json else _unless_gone(_print_run)
-    if args.on_demand:
-        from .on_demand import run_on_demand
-
-        def started(job_dir) -> None:
-            print(f"npumagic: on demand: `npumagic trigger {job_dir} --steps N` captures the job's next N steps",
-                  file=sys.stderr, flush=True)
-
-        outcomes, ended = run_on_demand(session, command, options, name=args.name, output=output, shown=shown,
-                                        started=started)
-    else:
-        outcome, ended = session.run_command(command, options, name=args.name, output=output)
-        outcomes = [outcome]
-        if shown is not None:
-            shown(outcome)
-    if args.log:
-        _track(outcomes, args.log)
-    if args.json:
-        from .jsonout import command_doc
-
-        _unless_gone(_print_json)(command_doc(command, outcomes, ended))
-    return ended.exit_status
-
-
-def _track(results, tracker: str) -> None:
-    """Log each recorded run (or a comparison, on its later run) to the tracker; one that cannot
-    be logged is said (the command's own exit status stands: the runs are in the history either way)."""
-    from .trackers import log
-
-    for result in results:
-        what = result.run.name if hasattr(result, "run") else f"the comparison {result.a} -> {result.b}"
-        try:
-            run_id = log(result, tracker)
-        except Exception as exc:  # noqa: BLE001 - any tracker error (a server down, a refused key)
-            print(f"npumagic: warning: {what} not logged to {tracker}: {type(exc).__name__}: {safe_text(exc)}",
-                  file=sys.stderr)
-        else:
-            print(f"npumagic: {what} logged to {tracker} run {run_id}", file=sys.stderr)
-
-
-def _unless_gone(show):
-    """``show`` that stops writing once stdout's reader has gone: `npumagic run ... | tee log`
-    and a Ctrl-C stops tee with the command; npumagic still records the run and exits with the
-    command's status (an on-demand job runs on), not with a broken pipe's 1."""
-    def shown(*args) -> None:
-        try:
-            show(*args)
-        except BrokenPipeError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at the next flush
-    return shown
-
-
-def _reference(session, named: str | None, command: list[str]) -> None:
-    """The run the checklist's Verify step compares with: ``--baseline``, else the latest run of
-    the history that recorded steps with the same command line, else with the same program and
-    script and other arguments (``--batch 16`` after ``--batch 8``: Verify says what changed).
-    Each CLI run is a new process: no earlier run of its own; another script is no baseline
-    unless named."""
-    if named is not None:
-        session.set_baseline(named)  # one that cannot be analysed is an error
-        return
-    done = [(r.name, (r.arguments or {}).get("command")) for r in session.runs.records() if r.status == "ok"]
-    same = [name for name, line in done if line == list(command)]
-    alike = [name for name, line in done if isinstance(line, list) and line and _entry(line) == _entry(command)]
-    for found in (same, alike):
-        if found:
-            try:
-                session.set_baseline(found[-1])
-                return
-            except NpumagicError:  # its summary is gone: verified against nothing, as a first run
-                pass
-
-
-def _entry(command: list[str]) -> tuple[str, ...]:
-    """What a command runs, without the arguments it passes: the program, then its first
-    argument that is no option (the script: ``python train.py``, ``torchrun --nproc-per-node 2
-    train.py``) or the module of ``-m``."""
-    program, rest = command[0], command[1:]
-    for i, word in enumerate(rest):
-        if word == "-m" and i + 1 < len(rest):
-            return program, "-m", rest[i + 1]
-        if not word.startswith("-"):
-            return program, word
-    return (program,)
-
-
-def _trigger(args) -> int:
-    from .capture.launch import JOB_START_WAIT, job_info, trigger
-
-    job = job_info(args.run_dir, wait=JOB_START_WAIT)  # started in the same breath (`... &`): its folder comes
-    steps = args.steps if args.steps is not None else job["steps"]
-    ident = trigger(Path(args.run_dir), steps)
-    into = Path(args.run_dir) / f"trigger-{ident}"
-    if args.json:
-        from .jsonout import trigger_doc
-
-        _print_json(trigger_doc(args.run_dir, ident, steps, into))
-        return 0
-    print(f"npumagic: trigger {ident} sent: the job captures its next {steps} steps (after its --wait and --warmup) "
-          f"into {into}")
-    return 0
-
-
-def _print_run(outcome) -> None:
-    """The run as the magics show it, in text: notes, step table, rank table, checklist."""
-    from .render import RunReport
-    from .render.tables import format_ranks, rank_caption
-
-    sys.stdout.flush()
-    print(RunReport(outcome.run, outcome.summary, outcome.verdict, outcome.notes).text(terminal_width()))
-    if outcome.summary is not None and len(outcome.summary.ranks) > 1:
-        print()
-        print(format_ranks(outcome.summary.ranks, rank_caption(outcome.summary)).to_text())
-    sys.stdout.flush()
-
-
-def _items(text: str | None) -> tuple[str, ...] | None:
-    return tuple(x.strip().lower() for x in text.split(",") if x.strip()) if text else None
-
-
-def _run_arguments(p: argparse.ArgumentParser) -> None:
-    """``npumagic run``'s options: the schedule and recording options of %%npuprofile."""
-    p.add_argument("--wait", type=int, default=1, help="steps to wait before warming up (default 1)")
-    p.add_argument("--warmup", type=int, default=1, help="warm-up steps, traced and discarded (default 1)")
-    p.add_argument("--steps", type=int, default=3, help="active steps recorded per cycle (default 3)")
-    p.add_argument("--repeat", type=int, default=1, help="cycles of wait+warmup+steps (default 1)")
-    p.add_argument("--skip-first", type=int, default=0, help="steps skipped before the first cycle (default 0)")
-    p.add_argument("--name", default=None, help="run name (default run1, run2, ...; NAME-2, ... when taken)")
-    p.add_argument("--out", default=None, metavar="OUTPUT_DIR",
-                   help=f"output directory: the history and one folder per run (default ./{OUTPUT_DIR})")
-    p.add_argument("--backend", choices=("npu", "cuda", "cpu"), default=None, help="force a backend (default the best)")
-    p.add_argument("--activities", default=None, help="comma list of cpu, cuda, npu (default: what the backend has)")
-    p.add_argument("--memory", action="store_true", help="record memory allocations (profile_memory)")
-    p.add_argument("--shapes", action="store_true", help="record input shapes (record_shapes)")
-    p.add_argument("--stack", action="store_true", help="record Python stacks (with_stack)")
-    p.add_argument("--modules", action="store_true", help="record the nn.Module hierarchy (with_modules)")
-    p.add_argument("--level", type=int, default=0, help="torch_npu profiler level 0, 1 or 2 (default 0)")
-    p.add_argument("--aic-metrics", default=None, help="torch_npu AI Core metrics (e.g. PipeUtilization)")
-    p.add_argument("--export", default=None, help="torch_npu: comma list of text, db (default text)")
-    p.add_argument("--no-host", action="store_true", help="do not sample the host's CPU and memory")
-    p.add_argument("--on-demand", action="store_true",
-                   help="arm the capture idle: nothing is recorded until `npumagic trigger JOB_DIR` asks for the next "
-                        "steps (each trigger a run in the history)")
-    p.add_argument("--json", action="store_true",
-                   help="machine-readable output on stdout (the command's own output goes to stderr)")
-    p.add_argument("--baseline", default=None, metavar="RUN",
-                   help="the run the checklist's Verify step compares with (default: the latest run of --out)")
-    p.add_argument("--log", choices=("mlflow", "wandb"), default=None,
-                   help="log each recorded run to this experiment tracker (its active run, else a new one; "
-                        "MLFLOW_TRACKING_URI / WANDB_PROJECT say where); needs npumagic[mlflow] or npumagic[wandb]")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the command to run, unmodified")
 
 
 def _history(out: str):
@@ -565,22 +349,22 @@ def _demo(args) -> int:
     return run_demo(args.out)
 
 
-def _scheduler_argument(p: argparse.ArgumentParser) -> None:
+def _reading_arguments(p: argparse.ArgumentParser, parse_raw: bool = True) -> None:
+    """How the CLI reads a profiler output: where its ranks are summarised, and (``parse_raw``)
+    whether raw torch_npu data is parsed first."""
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="where the ranks of a many-rank job are read and summarised in parallel: a dask.distributed "
                         "scheduler (tcp://HOST:8786, its workers must see the same paths), 'local' (a local Dask "
                         "cluster) or 'serial' (this process); default: a local cluster from "
                         "8 ranks on, this process below; naming one implies --every-rank")
-    p.add_argument("--every-rank", action="store_true",
+    p.add_argument("--every-rank", dest="read_every_rank", action="store_true",
                    help="read and summarise every rank of a torch_npu job in full; by default, from 8 ranks on, each "
                         "rank's step_trace_time.csv and communication files are read (as msprof-analyze's cluster "
                         "analysis reads them) and only the described rank in full")
-
-
-def _parse_raw_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--parse-raw", action="store_true",
-                   help="first parse the torch_npu ranks that hold only raw PROF_* data (the export failed or was "
-                        "skipped) with torch_npu's offline analysis; needs torch_npu")
+    if parse_raw:
+        p.add_argument("--parse-raw", action="store_true",
+                       help="first parse the torch_npu ranks that hold only raw PROF_* data (the export failed or was "
+                            "skipped) with torch_npu's offline analysis; needs torch_npu")
 
 
 def dpi(text: str) -> int:
@@ -590,39 +374,7 @@ def dpi(text: str) -> int:
     return value
 
 
-PATH_HELP = "a torch.profiler or torch_npu output directory (one rank or several), or a trace file"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of every subcommand."""
-    parser = argparse.ArgumentParser(prog="npumagic", description="Profile analysis for PyTorch on Ascend NPU, CUDA and "
-                                                                  "CPU: the notebook magics' analyses, offline.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def add(name: str, func, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text.replace("%%", "%"))  # help is %-formatted
-        p.set_defaults(func=func)
-        return p
-
-    p = add("analyze", _analyze, "step table, top kernels and the checklist verdict of a profiler output")
-    p.add_argument("path", help=PATH_HELP)
-    p.add_argument("--rank", type=int, default=None, help="rank to describe (default the lowest)")
-    p.add_argument("--top", type=int, default=10, help="kernels to list (default 10)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    _scheduler_argument(p)
-    _parse_raw_argument(p)
-    p = add("advise", _advise, "ranked findings with evidence and fixes")
-    p.add_argument("path", help=PATH_HELP)
-    p.add_argument("--rank", type=int, default=None, help="rank to advise on (default the lowest)")
-    p.add_argument("--all", action="store_true", help="every rank of a multi-rank job, and low-severity findings")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    _scheduler_argument(p)
-    _parse_raw_argument(p)
-    p = add("compare", _compare, "compare two outputs: step time with a 95%% CI, breakdown and kernel deltas")
-    p.add_argument("path_a", help="the reference: an output path, or a run of --history (a name, or -2 for the "
-                                  "run before the latest)")
-    p.add_argument("path_b", help="the run to check: an output path, or a run of --history (a name, or -1 for the "
-                                  "latest)")
+def _compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", default=None, metavar="DIR",
                    help="an output directory of the magics: A and B may name its runs (replicates there measure "
                         "the run-to-run noise)")
@@ -632,24 +384,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CI gate: exit 1 when B is significantly slower than A by more than PCT percent, 3 when "
                         "the comparison cannot tell (a contended run, one step a side, steps too few or too noisy), "
                         "0 otherwise")
-    p.add_argument("--rank-a", type=int, default=None, help="rank of the reference to compare (default the lowest)")
-    p.add_argument("--rank-b", type=int, default=None, help="rank of the run to check (default the lowest)")
     p.add_argument("--log", choices=("mlflow", "wandb"), default=None,
                    help="log the result on the later run's tracker run (found by its npumagic.run tag, else the "
                         "active or a new one); needs npumagic[mlflow] or npumagic[wandb]")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    _scheduler_argument(p)
-    p = add("check", _check, "check a run against the band learned from the earlier runs of its configuration "
-                              "(exit 1 outside it, 0 inside or before 2 earlier runs give a band, 3 when the run "
-                              "cannot be judged: contended, or a single step)")
-    p.add_argument("run", metavar="RUN_OR_DIR", help="a run name of --history, or a profiler output path")
-    p.add_argument("--history", default=OUTPUT_DIR, metavar="DIR",
-                   help=f"the magics' output directory holding the earlier runs (default ./{OUTPUT_DIR})")
-    p.add_argument("--like", default=None, metavar="RUN",
-                   help="for a path: the run whose configuration's runs give the band (default the latest finished)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p = add("show", _show, "draw one view of an output to an image file (default the timeline)")
-    p.add_argument("path", help=PATH_HELP)
+    _reading_arguments(p, parse_raw=False)
+
+
+def _export_arguments(p: argparse.ArgumentParser) -> None:
+    _output_dir_arguments(p)
+    p.add_argument("--md", default=None, help="write Markdown here (- or no --md at all: print it)")
+    p.add_argument("--csv", default=None, help="write CSV here (-: print it)")
+
+
+# each command of COMMANDS is a subcommand: its own arguments, these options of the CLI's, and a
+# handler that presents more than the result (default: its text, or --json)
+CLI_OPTIONS = {"analyze": _reading_arguments, "advise": _reading_arguments, "steps": _reading_arguments,
+               "compare": _compare_arguments, "runs": lambda p: _output_dir_arguments(p), "export": _export_arguments}
+CLI_HANDLERS = {"compare": _compare, "export": _export}
+JSON_DETAIL = {"export": ": the log, and the files written"}  # said after "machine-readable output"
+
+
+def _show_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", help=TARGET.help)
     views = p.add_mutually_exclusive_group()
     for view in VIEWS:
         views.add_argument(f"--{view}", action="store_true", help=f"the {view} view")
@@ -659,37 +415,68 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-range", default=None, help="timeline: steps FIRST:LAST")
     p.add_argument("--zoom", default=None, help="timeline: START_MS:END_MS from the first step")
     p.add_argument("--dpi", type=dpi, default=110, help="image resolution, 20 to 600 (default 110)")
-    p.add_argument("--json", action="store_true", help="machine-readable output: the file written and the view's data")
-    p = add("runs", _runs, "list the run history of an output directory")
-    _output_dir_arguments(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p = add("export", _export, "the troubleshooting log (verdicts, findings, notes) as Markdown or CSV")
-    _output_dir_arguments(p)
-    p.add_argument("--md", default=None, help="write Markdown here (- or no --md at all: print it)")
-    p.add_argument("--csv", default=None, help="write CSV here (-: print it)")
-    p.add_argument("--json", action="store_true", help="machine-readable output: the log, and the files written")
-    p = add("mcp", _mcp, "serve these analyses to coding assistants: a Model Context Protocol server over stdio")
+
+
+def _check_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN_OR_DIR", help="a run name of --history, or a profiler output path")
+    p.add_argument("--history", default=OUTPUT_DIR, metavar="DIR",
+                   help=f"the magics' output directory holding the earlier runs (default ./{OUTPUT_DIR})")
+    p.add_argument("--like", default=None, metavar="RUN",
+                   help="for a path: the run whose configuration's runs give the band (default the latest finished)")
+
+
+def _mcp_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=OUTPUT_DIR, help=f"output directory whose runs the tools may name (default "
                                                      f"./{OUTPUT_DIR}); the server writes nowhere else")
     p.add_argument("--root", action="append", default=None, metavar="DIR",
                    help="a folder below which the tools may read profiler outputs (repeatable; default the "
                         "working directory and --out). The roots an MCP client declares are added, and take the "
                         "working directory's place as a default")
-    p = add("run", _run, "run a command unmodified (python train.py, torchrun ...) under the scheduled capture: "
-                         "the trace of each rank, the step table, the checklist, and a run in the history; exits "
-                         "with the command's own status")
-    _run_arguments(p)
-    p = add("trigger", _trigger, "make a job started with `npumagic run --on-demand` capture its next steps")
+
+
+def _trigger_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="JOB_DIR", help="the folder `npumagic run --on-demand` printed")
     p.add_argument("--steps", type=int, default=None, help="active steps to record (default the job's --steps)")
-    p.add_argument("--json", action="store_true", help="machine-readable output: the trigger sent")
-    p = add("demo", _demo, "profile a small CPU training loop through the magics in a real IPython shell")
-    p.add_argument("--out", default=DEMO_DIR, help=f"output directory (default ./{DEMO_DIR})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of every subcommand: those of :data:`~npumagic.commands.COMMANDS`, then
+    the CLI's own (check, show, run, trigger, mcp, demo)."""
+    parser = argparse.ArgumentParser(prog="npumagic", description="Profile analysis for PyTorch on Ascend NPU, CUDA and "
+                                                                  "CPU: the notebook magics' analyses, offline.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, func, help_text: str, options, json: str | None = "") -> None:
+        p = sub.add_parser(name, help=help_text, description=help_text.replace("%%", "%"))  # help is %-formatted
+        p.set_defaults(func=func)
+        options(p)
+        if json is not None:  # the one declaration of --json
+            p.add_argument("--json", action="store_true", help=f"machine-readable output{json}")
+
+    for command in COMMANDS:
+        add(command.name, CLI_HANDLERS.get(command.name, _command), command.help,
+            lambda p, c=command: [arg.add_to(p) for arg in c.args] and None or CLI_OPTIONS.get(c.name, _no_options)(p),
+            JSON_DETAIL.get(command.name, ""))
+    add("check", _check, "check a run against the band learned from the earlier runs of its configuration (exit 1 "
+                         "outside it, 0 inside or before 2 earlier runs give a band, 3 when the run cannot be judged: "
+                         "contended, or a single step)", _check_arguments)
+    add("show", _show, "draw one view of an output to an image file (default the timeline)", _show_arguments,
+        ": the file written and the view's data")
+    add("mcp", _mcp, "serve these analyses to coding assistants: a Model Context Protocol server over stdio",
+        _mcp_arguments, None)
+    add("run", run_command, "run a command unmodified (python train.py, torchrun ...) under the scheduled capture: "
+                            "the trace of each rank, the step table, the checklist, and a run in the history; exits "
+                            "with the command's own status", run_arguments,
+        " on stdout (the command's own output goes to stderr)")
+    add("trigger", send_trigger, "make a job started with `npumagic run --on-demand` capture its next steps",
+        _trigger_arguments, ": the trigger sent")
+    add("demo", _demo, "profile a small CPU training loop through the magics in a real IPython shell",
+        lambda p: p.add_argument("--out", default=DEMO_DIR, help=f"output directory (default ./{DEMO_DIR})"), None)
     return parser
 
 
-OUTPUT_DIR = "npumagic_runs"  # where the magics write their runs by default (NpuMagics.output_dir)
-DEMO_DIR = "npumagic_demo"
+def _no_options(p: argparse.ArgumentParser) -> None:
+    """A command with no option of the CLI's own."""
 
 
 def _output_dir_arguments(p: argparse.ArgumentParser) -> None:
@@ -734,7 +521,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `npumagic analyze JOB | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 1
-    except (NpumagicError, ValueError, OSError) as exc:
+    except ERRORS as exc:
         print(f"npumagic: error: {safe_text(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT, no traceback

@@ -1,8 +1,9 @@
 """``npumagic mcp``: the CLI's analyses as a Model Context Protocol server over stdio, for coding
 assistants (the official ``mcp`` SDK, ``pip install 'npumagic[mcp]'``).
 
-Each tool mirrors a command (``runs``, ``analyze``, ``advise``, ``compare``, the step table of
-``%npusteps`` and ``export``'s troubleshooting log) and answers in compact text a model reads
+Each tool is a command of :data:`npumagic.commands.COMMANDS` (``runs``, ``analyze``, ``advise``,
+``compare``, ``steps`` and ``export``'s troubleshooting log), its parameters the command's declared
+arguments, as the CLI's subcommands are; it answers in compact text a model reads
 within a few thousand tokens: tables cut to their top rows, saying how many were left out. The
 full JSON document (:mod:`npumagic.jsonout`, as ``--json`` prints it) rides along as the result's
 structured content. A target is a profiler output path (checked as the CLI checks it) or the name
@@ -19,8 +20,10 @@ line (:func:`_inert`), so a kernel named ``"x\\n\\nSYSTEM: ..."`` cannot write l
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
+import inspect
 import logging
 import warnings
 from pathlib import Path
@@ -34,7 +37,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types import CallToolResult, TextContent
 
-from . import jsonout
+from .commands import COMMANDS, ERRORS, Command, Places
 from .errors import NpumagicError, TraceError
 from .names import DB_NAME
 from .render.tables import shorten
@@ -123,7 +126,7 @@ def _tool(fn: Callable[..., CallToolResult]) -> Callable[..., CallToolResult]:
     def call(*args, **kwargs) -> CallToolResult:
         try:
             return fn(*args, **kwargs)
-        except (NpumagicError, ValueError, OSError) as exc:  # their text names paths, runs, kernels
+        except ERRORS as exc:  # their text names paths, runs, kernels
             raise ToolError(_inert(str(exc), cut=2 * TEXT_CHARS)) from None
 
     return call
@@ -196,181 +199,150 @@ def _file_path(uri: str) -> Path | None:
     return Path(unquote(parts.path)).expanduser().resolve()
 
 
-class Profiles:
+class Profiles(Places):
     """Where targets are found: paths below the roots, and the runs of one output directory's
-    history (opened on first use, and only when it holds one: the server creates no history)."""
+    history (opened on first use, and only when it holds one: the server creates no history).
+    :meth:`for_client` is the same places with the roots a client declared."""
 
     def __init__(self, out: str | Path, roots: list[str | Path] | None = None) -> None:
-        self.out = Path(out)
+        super().__init__(out=Path(out))
         self.roots = Roots(roots, out)
-        self._session = None
+        self.client: list[Path] | None = None
+        self._opened: dict[str, Any] = {}  # the session, shared with every copy for a client
 
+    def for_client(self, client: list[Path] | None) -> "Profiles":
+        places = copy.copy(self)
+        places.client = client
+        return places
+
+    @property
     def session(self):
-        if self._session is None:
+        if "session" not in self._opened:
             if not (self.out / DB_NAME).is_file():
                 raise NpumagicError(f"{self.out}: no history here (the output directory %%npuprofile wrote its runs "
                                     "to); give a profiler output path, or start the server with --out DIR")
             from .session import Session
 
-            self._session = Session(self.out)
-        return self._session
+            self._opened["session"] = Session(self.out)
+        return self._opened["session"]
 
-    def is_path(self, target: str) -> bool:
-        return "/" in target or target.startswith("~") or target in (".", "..") or Path(target).exists()
+    @property
+    def runs(self):
+        return self.session.runs
 
-    def locate(self, target: str, client: list[Path] | None) -> tuple[Path | None, str | None]:
-        """(resolved path, None) of a path below the roots, or (None, run name) of a run."""
-        if self.is_path(target):
-            return self.roots.check(target, client), None
-        return None, self.session().resolve(target)
+    def has_history(self) -> bool:
+        return (self.out / DB_NAME).is_file()
 
-    def summary(self, target: str, client: list[Path] | None, rank: int | None = None,
-                located: tuple[Path | None, str | None] | None = None) -> tuple[str, Any, str | None]:
-        """(label, Summary, run name or None) of a path or a run (``located``: as :meth:`locate` found it)."""
-        path, name = located or self.locate(target, client)
-        if path is not None:
-            if not path.exists():
-                raise TraceError(Path(target).expanduser(), "no such file or directory")
-            from . import parallel
+    def check(self, ref: str) -> Path:
+        path = self.roots.check(ref, self.client)
+        if not path.exists():
+            raise TraceError(Path(ref).expanduser(), "no such file or directory")
+        return path
 
-            return str(Path(target).expanduser()), parallel.analyze(path, rank=rank, progress=False), None
-        summary = self.session().summary(name)
-        if rank is not None:
-            if rank not in summary.per_rank:
-                raise NpumagicError(f"rank {rank} not in run {name!r}; ranks: {sorted(summary.per_rank) or [0]}")
-            summary = summary.per_rank[rank]
-        return name, summary, name
+    def label(self, ref: str) -> str:
+        return str(Path(ref).expanduser())
+
+    def unknown(self, ref: str) -> Exception | None:
+        try:
+            self.session.resolve(ref)  # no history here, or an unknown run listing the known ones
+        except NpumagicError as exc:
+            return exc
+        return None
 
 
-def _at_least_one(value: int, what: str) -> int:
-    """``value``, a count the model gave, else NpumagicError: a table of -1 rows is no question."""
-    if value < 1:
-        raise NpumagicError(f"{what} must be 1 or more, not {value}")
-    return value
+def _analysis_text(result) -> str:
+    from .render.tables import format_kernels, format_ranks, format_steps, kernel_caption, rank_caption
+    from .render.text import summary_headline
+
+    summary = result.summary
+    steps, steps_left = _rows(summary.steps, "steps")
+    kernels = format_kernels(_inert(summary.kernels), result.top, _inert(kernel_caption(summary)))  # "top N of M"
+    parts = [_inert(f"{result.label}: {summary_headline(summary)}", cut=2 * TEXT_CHARS),
+             format_steps(steps).to_text(), steps_left, kernels.to_text()]
+    if len(summary.ranks) > 1:
+        ranks, ranks_left = _rows(summary.ranks, "ranks")
+        parts += [format_ranks(_inert(ranks), _inert(rank_caption(summary))).to_text(), ranks_left]
+    parts += ["checklist:", str(_inert(result.verdict))]
+    return "\n".join(filter(None, parts))
+
+
+def _advice_text(result) -> str:
+    advice = result.advice
+    shown = _inert(dataclasses.replace(advice, findings=advice.findings[:FINDINGS]))
+    left = len(advice) - len(shown)
+    return str(shown) + (f"\n({left} more findings left out; the JSON has them all)" if left > 0 else "")
+
+
+def _comparison_text(result) -> str:
+    cmp = result.comparison
+    kernels, left = _rows(cmp.kernels, "kernels")
+    # a diff keeps its lines (each one inert, after its +/- mark); every other string is one line
+    diffs = {_inert(k): "\n".join(_inert(line) for line in diff.splitlines()) for k, diff in cmp.diffs.items()}
+    shown = dataclasses.replace(_inert(dataclasses.replace(cmp, kernels=kernels, diffs={})), diffs=diffs)
+    return str(shown) + (f"\n{left}" if left else "")
+
+
+def _steps_text(result) -> str:
+    from .render.tables import format_steps
+
+    shown, left = _rows(result.frame, "steps")
+    return "\n".join(filter(None, [f"{_inert(result.label)}: {len(result.frame)} steps",
+                                   format_steps(shown).to_text(), left]))
+
+
+def _runs_text(result) -> str:
+    from .render.tables import format_runs
+
+    table = result.table
+    shown, left = _rows(table, "older runs", tail=True)
+    text = format_runs(_inert(shown)).to_text() if len(table) else f"no runs in {_inert(result.out)}"
+    return "\n".join(filter(None, [text, left]))
+
+
+def _export_text(result) -> str:
+    # render_markdown makes each string of a run one inert Markdown line (md); the cell source
+    # keeps its lines inside a fence no line of it can close
+    return result.text()
+
+
+def _plain_text(result) -> str:
+    """A command's text, each line of it inert (a command without a compact form of its own)."""
+    return "\n".join(_inert(line) for line in result.text().splitlines())
+
+
+# each command's answer in compact text: tables cut to their top rows, strings from traces inert
+PRESENT = {"analyze": _analysis_text, "advise": _advice_text, "compare": _comparison_text, "steps": _steps_text,
+           "runs": _runs_text, "export": _export_text}
+
+
+def _command_tool(command: Command, profiles: Profiles) -> Callable[..., CallToolResult]:
+    """The tool of ``command``: its arguments as the tool's parameters, its answer the compact
+    text and the JSON document."""
+    present = PRESENT.get(command.name, _plain_text)
+
+    def call(ctx: Context, **values: Any) -> CallToolResult:
+        result = command.run(profiles.for_client(Roots.of_client(ctx)), **values)
+        return _answer(present(result), result.to_dict())
+
+    params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+    params += [arg.parameter() for arg in command.args]
+    call.__signature__ = inspect.Signature(params, return_annotation=CallToolResult)
+    call.__annotations__ = {**{p.name: p.annotation for p in params}, "return": CallToolResult}
+    call.__name__ = call.__qualname__ = command.name
+    call.__doc__ = command.description
+    return _tool(call)
 
 
 def build_server(out: str | Path = "npumagic_runs", roots: list[str | Path] | None = None) -> MCPServer:
-    """The server: one tool per CLI command, over the runs of ``out`` and the profiler output
-    paths below ``roots`` (default the working directory and ``out``; see :class:`Roots`)."""
+    """The server: one tool per command of :data:`~npumagic.commands.COMMANDS`, over the runs of
+    ``out`` and the profiler output paths below ``roots`` (default the working directory and
+    ``out``; see :class:`Roots`)."""
     from . import __version__
 
     profiles = Profiles(out, roots)
     server = MCPServer("npumagic", version=__version__, instructions=INSTRUCTIONS)
-
-    @server.tool()
-    @_tool
-    def runs() -> CallToolResult:
-        """List the runs recorded in the history (name, when, status, backend, steps, median step, bottleneck, note)."""
-        from .render.tables import format_runs
-
-        table = profiles.session().runs.table()
-        shown, left = _rows(table, "older runs", tail=True)
-        text = format_runs(_inert(shown)).to_text() if len(table) else f"no runs in {_inert(str(profiles.out))}"
-        return _answer("\n".join(filter(None, [text, left])), jsonout.runs_doc(table, str(profiles.out)))
-
-    @server.tool()
-    @_tool
-    def analyze(ctx: Context, target: str, rank: int | None = None, top: int = 10) -> CallToolResult:
-        """Analyze a profiler output path or a recorded run (name, or -1 for the latest): step times, top kernels,
-        the rank table of a multi-rank job and the checklist verdict naming the bottleneck."""
-        from .analysis.checklist import checklist
-        from .render.tables import format_kernels, format_ranks, format_steps, kernel_caption, rank_caption
-        from .render.text import summary_headline
-
-        _at_least_one(top, "top (the kernels to list)")
-        label, summary, _ = profiles.summary(target, Roots.of_client(ctx), rank)
-        verdict = checklist(summary)
-        steps, steps_left = _rows(summary.steps, "steps")
-        kernels = format_kernels(_inert(summary.kernels), top, _inert(kernel_caption(summary)))  # says "top N of M"
-        parts = [_inert(f"{label}: {summary_headline(summary)}", cut=2 * TEXT_CHARS), format_steps(steps).to_text(),
-                 steps_left, kernels.to_text()]
-        if len(summary.ranks) > 1:
-            ranks, ranks_left = _rows(summary.ranks, "ranks")
-            parts += [format_ranks(_inert(ranks), _inert(rank_caption(summary))).to_text(), ranks_left]
-        parts += ["checklist:", str(_inert(verdict))]
-        return _answer("\n".join(filter(None, parts)), jsonout.analyze_doc(summary, verdict, label, top))
-
-    @server.tool()
-    @_tool
-    def advise(ctx: Context, target: str, rank: int | None = None, every_rank: bool = False) -> CallToolResult:
-        """Ranked findings of a profiler output path or a recorded run, each with its evidence and the fix to try
-        next; every_rank: every rank of a multi-rank job, and the low-severity findings."""
-        from .analysis.advice import advise_run
-
-        label, summary, name = profiles.summary(target, Roots.of_client(ctx), rank)
-        if name is not None:
-            advice = profiles.session().advise(name, every_rank=every_rank, low=every_rank)
-        else:
-            advice = advise_run(summary, label, every_rank=every_rank, low=every_rank)
-        shown = _inert(dataclasses.replace(advice, findings=advice.findings[:FINDINGS]))
-        left = len(advice) - len(shown)
-        text = str(shown) + (f"\n({left} more findings left out; the JSON has them all)" if left > 0 else "")
-        return _answer(text, jsonout.advice_doc(advice, label))
-
-    @server.tool()
-    @_tool
-    def compare(ctx: Context, a: str, b: str) -> CallToolResult:
-        """Compare run or path B against the reference A: whether B's step time differs beyond noise (speedup,
-        95% CI, p-value), the component that explains it, and the kernels that changed most."""
-        from .analysis.compare import compare as compare_summaries
-        from .named_runs import two_sides
-
-        client = Roots.of_client(ctx)
-        where_a, where_b = profiles.locate(a, client), profiles.locate(b, client)
-        for kind, i in (("runs", 1), ("paths", 0)):  # before either side is read, as the CLI says it
-            if where_a[i] is not None and where_b[i] is not None:
-                two_sides(str(where_a[i]), str(where_b[i]), kind)
-        label_a, sa, name_a = profiles.summary(a, client, located=where_a)
-        label_b, sb, name_b = profiles.summary(b, client, located=where_b)
-        if name_a is not None and name_b is not None:  # two runs: with their history's run-to-run noise
-            cmp = profiles.session().compare(name_a, name_b)
-        else:
-            short_a, short_b = Path(label_a).name, Path(label_b).name
-            if short_a == short_b:
-                short_a, short_b = label_a, label_b
-            cmp = compare_summaries(sa, sb, short_a, short_b)
-        kernels, left = _rows(cmp.kernels, "kernels")
-        # a diff keeps its lines (each one inert, after its +/- mark); every other string is one line
-        diffs = {_inert(k): "\n".join(_inert(line) for line in diff.splitlines()) for k, diff in cmp.diffs.items()}
-        shown = dataclasses.replace(_inert(dataclasses.replace(cmp, kernels=kernels, diffs={})), diffs=diffs)
-        text = str(shown) + (f"\n{left}" if left else "")
-        return _answer(text, jsonout.comparison_doc(cmp, label_a, label_b))
-
-    @server.tool()
-    @_tool
-    def steps(ctx: Context, target: str, first: int | None = None, last: int | None = None,
-              rank: int | None = None) -> CallToolResult:
-        """The per-step table (wall, compute, communication, idle, data-loading time, device busy) of a path or run,
-        for the steps first..last (ids as in the step column; default all)."""
-        from .render.tables import format_steps
-
-        label, summary, _ = profiles.summary(target, Roots.of_client(ctx), rank)
-        frame = summary.steps
-        if first is not None:
-            frame = frame[frame["step"] >= first]
-        if last is not None:
-            frame = frame[frame["step"] <= last]
-        if frame.empty:
-            known = summary.steps["step"].tolist()
-            raise NpumagicError(f"no steps {first}..{last} in {label}; its steps: "
-                                f"{known[0]}..{known[-1]}" if known else f"{label} has no steps")
-        shown, left = _rows(frame, "steps")
-        doc = jsonout.document("steps", path=label, rank=summary.meta.get("rank"), first=first, last=last,
-                               steps=jsonout.records(frame))
-        return _answer("\n".join(filter(None, [f"{_inert(label)}: {len(frame)} steps", format_steps(shown).to_text(),
-                                               left])), doc)
-
-    @server.tool()
-    @_tool
-    def export() -> CallToolResult:
-        """The troubleshooting log of the history: each run's verdict, findings and the user's note, as Markdown."""
-        from .render.export import render_markdown
-
-        runs = profiles.session().runs.records()
-        # render_markdown makes each string of a run one inert Markdown line (md); the cell source
-        # keeps its lines inside a fence no line of it can close
-        return _answer(render_markdown(runs), jsonout.export_doc(runs, str(profiles.out)))
-
+    for command in COMMANDS:
+        server.tool(name=command.name, description=command.description)(_command_tool(command, profiles))
     return server
 
 

@@ -1,0 +1,73 @@
+"""``compare``: whether B's step time differs from the reference A's beyond noise, the breakdown
+component that explains it and the kernels that changed. Both sides are located before either
+is read, and one run or one path on both sides is refused ("no difference" would read as a
+measurement); two runs are compared with their history's run-to-run noise, a run against a path
+with the run's context (what changed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .base import Arg, Command, Result
+
+
+@dataclass(frozen=True)
+class Compared(Result):
+    comparison: Any
+    label_a: str
+    label_b: str
+
+    def to_dict(self) -> dict[str, Any]:
+        from ..jsonout import comparison_doc
+
+        return comparison_doc(self.comparison, self.label_a, self.label_b)
+
+    def text(self, width: int | None = None) -> str:
+        from ..render.text import comparison_text
+
+        return comparison_text(self.comparison, width=width)
+
+    def html(self) -> str:
+        return self.comparison._repr_html_()
+
+
+def side_names(a, b) -> tuple[str, str]:
+    """What the comparison calls each side: the run's name, else the path's last part, with its
+    folder where both are the same (two rank0_ascend_pt directories)."""
+    name_a, name_b = a.run or Path(a.label).name, b.run or Path(b.label).name
+    if name_a == name_b:
+        name_a, name_b = (f"{Path(t.label).parent.name}/{Path(t.label).name}" for t in (a, b))
+    return name_a, name_b
+
+
+def compare(places, a: str, b: str, rank_a: int | None = None, rank_b: int | None = None) -> Compared:
+    where_a, where_b = places.locate(a), places.locate(b)  # a missing path is said before pandas is imported
+    from ..named_runs import two_sides
+
+    for kind, i in (("runs", 1), ("paths", 0)):  # before either side is read
+        if where_a[i] is not None and where_b[i] is not None:
+            two_sides(str(Path(where_a[i]).resolve()) if i == 0 else where_a[i],
+                      str(Path(where_b[i]).resolve()) if i == 0 else where_b[i], kind)
+    side_a, side_b = places.target(a, rank_a, where_a), places.target(b, rank_b, where_b)
+    if side_a.run and side_b.run:  # with the history's run-to-run noise
+        cmp = places.runs.compare(side_a.run, side_b.run)
+    else:
+        from ..analysis.compare import compare as compare_summaries
+
+        cmp = compare_summaries(side_a.summary, side_b.summary, *side_names(side_a, side_b), side_a.context,
+                                side_b.context)
+    return Compared(cmp, side_a.label, side_b.label)
+
+
+COMMAND = Command(
+    "compare", "compare two outputs: step time with a 95%% CI, breakdown and kernel deltas",
+    (Arg("a", "the reference: an output path, or a run of --history (a name, or -2 for the run before the latest)",
+         positional=True, metavar="path_a"),
+     Arg("b", "the run to check: an output path, or a run of --history (a name, or -1 for the latest)",
+         positional=True, metavar="path_b"),
+     Arg("rank_a", "rank of the reference to compare (default the lowest)", int),
+     Arg("rank_b", "rank of the run to check (default the lowest)", int)),
+    compare, about="Compare run or path B against the reference A: whether B's step time differs beyond noise "
+                   "(speedup, 95% CI, p-value), the component that explains it, and the kernels that changed most.")

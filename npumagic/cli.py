@@ -390,6 +390,14 @@ def _compare_arguments(p: argparse.ArgumentParser) -> None:
     _reading_arguments(p, parse_raw=False)
 
 
+def _output_dir_arguments(p: argparse.ArgumentParser) -> None:
+    """The output directory of the runs, as ``DIR`` or ``--out DIR`` (as the other commands take
+    their path); :func:`_output_dir` reads it."""
+    where = f"output directory the magics (or the demo) wrote the runs to (default ./{OUTPUT_DIR})"
+    p.add_argument("dir", nargs="?", default=None, metavar="DIR", help=where)
+    p.add_argument("--out", default=None, help="the same, as an option")
+
+
 def _export_arguments(p: argparse.ArgumentParser) -> None:
     _output_dir_arguments(p)
     p.add_argument("--md", default=None, help="write Markdown here (- or no --md at all: print it)")
@@ -399,7 +407,7 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
 # each command of COMMANDS is a subcommand: its own arguments, these options of the CLI's, and a
 # handler that presents more than the result (default: its text, or --json)
 CLI_OPTIONS = {"analyze": _reading_arguments, "advise": _reading_arguments, "steps": _reading_arguments,
-               "compare": _compare_arguments, "runs": lambda p: _output_dir_arguments(p), "export": _export_arguments}
+               "compare": _compare_arguments, "runs": _output_dir_arguments, "export": _export_arguments}
 CLI_HANDLERS = {"compare": _compare, "export": _export}
 JSON_DETAIL = {"export": ": the log, and the files written"}  # said after "machine-readable output"
 
@@ -454,8 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--json", action="store_true", help=f"machine-readable output{json}")
 
     for command in COMMANDS:
-        add(command.name, CLI_HANDLERS.get(command.name, _command), command.help,
-            lambda p, c=command: [arg.add_to(p) for arg in c.args] and None or CLI_OPTIONS.get(c.name, _no_options)(p),
+        add(command.name, CLI_HANDLERS.get(command.name, _command), command.help, _arguments_of(command),
             JSON_DETAIL.get(command.name, ""))
     add("check", _check, "check a run against the band learned from the earlier runs of its configuration (exit 1 "
                          "outside it, 0 inside or before 2 earlier runs give a band, 3 when the run cannot be judged: "
@@ -475,16 +482,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _no_options(p: argparse.ArgumentParser) -> None:
-    """A command with no option of the CLI's own."""
-
-
-def _output_dir_arguments(p: argparse.ArgumentParser) -> None:
-    """The output directory of the runs, as ``DIR`` or ``--out DIR`` (as the other commands take
-    their path); :func:`_output_dir` reads it."""
-    where = f"output directory the magics (or the demo) wrote the runs to (default ./{OUTPUT_DIR})"
-    p.add_argument("dir", nargs="?", default=None, metavar="DIR", help=where)
-    p.add_argument("--out", default=None, help="the same, as an option")
+def _arguments_of(command):
+    """What declares ``command``'s subcommand: its own arguments, then the CLI's options for it."""
+    def declare(p: argparse.ArgumentParser) -> None:
+        for arg in command.args:
+            arg.add_to(p)
+        CLI_OPTIONS.get(command.name, lambda p: None)(p)
+    return declare
 
 
 def _output_dir(args) -> str:

@@ -27,7 +27,7 @@ import inspect
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 from urllib.parse import unquote, urlparse
 
 import anyio
@@ -36,6 +36,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types import CallToolResult, TextContent
+from pydantic import Field
 
 from .commands import COMMANDS, ERRORS, Command, Places
 from .errors import NpumagicError, TraceError
@@ -315,6 +316,12 @@ PRESENT = {"analyze": _analysis_text, "advise": _advice_text, "compare": _compar
            "runs": _runs_text, "export": _export_text}
 
 
+def _described(arg) -> inspect.Parameter:
+    """The argument's parameter, its help as the description the tool's schema gives it."""
+    parameter = arg.parameter()
+    return parameter.replace(annotation=Annotated[parameter.annotation, Field(description=arg.help)])
+
+
 def _command_tool(command: Command, profiles: Profiles) -> Callable[..., CallToolResult]:
     """The tool of ``command``: its arguments as the tool's parameters, its answer the compact
     text and the JSON document."""
@@ -325,7 +332,7 @@ def _command_tool(command: Command, profiles: Profiles) -> Callable[..., CallToo
         return _answer(present(result), result.to_dict())
 
     params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
-    params += [arg.parameter() for arg in command.args]
+    params += [_described(arg) for arg in command.args]
     call.__signature__ = inspect.Signature(params, return_annotation=CallToolResult)
     call.__annotations__ = {**{p.name: p.annotation for p in params}, "return": CallToolResult}
     call.__name__ = call.__qualname__ = command.name

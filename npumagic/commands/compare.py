@@ -63,9 +63,9 @@ def compare(places, a: str, b: str, rank_a: int | None = None, rank_b: int | Non
 
 COMMAND = Command(
     "compare", "compare two outputs: step time with a 95%% CI, breakdown and kernel deltas",
-    (Arg("a", "the reference: an output path, or a run of --history (a name, or -2 for the run before the latest)",
+    (Arg("a", "the reference: an output path, or a run of the history (a name, or -2 for the run before the latest)",
          positional=True, metavar="path_a"),
-     Arg("b", "the run to check: an output path, or a run of --history (a name, or -1 for the latest)",
+     Arg("b", "the run to check: an output path, or a run of the history (a name, or -1 for the latest)",
          positional=True, metavar="path_b"),
      Arg("rank_a", "rank of the reference to compare (default the lowest)", int),
      Arg("rank_b", "rank of the run to check (default the lowest)", int)),

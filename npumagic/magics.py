@@ -1,28 +1,29 @@
-"""The IPython shell layer only: parse and validate arguments, call Session, display results.
+"""The IPython shell layer only: parse and validate arguments, call Session or a command of the
+core, display results.
 
-Every option is declared with ``magic_arguments`` so ``%%npuprofile?`` documents itself and bad
-input raises ``UsageError`` before any user code runs."""
+Every option is declared with ``magic_arguments`` (or, for ``%npu NAME``, by the command) so
+``%%npuprofile?`` documents itself and bad input raises ``UsageError`` before any user code runs;
+:func:`~npumagic.magic_input.usage_errors` turns npumagic's errors into it."""
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
-from IPython.utils.process import arg_split
 from traitlets import Bool, Enum, List, TraitError, Unicode, validate
 
 from .analysis.ab import MAX_STEPS as AB_MAX_STEPS
 from .analysis.ab import THRESHOLD as AB_THRESHOLD
-from .capture import ACTIVITIES, AIC_METRICS, CaptureOptions, NestedCaptureError
-from .capture.options import HOST_SYS
-from .errors import NpumagicError, RunNameTaken, UnknownRun
+from .capture import CaptureOptions, NestedCaptureError
+from .commands import COMMANDS, ERRORS, Places, find
+from .errors import NpumagicError
+from .magic_input import (MAX_NOTE_CHARS, assigned_cell_magic, capture_options, cell_usage, check_run_name,
+                          command_parser, compile_cell, parse, schedule_arguments, split_statement, split_words,
+                          step_callable, step_window, usage_errors, valid_name)
 from .offline import parse_raw
-from .names import RULE as NAME_RULE
-from .names import check_name
 from .parallel import check_scheduler
 from .ranges import view_range
 from .recorder import RunOutcome
@@ -31,115 +32,14 @@ from .render.live.frontend import widget_frontend, with_live_timeline
 from .render.tables import format_runs, format_steps
 from .session import Session
 
-
-
-def _schedule_arguments(func):
-    """The options %%npuprofile and %npusteps share (named as torch.profiler's schedule/profile)."""
-    decorators = [
-        argument("--wait", type=int, default=1, help="steps to wait before warming up (schedule wait, default 1)"),
-        argument("--warmup", type=int, default=1, help="warm-up steps, traced and discarded (default 1)"),
-        argument("--steps", type=int, default=3, help="active steps recorded per cycle (schedule active, default 3)"),
-        argument("--repeat", type=int, default=1, help="cycles of wait+warmup+steps (default 1)"),
-        argument("--skip-first", type=int, default=0, help="steps skipped before the first cycle (default 0)"),
-        argument("--name", default=None, help="run name (default run1, run2, ...); when taken, the run becomes "
-                                              "NAME-2, NAME-3, ..."),
-        argument("--replace", action="store_true", help="with --name: replace the run of that name once this "
-                                                        "capture succeeded (its old files go then)"),
-        argument("--out", default=None, help="directory for this run's profiler output "
-                                             "(default OUTPUT_DIR/NAME; %%config NpuMagics.output_dir)"),
-        argument("--activities", default=None, help=f"comma list of {', '.join(ACTIVITIES)} (default: what the backend has)"),
-        argument("--memory", action="store_true", help="record memory allocations (profile_memory)"),
-        argument("--shapes", action="store_true", help="record input shapes (record_shapes)"),
-        argument("--stack", action="store_true", help="record Python stacks (with_stack), for source lines of syncs"),
-        argument("--level", type=int, default=0, help="torch_npu profiler level 0, 1 or 2 (default 0)"),
-        argument("--aic-metrics", default=None, help=f"torch_npu AI Core metrics: {', '.join(AIC_METRICS)}"),
-        argument("--modules", action="store_true", help="record the nn.Module hierarchy (with_modules)"),
-        argument("--l2-cache", action="store_true", help="torch_npu: L2 cache hit rates per task (l2_cache)"),
-        argument("--gc-threshold", type=float, default=None, metavar="MS",
-                 help="torch_npu: record Python GC pauses of at least MS ms (gc_detect_threshold)"),
-        argument("--host-sys", default=None, help="torch_npu: host system data, comma list of "
-                                                  f"{', '.join(HOST_SYS)} (host_sys)"),
-        argument("--export", default=None, help="torch_npu: comma list of text, db (export_type; default text; db "
-                                                "feeds MindStudio Insight and msprof-analyze)"),
-        argument("--keep-raw", action="store_true", help="torch_npu: keep CANN's raw per-device data, e.g. the HBM/LLC "
-                                                         "summaries (data_simplification=False)"),
-        argument("--no-host", action="store_true", help="do not sample the host's CPU and memory (every 50 ms "
-                                                         "while the profiler records)"),
-        argument("--quiet", action="store_true", help="no backend line or notes"),
-        argument("--no-plot", action="store_true", help="draw no figures"),
-    ]
-    for deco in reversed(decorators):
-        func = deco(func)
-    return func
-
-
-def _options(args, repeat_cell: bool) -> CaptureOptions:
-    activities = None
-    if args.activities is not None:
-        activities = tuple(a.strip().lower() for a in args.activities.split(",") if a.strip())
-    try:
-        return CaptureOptions(wait=args.wait, warmup=args.warmup, steps=args.steps, repeat=args.repeat,
-                              skip_first=args.skip_first, activities=activities, memory=args.memory,
-                              shapes=args.shapes, stack=args.stack, level=args.level, aic_metrics=args.aic_metrics,
-                              repeat_cell=repeat_cell, host=not args.no_host, modules=args.modules,
-                              l2_cache=args.l2_cache, gc_threshold_ms=args.gc_threshold,
-                              host_sys=_list(args.host_sys),
-                              export=_list(args.export) if args.export is not None else ("text",),
-                              keep_raw=args.keep_raw)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _parse(magic, line: str):
-    """The magic's arguments from ``line``, split as a shell would where it quotes (``--out "my
-    runs"``, ``--out='a b'``); an unquoted line keeps its backslashes (Windows paths)."""
-    try:
-        argv = arg_split(line, posix="'" in line or '"' in line)
-    except ValueError as exc:  # shlex: "No closing quotation"
-        raise UsageError(f"{exc} in: {line.strip()}") from None
-    return magic.parser.parse_args(argv)
-
-
-def _cell_usage(func):
-    """magic_arguments writes every usage line as ``%name``; a cell magic is called ``%%name``."""
-    func.__doc__ = func.__doc__.replace(f"::\n\n  %{func.__name__}", f"::\n\n  %%{func.__name__}", 1)
-    return func
-
-
-def _list(text: str | None) -> tuple[str, ...] | None:
-    """A comma list option as a tuple of lower-case items (None when not given)."""
-    if text is None:
-        return None
-    return tuple(x.strip().lower() for x in text.split(",") if x.strip())
-
-
-_SHELL_WORD = re.compile(r"""(?:[^\s'"]+|"[^"]*"?|'[^']*'?)+""")  # a quoted value is one word, spaces and all
-
-
-def _split_statement(line: str, magic) -> tuple[str, str]:
-    """Split ``%npusteps --steps 3 f(x, "a b")`` into its option text and the raw statement."""
-    parser = magic.parser
-    tokens = list(_SHELL_WORD.finditer(line))
-    i = 0
-    while i < len(tokens) and tokens[i].group().startswith("-"):
-        if tokens[i].group() == "--":  # the end of the options, as on a command line
-            return line[: tokens[i].start()], line[tokens[i].end():]
-        action = parser._option_string_actions.get(tokens[i].group().split("=")[0])
-        if action is None:
-            raise UsageError(f"unknown option {tokens[i].group()!r}; see %{getattr(magic, '__name__', 'npusteps')}?")
-        takes_value = action.nargs != 0 and "=" not in tokens[i].group()
-        i += 2 if takes_value else 1
-    if i >= len(tokens):
-        return line, ""
-    return line[: tokens[i].start()], line[tokens[i].start():]
-
+__all__ = ["NpuMagics", "assigned_cell_magic"]
 
 ATTACH_TIMEOUT_MAX = 7 * 24 * 3600  # s: %npuattach waits for a window at most a week
 
 
 @magics_class
 class NpuMagics(Magics):
-    """npumagic's magics: %%npuprofile, %npusteps, %npurun, %npuattach, %npuruns, %npuload, %npushow,
+    """npumagic's magics: %npu COMMAND, %%npuprofile, %npusteps, %npurun, %npuattach, %npuruns, %npuload, %npushow,
     %npuadvise, %npucompare, %npuab, %npubaseline, %npunote, %npurm, %npuhistory, %npuexport."""
 
     output_dir = Unicode("npumagic_runs", help="Where runs and their history (history.sqlite) are kept.").tag(config=True)
@@ -188,19 +88,17 @@ class NpuMagics(Magics):
     def session(self) -> Session:
         wanted = (self._home / Path(self.output_dir).expanduser()).resolve()
         if self._session is None or self._session.output_dir != wanted or (self._session.prefer_backend or "") != self.backend:
-            try:
+            with usage_errors():  # a history that is not a database, an output_dir that is a file, ...
                 self._session = Session(wanted, backend=self.backend or None)
-            except NpumagicError as exc:  # a history that is not a database, an output_dir that is a file, ...
-                raise UsageError(str(exc)) from None
         self._session.scheduler = self.scheduler
         self._session.settle()  # a run whose end could not be written (a full disk) is written now
         return self._session
 
     # -- capture ------------------------------------------------------------------------------
     @cell_magic
-    @_cell_usage
+    @cell_usage
     @magic_arguments()
-    @_schedule_arguments
+    @schedule_arguments
     @argument("--repeat-cell", action="store_true", help="run the cell body once per step (for cells without a loop)")
     @argument("--static", action="store_true", help="the timeline as a static figure, even where a live widget shows")
     def npuprofile(self, line: str, cell: str):
@@ -221,11 +119,11 @@ class NpuMagics(Magics):
             train_one_step()
         """
         __tracebackhide__ = True  # noqa: F841 - IPython leaves frames that set it out of tracebacks
-        args = _parse(self.npuprofile, line)
+        args = parse(self.npuprofile, line)
         return self._profile(args, cell, repeat_cell=args.repeat_cell, source=cell, line=line)
 
     @magic_arguments()
-    @_schedule_arguments
+    @schedule_arguments
     @argument("--run", default=None, help="with no statement: show this run's step table (default the latest)")
     @argument("statement", nargs="*", help="the statement to run once per step")
     @line_magic
@@ -240,8 +138,8 @@ class NpuMagics(Magics):
             %npusteps --run baseline
         """
         __tracebackhide__ = True  # noqa: F841
-        option_text, statement = _split_statement(line, self.npusteps)
-        args = _parse(self.npusteps, option_text)
+        option_text, statement = split_statement(line, self.npusteps)
+        args = parse(self.npusteps, option_text)
         if not statement.strip():
             return self._step_table(args.run)
         if args.run:
@@ -249,7 +147,7 @@ class NpuMagics(Magics):
         return self._profile(args, statement, repeat_cell=True, source=statement, line=line)
 
     @magic_arguments()
-    @_schedule_arguments
+    @schedule_arguments
     @argument("script", nargs="*", help="the script and its arguments")
     @line_magic
     def npurun(self, line: str):
@@ -267,8 +165,8 @@ class NpuMagics(Magics):
         import shlex
 
         __tracebackhide__ = True  # noqa: F841
-        option_text, rest = _split_statement(line, self.npurun)
-        args = _parse(self.npurun, option_text)
+        option_text, rest = split_statement(line, self.npurun)
+        args = parse(self.npurun, option_text)
         if args.out is not None or args.replace:
             raise UsageError("--out/--replace: %npurun records the script's run in NpuMagics.output_dir/NAME")
         try:
@@ -280,13 +178,11 @@ class NpuMagics(Magics):
         if not Path(argv[0]).is_file():
             raise UsageError(f"no such script: {argv[0]!r} (from {Path.cwd()})")
         if args.name is not None:
-            _check_name(args.name)
-        options = _options(args, repeat_cell=False)
-        try:
+            check_run_name(args.name)
+        options = capture_options(args, repeat_cell=False)
+        with usage_errors():
             outcome, ended = self.session.run_command([sys.executable, *argv], options, name=args.name,
                                                       output=sys.stdout, forward_interrupt=True)
-        except NpumagicError as exc:
-            raise UsageError(str(exc)) from None
         report = self._report(outcome, quiet=args.quiet, plot=self.plot and not args.no_plot)
         if outcome.error is None:
             return report
@@ -310,30 +206,26 @@ class NpuMagics(Magics):
         """
         from .on_demand import attach
 
-        args = _parse(self.npuattach, line)
+        args = parse(self.npuattach, line)
         if not 0 < args.timeout <= ATTACH_TIMEOUT_MAX:  # NaN too
             raise UsageError(f"--timeout must be seconds from 0 to {ATTACH_TIMEOUT_MAX:g}, not {args.timeout:g}")
-        try:
+        with usage_errors():
             out, name = attach(args.job_dir, args.steps, timeout=args.timeout)
-        except NpumagicError as exc:
-            raise UsageError(str(exc)) from None
         print(f"npumagic: {name} recorded in {out}")
         return self._step_table(name) if out == self.session.output_dir else None
 
     def _profile(self, args, code: str, repeat_cell: bool, source: str, line: str):
         __tracebackhide__ = True  # noqa: F841 - a failing cell's traceback starts at the user's code
-        options = _options(args, repeat_cell)
+        options = capture_options(args, repeat_cell)
         if args.replace and args.name is None:
             raise UsageError("--replace needs --name NAME: the run to replace")
         if args.name is not None:
-            _check_name(args.name)
-        body = self._compile(code)
+            check_run_name(args.name)
+        body = compile_cell(self.shell, code)
         arguments = dict(options.as_dict(), name=args.name, out=args.out, line=line)
-        try:
+        with usage_errors(NestedCaptureError):
             outcome = self.session.profile(body, options, name=args.name, source=source, arguments=arguments, out=args.out,
                                            replace=args.replace)
-        except (RunNameTaken, NestedCaptureError, NpumagicError) as exc:
-            raise UsageError(str(exc)) from None
         report = self._report(outcome, quiet=args.quiet, plot=self.plot and not args.no_plot,
                               static=getattr(args, "static", False))
         if outcome.error is not None:
@@ -344,25 +236,6 @@ class NpuMagics(Magics):
                   file=sys.stderr)
             raise outcome.error
         return report
-
-    def _compile(self, code: str):
-        transformed = self.shell.transform_cell(code)
-        compiler = self.shell.compile
-        filename = compiler.cache(transformed, self.shell.execution_count)
-        try:
-            compiled = compiler(compiler.ast_parse(transformed, filename=filename), filename, "exec")
-        except SyntaxError as exc:
-            if "await" in str(exc):
-                raise UsageError("async cells (top-level await) cannot be profiled; wrap the loop in a function "
-                                 "and call asyncio.run() on it") from None
-            raise
-        namespace = self.shell.user_ns
-
-        def body() -> None:
-            __tracebackhide__ = True  # noqa: F841
-            exec(compiled, namespace)  # noqa: S102 - running the user's cell is the point
-
-        return body
 
     def _report(self, outcome: RunOutcome, quiet: bool, plot: bool, static: bool = False) -> RunReport:
         figures = []
@@ -416,9 +289,9 @@ class NpuMagics(Magics):
             %npushow -1 --timeline --step-range 3:4 --lanes Stream,HCCL
             %npushow cluster --matrix
         """
-        args = _parse(self.npushow, line)
+        args = parse(self.npushow, line)
         views = [v for v in VIEWS if getattr(args, v)] or ["timeline", "steps"]
-        try:
+        with usage_errors(ValueError):
             options = {"steps": view_range(args.step_range, int, "--step-range"),
                        "window": view_range(args.zoom, float, "--zoom"),
                        "lanes": [x for x in args.lanes.split(",") if x] if args.lanes else None}
@@ -430,18 +303,36 @@ class NpuMagics(Magics):
                 if options["window"] is not None:
                     report.live.zoom(*options["window"])
                 elif options["steps"] is not None:
-                    report.live.zoom(*_step_window(report.live.frame["steps"], options["steps"]))
-        except (NpumagicError, ValueError) as exc:
-            raise UsageError(str(exc)) from None
+                    report.live.zoom(*step_window(report.live.frame["steps"], options["steps"]))
         return report
+
+    @line_magic
+    def npu(self, line: str):
+        """Run a command of npumagic's core, as ``npumagic COMMAND`` runs it in a terminal, on a
+        run of the history (a name, or -1/-2) or a profiler output path; returns its result
+        (text, HTML, ``.to_dict()``). ``%npu`` alone lists the commands, ``%npu COMMAND --help``
+        its arguments.
+
+        Examples: ``%npu analyze -1``, ``%npu steps baseline --first 3 --last 4``, ``%npu compare base -1``
+        """
+        name, _, rest = line.strip().partition(" ")
+        if not name:
+            return "\n".join(f"{c.name:<10} {c.help.replace('%%', '%')}" for c in COMMANDS)
+        command = find(name)
+        if command is None:
+            raise UsageError(f"unknown command {name!r}; commands: {', '.join(c.name for c in COMMANDS)}")
+        parser = command_parser(command)
+        if rest.strip() in ("-h", "--help"):
+            return parser.format_help()
+        args = parser.parse_args(split_words(rest))
+        with usage_errors(*ERRORS):
+            return command.run(Places(session=self.session), **{a.name: getattr(args, a.name) for a in command.args})
 
     # -- history ------------------------------------------------------------------------------
     def _step_table(self, name: str | None):
-        try:
+        with usage_errors():
             name = self.session.resolve(name)
             return format_steps(self.session.summary(name).steps, caption=f"{name}: per-step time")
-        except (UnknownRun, NpumagicError) as exc:
-            raise UsageError(str(exc)) from None
 
     @line_magic
     def npuruns(self, line: str):
@@ -451,10 +342,8 @@ class NpuMagics(Magics):
         """
         if line.strip():
             raise UsageError("%npuruns takes no arguments")
-        try:
+        with usage_errors():
             return format_runs(self.session.runs.table())
-        except NpumagicError as exc:
-            raise UsageError(str(exc)) from None
 
     @magic_arguments()
     @argument("path", help="a torch.profiler or torch_npu output directory (or trace file)")
@@ -475,24 +364,20 @@ class NpuMagics(Magics):
 
         Example: ``%npuload /data/job42/rank0_ascend_pt --name cluster_baseline``
         """
-        args = _parse(self.npuload, line)
+        args = parse(self.npuload, line)
         if args.name is not None:
-            _check_name(args.name)
-        try:
+            check_run_name(args.name)
+        with usage_errors():
             if args.parse_raw:
                 parse_raw(args.path)
             outcome = self.session.load(args.path, name=args.name, every_rank=args.every_rank, rank=args.rank)
-        except (NpumagicError, RunNameTaken) as exc:
-            raise UsageError(str(exc)) from None
         return self._report(outcome, quiet=False, plot=self.plot and not args.no_plot, static=args.static)
 
 
     # -- the checklist: advise, compare, baseline, record --------------------------------------
     def _run(self, name: str | None) -> str:
-        try:
+        with usage_errors():
             return self.session.resolve(name)
-        except (UnknownRun, NpumagicError) as exc:
-            raise UsageError(str(exc)) from None
 
     @magic_arguments()
     @argument("run", nargs="?", default=None, help="run name or -1/-2 (default the latest)")
@@ -503,12 +388,10 @@ class NpuMagics(Magics):
 
         Examples: ``%npuadvise``, ``%npuadvise baseline --all``
         """
-        args = _parse(self.npuadvise, line)
+        args = parse(self.npuadvise, line)
         name = self._run(args.run)
-        try:
+        with usage_errors():
             return self.session.advise(name, every_rank=args.all, low=args.all)
-        except NpumagicError as exc:
-            raise UsageError(str(exc)) from None
 
     @magic_arguments()
     @argument("a", nargs="?", default=None, help="reference run (name or -1/-2; default the baseline)")
@@ -525,14 +408,12 @@ class NpuMagics(Magics):
 
         Examples: ``%npucompare`` (baseline vs latest), ``%npucompare baseline run3``, ``%npucompare -2 -1``
         """
-        args = _parse(self.npucompare, line)
-        try:
+        args = parse(self.npucompare, line)
+        with usage_errors():
             a, b = self.session.compare_pair(args.a, args.b)
             comparison = self.session.compare(a, b)
             plot = self.plot and not args.no_plot
             figure = self.session.compare_figure(comparison, self.figure_format) if plot else None
-        except NpumagicError as exc:
-            raise UsageError(str(exc)) from None
         self._track(comparison)
         return CompareReport(comparison, figure)
 
@@ -564,8 +445,8 @@ class NpuMagics(Magics):
         """
         from .capture.alternate import STEP_LIMIT, WARMUP_LIMIT, StepError, interleave
 
-        args = _parse(self.npuab, line)
-        variants = [self._callable(args.a), self._callable(args.b)]
+        args = parse(self.npuab, line)
+        variants = [step_callable(self.shell.user_ns, args.a), step_callable(self.shell.user_ns, args.b)]
         if args.a == args.b:
             raise UsageError(f"both sides are {args.a!r}; name two callables")
         if not 0 < args.threshold < 100:
@@ -576,7 +457,7 @@ class NpuMagics(Magics):
             raise UsageError(f"--warmup {args.warmup}: 0 to {WARMUP_LIMIT:,} untimed calls of each")
         if args.seed is not None and args.seed < 0:
             raise UsageError(f"--seed {args.seed}: 0 or more")
-        try:
+        try:  # only a variant that is no step: an error the user's steps raise is theirs, and propagates
             result = interleave(*variants, (args.a, args.b), args.threshold / 100, args.max_steps, args.warmup,
                                 args.seed)
         except StepError as exc:
@@ -590,30 +471,15 @@ class NpuMagics(Magics):
         __tracebackhide__ = True  # noqa: F841
         options = CaptureOptions(wait=0, warmup=1, steps=3, repeat_cell=True)
         runs = []
-        try:
+        with usage_errors():
             for fn, name in zip(variants, (result.a, result.b)):
-                outcome = self.session.profile(fn, options, name=name if _valid_name(name) else None,
+                outcome = self.session.profile(fn, options, name=name if valid_name(name) else None,
                                                source=f"{name}()", arguments=dict(options.as_dict(), name=name))
                 if outcome.error is not None:
                     raise outcome.error
                 runs.append(outcome.run.name)
             comparison = self.session.compare(*runs)
-        except NpumagicError as exc:
-            raise UsageError(str(exc)) from None
         return dataclasses.replace(result, comparison=comparison)
-
-    def _callable(self, name: str):
-        if name not in self.shell.user_ns:
-            raise UsageError(f"{name!r} is not defined in the namespace; define a zero-argument function for one step")
-        fn = self.shell.user_ns[name]
-        if not callable(fn):
-            raise UsageError(f"{name!r} is a {type(fn).__name__}, not callable; give a zero-argument function")
-        from .capture.alternate import unfit_step
-
-        problem = unfit_step(fn)
-        if problem is not None:
-            raise UsageError(f"{name!r} cannot be timed as a step: {problem}")
-        return fn
 
     @line_magic
     def npubaseline(self, line: str):
@@ -627,10 +493,8 @@ class NpuMagics(Magics):
                       "set one with %npubaseline RUN (%npuruns lists the runs)")
             return self.session.baseline
         name = self._run(line.strip())
-        try:
+        with usage_errors():
             self.session.set_baseline(name)
-        except NpumagicError as exc:
-            raise UsageError(str(exc)) from None
         print(f"npumagic: baseline is now {name}")
         return None
 
@@ -654,10 +518,8 @@ class NpuMagics(Magics):
         if len(parts) < 2:
             raise UsageError('usage: %npunote RUN "text"')
         name = self._run(parts[0])
-        try:
+        with usage_errors():
             earlier = self.session.note(name, " ".join(parts[1:]))
-        except NpumagicError as exc:
-            raise UsageError(str(exc)) from None
         if earlier:
             print(f"npumagic: {name}'s note replaces the earlier one: {earlier!r}")
         return None
@@ -668,12 +530,10 @@ class NpuMagics(Magics):
     @line_magic
     def npurm(self, line: str):
         """Remove a run from the history (asks nothing; keeps its files unless --files)."""
-        args = _parse(self.npurm, line)
+        args = parse(self.npurm, line)
         name = self._run(args.run)
-        try:
+        with usage_errors():
             run = self.session.remove(name, files=args.files)
-        except NpumagicError as exc:
-            raise UsageError(str(exc)) from None
         kept = "" if args.files else f"; files kept in {run.run_dir}"
         print(f"npumagic: removed {name}{kept}")
         return None
@@ -687,11 +547,9 @@ class NpuMagics(Magics):
 
         Example: ``%npuhistory aten::addmm``
         """
-        args = _parse(self.npuhistory, line)
-        try:
+        args = parse(self.npuhistory, line)
+        with usage_errors():
             kernel, table = self.session.kernel_history(args.kernel)
-        except NpumagicError as exc:
-            raise UsageError(str(exc)) from None
         figure = None
         if self.plot and not args.no_plot:
             from .render.charts import kernel_history_figure
@@ -709,51 +567,13 @@ class NpuMagics(Magics):
 
         Usage: ``%npuexport --md log.md`` or ``%npuexport --csv log.csv``
         """
-        args = _parse(self.npuexport, line)
+        args = parse(self.npuexport, line)
         if not args.md and not args.csv:
             raise UsageError("give --md FILE and/or --csv FILE")
         from .render.export import write_log
 
-        try:
+        with usage_errors():
             runs = self.session.runs.records()
             write_log(runs, md=args.md, csv=args.csv)
-        except NpumagicError as exc:
-            raise UsageError(str(exc)) from None
         print(f"npumagic: exported {len(runs)} run{'' if len(runs) == 1 else 's'} to {', '.join(p for p in (args.md, args.csv) if p)}")
         return None
-
-
-MAX_NOTE_CHARS = 20_000  # a conclusion, not a log: bounds what is parsed, stored and rendered
-_ASSIGNED_CELL = re.compile(r"^([A-Za-z_]\w*)\s*=\s*%%(npuprofile)\b[ \t]*(.*?)\s*$")
-
-
-def assigned_cell_magic(lines: list[str]) -> list[str]:
-    """Input transformer for ``r = %%npuprofile ...``: IPython has no syntax for keeping a cell
-    magic's result, so this turns it into the call IPython makes for ``%%npuprofile``, assigned
-    to ``r`` (like ``r = %timeit -o``), and still shows the report under the cell."""
-    match = _ASSIGNED_CELL.match(lines[0]) if lines else None
-    if match is None:
-        return lines
-    var, magic, args = match.groups()
-    return [f"{var} = get_ipython().run_cell_magic({magic!r}, {args!r}, {''.join(lines[1:])!r})\n", f"{var}\n"]
-
-
-def _step_window(steps: list[dict], wanted: tuple[int, int]) -> tuple[float, float]:
-    """(start, end) ms of steps FIRST..LAST in the live view's step list."""
-    shown = [s for s in steps if wanted[0] <= s["step"] <= wanted[1]]
-    return min(s["start"] for s in shown), max(s["end"] for s in shown)
-
-
-def _valid_name(name: str) -> bool:
-    try:
-        check_name(name)
-    except NpumagicError:
-        return False
-    return True
-
-
-def _check_name(name: str) -> None:
-    try:
-        check_name(name)
-    except NpumagicError:
-        raise UsageError(f"invalid --name {name!r}: use {NAME_RULE}") from None

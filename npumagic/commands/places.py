@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import TraceError
+from ..errors import NpumagicError, TraceError
 from ..names import RUN_NAME
 
 COUNTED_BACK = re.compile(r"-\d+")  # -1 the latest run, -2 the one before
@@ -92,8 +92,6 @@ class Places:
             return Target(self.label(ref), self.read(path, rank), path=path)
         summary = self.runs.summary(name)
         if rank is not None:
-            from ..errors import NpumagicError
-
             if rank not in summary.per_rank:
                 raise NpumagicError(f"rank {rank} not in run {name!r}; ranks: {sorted(summary.per_rank) or [0]}")
             summary = summary.per_rank[rank]

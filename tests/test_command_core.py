@@ -157,3 +157,23 @@ def test_a_run_against_a_path_carries_the_runs_context_in_both_shells(sides, cap
     # the same document, but for the sides as each shell was given them and the CLI's gate
     assert {k: v for k, v in cli.items() if k not in ("a", "b", "gate")} == \
         {k: v for k, v in mcp_doc.items() if k not in ("a", "b")}
+
+
+def test_the_cli_declares_json_once_and_the_magics_translate_errors_in_one_place():
+    """--json is one declaration for every subcommand that takes it; npumagic's errors become a
+    UsageError in usage_errors() (and in %npuab, whose user steps' own errors must propagate)."""
+    from pathlib import Path
+
+    import npumagic
+
+    package = Path(npumagic.__file__).parent
+    cli = (package / "cli.py").read_text() + (package / "cli_run.py").read_text()
+    assert cli.count('"--json"') == 1
+    from npumagic.cli import build_parser
+
+    subcommands = build_parser()._subparsers._group_actions[0].choices
+    with_json = {name for name, p in subcommands.items() if "--json" in p._option_string_actions}
+    assert with_json == {c.name for c in COMMANDS} | {"check", "show", "run", "trigger"}
+    translations = {name: (package / name).read_text().count("raise UsageError(str(exc)) from None")
+                    for name in ("magics.py", "magic_input.py")}
+    assert translations == {"magics.py": 1, "magic_input.py": 1}

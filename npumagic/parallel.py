@@ -30,7 +30,6 @@ from .analysis.collectives import LINK_COLUMNS
 from .analysis.metrics import Summary, combine, rebase, summarize, summarize_rank
 from .analysis.schema import Trace
 from .analysis.ranks import parallel_indices, rank_table_of_steps
-from .analysis.sources.ascend import outline as ascend_outline
 from .analysis.sources.ascend.discover import no_rank_read, rank_numbers
 from .errors import NpumagicError, TraceError
 
@@ -79,12 +78,13 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
     """
     scheduler = check_scheduler(scheduler)
     fmt, paths = sources.detect(path)
-    if _outline_fits(fmt, paths, scheduler, every_rank):
-        return _outline(path, paths, rank, progress)
-    groups = sources.rank_groups(fmt, paths)
+    reader = sources.reader_for(fmt, paths)
+    if _outline_fits(reader, paths, scheduler, every_rank):
+        return _outline(reader, path, paths, rank, progress)
+    groups = reader.rank_groups(paths)
     if not _on_dask(len(groups), scheduler):
         return summarize(sources.load(path, progress=progress), rank)
-    results = _run_on_dask(fmt, groups, scheduler, progress)
+    results = _run_on_dask(reader, groups, scheduler, progress)
     read, metas, unreadable = [], [], {}
     for group, (per_rank, meta, caught, error) in zip(groups, results):
         for message in caught:
@@ -108,7 +108,7 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
         lowest = 0 if renumber else min(r for r, _ in read)
         i = next(i for i, (r, _) in enumerate(read) if (i if renumber else r) == lowest)
         group = [g for g in groups if str(g[0]) not in unreadable][i]
-        again, _, _, error = summarize_group(fmt, group, host=str(path))
+        again, _, _, error = summarize_group(reader, group, host=str(path))
         if error is not None:
             raise error
         read[i] = next(iter(again.items()))
@@ -122,23 +122,24 @@ def _renumbered(meta: dict, rank: int) -> dict:
                 if k in RANK_LISTS else meta[k]) for k in meta}
 
 
-def summarize_group(fmt: str, paths: list[Path], host: str | None = None
+def summarize_group(reader: sources.Reader, paths: list[Path], host: str | None = None
                     ) -> tuple[dict[int, Summary], dict, list[str], TraceError | None]:
-    """One task: read one rank's files with the reader and summarise it (with npumagic's host
+    """One task: read one rank's files with ``reader`` and summarise it (with npumagic's host
     samples from the run directory ``host``, where given).
 
     Returns the summary of each rank read (one), the meta of what was read without the vendor
     tables (the summaries already hold what they need of them), the warnings raised, and the
-    TraceError when a torch_npu rank cannot be read (the job goes on without it).
+    TraceError when a rank cannot be read and the reader leaves such ranks out (the job goes on
+    without it; torch_npu's ranks).
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            trace = sources.read(fmt, paths)
+            trace = reader.read(paths)
             if host is not None:
                 trace = sources.with_host_samples(trace, host)
         except TraceError as exc:
-            if fmt != "ascend":
+            if not reader.leaves_out_unreadable:
                 raise
             return {}, {}, [str(w.message) for w in caught], exc
         per_rank = {r: summarize_rank(trace, r) for r in (trace.ranks or [0])}
@@ -165,30 +166,32 @@ def reads_apart(path: str | Path, scheduler: str | None = None, every_rank: bool
     """Whether :func:`analyze` reads ``path`` rank by rank (on Dask, or as an outline) and gives
     only a Summary; else it reads one Trace in this process."""
     fmt, paths = sources.detect(path)
+    reader = sources.reader_for(fmt, paths)
     scheduler = check_scheduler(scheduler)
-    return (_outline_fits(fmt, paths, scheduler, every_rank, say_why=False)
-            or _on_dask(len(sources.rank_groups(fmt, paths)), scheduler))
+    return (_outline_fits(reader, paths, scheduler, every_rank, say_why=False)
+            or _on_dask(len(reader.rank_groups(paths)), scheduler))
 
 
-def _outline_fits(fmt: str, paths: list[Path], scheduler: str, every_rank: bool, say_why: bool = True) -> bool:
-    if fmt != "ascend" or every_rank or scheduler or len(paths) < OUTLINE_MIN_RANKS:
+def _outline_fits(reader: sources.Reader, paths: list[Path], scheduler: str, every_rank: bool,
+                  say_why: bool = True) -> bool:
+    if reader.outline is None or every_rank or scheduler or len(paths) < OUTLINE_MIN_RANKS:
         return False
-    unfit = ascend_outline.unfit(paths)
+    unfit = reader.outline.unfit(paths)
     if say_why and unfit and len(unfit) < len(paths):  # read in full for a few ranks: say why it is slow
         warnings.warn(f"{len(unfit)} of the {len(paths)} ranks ({unfit[0].name}{', ...' if len(unfit) > 1 else ''}) "
                       "have no step_trace_time.csv or are db exports: every rank is read in full", stacklevel=4)
     return not unfit
 
 
-def _outline(path: str | Path, paths: list[Path], rank: int | None, progress: bool) -> Summary:
+def _outline(reader: sources.Reader, path: str | Path, paths: list[Path], rank: int | None, progress: bool) -> Summary:
     """The job read as an outline (every rank's small files) with ``rank`` (default the lowest)
     read and summarised in full."""
     bar = None
     if progress:
-        bar = sources._progress_bar_class()(total=len(paths), desc=f"reading {Path(path).name}", unit="rank",
+        bar = sources.progress_bar_class()(total=len(paths), desc=f"reading {Path(path).name}", unit="rank",
                                             leave=False, delay=0.5)
     try:
-        outline = ascend_outline.read(paths, bar)
+        outline = reader.outline.read(paths, bar)
     finally:
         if bar is not None:
             bar.close()
@@ -197,7 +200,7 @@ def _outline(path: str | Path, paths: list[Path], rank: int | None, progress: bo
     # the rank asked for, else the lowest that can be read in full
     for focus in [rank] if rank is not None else outline.ranks:
         host = str(path) if focus == min(outline.ranks) and sources.host_file(path) is not None else None
-        per_rank, meta, caught, error = summarize_group("ascend", [outline.dirs[focus]], host=host)
+        per_rank, meta, caught, error = summarize_group(reader, [outline.dirs[focus]], host=host)
         for message in caught:
             warnings.warn(message, stacklevel=3)
         if error is None:
@@ -208,7 +211,7 @@ def _outline(path: str | Path, paths: list[Path], rank: int | None, progress: bo
                       "and communication files are in the rank table)", stacklevel=3)
     (read_as, full), = per_rank.items()
     metas = {**outline.metas, focus: meta if read_as == focus else _renumbered(meta, focus)}
-    job = sources.merge_meta("ascend", paths, list(metas.values()), outline.unreadable)
+    job = sources.merge_meta(reader.name, paths, list(metas.values()), outline.unreadable)
     full = rebase(full, job, rank=focus if read_as != focus else None)
     indices = {r: parallel_indices(job["parallel_groups"].get(r, {}), r) for r in outline.ranks}
     meta = dict(full.meta, rank_table=(f"torch_npu's own step breakdown (step_trace_time.csv) of each of the "
@@ -232,7 +235,7 @@ def check_scheduler(scheduler: str | None) -> str:
                         "'local' or 'serial'")
 
 
-def _run_on_dask(fmt: str, groups: list[list[Path]], scheduler: str, progress: bool) -> list:
+def _run_on_dask(reader: sources.Reader, groups: list[list[Path]], scheduler: str, progress: bool) -> list:
     from distributed import Client, as_completed
 
     cluster = None
@@ -250,9 +253,9 @@ def _run_on_dask(fmt: str, groups: list[list[Path]], scheduler: str, progress: b
     bar = None
     try:
         groups = [[p.resolve() for p in g] for g in groups]
-        futures = client.map(summarize_group, [fmt] * len(groups), groups, pure=False)
+        futures = client.map(summarize_group, [reader] * len(groups), groups, pure=False)
         if progress:
-            tqdm = sources._progress_bar_class()
+            tqdm = sources.progress_bar_class()
             bar = tqdm(total=len(futures), desc=f"summarising ranks on {client.scheduler.address}", unit="rank",
                        leave=False, delay=0.5)
             for _ in as_completed(futures):

@@ -16,7 +16,7 @@ import npumagic
 from npumagic import parallel
 from npumagic.analysis import cluster
 from npumagic.analysis.persist import dump_summary, load_summary
-from npumagic.analysis.sources import detect
+from npumagic.analysis.sources import detect, reader_for
 from npumagic.analysis.sources.ascend import outline as ascend_outline
 from npumagic.cli import main
 
@@ -153,7 +153,7 @@ def test_jobs_the_outline_cannot_read_are_read_in_full_and_it_says_why(tmp_path,
     assert ascend_outline.unfit(paths) == [job / "rank6_ascend_pt"]
     with pytest.warns(UserWarning, match=r"1 of the 8 ranks \(rank6_ascend_pt\) have no step_trace_time.csv .*"
                                          r"every rank is read in full"):
-        assert not parallel._outline_fits("ascend", paths, "", False)
+        assert not parallel._outline_fits(reader_for("ascend"), paths, "", False)
 
 
 @pytest.mark.parametrize("line, why", [

@@ -37,7 +37,7 @@ def test_empty_directory(tmp_path):
 def test_the_search_below_a_folder_is_bounded(tmp_path, monkeypatch):
     """A folder of many folders holding no trace (a home directory) is refused after
     NESTED_ENTRIES entries, and a trace deeper than NESTED_DEPTH levels is not looked for."""
-    from npumagic.analysis import sources
+    from npumagic.analysis.sources import readers
 
     deep = tmp_path / "deep" / "a" / "b" / "c" / "d" / "e"  # 5 levels below
     deep.mkdir(parents=True)
@@ -46,7 +46,7 @@ def test_the_search_below_a_folder_is_bounded(tmp_path, monkeypatch):
         npumagic.load(tmp_path / "deep")
     for i in range(60):
         (tmp_path / "wide" / f"d{i}").mkdir(parents=True)
-    monkeypatch.setattr(sources, "NESTED_ENTRIES", 50)
+    monkeypatch.setattr(readers, "NESTED_ENTRIES", 50)
     with pytest.raises(TraceError, match=r"wide: more than 50 files and folders below it, too many to search"):
         npumagic.load(tmp_path / "wide")
 

@@ -126,11 +126,11 @@ def agreement(job: Path, every_rank: bool) -> str:
     import pandas as pd
 
     sys.path.insert(0, str(ROOT))
-    from npumagic import parallel
+    from npumagic.analysis import job as job_reader
     from npumagic.analysis.collectives import link_bandwidth
 
     out = job / "cluster_analysis_output"
-    summary = parallel.analyze(job, every_rank=every_rank, scheduler="serial" if every_rank else None)
+    summary = job_reader.analyze(job, every_rank=every_rank, scheduler="serial" if every_rank else None)
     ours = summary.ranks.set_index("rank")
     ref = pd.read_csv(out / "cluster_step_trace_time.csv")
     ref = ref[ref["Type"] == "rank"].groupby("Index")[["Computing", "Communication(Not Overlapped)", "Free"]].mean()

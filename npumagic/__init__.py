@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .analysis.checklist import Verdict, checklist
     from .analysis.compare import Comparison, compare
     from .capture.steps import step
-    from .offline import parse_raw
+    from .raw_parse import parse_raw
     from .trackers import log
 
 # The public API loads on first use (as render/ does), so `import npumagic` and the CLI's --help
@@ -65,8 +65,8 @@ def __dir__() -> list[str]:
 def analyze(path: str | Path) -> Summary:
     """The Summary of any supported profiler output, every rank read in full in this process:
     ``summarize(load(path))``, by the route the CLI and the magics take
-    (:func:`npumagic.parallel.analyze`, which also reads many ranks on Dask or as an outline)."""
-    from .parallel import analyze as analyze_job
+    (:func:`npumagic.analysis.job.analyze`, which also reads many ranks on Dask or as an outline)."""
+    from .analysis.job import analyze as analyze_job
 
     return analyze_job(path, scheduler="serial", every_rank=True)
 

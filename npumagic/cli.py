@@ -40,19 +40,19 @@ def _load(args, path) -> Any:
 
 def _summary(args, path, rank=None):
     _exists(path)
-    from . import parallel
+    from .analysis import job
 
     if getattr(args, "parse_raw", False):
-        from .offline import parse_raw
+        from .raw_parse import parse_raw
 
         for rank_dir in parse_raw(path):
             print(f"npumagic: parsed {rank_dir} with torch_npu's offline analysis", file=sys.stderr)
 
     # many ranks: an outline of each rank with one rank in full, or every rank as a parallel task
     # (Dask); one rank in this process
-    return parallel.analyze(path, rank=rank, scheduler=getattr(args, "scheduler", None),
-                            progress=not getattr(args, "json", False) and sys.stderr.isatty(),
-                            every_rank=getattr(args, "read_every_rank", False) or getattr(args, "every_rank", False))
+    return job.analyze(path, rank=rank, scheduler=getattr(args, "scheduler", None),
+                       progress=not getattr(args, "json", False) and sys.stderr.isatty(),
+                       every_rank=getattr(args, "read_every_rank", False) or getattr(args, "every_rank", False))
 
 
 def _exists(path) -> None:

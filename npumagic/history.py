@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from .analysis.metrics import Summary
+from .analysis.summary import Summary
 from .analysis.persist import FORMAT as SUMMARY_FORMAT
 from .analysis.persist import READABLE as READABLE_SUMMARY_FORMATS
 from .analysis.persist import dump_summary, load_summary

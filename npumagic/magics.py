@@ -23,8 +23,8 @@ from .errors import NpumagicError
 from .magic_input import (MAX_NOTE_CHARS, assigned_cell_magic, capture_options, cell_usage, check_run_name,
                           command_parser, compile_cell, parse, schedule_arguments, split_statement, split_words,
                           step_callable, step_window, usage_errors, valid_name)
-from .offline import parse_raw
-from .parallel import check_scheduler
+from .raw_parse import parse_raw
+from .analysis.job import check_scheduler
 from .ranges import view_range
 from .recorder import RunOutcome
 from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views

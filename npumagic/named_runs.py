@@ -14,7 +14,7 @@ import pandas as pd
 from . import analysis
 from .analysis.alerts import Band, learn_band
 from .analysis.compare import Comparison, Noise, between_run_noise, compare
-from .analysis.metrics import Summary
+from .analysis.summary import Summary
 from .wording import say
 from .errors import NpumagicError
 from .history import HistoryStore

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from . import analysis, parallel
+from . import analysis
+from .analysis import job
 from .analysis.alerts import Alert
 from .analysis.checklist import Verdict, checklist
-from .analysis.metrics import Summary
+from .analysis.summary import Summary
 from .capture import CaptureOptions, CaptureResult, capture, choose_backend, ensure_idle
 from .capture.backends import BackendChoice, environment_snapshot
 from .wording import say
@@ -72,7 +73,7 @@ class Recorder:
         self._import_changes: dict[str, tuple[str | None, str | None]] = {}  # what importing the backend set
         self._unclosed: dict[str, tuple[str, str]] = {}  # runs whose end is not written yet: (status, message)
         self._busy = False  # recording a run (its row is 'running' on purpose)
-        self.scheduler = ""  # where many-rank imports run (see npumagic.parallel)
+        self.scheduler = ""  # where many-rank imports run (see npumagic.analysis.job)
 
     def backend_choice(self) -> BackendChoice:
         if self._choice is None:
@@ -270,7 +271,7 @@ class Recorder:
         """Import a profiler output directory collected elsewhere as a run, named ``name`` or
         after the directory (``level1``; ``level1-2`` when that is taken), describing ``rank``
         (default the lowest); ``every_rank``: read every rank of a many-rank job in full (see
-        :func:`npumagic.parallel.analyze`)."""
+        :func:`npumagic.analysis.job.analyze`)."""
         if name is not None:
             check_name(name)
         path = Path(path).expanduser().resolve()
@@ -282,7 +283,7 @@ class Recorder:
                                 "cannot keep it; rename the folder or link it under a UTF-8 name") from None
         # raises TraceError before anything is stored; many ranks (an outline, or Dask): only a Summary
         try:
-            trace, summary = parallel.read(path, rank=rank, scheduler=self.scheduler, progress=True,
+            trace, summary = job.read(path, rank=rank, scheduler=self.scheduler, progress=True,
                                            every_rank=every_rank)
         except ValueError as exc:  # a rank the job does not hold
             raise NpumagicError(str(exc)) from None

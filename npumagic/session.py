@@ -12,7 +12,7 @@ import pandas as pd
 from . import analysis, run_files
 from .analysis.advice import Advice, advise_run
 from .analysis.compare import Comparison
-from .analysis.metrics import Summary
+from .analysis.summary import Summary
 from .capture import CaptureOptions, CaptureResult
 from .named_runs import NamedRuns
 from .names import file_stem

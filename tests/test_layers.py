@@ -13,8 +13,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "npumagic"
 # what analysis may never import: the layers that use it, and the shells' libraries
 ABOVE_ANALYSIS = ("npumagic.render", "npumagic.session", "npumagic.named_runs", "npumagic.recorder",
                   "npumagic.run_files", "npumagic.history", "npumagic.capture", "npumagic.magics",
-                  "npumagic.cli", "npumagic.mcp_server", "npumagic.on_demand", "npumagic.parallel",
-                  "npumagic.offline", "npumagic.demo", "IPython", "matplotlib", "ipywidgets", "anywidget")
+                  "npumagic.cli", "npumagic.mcp_server", "npumagic.on_demand", "npumagic.raw_parse",
+                  "npumagic.demo", "IPython", "matplotlib", "ipywidgets", "anywidget")
 
 
 def module_name(path: Path) -> str:

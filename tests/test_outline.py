@@ -13,7 +13,7 @@ import pytest
 from IPython.core.error import UsageError
 
 import npumagic
-from npumagic import parallel
+from npumagic.analysis import job as job_reader
 from npumagic.analysis import cluster
 from npumagic.analysis.persist import dump_summary, load_summary
 from npumagic.analysis.sources import detect, reader_for
@@ -46,19 +46,19 @@ def job8(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def outline8(job8):
-    return parallel.analyze(job8)
+    return job_reader.analyze(job8)
 
 
 @pytest.fixture(scope="module")
 def full8(job8):
-    return parallel.analyze(job8, scheduler="serial")  # every rank read and summarised, in this process
+    return job_reader.analyze(job8, scheduler="serial")  # every rank read and summarised, in this process
 
 
 @pytest.fixture
 def outline_from_3(monkeypatch):
     """Jobs of 3 ranks on are read as an outline: the tests of what the outline does with a rank
     need no 8 ranks (each rank read in full to compare costs ~0.3 s)."""
-    monkeypatch.setattr(parallel, "OUTLINE_MIN_RANKS", 3)
+    monkeypatch.setattr(job_reader, "OUTLINE_MIN_RANKS", 3)
 
 
 def _vendor_steps(rank_dir) -> pd.DataFrame:
@@ -66,7 +66,7 @@ def _vendor_steps(rank_dir) -> pd.DataFrame:
 
 
 def test_eight_ranks_are_read_as_an_outline_with_the_lowest_rank_in_full(job8, outline8, full8):
-    assert parallel.reads_apart(job8) and not parallel.reads_apart(job8, "serial")
+    assert job_reader.reads_apart(job8) and not job_reader.reads_apart(job8, "serial")
     assert sorted(outline8.per_rank) == [0] and sorted(full8.per_rank) == list(range(8))
     assert "step_trace_time.csv" in outline8.meta["rank_table"] and "8 ranks" in outline8.meta["rank_table"]
     assert "rank_table" not in full8.meta
@@ -107,17 +107,17 @@ def test_links_matrix_and_link_findings_equal_the_full_read(outline8, full8):
 
 
 def test_another_rank_is_the_one_read_in_full_on_request(job8, full8):
-    five = parallel.analyze(job8, rank=5)
+    five = job_reader.analyze(job8, rank=5)
     assert sorted(five.per_rank) == [5] and five.meta["rank"] == 5
     _assert_same(five.steps, full8.per_rank[5].steps, "rank 5 steps")
     _assert_same(five.kernels, full8.per_rank[5].kernels, "rank 5 kernels")
     with pytest.raises(ValueError, match=r"rank 99 not in trace"):
-        parallel.analyze(job8, rank=99)
+        job_reader.analyze(job8, rank=99)
 
 
 def test_unlabelled_ranks_are_numbered_in_directory_order_as_the_reader_does(tmp_path, outline_from_3):
     job = copy_job(tmp_path / "job", 3, relabel=False)
-    outline = parallel.analyze(job, rank=2)
+    outline = job_reader.analyze(job, rank=2)
     full = npumagic.load(job)
     assert list(outline.ranks["rank"]) == full.ranks == list(range(3))
     assert sorted(outline.per_rank) == [2] and outline.meta["rank"] == 2
@@ -132,7 +132,7 @@ def test_a_broken_rank_is_left_out_with_its_error_as_the_full_reader_does(tmp_pa
     broken.write_text(json.dumps({"step50": {"collective": {"allreduce@1": {
         "Communication Bandwidth Info": {"HCCS": {"Transit Size(MB)": "lots", "Transit Time(ms)": 1.0}}}}}}))
     with pytest.warns(UserWarning, match=re.escape(str(broken))) as outline_said:
-        outline = parallel.analyze(job)
+        outline = job_reader.analyze(job)
     assert list(outline.ranks["rank"]) == [0, 1, 2, 4]
     assert "'lots'; expected a finite number" in outline.meta["unreadable"][str(job / "rank3_ascend_pt")]
     with pytest.warns(UserWarning, match=re.escape(str(broken))) as full_said:
@@ -153,7 +153,7 @@ def test_jobs_the_outline_cannot_read_are_read_in_full_and_it_says_why(tmp_path,
     assert ascend_outline.unfit(paths) == [job / "rank6_ascend_pt"]
     with pytest.warns(UserWarning, match=r"1 of the 8 ranks \(rank6_ascend_pt\) have no step_trace_time.csv .*"
                                          r"every rank is read in full"):
-        assert not parallel._outline_fits(reader_for("ascend"), paths, "", False)
+        assert not job_reader._outline_fits(reader_for("ascend"), paths, "", False)
 
 
 @pytest.mark.parametrize("line, why", [
@@ -174,7 +174,7 @@ def test_a_step_trace_row_that_is_not_numbers_leaves_its_rank_out_naming_the_lin
     path.chmod(0o644)
     path.write_text(path.read_text().rstrip("\n") + "\n" + line + "\n")
     with pytest.warns(UserWarning, match=re.escape(f"{path}: {why}")):
-        outline = parallel.analyze(job)
+        outline = job_reader.analyze(job)
     assert list(outline.ranks["rank"]) == [0, 1, 2, 4]
 
 
@@ -188,7 +188,7 @@ def test_repeated_rank_ids_are_numbered_in_natural_directory_order_and_said(tmp_
     info = next((job / "rank7_ascend_pt").glob("profiler_info*.json"))
     info.write_text(json.dumps(dict(json.loads(info.read_text()), rank_id=3)))
     with pytest.warns(UserWarning, match=r"rank ids \[3\] appear in more than one rank's profiler_info"):
-        outline = parallel.analyze(job)
+        outline = job_reader.analyze(job)
     assert list(outline.ranks["computing_us"]) == [1000.0 * n for n in range(12)]  # rank10 after rank9
     with pytest.warns(UserWarning, match=r"rank ids \[3\] appear in more than one"):
         assert npumagic.load(job).ranks == list(range(12))
@@ -201,11 +201,11 @@ def test_a_lowest_rank_that_cannot_be_read_in_full_gives_way_to_the_next(tmp_pat
     broken.write_text('[{"ph": "X", "name": ')
     (job / "rank0_ascend_pt" / OUTPUT / "kernel_details.csv").unlink()  # nothing to read the rank from instead
     with pytest.warns(UserWarning, match="rank 0 cannot be read in full: the next rank is described"):
-        outline = parallel.analyze(job)
+        outline = job_reader.analyze(job)
     assert outline.meta["rank"] == 1 and sorted(outline.per_rank) == [1]
     assert list(outline.ranks["rank"]) == list(range(3))  # its small files still are in the rank table
     with pytest.raises(npumagic.TraceError, match="trace_view.json"):
-        parallel.analyze(job, rank=0)
+        job_reader.analyze(job, rank=0)
 
 
 def test_the_cli_names_where_the_rank_table_comes_from(tmp_path, capsys, outline_from_3):

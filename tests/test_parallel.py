@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import npumagic
-from npumagic import parallel
+from npumagic.analysis import job as job_reader
 from npumagic.cli import main
 from npumagic.errors import NpumagicError, TraceError
 
@@ -72,8 +72,8 @@ def scheduler():
     import dask
 
     distributed = pytest.importorskip("distributed")
-    parallel.spawnable_main()
-    with dask.config.set(parallel.LOCAL_TIMEOUTS):
+    job_reader.spawnable_main()
+    with dask.config.set(job_reader.LOCAL_TIMEOUTS):
         cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     yield cluster.scheduler_address
     cluster.close()
@@ -86,7 +86,7 @@ def test_local_cluster_equals_serial_even_after_ipython_reset(shell, job4):
     # the serial one
     shell.run_line_magic("reset", "-f")
     serial = npumagic.summarize(npumagic.load(job4), rank=2)
-    on_dask = parallel.analyze(job4, rank=2, scheduler="local")
+    on_dask = job_reader.analyze(job4, rank=2, scheduler="local")
     assert sorted(on_dask.per_rank) == [0, 1, 2, 3]
     assert on_dask.meta["rank"] == 2 and on_dask.meta["world_size"] == 4
     assert_same_summary(serial, on_dask)
@@ -97,7 +97,7 @@ def test_local_cluster_equals_serial_even_after_ipython_reset(shell, job4):
 def test_existing_scheduler_equals_serial_with_unlabelled_ranks(tmp_path, scheduler):
     # ranks whose ids repeat are numbered in directory order, as the serial reader does
     job = copy_job(tmp_path / "job", 3, relabel=False)
-    on_dask = parallel.analyze(job, scheduler=scheduler)
+    on_dask = job_reader.analyze(job, scheduler=scheduler)
     assert sorted(on_dask.per_rank) == [0, 1, 2]
     assert_same_summary(npumagic.summarize(npumagic.load(job)), on_dask)
 
@@ -110,7 +110,7 @@ def test_a_broken_rank_is_left_out_with_the_readers_error_as_serially(tmp_path, 
     broken.write_text('[{"ph": "X", "name": ')
     (broken.parent / "kernel_details.csv").unlink()  # nothing to read the rank from instead
     with pytest.warns(UserWarning, match=re.escape(str(broken))):
-        on_dask = parallel.analyze(job, scheduler=scheduler)
+        on_dask = job_reader.analyze(job, scheduler=scheduler)
     assert sorted(on_dask.per_rank) == [0, 2]
     assert str(job / "rank1_ascend_pt") in on_dask.meta["unreadable"]
     with pytest.warns(UserWarning):
@@ -126,7 +126,7 @@ def test_a_job_of_broken_ranks_raises_a_trace_error(tmp_path, scheduler):
             f.chmod(0o644)
             f.unlink()
     with pytest.raises(TraceError, match="no rank could be read"), pytest.warns(UserWarning):
-        parallel.analyze(job, scheduler=scheduler)
+        job_reader.analyze(job, scheduler=scheduler)
 
 
 def test_one_rank_never_starts_dask(monkeypatch):
@@ -138,26 +138,26 @@ def test_one_rank_never_starts_dask(monkeypatch):
     monkeypatch.setattr(distributed, "Client", refuse)
     monkeypatch.setattr(distributed, "LocalCluster", refuse)
     rank = need(ASCEND / "level1" / "rank0_ascend_pt")
-    assert not parallel.reads_apart(rank, "local")
-    assert parallel.analyze(rank, scheduler="local").meta["rank"] == 0
+    assert not job_reader.reads_apart(rank, "local")
+    assert job_reader.analyze(rank, scheduler="local").meta["rank"] == 0
 
 
 def test_small_jobs_stay_serial_unless_asked(job4):
-    assert not parallel.reads_apart(job4)
-    assert parallel.reads_apart(job4, "local")
-    assert not parallel.reads_apart(job4, "serial")
+    assert not job_reader.reads_apart(job4)
+    assert job_reader.reads_apart(job4, "local")
+    assert not job_reader.reads_apart(job4, "serial")
 
 
 @pytest.mark.parametrize("bad", ["somewhere", "tcp://no-port", "local cluster"])
 def test_a_bad_scheduler_is_refused_before_reading(bad, tmp_path):
     with pytest.raises(NpumagicError, match="not a Dask scheduler address"):
-        parallel.analyze(tmp_path / "does-not-exist", scheduler=bad)
+        job_reader.analyze(tmp_path / "does-not-exist", scheduler=bad)
 
 
 def test_an_unreachable_scheduler_is_one_clear_error(job4, monkeypatch):
-    monkeypatch.setattr(parallel, "CONNECT_TIMEOUT_S", 1)
+    monkeypatch.setattr(job_reader, "CONNECT_TIMEOUT_S", 1)
     with pytest.raises(NpumagicError, match="cannot reach the Dask scheduler tcp://127.0.0.1:9"):
-        parallel.analyze(job4, scheduler="tcp://127.0.0.1:9")
+        job_reader.analyze(job4, scheduler="tcp://127.0.0.1:9")
 
 
 @pytest.mark.slow
@@ -209,4 +209,4 @@ def test_host_samples_go_to_the_lowest_rank_as_serially(tmp_path, scheduler):
     serial = npumagic.summarize(npumagic.load(job))
     assert len(serial.per_rank[0].host) and serial.per_rank[0].host["process_cpu_pct"].notna().any()
     assert serial.per_rank[1].host.empty
-    assert_same_summary(serial, parallel.analyze(job, scheduler=scheduler))
+    assert_same_summary(serial, job_reader.analyze(job, scheduler=scheduler))

@@ -1,6 +1,6 @@
 """Pure analyses over profiler data: readers -> Trace -> Summary. No IPython, no matplotlib, no torch."""
 
-from .metrics import Summary, summarize
+from .summary import Summary, summarize
 from .schema import Trace
 from .sources import load
 

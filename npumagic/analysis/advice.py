@@ -15,7 +15,7 @@ from .. import presentation
 from . import cluster
 from . import thresholds as T
 from .finding import Finding
-from .metrics import Summary
+from .summary import Summary
 from .rules import run_rules
 from .rules.core import backend_of, steps_inferred
 from .schema import Trace
@@ -108,7 +108,7 @@ def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | N
     environment : the run record's environment snapshot (variable -> value), checked with
         torch_npu's own record (profiler_metadata.json) by the environment rule.
     """
-    from .metrics import summarize
+    from .summary import summarize
 
     summary = summarize(data) if isinstance(data, Trace) else data
     if environment:

@@ -13,7 +13,7 @@ from typing import Any
 from .. import presentation
 from .advice import Advice, advise, class_name, lead
 from .compare import Comparison, compare, profiling_inflation
-from .metrics import Summary
+from .summary import Summary
 
 
 @dataclass(frozen=True)

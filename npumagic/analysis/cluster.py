@@ -18,7 +18,7 @@ from .collectives import link_bandwidth
 from .finding import Finding
 
 if TYPE_CHECKING:
-    from .metrics import Summary
+    from .summary import Summary
 
 # The step time split the slow-rank rule compares, with the words a finding uses for each.
 DIMENSIONS = {"computing_us": "computing", "comm_not_overlapped_us": "communication", "free_us": "free (idle) time"}

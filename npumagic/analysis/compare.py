@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from .. import presentation
-from .metrics import Summary
+from .summary import Summary
 from .trust import reasons
 
 ALPHA = 0.05

@@ -3,7 +3,7 @@ categories), dict fields as JSON, ``per_rank`` recursively; zlib-compressed JSON
 
 Generic over the Summary's fields, so a field or step column added later is stored without
 changes here. A rank's own Summary shares most tables with the job's Summary (see
-:func:`~npumagic.analysis.metrics.combine`); a shared table is stored once (format 2). JSON keeps floats exact (Python writes the shortest repr that reads back to the
+:func:`~npumagic.analysis.summary.combine`); a shared table is stored once (format 2). JSON keeps floats exact (Python writes the shortest repr that reads back to the
 same double) and needs no extra dependency; the format number lets a later reader convert.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .metrics import Summary
+from .summary import Summary
 
 FORMAT = 2
 READABLE = (1, 2)  # format 1 stored a rank's shared tables again

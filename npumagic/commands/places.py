@@ -62,9 +62,9 @@ class Places:
         return Path(ref)
 
     def read(self, path: Path, rank: int | None):
-        from .. import parallel
+        from ..analysis import job
 
-        return parallel.analyze(path, rank=rank, progress=False)
+        return job.analyze(path, rank=rank, progress=False)
 
     def label(self, ref: str) -> str:
         return ref

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..analysis.intervals import Spans
-from ..analysis.metrics import Summary
+from ..analysis.summary import Summary
 from ..analysis.schema import Trace
 from .colors import BREAKDOWN_COLORS, KIND_COLORS, OTHER, kernel_color, kernel_colors
 from .tables import history_unit

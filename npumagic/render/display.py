@@ -10,7 +10,7 @@ from ..analysis.advice import Advice
 from ..analysis.checklist import Verdict
 from ..analysis.compare import Comparison
 from ..analysis.finding import Finding
-from ..analysis.metrics import Summary
+from ..analysis.summary import Summary
 from . import text
 
 presentation.register(Summary, text.summary_text, text.summary_html)

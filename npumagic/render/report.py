@@ -7,7 +7,7 @@ import html
 from dataclasses import dataclass, field
 
 from ..analysis.checklist import Verdict
-from ..analysis.metrics import Summary
+from ..analysis.summary import Summary
 from ..wording import say
 from ..records import Run
 from .live.bundle import live_bundle

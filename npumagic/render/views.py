@@ -11,7 +11,7 @@ from typing import Callable
 
 from matplotlib.figure import Figure
 
-from ..analysis.metrics import Summary
+from ..analysis.summary import Summary
 from ..analysis.schema import Trace
 from ..names import file_stem
 from ..safeio import write_atomic

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from npumagic.analysis import schema
-from npumagic.analysis.metrics import _own_categories, _used_categories
+from npumagic.analysis.summary import _own_categories, _used_categories
 
 
 @pytest.mark.parametrize("ordered", [False, True])

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import npumagic
-from npumagic import parallel
+from npumagic.analysis import job as job_reader
 from npumagic.analysis import schema, sources
 from npumagic.analysis.sources import readers
 from npumagic.errors import TraceError
@@ -59,13 +59,13 @@ def _job(folder: Path) -> Path:
 def test_a_registered_reader_is_found_and_used_by_the_job_reader(tmp_path, steps_reader):
     job = _job(tmp_path / "job")
     assert sources.detect(job) == ("steps-text", [job / "a.steps", job / "b.steps"])
-    summary = parallel.analyze(job, rank=1, scheduler="serial")
+    summary = job_reader.analyze(job, rank=1, scheduler="serial")
     assert steps_reader.read_calls == [[job / "a.steps", job / "b.steps"]]
     assert sorted(summary.per_rank) == [0, 1]
     assert summary.meta["format"] == "steps-text"
-    assert not parallel.reads_apart(job, scheduler="serial")
+    assert not job_reader.reads_apart(job, scheduler="serial")
     # one rank read apart, as a Dask task reads it: the reader's own groups and its meta merge
-    per_rank, meta, _, error = parallel.summarize_group(steps_reader, [job / "b.steps"])
+    per_rank, meta, _, error = job_reader.summarize_group(steps_reader, [job / "b.steps"])
     assert error is None and list(per_rank) == [0] and meta["format"] == "steps-text"
     assert sources.merge_meta("steps-text", [job / "a.steps", job / "b.steps"], [meta, meta])["path"] == str(job)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import cluster
 from ..finding import Finding
-from ..metrics import Summary
+from ..summary import Summary
 from .registry import rule
 
 

@@ -16,7 +16,7 @@ from .. import thresholds as T
 from ..blocking import sync_idle_share
 from ..finding import Finding, plural
 from ..gaps import cpu_work, gap_operators
-from ..metrics import Summary
+from ..summary import Summary
 from .npu_ops import INTERNAL_FORMAT_OFF
 from .registry import kernel_metrics, rule
 

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 import pandas as pd
 
 from ..finding import Finding
-from ..metrics import Summary
+from ..summary import Summary
 from ..schema import KERNEL_METRIC_COLUMNS
 
 RuleFn = Callable[[Summary], "list[Finding]"]

@@ -4,9 +4,9 @@ By default the tasks run on a local Dask cluster of processes sized to the machi
 the job and closed after it; a ``tcp://HOST:8786`` scheduler address sends them to an existing
 dask.distributed cluster instead, whose workers must see the same paths (run it next to the
 data). Each task is the reader's own function on one rank followed by
-:func:`~npumagic.analysis.metrics.summarize_rank`, so only per-rank summaries (small tables)
+:func:`~npumagic.analysis.summary.summarize_rank`, so only per-rank summaries (small tables)
 travel back; the cluster views are computed from them by
-:func:`~npumagic.analysis.metrics.combine`, exactly as the serial path computes them. A job of
+:func:`~npumagic.analysis.summary.combine`, exactly as the serial path computes them. A job of
 one rank never starts Dask.
 
 From :data:`OUTLINE_MIN_RANKS` ranks on, a torch_npu job is by default read as an outline
@@ -25,13 +25,13 @@ import warnings
 from dataclasses import replace
 from pathlib import Path
 
-from .analysis import sources
-from .analysis.collectives import LINK_COLUMNS
-from .analysis.metrics import Summary, combine, rebase, summarize, summarize_rank
-from .analysis.schema import Trace
-from .analysis.ranks import parallel_indices, rank_table_of_steps
-from .analysis.sources.ascend.discover import no_rank_read, rank_numbers
-from .errors import NpumagicError, TraceError
+from . import sources
+from .collectives import LINK_COLUMNS
+from .summary import Summary, combine, rebase, summarize, summarize_rank
+from .schema import Trace
+from .ranks import parallel_indices, rank_table_of_steps
+from .sources.ascend.discover import no_rank_read, rank_numbers
+from ..errors import NpumagicError, TraceError
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def read(path: str | Path, rank: int | None = None, scheduler: str | None = None
     """The route from a profiler output path to its analysis that every shell takes, for a caller
     that keeps the Trace where there is one (a run's timeline): ``(None, Summary)`` where the job
     is read rank by rank (:func:`reads_apart`: on Dask, or as an outline), else ``(Trace, None)``
-    read in this process, its Summary left to the caller (:func:`~npumagic.analysis.metrics.summarize`
+    read in this process, its Summary left to the caller (:func:`~npumagic.analysis.summary.summarize`
     with ``rank``). Arguments as :func:`analyze`'s; a ``rank`` the job does not hold is a ValueError."""
     if reads_apart(path, scheduler, every_rank):
         return None, analyze(path, rank=rank, scheduler=scheduler, progress=progress, every_rank=every_rank)

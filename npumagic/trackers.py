@@ -173,7 +173,7 @@ def entry(report) -> Entry:
     directory = Path(run.run_dir) if run.run_dir and Path(run.run_dir).is_dir() else None
     tags = {f"{PREFIX}.run": run.name, f"{PREFIX}.status": run.status}
     if verdict is not None:
-        tags[f"{PREFIX}.bottleneck"] = verdict.bottleneck
+        tags[f"{PREFIX}.bottleneck"] = str(verdict.bottleneck)  # a Category: W&B would log its enum name
     if run.run_dir:
         tags[f"{PREFIX}.run_dir"] = _text(run.run_dir)
     return Entry(run.name, params(run), step_metrics(summary), memory_peaks(summary), texts, figures, directory,

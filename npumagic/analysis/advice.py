@@ -14,21 +14,21 @@ import pandas as pd
 from .. import presentation
 from . import cluster
 from . import thresholds as T
-from .finding import Finding
+from .finding import Category, Finding
 from .summary import Summary
 from .rules import run_rules
 from .rules.core import backend_of, steps_inferred
 from .schema import Trace
 from .trust import caveat
 
-CATEGORIES = ("host_bound", "dataloader", "communication", "small_ops", "sync", "npu_compute", "memory", "jitter",
-              "compute_bound", "balanced", "undetermined")
+CATEGORIES = tuple(Category)
 
-
-CLASS_NAMES = {"host_bound": "host-bound", "dataloader": "host-bound (DataLoader)", "communication": "communication-bound",
-               "small_ops": "small-op-bound", "sync": "sync-bound", "npu_compute": "device compute-bound (NPU kernels)",
-               "memory": "memory-bound", "jitter": "jittery", "compute_bound": "device compute-bound",
-               "balanced": "balanced", "undetermined": "no verdict"}
+CLASS_NAMES = {Category.HOST_BOUND: "host-bound", Category.DATALOADER: "host-bound (DataLoader)",
+               Category.COMMUNICATION: "communication-bound", Category.SMALL_OPS: "small-op-bound",
+               Category.SYNC: "sync-bound", Category.NPU_COMPUTE: "device compute-bound (NPU kernels)",
+               Category.MEMORY: "memory-bound", Category.JITTER: "jittery",
+               Category.COMPUTE_BOUND: "device compute-bound", Category.BALANCED: "balanced",
+               Category.UNDETERMINED: "no verdict"}
 
 
 def class_name(category: str, backend: str | None) -> str:
@@ -44,11 +44,14 @@ class Lead:
     advice's first line all give: the first finding past the verdict threshold, else
     compute-bound or balanced, or ``undetermined`` when the run holds no evidence to judge by."""
 
-    category: str
+    category: Category
     title: str
     fix: str
     finding: Finding | None = None
     label: str = ""  # the category as the checklist names it for the run's backend
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "category", Category(self.category))
 
 
 @dataclass(frozen=True)

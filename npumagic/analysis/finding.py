@@ -1,8 +1,9 @@
-"""The Finding record every advice rule returns, and its severity bands."""
+"""The Finding record every advice rule returns, its categories and its severity bands."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from .. import presentation
@@ -14,14 +15,31 @@ def plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
+class Category(StrEnum):
+    """What a finding (or a run's verdict) says the run is bound by; a str, so it compares, prints
+    and serialises as its value."""
+
+    HOST_BOUND = "host_bound"
+    DATALOADER = "dataloader"
+    COMMUNICATION = "communication"
+    SMALL_OPS = "small_ops"
+    SYNC = "sync"
+    NPU_COMPUTE = "npu_compute"
+    MEMORY = "memory"
+    JITTER = "jitter"
+    COMPUTE_BOUND = "compute_bound"
+    BALANCED = "balanced"
+    UNDETERMINED = "undetermined"
+
+
 @dataclass(frozen=True)
 class Finding:
-    """One bottleneck: ``category`` (see ``advice.CATEGORIES``), ``impact`` (share of step time
+    """One bottleneck: ``category`` (a :class:`Category`: any other name is a ValueError), ``impact`` (share of step time
     at stake, 0..1), ``title`` with the deciding numbers, ``evidence`` (the operators, sizes,
     counts and source lines it rests on), ``fix`` (names the API, parameter or variable),
     ``where`` (op, step or source line) and ``rule`` (the id of the rule that found it)."""
 
-    category: str
+    category: Category
     impact: float
     title: str
     evidence: dict[str, Any]
@@ -30,6 +48,9 @@ class Finding:
     rule: str = ""
     ranks: tuple[int, ...] = ()  # the ranks it was found on, when advice covers several
     figures_of: int | None = None  # of those, the rank whose figures the title and evidence give
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "category", Category(self.category))
 
     @property
     def severity(self) -> str:

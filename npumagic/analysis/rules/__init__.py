@@ -5,6 +5,11 @@ with its source."""
 
 from __future__ import annotations
 
-from . import cluster, core, cuda, npu_comm, npu_env, npu_host, npu_ops  # noqa: F401  (registration)
+from importlib import import_module
+
+from .registry import FAMILIES
 from .registry import (REGISTRY, Rule, kernel_metrics, kernel_metrics_once, rule, run_rules,  # noqa: F401
                        share_of_steps, step_wall_us)
+
+for _family in FAMILIES:  # each family's rules register as its module is imported
+    import_module(f"{__name__}.{_family}")

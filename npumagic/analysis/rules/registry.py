@@ -20,8 +20,9 @@ from ..schema import KERNEL_METRIC_COLUMNS
 RuleFn = Callable[[Summary], "list[Finding]"]
 
 
-# the rule modules, in the order their findings are listed before ranking (findings of equal
-# impact keep it): the order the two rule systems this registry replaced ran them in
+# the rule modules (families), in the order their findings are listed before ranking (findings of
+# equal impact keep it): the order the two rule systems this registry replaced ran them in. The one
+# registration of a family: :mod:`npumagic.analysis.rules` imports each module named here.
 FAMILIES = ("core", "cluster", "npu_ops", "cuda", "npu_comm", "npu_env", "npu_host")
 
 
@@ -61,6 +62,10 @@ def rule(rule_id: str, backends: tuple[str, ...] | None = None) -> Callable[[Rul
     every backend)."""
 
     def register(fn: RuleFn) -> RuleFn:
+        family = fn.__module__.rpartition(".")[2]
+        if family not in FAMILIES:
+            raise ValueError(f"rule {rule_id!r} is in module {fn.__module__}, no family of the registry: add "
+                             f"{family!r} to rules.registry.FAMILIES ({', '.join(FAMILIES)})")
         REGISTRY.append(Rule(rule_id, None if backends is None else frozenset(backends), fn))
         return fn
 

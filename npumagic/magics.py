@@ -443,7 +443,8 @@ class NpuMagics(Magics):
             %npuab old_step new_step --threshold 2 --max-steps 400
             %npuab old_step new_step --profile
         """
-        from .capture.alternate import STEP_LIMIT, WARMUP_LIMIT, StepError, interleave
+        from .ab_run import interleave
+        from .capture.alternate import STEP_LIMIT, WARMUP_LIMIT, StepError
 
         args = parse(self.npuab, line)
         variants = [step_callable(self.shell.user_ns, args.a), step_callable(self.shell.user_ns, args.b)]

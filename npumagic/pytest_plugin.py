@@ -1,7 +1,7 @@
 """npumagic's pytest plugin: the ``npuab`` fixture, a performance regression test in the project's
 own suite that tells a real slowdown from a busy neighbour.
 
-It runs the interleaved sequential test of ``%npuab`` (:func:`npumagic.capture.alternate.interleave`,
+It runs the interleaved sequential test of ``%npuab`` (:func:`npumagic.ab_run.interleave`,
 :mod:`npumagic.analysis.ab`): the two variants alternate in randomised ABBA blocks and the test stops
 as soon as the interval of the step-time ratio is decided. Enabled by the entry point ``pytest11``
 (``pytest -p npumagic`` where plugins are not loaded automatically)::
@@ -98,7 +98,7 @@ def npuab(request) -> Callable[..., NpuAB]:
     def run(a: Callable[[], object], b: Callable[[], object], threshold: float = 5, max_steps: int = 400,
             warmup: int = 2, seed: int | None = None) -> NpuAB:
         from .analysis.ab import FIRST_LOOK
-        from .capture.alternate import interleave
+        from .ab_run import interleave
 
         _check(a, "a")
         _check(b, "b")

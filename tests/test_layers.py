@@ -120,3 +120,11 @@ def test_the_one_import_by_name_upwards_is_the_renderer_registry():
     others = {name: _dynamic_imports(path) for name, path in known.items() if name != "npumagic.presentation"}
     assert {name: found for name, found in others.items() if found} == {
         "npumagic": ["f'.{_WHERE[name]}'"], "npumagic.render": ["f'.{_WHERE[name]}'"], "npumagic.trackers": ["tracker"]}
+
+
+def test_capture_imports_nothing_of_analysis():
+    """Collecting never needs the analysis: the A/B test's runner (ab_run.py) joins the two."""
+    known = modules()
+    offending = sorted(f"{name} imports {m}" for name, path in known.items() if name.startswith("npumagic.capture")
+                       for m in imports(path, known) if m.startswith("npumagic.analysis"))
+    assert offending == []

@@ -1,4 +1,4 @@
-"""Trace -> temporal breakdown per rank: how the device's time from its first activity to its
+"""A rank's events -> its temporal breakdown: how the device's time from its first activity to its
 last splits into idle, compute and non-compute (memory copies, collectives, device syncs).
 
 The semantics are HolisticTraceAnalysis's ``get_temporal_breakdown`` (hta 0.5.0), so the two
@@ -18,31 +18,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .breakdown import cycle_bounds, cycle_of
+from .breakdown import cycle_of
 from .intervals import Spans
-from .schema import LAUNCH_KINDS, Trace
+from .schema import LAUNCH_KINDS
 
 TEMPORAL_COLUMNS = ["rank", "window_us", "idle_us", "compute_us", "non_compute_us", "idle_pct", "compute_pct",
                     "non_compute_pct"]
 # Device activity HTA counts: kernels, collectives, memcpy/memset and device-side sync records.
 _DEVICE_KINDS = ("kernel", "comm", "memcpy", "sync")
-
-
-def temporal_breakdown(trace: Trace) -> pd.DataFrame:
-    """One row per rank with device activity: :data:`TEMPORAL_COLUMNS` (times in us, shares in %).
-
-    Parameters
-    ----------
-    trace : a normalized Trace; uses events ``rank, kind, device, ts_ns, dur_ns, correlation``
-        and the steps table (``steps_inferred`` in ``meta`` marks ranks without ProfilerStep marks).
-    """
-    inferred = set(trace.meta.get("steps_inferred", []))
-    parts = []
-    for rank, ev in trace.events.groupby("rank", sort=True):
-        steps = trace.steps[trace.steps["rank"] == rank]
-        bounds = cycle_bounds(steps, trace.meta.get("cycle_starts"), int(rank))
-        parts.append(rank_temporal(ev, steps, int(rank), rank in inferred, bounds))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=TEMPORAL_COLUMNS)
 
 
 def rank_temporal(ev: pd.DataFrame, steps: pd.DataFrame, rank: int, steps_inferred: bool = False,

@@ -1,7 +1,8 @@
 """Timing one call of a variant for the interleaved A/B test: ``time.perf_counter`` around the
 call, with the device synchronised before and after it when one is in use, so queued device work
 of the previous call is not charged to this one and this call's own work is. What can be timed
-so is checked before anything runs (:func:`unfit_step`)."""
+so is checked before anything runs (:func:`unfit_step`). The test itself runs in
+:mod:`npumagic.ab_run`, which joins this timing to :mod:`npumagic.analysis.ab`'s decision."""
 
 from __future__ import annotations
 
@@ -92,17 +93,3 @@ def warm_up(variants: dict[str, Callable[[], object]], calls: int) -> None:
     for _ in range(calls):
         for side, fn in variants.items():
             _ran(fn(), side)
-
-
-def interleave(a: Callable[[], object], b: Callable[[], object], names: tuple[str, str], threshold: float,
-               max_steps: int, warmup: int = 2, seed: int | None = None):
-    """Warm both variants up, then alternate them until decided (see :mod:`npumagic.analysis.ab`).
-    The variants' exceptions propagate (the experiment stops with them)."""
-    import numpy as np
-
-    from ..analysis.ab import alternate
-
-    variants = {"a": a, "b": b}
-    warm_up(variants, warmup)
-    measure = timer(variants, device_sync())  # after the warm-up: it may be what initialised the device
-    return alternate(measure, threshold, max_steps, np.random.default_rng(seed), names)

@@ -227,10 +227,6 @@ class HostSampler:
             self._thread.join(timeout=1.0)
         self.source.close()
 
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     # -- sampling --------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stopping.is_set():

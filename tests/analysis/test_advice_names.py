@@ -109,4 +109,10 @@ def test_a_name_that_is_not_there_fails(torch_npu_source):
 
 
 def test_the_shared_samples_are_read(torch_npu_source):
-    need(ASCEND_RANKS[2])  # the printed fixes above come from real runs, not only the source constants
+    # the printed fixes checked above come from real runs too, not only the source constants:
+    # a real rank's fixes name torch_npu APIs, and each is in the wheel's source
+    fixes = [f.fix for f in npumagic.advise(npumagic.analyze(need(ASCEND_RANKS[2])))]
+    names = {m.rstrip(".") for fix in fixes for m in NAME.findall(fix)}
+    assert names, fixes
+    assert [n for n in names if not resolves(torch_npu_source, n)] == []
+    assert set(names) <= {m.rstrip(".") for text in _advice_texts() for m in NAME.findall(text)}

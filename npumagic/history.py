@@ -29,6 +29,7 @@ from .analysis.summary import Summary
 from .analysis.persist import FORMAT as SUMMARY_FORMAT
 from .analysis.persist import READABLE as READABLE_SUMMARY_FORMATS
 from .analysis.persist import dump_summary, load_summary
+from .analysis.persist_verdict import read_verdict_record
 from .wording import say
 from .errors import NpumagicError, RunNameTaken, UnknownRun  # noqa: F401 - the history raises them
 from .names import DB_NAME, check_name  # noqa: F401  (DB_NAME: imported from here too)
@@ -118,7 +119,7 @@ def _run(row: sqlite3.Row) -> Run:
         d[key] = d.get(key) if _is_number(d.get(key)) else None
     d["steps_seen"] = d.get("steps_seen") if isinstance(d.get("steps_seen"), int) else None
     d["headline"] = {k: v for k, v in d["headline"].items() if _is_number(v)}
-    d["verdict"] = _clean_verdict(d["verdict"])
+    d["verdict"] = read_verdict_record(d["verdict"])
     d["dataloaders"] = [x for x in d["dataloaders"] if isinstance(x, dict)]
     d["run_dir_owned"] = d.get("run_dir_owned") in (1, True)
     if d["status"] == "running" and not _alive(row["pid"], row["host"], _get(row, "pid_started")):
@@ -132,21 +133,6 @@ def _text(value: Any) -> str | None:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)
-
-
-def _clean_verdict(verdict: dict) -> dict:
-    """A stored verdict with the shapes render reads: text where text is read, findings as dicts
-    of text, checklist steps as [title, text]."""
-    out = {k: v for k, v in verdict.items() if k not in ("bottleneck", "next_change", "steps", "findings")}
-    for key in ("bottleneck", "next_change"):
-        if isinstance(verdict.get(key), str):
-            out[key] = verdict[key]
-    steps = verdict.get("steps")
-    out["steps"] = [[str(x) for x in s[:2]] for s in steps if isinstance(s, list)] if isinstance(steps, list) else []
-    findings = verdict.get("findings")
-    out["findings"] = [{**f, **{k: str(f.get(k, "")) for k in ("severity", "category", "title", "fix")}}
-                       for f in findings if isinstance(f, dict)] if isinstance(findings, list) else []
-    return out
 
 
 def _get(row: sqlite3.Row, key: str) -> Any:
@@ -531,7 +517,7 @@ class HistoryStore:
                 "name": run.name, "created": when(run.created), "status": run.status,
                 "backend": run.backend, "device": run.device, "steps": h.get("steps"),
                 "step_median_ms": (h["step_median_us"] / 1000.0) if _is_number(h.get("step_median_us")) else None,
-                "device_util": h.get("device_util"), "bottleneck": run.verdict.get("bottleneck"), "note": run.note,
+                "device_util": h.get("device_util"), "bottleneck": run.verdict.bottleneck, "note": run.note,
             })
         table = pd.DataFrame(rows, columns=RUN_LIST_COLUMNS)
         table["steps"] = table["steps"].astype("Int64")  # a run without steps must not turn the column into floats

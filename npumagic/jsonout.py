@@ -126,7 +126,7 @@ def run_record(run) -> dict[str, Any]:
     return {"name": run.name, "created": created.isoformat() if created is not None else None, "status": run.status,
             "kind": run.kind, "backend": run.backend, "device": run.device, "source": run.source,
             "run_dir": run.run_dir, "note": run.note, "message": run.message, "headline": run.headline,
-            "verdict": run.verdict}
+            "verdict": run.verdict.to_dict()}
 
 
 def run_outcome(outcome) -> dict[str, Any]:

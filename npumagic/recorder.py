@@ -18,6 +18,7 @@ from . import analysis
 from .analysis import job
 from .analysis.alerts import Alert
 from .analysis.checklist import Verdict, checklist
+from .analysis.persist_verdict import verdict_record
 from .analysis.summary import Summary
 from .capture import CaptureOptions, CaptureResult, capture, choose_backend, ensure_idle
 from .capture.backends import BackendChoice, environment_snapshot
@@ -341,7 +342,7 @@ class Recorder:
             steps=summary.steps if summary is not None else None, summary=summary,
             steps_seen=result.steps if result else (len(summary.steps) if summary is not None else None),
             message=message, headline=summary.headline if summary is not None else {},
-            verdict=dict(verdict.as_dict(), alert=alert.to_dict() if alert else None) if verdict is not None else {},
+            verdict=verdict_record(verdict, alert.to_dict() if alert else None) if verdict is not None else {},
         )
         self._unclosed.pop(name, None)
         if self.runs.baseline is None and summary is not None and status == "ok" and result is not None:

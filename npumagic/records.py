@@ -8,6 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from .analysis.persist_verdict import VerdictRecord
+
 
 @dataclass(frozen=True)
 class Run:
@@ -29,7 +31,7 @@ class Run:
     message: str | None = None
     steps_seen: int | None = None
     headline: dict[str, Any] = field(default_factory=dict)
-    verdict: dict[str, Any] = field(default_factory=dict)
+    verdict: VerdictRecord = field(default_factory=VerdictRecord)
     note: str | None = None
     dataloaders: list[dict[str, Any]] = field(default_factory=list)
     run_dir_owned: bool = False  # npumagic created run_dir (only then may %npurm --files delete it)

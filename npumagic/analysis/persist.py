@@ -1,4 +1,4 @@
-"""A Summary as bytes and back, exactly: every DataFrame field column by column (values, dtype,
+"""A Summary as bytes and back, exactly (a run's verdict: :mod:`.persist_verdict`): every DataFrame field column by column (values, dtype,
 categories), dict fields as JSON, ``per_rank`` recursively; zlib-compressed JSON.
 
 Generic over the Summary's fields, so a field or step column added later is stored without
@@ -161,4 +161,3 @@ def load_summary(data: bytes) -> Summary:
         return _decode(doc["summary"])
     except (KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:  # edited by hand or another tool
         raise ValueError(f"not a stored summary ({type(exc).__name__}: {exc})") from None
-

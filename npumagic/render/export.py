@@ -28,8 +28,8 @@ def log_table(runs: list[Run]) -> pd.DataFrame:
             "backend": r.backend, "device": r.device, "steps": h.get("steps"),
             "step_median_ms": round(h["step_median_us"] / 1000, 3) if _number(h.get("step_median_us")) else None,
             "device_util": round(h["device_util"], 3) if _number(h.get("device_util")) else None,
-            "bottleneck": v.get("bottleneck"), "next_change": v.get("next_change"),
-            "findings": " | ".join(f"[{f['severity']}] {f['category']}: {f['title']}" for f in v.get("findings", [])),
+            "bottleneck": v.bottleneck, "next_change": v.next_change,
+            "findings": " | ".join(f"[{f.severity}] {f.category}: {f.title}" for f in v.findings),
             "note": r.note, "run_dir": r.run_dir,
         })
     return pd.DataFrame(rows, columns=LOG_COLUMNS)
@@ -51,14 +51,14 @@ def render_markdown(runs: list[Run], title: str = "npumagic troubleshooting log"
                 f"- output: {code(r.run_dir)}"]
         if r.note:
             out.append(f"- **note:** {md(r.note)}")
-        if v.get("steps"):
+        if v.steps:
             out += ["", "| # | checklist | |", "|---|---|---|"]
             out += [f"| {i} | {md(step[0] if step else '')} | {md(step[1] if len(step) > 1 else '')} |"
-                    for i, step in enumerate(v["steps"], 1)]
-        if v.get("findings"):
+                    for i, step in enumerate(v.steps, 1)]
+        if v.findings:
             out += ["", "Findings:", ""]
-            out += [f"{i}. **[{md(f.get('severity'))}] {md(f.get('category'))}** — {md(f.get('title'))}  \n"
-                    f"   fix: {md(f.get('fix'))}" for i, f in enumerate(v["findings"], 1) if isinstance(f, dict)]
+            out += [f"{i}. **[{md(f.severity)}] {md(f.category)}** — {md(f.title)}  \n"
+                    f"   fix: {md(f.fix)}" for i, f in enumerate(v.findings, 1)]
         if r.source:
             out += ["", *fenced(r.source.strip(), "python")]
         out.append("")

@@ -40,7 +40,7 @@ def test_the_third_run_of_a_cell_whose_step_time_jumped_is_alerted(stepping):
     assert len(alert) == 1 and "slower than its last 2 runs, outside their ±" in alert[0]
     stored = stepping.run_line_magic("npuruns", "")  # the history keeps it
     record = stepping.magics_manager.registry["NpuMagics"].session.store.get("three")
-    assert record.verdict["alert"]["outside"] is True and "outside their" in record.message
+    assert record.verdict.alert["outside"] is True and "outside their" in record.message
     assert len(stored.data) == 3
 
 

@@ -195,7 +195,7 @@ def test_a_dataloader_setting_change_is_named_even_when_the_cell_text_is_the_sam
                                 "persistent_workers": False, "drop_last": False, "dataset": "TensorDataset"}]
     cmp = trainer.run_line_magic("npucompare", "b8 b16 --no-plot").comparison
     assert cmp.changed == ["DataLoader batch_size: 8 -> 16"]
-    verify = trainer.magics_manager.registry["NpuMagics"].session.store.get("b16").verdict["steps"][3][1]
+    verify = trainer.magics_manager.registry["NpuMagics"].session.store.get("b16").verdict.steps[3][1]
     assert "changed: DataLoader batch_size: 8 -> 16" in verify  # the checklist and %npucompare agree
 
 

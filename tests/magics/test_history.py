@@ -138,7 +138,7 @@ def test_a_history_written_before_schema_versions_is_migrated_in_place(tmp_path)
     assert store.version == 0 and _user_version(tmp_path / "history.sqlite") == SCHEMA_VERSION
     assert store.names() == ["baseline", "fixed"]
     assert store.get("baseline").note == "written by npumagic 4181b85"
-    assert store.get("fixed").verdict["bottleneck"] == "balanced"
+    assert store.get("fixed").verdict.bottleneck == "balanced"
     assert len(store.steps("baseline")) == 3 and len(store.kernels("fixed"))
     assert store.summary("baseline") is None  # recorded before summaries were stored
     assert HistoryStore(tmp_path).version == SCHEMA_VERSION  # nothing left to migrate

@@ -128,3 +128,13 @@ def test_capture_imports_nothing_of_analysis():
     offending = sorted(f"{name} imports {m}" for name, path in known.items() if name.startswith("npumagic.capture")
                        for m in imports(path, known) if m.startswith("npumagic.analysis"))
     assert offending == []
+
+
+def test_the_job_reader_is_above_the_readers_and_tables():
+    """analysis/job.py reads through the readers and summarises with the tables: none of the
+    analysis modules imports it (the shells, the session and the CLI do)."""
+    known = modules()
+    offending = sorted(f"{name} imports it" for name, path in known.items()
+                       if name.startswith("npumagic.analysis") and "npumagic.analysis.job" in imports(path, known))
+    assert offending == []
+    assert "npumagic.analysis.sources" in imports(known["npumagic.analysis.job"], known)

@@ -128,6 +128,58 @@ KERNEL_METRIC_COLUMNS: dict[str, Any] = {
 }
 
 
+_NONE = type(None)
+# The metadata readers fill, each key with the types its value may have; finish refuses a key not
+# declared here or a value of another type. A reader's own leftovers go into "vendor" (per rank).
+TRACE_META: dict[str, tuple[type, ...]] = {
+    "backend": (str,),  # "cpu", "cuda", "rocm", "mtia" or "npu"
+    "format": (str,),  # the name of the reader that read it ("kineto", "ascend", ...)
+    "path": (str,),  # what was read: the file, or the folder of several
+    "files": (list,),  # each file or rank directory read
+    "device_name": (str,),
+    "device_memory_bytes": (int, _NONE),  # the device's memory where the trace records it
+    "compute_major": (int, _NONE),  # a CUDA device's compute capability, major
+    "world_size": (int,),
+    "settings": (dict,),  # the profiler's settings as it recorded them
+    "environment": (dict,),  # the environment the profiler recorded (torch_npu)
+    "bad_rows": (dict,),  # rows left out, by file, with why
+    "base_time_ns": (int,),  # the epoch time the trace's clock counts from
+    "cycle_starts": (list,),  # per rank, where each later profiling cycle starts (repeating schedules)
+    "steps_inferred": (list,),  # ranks without ProfilerStep marks: one step each (set by finish)
+    "vendor": (dict,),  # by rank: the vendor's own tables (torch_npu's)
+    "sources": (dict,),  # by rank: which file each table came from
+    "notes": (dict,),  # by rank: what the reader noted about it
+    "parallel_groups": (dict,),  # by rank: its communication groups (torch_npu)
+    "unreadable": (dict,),  # rank directories left out, with why
+}
+
+
+def check_meta(meta: dict[str, Any]) -> None:
+    """ValueError naming each key of ``meta`` not in :data:`TRACE_META`, or of another type."""
+    unknown = sorted(k for k in meta if k not in TRACE_META)
+    if unknown:
+        raise ValueError(f"trace meta keys not declared in schema.TRACE_META: {', '.join(map(str, unknown))} "
+                         "(a reader's own leftovers go into 'vendor')")
+    wrong = [f"{k} is {type(v).__name__}, not {' or '.join(t.__name__ for t in TRACE_META[k])}"
+             for k, v in meta.items() if not isinstance(v, TRACE_META[k])]
+    if wrong:
+        raise ValueError(f"trace meta of the wrong type: {'; '.join(wrong)}")
+
+
+class TraceMeta(dict):
+    """A Trace's metadata (keys of :data:`TRACE_META`), read-only: a dict to read (and to write
+    as JSON), refusing every change; build a new Trace instead (``dataclasses.replace``)."""
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a Trace's meta is read-only once read: make a new Trace with "
+                        "dataclasses.replace(trace, meta={**trace.meta, ...})")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self):  # pickled and copied from its items, never set one by one
+        return TraceMeta, (dict(self),)
+
+
 @dataclass(frozen=True)
 class Trace:
     """A profiler output, normalized.
@@ -138,7 +190,8 @@ class Trace:
     steps : DataFrame with :data:`STEP_COLUMNS`, one row per (rank, step).
     memory : DataFrame with :data:`MEMORY_COLUMNS`.
     comm : DataFrame with :data:`COMM_COLUMNS`, one row per collective call where recorded.
-    meta : backend, device name, ranks, profiler settings, source path, vendor tables.
+    meta : :data:`TRACE_META`'s keys (backend, device name, profiler settings, source path,
+        vendor tables), a read-only :class:`TraceMeta`.
     links : DataFrame with :data:`LINK_COLUMNS`, one row per collective and link type.
     matrix : DataFrame with :data:`MATRIX_COLUMNS`, one row per collective and rank pair.
     counters : DataFrame with :data:`COUNTER_COLUMNS`: sampled hardware counters (HBM, LLC,
@@ -177,6 +230,10 @@ class Trace:
         kept = pd.MultiIndex.from_frame(steps[["rank", "step"]])
         inside = pd.MultiIndex.from_arrays([self.events["rank"], self.events["step"]]).isin(kept)
         return replace(self, steps=steps, events=self.events.assign(step=np.where(inside, self.events["step"], -1)))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.meta, TraceMeta):
+            object.__setattr__(self, "meta", TraceMeta(self.meta))
 
     def __repr__(self) -> str:
         return (
@@ -291,8 +348,10 @@ def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | Non
            comm: pd.DataFrame | None = None, meta: dict[str, Any] | None = None,
            links: pd.DataFrame | None = None, matrix: pd.DataFrame | None = None,
            counters: pd.DataFrame | None = None, kernel_metrics: pd.DataFrame | None = None) -> Trace:
-    """Coerce every table to its schema, attribute events to steps, and build the Trace."""
+    """Coerce every table to its schema, attribute events to steps, and build the Trace;
+    ``meta`` must hold only :data:`TRACE_META`'s keys, each of its type (ValueError)."""
     meta = dict(meta or {})
+    check_meta(meta)
     steps = coerce(steps, STEP_COLUMNS)
     events = coerce(events, EVENT_COLUMNS)
     unstepped = sorted(_distinct(events["rank"].to_numpy()) - set(steps["rank"].unique()))

@@ -101,7 +101,7 @@ def _device_trace(busy_fraction: float, steps: int = 4, step_ms: float = 10.0) -
                          "lane": "Host/Thread 1", "stream": -1, "device": -1, "rank": 0, "type": "aten::mm",
                          "correlation": -1})
     events = pd.concat([kernels, launches, host], ignore_index=True)
-    return schema.finish(events, step_frame, meta={"backend": "cuda", "device_name": "V100", "device_mode": True})
+    return schema.finish(events, step_frame, meta={"backend": "cuda", "device_name": "V100"})
 
 
 def test_host_bound_fires_on_a_device_trace_whose_device_waits_and_not_on_a_busy_one():

@@ -14,7 +14,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "npumagic"
 ABOVE_ANALYSIS = ("npumagic.render", "npumagic.session", "npumagic.named_runs", "npumagic.recorder",
                   "npumagic.run_files", "npumagic.history", "npumagic.capture", "npumagic.magics",
                   "npumagic.cli", "npumagic.mcp_server", "npumagic.on_demand", "npumagic.raw_parse",
-                  "npumagic.demo", "IPython", "matplotlib", "ipywidgets", "anywidget")
+                  "npumagic.demo", "npumagic.ab_run", "npumagic.records", "IPython", "matplotlib", "ipywidgets",
+                  "anywidget")
 
 
 def module_name(path: Path) -> str:

@@ -1,5 +1,6 @@
-"""A Summary as bytes and back, exactly (a run's verdict: :mod:`.persist_verdict`): every DataFrame field column by column (values, dtype,
-categories), dict fields as JSON, ``per_rank`` recursively; zlib-compressed JSON.
+"""A Summary as bytes and back, exactly: every DataFrame field column by column (values, dtype,
+categories), dict fields as JSON, ``per_rank`` recursively; zlib-compressed JSON (a run's
+verdict is stored by :mod:`.persist_verdict`).
 
 Generic over the Summary's fields, so a field or step column added later is stored without
 changes here. A rank's own Summary shares most tables with the job's Summary (see

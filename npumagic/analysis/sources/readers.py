@@ -15,7 +15,8 @@ from typing import Any, Protocol
 from ...errors import NpumagicError, TraceError
 from ._inflate import open_trace
 from . import kineto
-from .ascend import discover, outline
+from .ascend import discover
+from .ascend import outline as ascend_outline
 from .ascend import reader as ascend_reader
 
 
@@ -50,7 +51,7 @@ SNIFF_BYTES = 2**20  # Kineto writes its small header (schemaVersion, deviceProp
 class AscendReader:
     """torch_npu's ``*_ascend_pt`` rank directories, one rank each."""
 
-    name, unit, leaves_out_unreadable, outline = "ascend", "rank", True, outline
+    name, unit, leaves_out_unreadable, outline = "ascend", "rank", True, ascend_outline
 
     def sniff(self, path: Path) -> list[Path] | None:
         inside = path if path.is_dir() else path.parent  # torch_npu's ASCEND_PROFILER_OUTPUT or a file in it

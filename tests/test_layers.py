@@ -117,10 +117,11 @@ def test_the_one_import_by_name_upwards_is_the_renderer_registry():
     assert _dynamic_imports(known["npumagic.presentation"]) == ["RENDERER"]
     assert presentation.RENDERER == "npumagic.render.display" and presentation.RENDERER in known
     assert "npumagic.presentation" in imports(known[presentation.RENDERER], known)
-    # the package's lazy attributes and the tracker plugins are the only other names imported by name
+    # the package's lazy attributes, the tracker plugins and the rule families are the only other names imported by name
     others = {name: _dynamic_imports(path) for name, path in known.items() if name != "npumagic.presentation"}
     assert {name: found for name, found in others.items() if found} == {
-        "npumagic": ["f'.{_WHERE[name]}'"], "npumagic.render": ["f'.{_WHERE[name]}'"], "npumagic.trackers": ["tracker"]}
+        "npumagic": ["f'.{_WHERE[name]}'"], "npumagic.render": ["f'.{_WHERE[name]}'"], "npumagic.trackers": ["tracker"],
+        "npumagic.analysis.rules": ["f'{__name__}.{_family}'"]}  # the families of registry.FAMILIES, its own modules
 
 
 def test_capture_imports_nothing_of_analysis():

@@ -31,6 +31,10 @@ class Category(StrEnum):
     BALANCED = "balanced"
     UNDETERMINED = "undetermined"
 
+    def __repr__(self) -> str:
+        # a notebook echoes r.verdict.bottleneck: it shows 'dataloader' as before, not the enum's name
+        return repr(self.value)
+
 
 @dataclass(frozen=True)
 class Finding:

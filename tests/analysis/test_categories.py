@@ -18,6 +18,7 @@ def test_every_category_has_its_class_name_and_reads_as_its_value():
     finding = Finding("sync", 0.1, "t", {}, "f")
     assert finding.category is Category.SYNC and finding.category == "sync" and f"{finding.category}" == "sync"
     assert json.loads(json.dumps(finding.as_dict()))["category"] == "sync"
+    assert repr((finding.category, 0.5)) == "('sync', 0.5)"  # as a notebook echoes r.verdict.bottleneck
 
 
 def test_an_unknown_category_is_refused_where_the_finding_is_made():

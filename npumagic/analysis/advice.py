@@ -1,6 +1,7 @@
 """Rules: Summary -> ranked Findings, each with the numbers behind it, a concrete fix and where
 it happens. Thresholds live in :mod:`.thresholds`; a finding's ``impact`` is the share of step
-time at stake, which orders them."""
+time at stake (its severity), and its predicted saving (:mod:`.whatif`: what the fix can remove)
+orders them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from .. import presentation
-from . import cluster
+from . import cluster, whatif
 from . import thresholds as T
 from .finding import Category, Finding
 from .summary import Summary
@@ -116,8 +117,7 @@ def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | N
     summary = summarize(data) if isinstance(data, Trace) else data
     if environment:
         summary = replace(summary, meta={**summary.meta, "run_environment": dict(environment)})
-    found = run_rules(summary)
-    found.sort(key=lambda f: f.impact, reverse=True)
+    found = whatif.predict(summary, run_rules(summary))
     return Advice(found, run, otherwise=_otherwise(summary, found), steps_inferred=steps_inferred(summary),
                   lead=lead(summary, found), untrusted=caveat(summary))
 
@@ -184,7 +184,7 @@ def compute_bound_share(s: Summary, found: list[Finding]) -> float | None:
     """The computing share of the step when the checklist calls it compute-bound: no finding
     (``found``, most important first) names the bottleneck and the device computes most of the
     step; else None."""
-    if found and found[0].impact >= T.VERDICT_MIN_IMPACT:
+    if _named(s, found) is not None:
         return None
     computing = s.share("computing_us")
     return computing if computing >= T.COMPUTE_BOUND_SHARE else None
@@ -225,16 +225,25 @@ def _lead(s: Summary, found: list[Finding]) -> Lead:
     why = no_evidence(s)
     if why:
         return Lead("undetermined", why, NO_STEPS_FIX if not len(s.steps) or not s.total_wall_us > 0 else NO_EVIDENCE_FIX)
-    if found and found[0].impact >= T.VERDICT_MIN_IMPACT:
-        top = found[0]
-        return Lead(top.category, top.title, top.fix, top)
+    top = _named(s, found)
+    if top is not None:
+        said = whatif.said(top)
+        return Lead(top.category, top.title, top.fix + (f"; {said}" if said else ""), top)
     computing = compute_bound_share(s, found)
     if computing is not None:
         where = "CPU operators compute" if backend_of(s) == "cpu" else "the device computes"
         return Lead("compute_bound", f"{where} {computing:.0%} of the step", compute_bound_fix(backend_of(s), s))
-    largest = (f"; the largest finding weighs {found[0].impact:.1%} of the step, under the "
-               f"{T.VERDICT_MIN_IMPACT:.0%} that names a bottleneck") if found else ""
+    largest = (f"; the largest finding's fix can save at most {found[0].predicted_interval[1]:,.2f} ms per step, under the "
+               f"{T.VERDICT_MIN_IMPACT:.0%} of the step that names a bottleneck") if found and found[0].predicted_interval \
+        else (f"; the largest finding weighs {found[0].impact:.1%} of the step, under the "
+              f"{T.VERDICT_MIN_IMPACT:.0%} that names a bottleneck") if found else ""
     return Lead("balanced", f"no bottleneck past its threshold{largest}", BALANCED_FIX)
+
+
+def _named(s: Summary, found: list[Finding]) -> Finding | None:
+    """The finding that names the bottleneck: the first (most predicted saving) whose fix can
+    reach the verdict threshold, else None."""
+    return next((f for f in found if whatif.reaches(s, f)), None)
 
 
 def _otherwise(s: Summary, found: list[Finding]) -> str:
@@ -285,7 +294,7 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
             findings.append(dataclasses.replace(top, ranks=ranks, figures_of=rank if len(ranks) > 1 else None))
         # what only the job shows: slow ranks, stage imbalance, slow links
         findings += [f if f.rule else replace(f, rule="cluster") for f in cluster.findings(summary)]
-    findings = sorted(findings, key=lambda f: f.impact, reverse=True)
+    findings = whatif.predict(summary, findings)
     hidden = 0
     if not low:
         shown = [f for f in findings if f.severity != "low"] or findings[:1]

@@ -52,6 +52,11 @@ class Finding:
     rule: str = ""
     ranks: tuple[int, ...] = ()  # the ranks it was found on, when advice covers several
     figures_of: int | None = None  # of those, the rank whose figures the title and evidence give
+    # what the fix can remove, ms per step (see :mod:`.whatif`): the estimate, its (low, high)
+    # interval and what bounds it
+    predicted_saving_ms: float | None = None
+    predicted_interval: tuple[float, float] | None = None
+    predicted_basis: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "category", Category(self.category))
@@ -68,6 +73,9 @@ class Finding:
             out["ranks"] = list(self.ranks)
         if self.figures_of is not None:
             out["figures_of_rank"] = self.figures_of
+        if self.predicted_saving_ms is not None:
+            out.update(predicted_saving_ms=self.predicted_saving_ms,
+                       predicted_interval_ms=list(self.predicted_interval or ()), predicted_basis=self.predicted_basis)
         return out
 
     def __str__(self) -> str:

@@ -91,6 +91,10 @@ def finding_text(finding, width: int | None = None, number: str = "") -> str:
     label = f"{finding.category}/{rule}" if rule and rule != finding.category else finding.category
     lines = [wrap(f"{number}[{finding.severity}] {label}: {finding.title}{on}", width, 4),
              wrap(f"    fix: {finding.fix}", width, 9)]
+    if getattr(finding, "predicted_interval", None) is not None:
+        lo, hi = finding.predicted_interval
+        lines.append(wrap(f"    predicted: -{finding.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}) per step, "
+                          f"{finding.predicted_basis}", width, 15))
     if finding.where:
         lines.append(wrap(f"    where: {finding.where}", width, 11))
     return "\n".join(lines)

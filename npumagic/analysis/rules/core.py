@@ -13,6 +13,7 @@ import pandas as pd
 
 from .. import counters as hw
 from .. import thresholds as T
+from .. import whatif
 from ..blocking import sync_idle_share
 from ..finding import Finding, plural
 from ..gaps import cpu_work, gap_operators
@@ -49,10 +50,8 @@ def _communication(s: Summary) -> list[Finding]:
     title = (f"collectives take {evidence['communication_ms']:,.2f} ms per step ({evidence['comm_not_overlapped_ms']:,.2f} ms "
              f"not overlapped, {exposed:.0%} of the step) against {evidence['computing_ms']:,.2f} ms of computing; "
              f"{overlap:.0%} of communication overlaps compute")
-    fix = ("overlap gradient all-reduce with backward: DistributedDataParallel(bucket_cap_mb=25..100, "
-           "gradient_as_bucket_view=True), fewer and larger collectives, or compress gradients with "
-           "model.register_comm_hook(None, torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook)")
     where = ""
+    wait = 0.0
     if len(s.comm):
         top = s.comm.iloc[0]
         where = f"{top['op']} x{int(top['count'])}"
@@ -60,13 +59,22 @@ def _communication(s: Summary) -> list[Finding]:
             where += f" over {top['link']}"
         wait = float(top["wait_ratio"]) if pd.notna(top["wait_ratio"]) else 0.0
         evidence.update(wait_ratio=wait, top_op=top["op"])
-        if wait > 0.5:
-            fix = (f"{top['op']} spends {wait:.0%} of its time waiting for other ranks: a straggler arrives late. "
-                   "Compare the ranks (analysing the folder that holds every rank shows the slowest), balance the work per "
-                   "rank; then " + fix)
         bandwidth = s.comm["bandwidth_gbps"].dropna()
         if len(bandwidth):
             evidence["lowest_bandwidth_gbps"] = float(bandwidth.min())
+    # the levers in the order of what each can remove (whatif): overlap cannot hide more than the
+    # compute beside the communication, fewer bytes shrink its bandwidth part
+    levers = {"overlap": "overlap gradient all-reduce with backward (DistributedDataParallel(bucket_cap_mb=25..100, "
+                         "gradient_as_bucket_view=True), fewer and larger collectives)",
+              "bytes": "send fewer bytes: compress gradients (model.register_comm_hook(None, torch.distributed.algorithms."
+                       "ddp_comm_hooks.default_hooks.bf16_compress_hook)) or reduce them less often (gradient "
+                       "accumulation under model.no_sync())",
+              "straggler": (f"{evidence.get('top_op', 'the collective')} spends {wait:.0%} of its time waiting for other "
+                            "ranks: a straggler arrives late. Compare the ranks (analysing the folder that holds every "
+                            "rank shows the slowest) and balance the work per rank")}
+    ranked = whatif.communication_levers(s, wait)
+    evidence["levers_ms"] = {lv.name: [round(lv.low_ms, 3), round(lv.high_ms, 3)] for lv in ranked}
+    fix = "; else ".join(levers[lv.name] for lv in ranked)
     return [Finding("communication", exposed, title, evidence, fix, where.strip("; "))]
 
 
@@ -206,6 +214,9 @@ def _host_bound(s: Summary) -> list[Finding]:
         fix = ("find what the host waits on between steps (profile with Python stacks, --stack, and read the host lanes of the "
                "timeline: file or network reads, logging, checkpoint writes, time.sleep, lock waits) and move it off "
                "the step; " + fix)
+    gaps = whatif.idle_gaps(s) if backend_of(s) in ("cuda", "rocm") else None
+    if gaps:  # what CUDA graphs can remove: the launch gaps, not the kernels nor longer host work
+        evidence.update(launch_gap_ms=gaps["short"], idle_gap_ms=gaps["total"])
     under = gap_operators(s.events) if backend_of(s) in ("cuda", "rocm") else pd.DataFrame()  # launches linked
     if len(under):
         listed = ", ".join(f"{r.op} ({r.idle_us / 1000:,.2f} ms, {r.launches} launches)" for r in under.head(3).itertuples())
@@ -213,6 +224,7 @@ def _host_bound(s: Summary) -> list[Finding]:
         title += f"; under the largest gaps the host runs {listed}"
         heavy = cpu_work(under.head(3), T.CPU_WORK_PER_LAUNCH_US)
         if len(heavy) and float(heavy["idle_us"].sum()) >= 0.5 * float(under.head(3)["idle_us"].sum()):
+            evidence["cpu_work_ms"] = float(heavy["idle_us"].sum()) / max(len(s.steps), 1) / 1000
             names = ", ".join(heavy["op"].head(3))
             fix = (f"the host is busy with CPU work while the device waits ({names}: long operators that launch little "
                    "device work): move it off the step, into the Dataset so DataLoader(num_workers=4..8) workers run "

@@ -1,0 +1,251 @@
+"""What-if: the step time each finding's fix can remove, per step, as an interval.
+
+A finding's ``impact`` says how much of the step its cause occupies; the fix may remove less.
+Each model here bounds the saving by what the fix can actually take away: overlap hides at most
+the compute beside the communication, more DataLoader workers help only until the cores are
+busy, CUDA graphs remove launch gaps but not kernels, a straggler fix saves what the other
+ranks wait, fewer bytes shrink only the bandwidth part of a collective. Findings are ranked by
+the predicted saving, and the checklist's Next change is the top one whose upper bound reaches
+the verdict threshold (:data:`~.thresholds.VERDICT_MIN_IMPACT` of the median step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import thresholds as T
+
+if TYPE_CHECKING:
+    from .finding import Finding
+    from .metrics import Summary
+
+# A gap between device tasks shorter than this is launch latency (the host issuing the next
+# kernel), which CUDA graphs / aclgraph remove; longer gaps are host work they leave in place.
+LAUNCH_GAP_US = 200.0
+# Launch-bound: at least this share of the device's idle time lies in launch gaps.
+LAUNCH_GAP_SHARE = 0.5
+# bf16 gradient compression halves the bytes on the wire; the latency part of a collective does
+# not shrink, so a quarter of the exposed time is the pessimistic end.
+BYTES_SAVED_HIGH = 0.5
+BYTES_SAVED_LOW = 0.25
+# The share of a fix's upper bound taken as its lower end where the trace cannot tell how much of
+# the cause the fix removes (half: a fix rarely removes all of its cause, seldom less than half).
+DEFAULT_LOW = 0.5
+# Most DataLoader workers worth suggesting however many cores are idle (beyond it, start-up and
+# memory cost more than they save).
+MAX_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One way to fix a finding and what it can remove per step (ms)."""
+
+    name: str
+    low_ms: float
+    high_ms: float
+    basis: str
+
+    @property
+    def saving_ms(self) -> float:
+        return (self.low_ms + self.high_ms) / 2
+
+
+def step_ms(s: Summary) -> float:
+    """The median step (ms): the step the predictions are shares of."""
+    median = s.step_stats["median_us"]
+    return float(median) / 1000 if median == median else 0.0
+
+
+def per_step_ms(s: Summary, column: str) -> float:
+    return float(s.steps[column].mean()) / 1000 if len(s.steps) and column in s.steps else 0.0
+
+
+def threshold_ms(s: Summary) -> float:
+    """The saving a fix must be able to reach to be offered as the Next change (ms per step)."""
+    return T.VERDICT_MIN_IMPACT * step_ms(s)
+
+
+# -- communication --------------------------------------------------------------------------------
+def communication_levers(s: Summary, wait_ratio: float = 0.0) -> list[Lever]:
+    """The communication finding's levers, largest upper bound first: overlap with backward,
+    fewer bytes, and (when the collectives mostly wait) the straggler."""
+    exposed = per_step_ms(s, "comm_not_overlapped_us")
+    computing = per_step_ms(s, "computing_us")
+    overlapped = per_step_ms(s, "overlapped_us")
+    beside = max(computing - overlapped, 0.0)  # compute not yet hiding any communication
+    hideable = min(exposed, beside)
+    levers = [
+        Lever("overlap", DEFAULT_LOW * hideable, hideable,
+              f"overlap hides at most the {beside:,.2f} ms of compute not yet beside the communication "
+              f"(of {exposed:,.2f} ms exposed)"),
+        Lever("bytes", BYTES_SAVED_LOW * exposed, BYTES_SAVED_HIGH * exposed,
+              f"bf16 gradients halve the bytes: up to half of the {exposed:,.2f} ms exposed, a quarter where "
+              "latency, not bandwidth, dominates"),
+    ]
+    if wait_ratio > 0.5:
+        waited = wait_ratio * exposed
+        levers.append(Lever("straggler", DEFAULT_LOW * waited, waited,
+                            f"the collectives wait {wait_ratio:.0%} of their time for a late rank: "
+                            f"{waited:,.2f} ms a step, which balancing the ranks removes"))
+    return sorted(levers, key=lambda lv: (lv.high_ms, lv.low_ms), reverse=True)
+
+
+# -- DataLoader workers ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkerFit:
+    """How many DataLoader workers fit the machine: ``now`` running, ``suggest`` (``now`` when no
+    core is spare), ``cores`` and ``idle`` cores (None where no host samples were taken)."""
+
+    now: int
+    suggest: int
+    cores: int | None
+    idle: int | None
+
+    @property
+    def known(self) -> bool:
+        return self.cores is not None
+
+
+def worker_fit(s: Summary) -> WorkerFit:
+    """The workers already running and the count that fits the cores left idle during the steps
+    (npumagic's host samples); unknown without samples."""
+    h = s.host
+    if h is None or h.empty or h["cores"].max() == 0:
+        return WorkerFit(0, 0, None, None)
+    now = int(h["workers"].max())
+    idle = int(np.floor(float(h["cores_idle"].mean()) + 1e-9))
+    return WorkerFit(now, min(now + idle, MAX_WORKERS) if idle > 0 else now, int(h["cores"].max()), idle)
+
+
+def dataloader_lever(s: Summary, wait_ms: float) -> Lever:
+    """More workers: with ``n`` workers loading in parallel with the rest of the step (``rest``),
+    a batch costing ``B`` ms of CPU is ready after ``B / n - rest``; the main thread (``n = 0``)
+    loads it inline (``B`` = the wait). More workers help only while idle cores run them."""
+    fit = worker_fit(s)
+    rest = max(step_ms(s) - wait_ms, 0.0)
+    if not fit.known:
+        return Lever("workers", DEFAULT_LOW * wait_ms, wait_ms,
+                     f"the whole {wait_ms:,.2f} ms wait, if idle cores run the workers (no host samples tell "
+                     "how many cores are spare)")
+    if fit.suggest <= fit.now:
+        return Lever("cheaper_samples", 0.0, wait_ms,
+                     f"no core is idle ({fit.cores} cores, {fit.now} workers): more workers would take cores from the "
+                     f"step; only cheaper samples remove the {wait_ms:,.2f} ms wait")
+    batch = wait_ms if fit.now == 0 else fit.now * (wait_ms + rest)
+    after = max(batch / fit.suggest - rest, 0.0)
+    high = wait_ms - after
+    return Lever("workers", DEFAULT_LOW * high, high,
+                 f"{fit.suggest} workers on {fit.cores} cores ({fit.idle} idle, {fit.now} running) load a "
+                 f"{batch:,.2f} ms batch beside the {rest:,.2f} ms rest of the step: {after:,.2f} ms wait left of "
+                 f"{wait_ms:,.2f}")
+
+
+# -- host-bound: launch gaps ----------------------------------------------------------------------
+def idle_gaps(s: Summary) -> dict[str, float] | None:
+    """The device's idle time inside the steps split by gap length (ms per step):
+    ``short`` (gaps under :data:`LAUNCH_GAP_US`, launch latency) and ``total``; None without
+    device events."""
+    from .blocking import device_busy
+
+    ev = s.events
+    if ev is None or ev.empty or not s.meta.get("device_mode") or not len(s.steps):
+        return None
+    in_step = ev[ev["step"].to_numpy() >= 0]
+    busy = device_busy(in_step)
+    if len(busy) < 2:
+        return None
+    step = in_step["step"].to_numpy()
+    gaps = (busy.starts[1:] - busy.ends[:-1]).astype(float)
+    # a gap across a step boundary belongs to neither step's launch stream
+    bounds = s.steps["start_us"].to_numpy(dtype=float) * 1000
+    inside = np.searchsorted(bounds, busy.ends[:-1], side="right") == np.searchsorted(bounds, busy.starts[1:], side="right")
+    gaps = gaps[(gaps > 0) & inside]
+    n = max(len(np.unique(step)), 1)
+    return {"short": float(gaps[gaps < LAUNCH_GAP_US * 1000].sum()) / 1e6 / n, "total": float(gaps.sum()) / 1e6 / n,
+            "gaps": float(len(gaps)) / n}
+
+
+def launch_bound(s: Summary) -> dict[str, float] | None:
+    """The launch-gap figures when the step is launch-bound: most of the device's idle time in
+    gaps shorter than :data:`LAUNCH_GAP_US`; else None."""
+    gaps = idle_gaps(s)
+    if not gaps or gaps["total"] <= 0 or gaps["short"] < LAUNCH_GAP_SHARE * gaps["total"]:
+        return None
+    return gaps
+
+
+# -- every finding --------------------------------------------------------------------------------
+def _at_stake_ms(s: Summary, f: Finding) -> float:
+    return max(f.impact, 0.0) * per_step_ms(s, "wall_us")
+
+
+def lever(s: Summary, f: Finding) -> Lever:
+    """The lever a finding's fix pulls, with its predicted saving per step."""
+    ev: dict[str, Any] = f.evidence
+    rule = f.rule or f.category
+    stake = _at_stake_ms(s, f)
+    if rule == "communication":
+        return communication_levers(s, float(ev.get("wait_ratio", 0.0)))[0]
+    if rule == "dataloader":
+        return dataloader_lever(s, stake)
+    if rule == "host_bound" and "python_ms" in ev:
+        return Lever("python", DEFAULT_LOW * stake, stake,
+                     f"the {stake:,.2f} ms of Python outside operators, if moved out of the step")
+    if rule == "host_bound" and ev.get("cpu_work_ms") is not None:
+        work = min(float(ev["cpu_work_ms"]), stake)
+        return Lever("cpu_work", DEFAULT_LOW * work, work,
+                     f"the {work:,.2f} ms of device idle under the host's CPU work, if it leaves the step")
+    if rule == "host_bound" and ev.get("launch_gap_ms") is not None:
+        short = min(float(ev["launch_gap_ms"]), stake)
+        return Lever("graphs", DEFAULT_LOW * short, short,
+                     f"graphs remove the {short:,.2f} ms of launch gaps under {LAUNCH_GAP_US:.0f} µs, not the kernels")
+    if rule in ("memory_capacity", "fragmentation") or (f.category == "sync" and f.impact == 0):
+        return Lever("none", 0.0, 0.0, "costs no step time now" if f.category != "sync" else
+                     "nothing waits on the CPU: it costs time only once the step runs on a device")
+    if rule == "jitter":
+        return Lever("steady", 0.0, stake, f"the {stake:,.2f} ms the mean step loses to slow steps, if they all go")
+    if ev.get("rule") == "slow_rank" and f.category == "communication":
+        waited = float(ev.get("gap_ms", stake))
+        return Lever("straggler", DEFAULT_LOW * waited, waited,
+                     f"what the other ranks wait for rank {ev.get('low_rank')}: {waited:,.2f} ms a step")
+    if stake <= 0:
+        return Lever("unmeasured", 0.0, 0.0, "the trace does not measure what this fix saves")
+    return Lever("fix", DEFAULT_LOW * stake, stake, f"the {stake:,.2f} ms per step the finding occupies")
+
+
+def predict(s: Summary, found: list[Finding]) -> list[Finding]:
+    """``found`` with each finding's predicted saving (ms per step), its interval and basis,
+    ranked by the saving (then by impact); a finding already predicted keeps its own."""
+    out = []
+    for f in found:
+        if f.predicted_saving_ms is None:
+            lv = lever(s, f)
+            f = replace(f, predicted_saving_ms=round(lv.saving_ms, 3),
+                        predicted_interval=(round(lv.low_ms, 3), round(lv.high_ms, 3)), predicted_basis=lv.basis)
+        out.append(f)
+    return rank(out)
+
+
+def rank(found: list[Finding]) -> list[Finding]:
+    """Most to least predicted saving; findings without a prediction by impact, after."""
+    return sorted(found, key=lambda f: (f.predicted_saving_ms if f.predicted_saving_ms is not None else -1.0,
+                                        f.impact), reverse=True)
+
+
+def reaches(s: Summary, f: Finding) -> bool:
+    """Whether the fix's upper bound reaches the verdict threshold (a finding without a
+    prediction: by its impact)."""
+    if f.predicted_interval is None:
+        return f.impact >= T.VERDICT_MIN_IMPACT
+    return f.predicted_interval[1] >= threshold_ms(s) and f.impact >= T.VERDICT_MIN_IMPACT
+
+
+def said(f: Finding) -> str:
+    """``predicted -X ms (lo-hi)`` per step, or ""."""
+    if f.predicted_saving_ms is None or f.predicted_interval is None:
+        return ""
+    lo, hi = f.predicted_interval
+    return f"predicted -{f.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}) per step"

@@ -1,0 +1,94 @@
+"""The what-if model's arithmetic (analysis/whatif.py) on the shared genuine traces: each finding's
+predicted saving is bounded by what its fix can remove, findings are ranked by it, and the
+checklist's Next change is the top one that can reach the verdict threshold."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+import npumagic
+from npumagic.analysis import thresholds as T
+from npumagic.analysis import whatif
+from npumagic.analysis.advice import advise_run
+
+from ..conftest import ASCEND, CUDA, shared_summary
+
+
+def _per_step_ms(s, column):
+    return float(s.steps[column].mean()) / 1000
+
+
+def test_the_level1_jobs_first_fix_is_fewer_bytes_bounded_by_what_each_lever_removes():
+    # GIVEN the shared level1 job: 101.96 ms of exposed collectives against 8.87 ms of computing
+    s = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
+    exposed, computing = _per_step_ms(s, "comm_not_overlapped_us"), _per_step_ms(s, "computing_us")
+    beside = computing - _per_step_ms(s, "overlapped_us")
+    # WHEN it is advised
+    top = npumagic.advise(s)[0]
+    # THEN overlap can hide at most the compute beside the communication, fewer bytes half of it,
+    # so sending fewer bytes is the first lever and the finding's prediction is its interval
+    assert top.rule == "communication"
+    levers = top.evidence["levers_ms"]
+    assert levers["overlap"][1] == pytest.approx(min(exposed, beside), abs=1e-3) and levers["overlap"][1] < computing
+    assert levers["bytes"] == pytest.approx([0.25 * exposed, 0.5 * exposed], abs=1e-3)
+    assert top.fix.startswith("send fewer bytes") and top.fix.index("bf16_compress_hook") < top.fix.index("overlap")
+    assert top.predicted_interval == pytest.approx((0.25 * exposed, 0.5 * exposed), abs=1e-3)
+    assert top.predicted_saving_ms == pytest.approx(0.375 * exposed, abs=1e-3)
+
+
+def test_the_checklists_next_change_carries_the_prediction():
+    s = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
+    verdict = npumagic.checklist(s)
+    top = verdict.advice[0]
+    lo, hi = top.predicted_interval
+    assert verdict.next_change.startswith("send fewer bytes")
+    assert verdict.next_change.endswith(f"predicted -{top.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}) per step")
+
+
+@pytest.mark.parametrize("path", [ASCEND / "level1", CUDA / "nccl", CUDA / "ns_resolution"], ids=lambda p: p.name)
+def test_every_finding_is_predicted_and_ranked_by_it(path):
+    advice = advise_run(shared_summary(path), every_rank=True)
+    assert len(advice)
+    for f in advice:
+        lo, hi = f.predicted_interval
+        assert 0 <= lo <= f.predicted_saving_ms <= hi and f.predicted_basis
+    savings = [f.predicted_saving_ms for f in advice]
+    assert savings == sorted(savings, reverse=True)
+    # the JSON of the advice and of the checklist carry them
+    doc = json.loads(json.dumps(advice.to_dict()))
+    assert [d["predicted_saving_ms"] for d in doc["findings"]] == savings
+    assert all(len(d["predicted_interval_ms"]) == 2 for d in doc["findings"])
+    checklist = npumagic.checklist(shared_summary(path)).as_dict()
+    assert all("predicted_saving_ms" in d for d in checklist["findings"])
+
+
+def test_a_fix_below_the_threshold_is_never_the_next_change():
+    # GIVEN the level1 job with the communication finding's prediction cut under 5% of the step
+    s = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
+    found = npumagic.advise(s).findings
+    small = [replace(f, predicted_interval=(0.0, 0.9 * whatif.threshold_ms(s))) if f.rule == "communication" else f
+             for f in found]
+    # WHEN the lead is judged THEN no other finding reaches 5% of the step either: no bottleneck is
+    # named, and the title says how far the largest fix falls short
+    from npumagic.analysis.advice import lead
+
+    judged = lead(s, small)
+    assert judged.finding is None and judged.category == "balanced"
+    assert f"can save at most {0.9 * whatif.threshold_ms(s):,.2f} ms per step" in judged.title
+    # and with its real bound the communication finding is the lead again
+    assert lead(s, found).finding.rule == "communication"
+
+
+def test_cuda_graphs_are_credited_only_with_the_launch_gaps():
+    # the nccl trace's host gaps: CPU work under the largest, launch gaps elsewhere
+    s = shared_summary(CUDA / "nccl")
+    gaps = whatif.idle_gaps(s)
+    assert 0 < gaps["short"] < gaps["total"]
+    f = npumagic.advise(s)[0]
+    assert f.rule == "host_bound" and f.evidence["launch_gap_ms"] == pytest.approx(gaps["short"])
+    # the finding's fix removes the CPU work under the gaps: its bound is that work, not the whole idle
+    assert f.predicted_interval[1] == pytest.approx(f.evidence["cpu_work_ms"], abs=1e-3)
+    assert f.predicted_interval[1] < f.evidence["idle_ms"]

@@ -13,8 +13,9 @@ import pandas as pd
 
 from .. import counters as hw
 from .. import thresholds as T
-from .. import whatif
+from .. import roles, whatif
 from ..blocking import sync_idle_share
+from ..syncs import is_host_sync
 from ..finding import Finding, plural
 from ..gaps import cpu_work, gap_operators
 from ..summary import Summary
@@ -225,11 +226,11 @@ def _host_bound(s: Summary) -> list[Finding]:
         heavy = cpu_work(under.head(3), T.CPU_WORK_PER_LAUNCH_US)
         if len(heavy) and float(heavy["idle_us"].sum()) >= 0.5 * float(under.head(3)["idle_us"].sum()):
             evidence["cpu_work_ms"] = float(heavy["idle_us"].sum()) / max(len(s.steps), 1) / 1000
-            names = ", ".join(heavy["op"].head(3))
-            fix = (f"the host is busy with CPU work while the device waits ({names}: long operators that launch little "
-                   "device work): move it off the step, into the Dataset so DataLoader(num_workers=4..8) workers run "
-                   "it, into a preprocessing pass, or onto the device; launch overhead is not the problem, so CUDA "
-                   "graphs would not help until it is gone")
+            # the fix follows what the heaviest work does (DDP's bucket packing, the optimizer, ...)
+            by_role = heavy.assign(role=roles.roles(heavy["op"]).to_numpy()).groupby("role")["idle_us"].sum()
+            role = str(by_role.idxmax())
+            evidence["cpu_work_role"] = role
+            fix = roles.fix_for(role, ", ".join(heavy["op"].head(3)), True)
     if inferred:
         fix = ("profile steady-state steps before acting on this: mark each iteration (prof.step() under a schedule "
                "that skips the first ones, torch.profiler.schedule(wait=1, warmup=1, active=3); in a cell npumagic "
@@ -290,6 +291,28 @@ def _sync_fix(s: Summary, call: str = "", library: bool = False) -> str:
             f"torch.{dev}.synchronize() in the loop")
 
 
+def _step_syncs(s: Summary) -> pd.DataFrame:
+    """The run's syncs less those the DataLoader makes (``.item()`` in ``Dataset.__getitem__``
+    reads a CPU tensor: no sync in the step, on any device)."""
+    ev = s.events
+    if ev is None or ev.empty or s.syncs.empty:
+        return s.syncs
+    mask = is_host_sync(ev).to_numpy()
+    inside = roles.in_data_preparation(ev, mask)
+    if not inside.any():
+        return s.syncs
+    picked = ev[mask][inside]
+    removed = pd.DataFrame({"name": picked["name"].astype(str).to_numpy(), "us": picked["dur_ns"].to_numpy() / 1000.0})
+    removed = removed.groupby("name")["us"].agg(["count", "sum"])
+    table = s.syncs.copy()
+    steps = (table["count"] / table["per_step"]).where(table["per_step"] > 0)
+    gone = table["name"].map(removed["count"]).fillna(0)
+    table["total_us"] = table["total_us"] - table["name"].map(removed["sum"]).fillna(0.0)
+    table["count"] = table["count"] - gone
+    table["per_step"] = table["count"] / steps
+    return table[table["count"] > 0].reset_index(drop=True)
+
+
 @rule("sync")
 def _sync(s: Summary) -> list[Finding]:
     """Host calls that block until the device catches up, costed by the device idle time they
@@ -299,10 +322,11 @@ def _sync(s: Summary) -> list[Finding]:
     On the CPU nothing blocks, but ``.item()`` every step becomes a host-device sync on NPU or
     CUDA: a low finding, so the habit is caught before the job moves to the accelerator.
     """
-    if s.syncs.empty and s.blocking.empty:
+    syncs = _step_syncs(s)
+    if syncs.empty and s.blocking.empty:
         return []
-    ranked = s.syncs.sort_values("total_us", ascending=False, kind="stable")
-    per_step = float(s.syncs["per_step"].max()) if len(s.syncs) else 0.0
+    ranked = syncs.sort_values("total_us", ascending=False, kind="stable")
+    per_step = float(syncs["per_step"].max()) if len(syncs) else 0.0
     located = ranked[ranked["source"].astype(str) != ""]
     blocking = s.blocking
     top = blocking.iloc[0] if len(blocking) else None

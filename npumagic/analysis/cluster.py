@@ -32,10 +32,20 @@ def _per_step_ms(us: float) -> float:
     return us / 1000.0
 
 
-def slow_ranks(ranks: pd.DataFrame, label: str = "") -> list[Finding]:
+# how to check a rank's host and device, by backend: the Ascend settings only on torch_npu runs
+HOST_CHECK = {"npu": "CPU binding (CPU_AFFINITY_CONF=1), TASK_QUEUE_ENABLE=2",
+              "cuda": "CPU binding (numactl --cpunodebind near the GPU)"}
+DEVICE_CHECK = {"npu": "that rank's device for a lower AI Core frequency or thermal throttling",
+                "cuda": "that rank's GPU for lower clocks or thermal throttling (nvidia-smi -q -d CLOCK,PERFORMANCE)"}
+
+
+def slow_ranks(ranks: pd.DataFrame, label: str = "", backend: str = "npu") -> list[Finding]:
     """A finding for each of computing, communication (not overlapped) and free whose spread
     across ``ranks`` (max - min) exceeds :data:`~.thresholds.SLOW_RANK_RATIO` of the mean step
-    (computing + communication not overlapped + free), naming both ranks and the difference."""
+    (computing + communication not overlapped + free), naming both ranks and the difference;
+    its fix checks what the run's ``backend`` has (Ascend settings only on torch_npu runs)."""
+    host_check = HOST_CHECK.get(backend, "other processes on that host and its CPU binding (taskset/numactl)")
+    device_check = DEVICE_CHECK.get(backend, "that rank's host for other load")
     ranks = ranks.dropna(subset=list(DIMENSIONS))
     if len(ranks) < 2:
         return []
@@ -57,18 +67,15 @@ def slow_ranks(ranks: pd.DataFrame, label: str = "") -> list[Finding]:
             fix = (f"in a collective the rank that waits longest is not the slow one: rank {int(low['rank'])} arrives "
                    f"late. Compare its computing, free and DataLoader time with rank {int(high['rank'])}'s "
                    "(the rank table of this job), balance the work per rank (same batch and sequence lengths, "
-                   "no rank-0-only logging or checkpointing in the step) and check its host (CPU binding, "
-                   "CPU_AFFINITY_CONF=1)")
+                   f"no rank-0-only logging or checkpointing in the step) and check its host ({host_check})")
         elif column == "computing_us":
             category = "compute_bound"
             fix = (f"rank {int(high['rank'])} computes longer: give every rank the same work (uneven batches, "
-                   "sequence lengths or MoE experts), and check that rank's device for a lower AI Core frequency "
-                   "or thermal throttling")
+                   f"sequence lengths or MoE experts), and check {device_check}")
         else:
             category = "host_bound"
             fix = (f"rank {int(high['rank'])}'s device idles longer: its host dispatches or loads data more slowly; "
-                   "check CPU binding (CPU_AFFINITY_CONF=1), TASK_QUEUE_ENABLE=2 and the DataLoader workers on that "
-                   "host")
+                   f"check {host_check} and the DataLoader workers on that host")
         evidence = {"rule": "slow_rank", "dimension": words, "high_rank": int(high["rank"]), "low_rank": int(low["rank"]),
                     "high_ms": _per_step_ms(float(high[column])), "low_ms": _per_step_ms(float(low[column])),
                     "gap_ms": _per_step_ms(gap), "mean_step_ms": _per_step_ms(step), "ratio": ratio}
@@ -154,11 +161,12 @@ def findings(summary: Summary) -> list[Finding]:
     if ranks is None or len(ranks) < 2:
         return []
     out: list[Finding] = []
+    backend = str(summary.meta.get("backend") or "cpu")
     staged = "stage" in ranks and (ranks["stage"] >= 0).all() and ranks["stage"].nunique() > 1
     if staged:
         for stage, members in ranks.groupby("stage"):
-            out += slow_ranks(members, f"stage {int(stage)}: ")
+            out += slow_ranks(members, f"stage {int(stage)}: ", backend)
         out += stage_imbalance(ranks)
     else:
-        out += slow_ranks(ranks)
+        out += slow_ranks(ranks, backend=backend)
     return out + slow_links(summary)

@@ -37,6 +37,11 @@ DEFAULT_LOW = 0.5
 # Most DataLoader workers worth suggesting however many cores are idle (beyond it, start-up and
 # memory cost more than they save).
 MAX_WORKERS = 8
+# A loader thread busy at least this share of a core is CPU-bound: each more worker needs a core of
+# its own. Below it, the loader mostly waits (I/O, sleep), and workers share the spare capacity,
+# each counted at no less than MIN_LOADER_CPU of a core.
+LOADER_CPU_BOUND = 0.5
+MIN_LOADER_CPU = 0.1
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,12 @@ class WorkerFit:
     suggest: int
     cores: int | None
     idle: int | None
+    demand: float = 1.0  # the share of a core one loader (the training thread, or a worker) uses
+
+    def said(self) -> str:
+        """The machine's figures the count rests on."""
+        return (f"{self.idle} of the {self.cores} cores idle during the steps, a loader using {self.demand:.0%} of "
+                "a core")
 
     @property
     def known(self) -> bool:
@@ -110,14 +121,24 @@ class WorkerFit:
 
 
 def worker_fit(s: Summary) -> WorkerFit:
-    """The workers already running and the count that fits the cores left idle during the steps
-    (npumagic's host samples); unknown without samples."""
+    """The workers already running and the count that fits the cores (npumagic's host samples);
+    unknown without samples. A loader that keeps its thread busy (at least half a core: decoding,
+    augmenting) gets one worker per core left idle; one that mostly waits (I/O, sleep) gets as
+    many as the spare capacity holds at its measured CPU per worker."""
     h = s.host
     if h is None or h.empty or h["cores"].max() == 0:
         return WorkerFit(0, 0, None, None)
     now = int(h["workers"].max())
+    cores = int(h["cores"].max())
     idle = int(np.floor(float(h["cores_idle"].mean()) + 1e-9))
-    return WorkerFit(now, min(now + idle, MAX_WORKERS) if idle > 0 else now, int(h["cores"].max()), idle)
+    column = "worker_cpu_pct_mean" if now else "main_thread_cpu_pct"
+    demand = float(h[column].mean()) / 100 if h[column].notna().any() else 1.0  # cores one loader uses
+    if demand >= LOADER_CPU_BOUND:
+        more = idle
+    else:
+        spare = cores * (1 - float(h["cores_busy_pct"].mean()) / 100)
+        more = max(idle, int(np.floor(spare / max(demand, MIN_LOADER_CPU) + 1e-9)))
+    return WorkerFit(now, min(now + more, MAX_WORKERS) if more > 0 else now, cores, idle, demand)
 
 
 def dataloader_lever(s: Summary, wait_ms: float) -> Lever:
@@ -125,7 +146,7 @@ def dataloader_lever(s: Summary, wait_ms: float) -> Lever:
     a batch costing ``B`` ms of CPU is ready after ``B / n - rest``; the main thread (``n = 0``)
     loads it inline (``B`` = the wait). More workers help only while idle cores run them."""
     fit = worker_fit(s)
-    rest = max(step_ms(s) - wait_ms, 0.0)
+    rest = max(per_step_ms(s, "wall_us") - wait_ms, 0.0)  # the mean step, as the wait is the mean wait
     if not fit.known:
         return Lever("workers", DEFAULT_LOW * wait_ms, wait_ms,
                      f"the whole {wait_ms:,.2f} ms wait, if idle cores run the workers (no host samples tell "

@@ -86,12 +86,22 @@ def _dataloader(s: Summary) -> list[Finding]:
         return []
     iterator = s.meta.get("dataloader_iter", "")
     on_device = backend_of(s) != "cpu"  # pinned memory only speeds up copies to a device
-    if "SingleProcess" in iterator:
-        fix = ("the DataLoader runs in the training process (num_workers=0): use DataLoader(num_workers=4..8, "
-               + ("pin_memory=True, " if on_device else "") + "persistent_workers=True, prefetch_factor=2) and keep "
-               "decoding/augmentation in the Dataset so the workers do it")
+    fit = whatif.worker_fit(s)
+    pinned = "pin_memory=True, " if on_device else ""
+    if fit.known and fit.suggest <= fit.now:  # more workers would take cores from the step itself
+        fix = (f"no core is idle during the steps ({fit.cores} cores, {fit.now} DataLoader workers): more workers "
+               "would compete with the training thread for them, so make each sample cheaper instead (decode "
+               "pre-resized inputs, cache decoded samples" + (", move augmentation onto the device" if on_device else "")
+               + "), or run on a machine with spare cores")
+    elif "SingleProcess" in iterator:
+        workers = (f"num_workers={fit.suggest}, " if fit.known else "num_workers=N, ")
+        fix = ("the DataLoader runs in the training process (num_workers=0): use DataLoader(" + workers + pinned +
+               "persistent_workers=True, prefetch_factor=2) and keep decoding/augmentation in the Dataset so the "
+               "workers do it" + (f" ({fit.said()})" if fit.known else
+                                  " (N up to the cores left idle while the step runs: more would slow the step)"))
     else:
-        fix = ("the workers cannot keep up: raise DataLoader(num_workers=...) and prefetch_factor=4, set "
+        more = f"num_workers={fit.now} -> {fit.suggest}" if fit.known else "num_workers=... up to the idle cores"
+        fix = (f"the workers cannot keep up: raise DataLoader({more}) and prefetch_factor=4, set "
                "persistent_workers=True" + (" and pin_memory=True" if on_device else "") + ", and move "
                "decoding/augmentation out of collate_fn into the workers" + (" (or onto the device)" if on_device else ""))
     ms = _per_step_ms(s, "dataloader_us")
@@ -112,7 +122,7 @@ def _dataloader(s: Summary) -> list[Finding]:
         n, busy, idle = host["workers"], host["worker_cpu_pct"], host["cores_idle"]
         if n and busy >= T.WORKER_BUSY_PCT:
             title += f"; its {n} DataLoader workers are each {busy:.0f}% busy: loading is CPU-bound"
-            more = f"num_workers={n} -> {n + idle}, {idle} cores are idle" if idle else "no core is idle"
+            more = f"num_workers={n} -> {fit.suggest}, {idle} cores are idle" if fit.suggest > n else "no core is idle"
             fix = (f"the workers are CPU-bound: add workers ({more}) and make each sample cheaper: decode "
                    "pre-resized inputs, move augmentation onto the device, cache decoded samples")
         elif n and busy < T.WORKER_IDLE_PCT and idle:

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .. import thresholds as T
+from .. import whatif
 from ..blocking import idle_during, sync_idle_share
 from ..finding import Finding, plural
 from ..breakdown import cycle_of
@@ -70,9 +71,13 @@ def dataloader(s) -> list[Finding]:
     share = s.share("dataloader_us") if len(s.steps) else 0.0
     if not (T.CUDA_DATALOADER_SHARE < share <= T.DATALOADER_SHARE):
         return []
+    fit = whatif.worker_fit(s)
+    workers = (f"num_workers={fit.suggest}" if fit.known and fit.suggest > fit.now else
+               f"num_workers={fit.now} (no core is idle to run more)" if fit.known else
+               "num_workers up to the cores idle while the step runs")
     return [Finding("dataloader", share, f"{share:.1%} of the step waits in the DataLoader",
                     {"dataloader_share": share},
-                    "load data in worker processes: DataLoader(num_workers=4..8, pin_memory=True, "
+                    f"load data in worker processes: DataLoader({workers}, pin_memory=True, "
                     "persistent_workers=True)", s.meta.get("dataloader_iter", ""))]
 
 

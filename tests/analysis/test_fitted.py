@@ -1,0 +1,112 @@
+"""Fixes fitted to the run (analysis/whatif.py's worker fit, cluster.py's backend checks): the
+DataLoader's num_workers=N comes from the cores left idle and the workers already running, and
+Ascend settings are offered only on torch_npu runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+import npumagic
+from npumagic.analysis import cluster, whatif
+
+
+class _Slow(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4096
+
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return torch.randn(16)
+
+
+@pytest.fixture(scope="module")
+def loading():
+    """A real CPU run whose step waits on a DataLoader in the training process (num_workers=0)."""
+    folder = tempfile.mkdtemp()
+    batches = iter(torch.utils.data.DataLoader(_Slow(), batch_size=2))
+    model = torch.nn.Linear(16, 4)
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=4, repeat=1),
+                 on_trace_ready=tensorboard_trace_handler(folder)) as prof:
+        for _ in range(6):
+            model(next(batches)).sum().backward()
+            prof.step()
+    return npumagic.analyze(folder)
+
+
+def _with_host(summary, cores, idle, workers=0, main=95.0, busy=50.0):
+    """``summary`` with npumagic's host figures for a machine of ``cores`` cores, ``idle`` of them
+    idle, ``busy`` % busy on average, the training thread ``main`` % of a core."""
+    host = pd.DataFrame({"step": summary.steps["step"], "process_cpu_pct": 100.0, "main_thread_cpu_pct": main,
+                         "rss_bytes": 1e9, "workers": workers, "worker_cpu_pct_mean": np.nan,
+                         "worker_cpu_pct_max": np.nan, "cores": cores, "cores_busy_pct": busy, "cores_idle": idle,
+                         "main_thread_wait_pct": 0.0})
+    return dataclasses.replace(summary, host=host)
+
+
+def _dataloader(summary):
+    return next(f for f in npumagic.advise(summary) if f.rule == "dataloader")
+
+
+def test_no_idle_core_gets_no_more_workers(loading):
+    # GIVEN the run on a 2-core machine with no core idle during the steps
+    f = _dataloader(_with_host(loading, cores=2, idle=0))
+    # THEN no worker count is offered, and only cheaper samples can remove the wait
+    assert "no core is idle" in f.fix and "num_workers=" not in f.fix.replace("num_workers=0", "")
+    wait = f.evidence["dataloader_ms"]
+    assert f.predicted_interval == pytest.approx((0.0, f.impact * whatif.per_step_ms(loading, "wall_us")), abs=1e-3)
+    assert f.predicted_interval[1] == pytest.approx(wait, rel=0.05)
+
+
+@pytest.mark.parametrize("cores, idle, expected", [(8, 3, 3), (32, 20, whatif.MAX_WORKERS), (2, 1, 1)])
+def test_num_workers_fits_the_idle_cores(loading, cores, idle, expected):
+    s = _with_host(loading, cores=cores, idle=idle)
+    f = _dataloader(s)
+    assert f"num_workers={expected}," in f.fix
+    # the saving: the batch (the wait, loaded inline) split over the workers, beside the rest of the step
+    wait = f.impact * whatif.per_step_ms(s, "wall_us")
+    rest = whatif.per_step_ms(s, "wall_us") - wait
+    high = wait - max(wait / expected - rest, 0.0)
+    assert f.predicted_interval == pytest.approx((0.5 * high, high), abs=1e-3)
+
+
+@pytest.mark.parametrize("main, busy, expected", [(20.0, 80.0, 2), (5.0, 10.0, whatif.MAX_WORKERS), (20.0, 100.0, None)])
+def test_a_loader_that_mostly_waits_shares_the_spare_capacity(loading, main, busy, expected):
+    # GIVEN a 2-core machine with no core idle, whose training thread loads batches using only
+    # main% of a core (the Dataset sleeps: I/O)
+    f = _dataloader(_with_host(loading, cores=2, idle=0, main=main, busy=busy))
+    # THEN workers fill the spare capacity (2 x (1 - busy)) at main% each, none where none is spare
+    if expected is None:
+        assert "no core is idle" in f.fix
+    else:
+        assert f"num_workers={expected}," in f.fix and f"a loader using {main:.0f}% of a core" in f.fix
+
+
+def test_without_host_samples_the_count_is_left_to_the_idle_cores(loading):
+    f = _dataloader(loading)
+    assert "num_workers=N," in f.fix and "cores left idle" in f.fix
+
+
+def _ranks(**columns):
+    frame = pd.DataFrame(columns)
+    for c in ("computing_us", "comm_not_overlapped_us", "free_us"):
+        frame[c] = frame.get(c, 100_000.0)
+    frame["stage"] = -1
+    return frame
+
+
+@pytest.mark.parametrize("backend, ascend", [("npu", True), ("cuda", False), ("cpu", False)])
+def test_ascend_settings_only_on_torch_npu_runs(backend, ascend):
+    # a slow rank in each dimension: late to the collectives, computing longer, idling longer
+    ranks = _ranks(rank=[0, 1], computing_us=[100_000.0, 130_000.0], comm_not_overlapped_us=[130_000.0, 100_000.0],
+                   free_us=[100_000.0, 130_000.0])
+    fixes = " ".join(f.fix for f in cluster.slow_ranks(ranks, backend=backend))
+    for setting in ("CPU_AFFINITY_CONF", "TASK_QUEUE_ENABLE", "AI Core"):
+        assert (setting in fixes) == ascend, setting

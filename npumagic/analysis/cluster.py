@@ -39,11 +39,49 @@ DEVICE_CHECK = {"npu": "that rank's device for a lower AI Core frequency or ther
                 "cuda": "that rank's GPU for lower clocks or thermal throttling (nvidia-smi -q -d CLOCK,PERFORMANCE)"}
 
 
-def slow_ranks(ranks: pd.DataFrame, label: str = "", backend: str = "npu") -> list[Finding]:
+def aligned(summary: Summary) -> tuple[pd.DataFrame, int | None]:
+    """The rank table over the steps every rank profiled (a slow rank is judged on the same steps
+    of each rank, never one rank's warm-up against another's steady state), with how many there
+    are; the job's own rank table and None where the ranks' step tables are not at hand."""
+    per_rank = summary.per_rank
+    if len(per_rank) < 2 or len(per_rank) < len(summary.ranks) or any("step" not in p.steps for p in per_rank.values()):
+        return summary.ranks, None
+    common = set.intersection(*(set(p.steps["step"].tolist()) for p in per_rank.values()))
+    columns = [*DIMENSIONS, "dataloader_us"]
+    rows = []
+    for rank, p in sorted(per_rank.items()):
+        steps = p.steps[p.steps["step"].isin(common)]
+        rows.append({"rank": rank, **{c: float(steps[c].mean()) if len(steps) and c in steps else float("nan")
+                                      for c in columns}})
+    table = pd.DataFrame(rows)
+    if "stage" in summary.ranks:
+        table["stage"] = table["rank"].map(summary.ranks.set_index("rank")["stage"]).fillna(-1).astype(int)
+    return table, len(common)
+
+
+# what a late rank's own time says about why it is late, in a finding's words
+OWN_CAUSES = {"computing_us": "it computes longer", "free_us": "its device idles longer waiting for its host",
+              "dataloader_us": "it waits longer for its data"}
+
+
+def _late_cause(late: pd.Series, waiting: pd.Series) -> tuple[str, float]:
+    """The part of the late rank's step that exceeds the waiting rank's most, and by how much (us)."""
+    excess = {c: float(late[c] - waiting[c]) for c in OWN_CAUSES if c in late and late[c] == late[c]}
+    if not excess or max(excess.values()) <= 0:
+        return "", 0.0
+    column = max(excess, key=excess.get)
+    return column, excess[column]
+
+
+def slow_ranks(ranks: pd.DataFrame, label: str = "", backend: str = "npu", common_steps: int | None = None) -> list[Finding]:
     """A finding for each of computing, communication (not overlapped) and free whose spread
     across ``ranks`` (max - min) exceeds :data:`~.thresholds.SLOW_RANK_RATIO` of the mean step
     (computing + communication not overlapped + free), naming both ranks and the difference;
-    its fix checks what the run's ``backend`` has (Ascend settings only on torch_npu runs)."""
+    its fix checks what the run's ``backend`` has (Ascend settings only on torch_npu runs).
+    ``common_steps``: how many steps every rank profiled, over which ``ranks`` is averaged (no
+    finding without one; a title that says so when it rests on one)."""
+    if common_steps == 0:
+        return []
     host_check = HOST_CHECK.get(backend, "other processes on that host and its CPU binding (taskset/numactl)")
     device_check = DEVICE_CHECK.get(backend, "that rank's host for other load")
     ranks = ranks.dropna(subset=list(DIMENSIONS))
@@ -62,8 +100,15 @@ def slow_ranks(ranks: pd.DataFrame, label: str = "", backend: str = "npu") -> li
                  f"rank {int(low['rank'])} ({_per_step_ms(high[column]):,.2f} vs {_per_step_ms(low[column]):,.2f} ms, "
                  f"{ratio:.1%} of the {_per_step_ms(step):,.2f} ms mean step of computing, communication not "
                  "overlapped and free time)")  # msprof-analyze's step: not the wall time the step table shows
+        rests = "; it rests on one common step" if common_steps == 1 else ""
+        cause = ""
         if column == "comm_not_overlapped_us":
             category = "communication"
+            own, by = _late_cause(low, high)
+            if own:
+                cause = OWN_CAUSES[own]
+                title += (f"; rank {int(low['rank'])} arrives late: {cause} "
+                          f"({_per_step_ms(by):,.2f} ms more than rank {int(high['rank'])})")
             fix = (f"in a collective the rank that waits longest is not the slow one: rank {int(low['rank'])} arrives "
                    f"late. Compare its computing, free and DataLoader time with rank {int(high['rank'])}'s "
                    "(the rank table of this job), balance the work per rank (same batch and sequence lengths, "
@@ -79,7 +124,11 @@ def slow_ranks(ranks: pd.DataFrame, label: str = "", backend: str = "npu") -> li
         evidence = {"rule": "slow_rank", "dimension": words, "high_rank": int(high["rank"]), "low_rank": int(low["rank"]),
                     "high_ms": _per_step_ms(float(high[column])), "low_ms": _per_step_ms(float(low[column])),
                     "gap_ms": _per_step_ms(gap), "mean_step_ms": _per_step_ms(step), "ratio": ratio}
-        out.append(Finding(category, ratio, title, evidence, fix, where))
+        if common_steps is not None:
+            evidence["common_steps"] = common_steps
+        if cause:
+            evidence["late_cause"] = cause
+        out.append(Finding(category, ratio, title + rests, evidence, fix, where))
     return out
 
 
@@ -157,16 +206,16 @@ def slow_links(summary: Summary) -> list[Finding]:
 def findings(summary: Summary) -> list[Finding]:
     """Every cluster finding of a job summary (nothing for a single rank): slow ranks (within
     each pipeline stage when stages are known), stage imbalance and slow links."""
-    ranks = summary.ranks
-    if ranks is None or len(ranks) < 2:
+    if summary.ranks is None or len(summary.ranks) < 2:
         return []
+    ranks, common = aligned(summary)
     out: list[Finding] = []
     backend = str(summary.meta.get("backend") or "cpu")
     staged = "stage" in ranks and (ranks["stage"] >= 0).all() and ranks["stage"].nunique() > 1
     if staged:
         for stage, members in ranks.groupby("stage"):
-            out += slow_ranks(members, f"stage {int(stage)}: ", backend)
+            out += slow_ranks(members, f"stage {int(stage)}: ", backend, common)
         out += stage_imbalance(ranks)
     else:
-        out += slow_ranks(ranks, backend=backend)
+        out += slow_ranks(ranks, backend=backend, common_steps=common)
     return out + slow_links(summary)

@@ -25,8 +25,11 @@ if TYPE_CHECKING:
 # A gap between device tasks shorter than this is launch latency (the host issuing the next
 # kernel), which CUDA graphs / aclgraph remove; longer gaps are host work they leave in place.
 LAUNCH_GAP_US = 200.0
-# Launch-bound: at least this share of the device's idle time lies in launch gaps.
+# Launch-bound: at least this share of the device's idle time lies in launch gaps, between kernels
+# whose median is under LAUNCH_KERNEL_US (a kernel that short finishes before the host can issue
+# the next one: ~5-20 us per launch).
 LAUNCH_GAP_SHARE = 0.5
+LAUNCH_KERNEL_US = 50.0
 # bf16 gradient compression halves the bytes on the wire; the latency part of a collective does
 # not shrink, so a quarter of the exposed time is the pessimistic end.
 BYTES_SAVED_HIGH = 0.5
@@ -185,8 +188,10 @@ def idle_gaps(s: Summary) -> dict[str, float] | None:
     inside = np.searchsorted(bounds, busy.ends[:-1], side="right") == np.searchsorted(bounds, busy.starts[1:], side="right")
     gaps = gaps[(gaps > 0) & inside]
     n = max(len(np.unique(step)), 1)
+    kernels = in_step.loc[((in_step["kind"] == "kernel") & (in_step["device"] >= 0)).to_numpy(), "dur_ns"]
     return {"short": float(gaps[gaps < LAUNCH_GAP_US * 1000].sum()) / 1e6 / n, "total": float(gaps.sum()) / 1e6 / n,
-            "gaps": float(len(gaps)) / n}
+            "gaps": float(len(gaps)) / n,
+            "kernel_median_us": float(np.median(kernels.to_numpy())) / 1000 if len(kernels) else float("nan")}
 
 
 def launch_bound(s: Summary) -> dict[str, float] | None:
@@ -195,7 +200,7 @@ def launch_bound(s: Summary) -> dict[str, float] | None:
     gaps = idle_gaps(s)
     if not gaps or gaps["total"] <= 0 or gaps["short"] < LAUNCH_GAP_SHARE * gaps["total"]:
         return None
-    return gaps
+    return gaps if gaps["kernel_median_us"] < LAUNCH_KERNEL_US else None
 
 
 # -- every finding --------------------------------------------------------------------------------

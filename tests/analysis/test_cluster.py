@@ -39,7 +39,7 @@ def test_level0_names_the_communication_gap_between_the_ranks():
     assert f.evidence["gap_ms"] == pytest.approx(81.515607 - 64.616114, rel=0.01)
     assert f.title.startswith("slow rank: rank 0 spends 16.90 ms more per step in communication than rank 1")
     # the step it is measured against is msprof-analyze's, and the title says what that is
-    assert f.title.endswith("of the 108.43 ms mean step of computing, communication not overlapped and free time)")
+    assert "of the 108.43 ms mean step of computing, communication not overlapped and free time)" in f.title
     assert f.category == "communication"
 
 

@@ -82,13 +82,14 @@ def test_a_fix_below_the_threshold_is_never_the_next_change():
     assert lead(s, found).finding.rule == "communication"
 
 
-def test_cuda_graphs_are_credited_only_with_the_launch_gaps():
-    # the nccl trace's host gaps: CPU work under the largest, launch gaps elsewhere
+def test_the_cpu_work_under_the_gaps_bounds_the_saving_not_the_whole_idle():
+    # the nccl trace: CPU work (DDP bucketing) under the largest host gaps, not launch-bound
     s = shared_summary(CUDA / "nccl")
     gaps = whatif.idle_gaps(s)
     assert 0 < gaps["short"] < gaps["total"]
     f = npumagic.advise(s)[0]
-    assert f.rule == "host_bound" and f.evidence["launch_gap_ms"] == pytest.approx(gaps["short"])
+    assert f.rule == "host_bound" and f.evidence["short_gap_ms"] == pytest.approx(gaps["short"])
+    assert not f.evidence.get("launch_bound")
     # the finding's fix removes the CPU work under the gaps: its bound is that work, not the whole idle
     assert f.predicted_interval[1] == pytest.approx(f.evidence["cpu_work_ms"], abs=1e-3)
     assert f.predicted_interval[1] < f.evidence["idle_ms"]

@@ -225,10 +225,23 @@ def _host_bound(s: Summary) -> list[Finding]:
         fix = ("find what the host waits on between steps (profile with Python stacks, --stack, and read the host lanes of the "
                "timeline: file or network reads, logging, checkpoint writes, time.sleep, lock waits) and move it off "
                "the step; " + fix)
-    gaps = whatif.idle_gaps(s) if backend_of(s) in ("cuda", "rocm") else None
-    if gaps:  # what CUDA graphs can remove: the launch gaps, not the kernels nor longer host work
-        evidence.update(launch_gap_ms=gaps["short"], idle_gap_ms=gaps["total"])
-    under = gap_operators(s.events) if backend_of(s) in ("cuda", "rocm") else pd.DataFrame()  # launches linked
+    graphs = backend_of(s) in ("cuda", "rocm")  # the fix above is graphs: they remove launch gaps only
+    launch = whatif.launch_bound(s)
+    gaps = launch or (whatif.idle_gaps(s) if graphs else None)
+    if gaps:
+        evidence.update(short_gap_ms=gaps["short"], idle_gap_ms=gaps["total"], kernel_median_us=gaps["kernel_median_us"])
+    if launch:  # what graphs can remove: the launch gaps, not the kernels nor longer host work
+        evidence.update(launch_bound=True, launch_gap_ms=launch["short"])
+        title += (f"; launch-bound: {launch['short']:,.2f} of the {launch['total']:,.2f} ms idle per step lies in gaps "
+                  f"under {whatif.LAUNCH_GAP_US:.0f} µs between kernels of median {launch['kernel_median_us']:,.1f} µs")
+        fix = _launch_fix(s)
+    elif gaps and gaps["total"] > 0 and not inferred:
+        fix = (f"the device waits on host work between kernels, not on launches ({gaps['total'] - gaps['short']:,.2f} "
+               f"of the {gaps['total']:,.2f} ms idle per step lies in gaps over {whatif.LAUNCH_GAP_US:.0f} µs; CUDA "
+               f"graphs would remove only the {gaps['short']:,.2f} ms of launch gaps): find that work (profile with "
+               "Python stacks, --stack, and read the host lane of the timeline under the gaps) and move it off the "
+               "step, then raise the batch size")
+    under = gap_operators(s.events) if graphs and not launch else pd.DataFrame()  # launches linked
     if len(under):
         listed = ", ".join(f"{r.op} ({r.idle_us / 1000:,.2f} ms, {r.launches} launches)" for r in under.head(3).itertuples())
         evidence["gap_operators"] = under.head(5).to_dict("records")
@@ -246,6 +259,19 @@ def _host_bound(s: Summary) -> list[Finding]:
                "that skips the first ones, torch.profiler.schedule(wait=1, warmup=1, active=3); in a cell npumagic "
                "profiles, npumagic.step()); if the steps stay host-bound, " + fix)
     return [Finding("host_bound", unexplained, title, evidence, fix)]
+
+
+def _launch_fix(s: Summary) -> str:
+    """The fix for a launch-bound step: launch the step's many small kernels as one graph."""
+    if backend_of(s) == "npu":
+        return ("the host cannot launch the small kernels as fast as the device runs them: capture the step as a "
+                "graph, " + NPU_COMPILE + ", and raise the batch size so each kernel does more work")
+    if backend_of(s) in ("cuda", "rocm"):
+        return ("the host cannot launch the small kernels as fast as the GPU runs them: capture the step in CUDA "
+                "graphs (torch.compile(model, mode='reduce-overhead'), or torch.cuda.graphs for a static step), fuse "
+                "kernels (torch.compile), and raise the batch size so each kernel does more work")
+    return ("the host cannot launch the small kernels as fast as the device runs them: compile the step so fewer, "
+            "fused kernels are launched (torch.compile(model)), and raise the batch size")
 
 
 def _frames_listed(frames: list[dict]) -> str:

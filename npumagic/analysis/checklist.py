@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .. import presentation
 from .advice import Advice, advise, class_name, lead
 from .compare import Comparison, compare, profiling_inflation
@@ -65,6 +67,17 @@ def busy_label(summary: Summary) -> str:
     return "device busy" if summary.meta.get("device_mode") else "busy in torch operators"
 
 
+def median_step_busy(summary: Summary) -> float:
+    """The busy share of the median step (the step whose wall time is nearest the median, the
+    first of equals), so the Baseline's busy share and step time describe the same step; a
+    time-weighted share lets one long step speak for the others."""
+    steps = summary.steps
+    if not len(steps) or "device_util" not in steps:
+        return summary.headline["device_util"]
+    wall = steps["wall_us"].to_numpy(dtype=float)
+    return float(steps["device_util"].iloc[int(np.argmin(np.abs(wall - np.median(wall))))])
+
+
 def checklist(summary: Summary, baseline: Summary | None = None, run_name: str | None = None,
               stored_at: str | None = None, advice: Advice | None = None,
               comparison: "Comparison | None" = None) -> Verdict:
@@ -76,7 +89,7 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     s = summary.step_stats
     h = summary.headline
     step1 = (f"step {_ms(s['median_us'])} median, p90 {_ms(s['p90_us'])}, jitter {_pct(s['cv'])}; "
-             f"{busy_label(summary)} {_pct(h['device_util'])}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
+             f"{busy_label(summary)} {_pct(median_step_busy(summary))}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
     inflation = profiling_inflation(summary)
     if inflation is not None and inflation.ci[0] > 1:  # said only where profiling measurably slowed the step
         lo, hi = inflation.ci

@@ -16,6 +16,7 @@ from .. import presentation
 from .advice import Advice, advise, class_name, lead
 from .compare import Comparison, compare, profiling_inflation
 from .summary import Summary
+from .verify import verify
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,11 @@ def _verify(summary: Summary, baseline: Summary | None, cmp: "Comparison | None"
         text += f"; note: {len(cmp.changed)} things changed ({', '.join(cmp.changed[:3])}...) — change one at a time"
     elif cmp.changed:
         text += f"; changed: {cmp.changed[0]}"
+    if baseline is not None:  # the baseline's Next change, predicted against what this run achieved
+        told = lead(baseline, advise(baseline).findings).finding
+        checked = verify(baseline, summary, told)
+        if checked is not None:
+            text += f"; the baseline's Next change, {checked.sentence()}"
     return text
 
 

@@ -1,0 +1,66 @@
+"""Predict, then verify: a baseline's finding predicted a saving per step (:mod:`.whatif`); the
+next run, with its fix applied, achieved one. ``verify`` sets the two side by side ("predicted
+-8.10 ms (6.20-9.90), achieved -7.40 ms: within"), so a rule that over-promises shows it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .finding import Finding
+    from .metrics import Summary
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A finding's predicted saving (ms per step, with its interval) against the achieved one:
+    the baseline's median step less the fixed run's."""
+
+    rule: str
+    predicted_ms: float
+    low_ms: float
+    high_ms: float
+    achieved_ms: float
+
+    @property
+    def outcome(self) -> str:
+        """``within`` the interval, ``short`` of it (the fix saved less) or ``beyond`` it."""
+        if self.achieved_ms < self.low_ms:
+            return "short"
+        return "beyond" if self.achieved_ms > self.high_ms else "within"
+
+    @property
+    def ratio(self) -> float:
+        """Achieved / predicted (the rule's calibration on this fix); NaN where nothing was predicted."""
+        return self.achieved_ms / self.predicted_ms if self.predicted_ms > 0 else float("nan")
+
+    def sentence(self) -> str:
+        said = {"within": "within the interval", "short": "short of the interval: the fix removed less than predicted",
+                "beyond": "beyond the interval: more changed than this fix"}[self.outcome]
+        return (f"{self.rule}: predicted -{self.predicted_ms:,.2f} ms ({self.low_ms:,.2f}-{self.high_ms:,.2f}), "
+                f"achieved {-self.achieved_ms:+,.2f} ms per step ({said})")
+
+    def as_dict(self) -> dict[str, object]:
+        return {"rule": self.rule, "predicted_saving_ms": self.predicted_ms,
+                "predicted_interval_ms": [self.low_ms, self.high_ms], "achieved_saving_ms": self.achieved_ms,
+                "outcome": self.outcome}
+
+
+def pick(findings: list[Finding], fix: str | None = None) -> Finding | None:
+    """The finding whose fix was applied: the one of rule (or category) ``fix``, else the first."""
+    if fix:
+        return next((f for f in findings if fix in (f.rule, f.category)), None)
+    return findings[0] if findings else None
+
+
+def verify(baseline: Summary, after: Summary, finding: Finding | None) -> Verification | None:
+    """The ``finding`` of ``baseline`` (with a prediction) against what ``after`` achieved; None
+    without a finding, a prediction or steps on both sides."""
+    if finding is None or finding.predicted_interval is None or finding.predicted_saving_ms is None:
+        return None
+    a, b = baseline.step_stats["median_us"], after.step_stats["median_us"]
+    if not (a == a and b == b):
+        return None
+    lo, hi = finding.predicted_interval
+    return Verification(finding.rule or finding.category, finding.predicted_saving_ms, lo, hi, (a - b) / 1000)

@@ -228,6 +228,13 @@ def lever(s: Summary, f: Finding) -> Lever:
         short = min(float(ev["launch_gap_ms"]), stake)
         return Lever("graphs", DEFAULT_LOW * short, short,
                      f"graphs remove the {short:,.2f} ms of launch gaps under {LAUNCH_GAP_US:.0f} µs, not the kernels")
+    if rule == "small_ops":
+        # fusing removes the tiny operators and the host time between them: on the CPU the Python
+        # that dispatches each one, on a device the launch gaps
+        between = (float(ev.get("launch_gap_ms", 0.0)) if s.meta.get("device_mode") else
+                   max(per_step_ms(s, "idle_us") - per_step_ms(s, "dataloader_us"), 0.0))
+        return Lever("fuse", DEFAULT_LOW * stake, stake + between,
+                     f"the {stake:,.2f} ms of tiny operators and up to the {between:,.2f} ms of dispatch between them")
     if rule in ("memory_capacity", "fragmentation") or (f.category == "sync" and f.impact == 0):
         return Lever("none", 0.0, 0.0, "costs no step time now" if f.category != "sync" else
                      "nothing waits on the CPU: it costs time only once the step runs on a device")

@@ -79,26 +79,42 @@ def threshold_ms(s: Summary) -> float:
 # -- communication --------------------------------------------------------------------------------
 def communication_levers(s: Summary, wait_ratio: float = 0.0) -> list[Lever]:
     """The communication finding's levers, largest upper bound first: overlap with backward,
-    fewer bytes, and (when the collectives mostly wait) the straggler."""
+    fewer bytes, and the straggler where the collectives wait. In a job, the rank that waits
+    least in its collectives bounds what moving bytes costs; the rest is waiting for a late rank,
+    which fewer bytes do not shorten."""
     exposed = per_step_ms(s, "comm_not_overlapped_us")
     computing = per_step_ms(s, "computing_us")
     overlapped = per_step_ms(s, "overlapped_us")
     beside = max(computing - overlapped, 0.0)  # compute not yet hiding any communication
     hideable = min(exposed, beside)
+    transfer = min(exposed, _least_exposed_ms(s))
+    waited = max(exposed - transfer, wait_ratio * exposed if wait_ratio > 0.5 else 0.0)
+    transfer = exposed - waited
     levers = [
         Lever("overlap", DEFAULT_LOW * hideable, hideable,
               f"overlap hides at most the {beside:,.2f} ms of compute not yet beside the communication "
               f"(of {exposed:,.2f} ms exposed)"),
-        Lever("bytes", BYTES_SAVED_LOW * exposed, BYTES_SAVED_HIGH * exposed,
-              f"bf16 gradients halve the bytes: up to half of the {exposed:,.2f} ms exposed, a quarter where "
-              "latency, not bandwidth, dominates"),
+        Lever("bytes", BYTES_SAVED_LOW * transfer, BYTES_SAVED_HIGH * transfer,
+              f"bf16 gradients halve the bytes: up to half of the {transfer:,.2f} ms spent moving them, a quarter "
+              "where latency, not bandwidth, dominates" + (f" (the other {waited:,.2f} ms exposed wait for a late "
+                                                           "rank)" if waited > 0 else "")),
     ]
-    if wait_ratio > 0.5:
-        waited = wait_ratio * exposed
+    if waited > 0:
         levers.append(Lever("straggler", DEFAULT_LOW * waited, waited,
-                            f"the collectives wait {wait_ratio:.0%} of their time for a late rank: "
-                            f"{waited:,.2f} ms a step, which balancing the ranks removes"))
+                            f"the collectives wait {waited:,.2f} ms a step for a late rank "
+                            + (f"({wait_ratio:.0%} of their time), " if wait_ratio > 0.5 else
+                               "(beyond the rank that waits least), ") + "which balancing the ranks removes"))
     return sorted(levers, key=lambda lv: (lv.high_ms, lv.low_ms), reverse=True)
+
+
+def _least_exposed_ms(s: Summary) -> float:
+    """The exposed communication per step of the job's rank that waits least (ms); infinite
+    without a rank table of two or more ranks."""
+    ranks = s.ranks
+    if ranks is None or len(ranks) < 2 or "comm_not_overlapped_us" not in ranks:
+        return float("inf")
+    values = ranks["comm_not_overlapped_us"].dropna()
+    return float(values.min()) / 1000 if len(values) >= 2 else float("inf")
 
 
 # -- DataLoader workers ---------------------------------------------------------------------------

@@ -93,3 +93,17 @@ def test_the_cpu_work_under_the_gaps_bounds_the_saving_not_the_whole_idle():
     # the finding's fix removes the CPU work under the gaps: its bound is that work, not the whole idle
     assert f.predicted_interval[1] == pytest.approx(f.evidence["cpu_work_ms"], abs=1e-3)
     assert f.predicted_interval[1] < f.evidence["idle_ms"]
+
+
+def test_in_a_job_fewer_bytes_are_credited_only_with_the_transfer_not_the_wait_for_a_late_rank():
+    # GIVEN the level0 job: rank 0 has 81.52 ms of exposed collectives a step, rank 1 (late) 64.62
+    s = shared_summary(ASCEND / "level0")
+    exposed = _per_step_ms(s, "comm_not_overlapped_us")
+    least = float(s.ranks["comm_not_overlapped_us"].min()) / 1000
+    f = next(f for f in npumagic.advise(s) if f.rule == "communication")
+    # THEN fewer bytes shorten at most half of the least-waiting rank's 64.62 ms, and the 16.90 ms
+    # rank 0 waits beyond it is the straggler's to remove
+    levers = f.evidence["levers_ms"]
+    assert levers["bytes"] == pytest.approx([0.25 * least, 0.5 * least], abs=1e-3)
+    assert levers["straggler"] == pytest.approx([0.5 * (exposed - least), exposed - least], abs=1e-3)
+    assert "the collectives wait for a late rank: a straggler arrives late" in f.fix and "balance the work per rank" in f.fix

@@ -70,8 +70,9 @@ def _communication(s: Summary) -> list[Finding]:
               "bytes": "send fewer bytes: compress gradients (model.register_comm_hook(None, torch.distributed.algorithms."
                        "ddp_comm_hooks.default_hooks.bf16_compress_hook)) or reduce them less often (gradient "
                        "accumulation under model.no_sync())",
-              "straggler": (f"{evidence.get('top_op', 'the collective')} spends {wait:.0%} of its time waiting for other "
-                            "ranks: a straggler arrives late. Compare the ranks (analysing the folder that holds every "
+              "straggler": ((f"{evidence.get('top_op', 'the collective')} spends {wait:.0%} of its time waiting for "
+                             "other ranks" if wait > 0.5 else "the collectives wait for a late rank") +
+                            ": a straggler arrives late. Compare the ranks (analysing the folder that holds every "
                             "rank shows the slowest) and balance the work per rank")}
     ranked = whatif.communication_levers(s, wait)
     evidence["levers_ms"] = {lv.name: [round(lv.low_ms, 3), round(lv.high_ms, 3)] for lv in ranked}

@@ -39,8 +39,9 @@ def test_the_level1_jobs_first_fix_is_fewer_bytes_bounded_by_what_each_lever_rem
     assert top.predicted_saving_ms == pytest.approx(0.375 * exposed, abs=1e-3)
 
 
-def test_the_checklists_next_change_carries_the_prediction():
-    s = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
+@pytest.mark.parametrize("path", [ASCEND / "level1" / "rank0_ascend_pt", ASCEND / "level1"], ids=["rank0", "job"])
+def test_the_checklists_next_change_carries_the_prediction(path):
+    s = shared_summary(path)
     verdict = npumagic.checklist(s)
     top = verdict.advice[0]
     lo, hi = top.predicted_interval

@@ -194,16 +194,13 @@ def idle_gaps(s: Summary) -> dict[str, float] | None:
     if ev is None or ev.empty or not s.meta.get("device_mode") or not len(s.steps):
         return None
     in_step = ev[ev["step"].to_numpy() >= 0]
-    busy = device_busy(in_step)
-    if len(busy) < 2:
+    # gaps within each step's own device work: the gap across a step boundary is neither step's
+    per_step = [device_busy(group) for _, group in in_step.groupby("step", observed=True, sort=False)]
+    gaps = np.concatenate([(b.starts[1:] - b.ends[:-1]).astype(float) for b in per_step if len(b) > 1] or [np.zeros(0)])
+    if not gaps.size:
         return None
-    step = in_step["step"].to_numpy()
-    gaps = (busy.starts[1:] - busy.ends[:-1]).astype(float)
-    # a gap across a step boundary belongs to neither step's launch stream
-    bounds = s.steps["start_us"].to_numpy(dtype=float) * 1000
-    inside = np.searchsorted(bounds, busy.ends[:-1], side="right") == np.searchsorted(bounds, busy.starts[1:], side="right")
-    gaps = gaps[(gaps > 0) & inside]
-    n = max(len(np.unique(step)), 1)
+    gaps = gaps[gaps > 0]
+    n = max(len(per_step), 1)
     kernels = in_step.loc[((in_step["kind"] == "kernel") & (in_step["device"] >= 0)).to_numpy(), "dur_ns"]
     return {"short": float(gaps[gaps < LAUNCH_GAP_US * 1000].sum()) / 1e6 / n, "total": float(gaps.sum()) / 1e6 / n,
             "gaps": float(len(gaps)) / n,
@@ -247,8 +244,9 @@ def lever(s: Summary, f: Finding) -> Lever:
     if rule == "small_ops":
         # fusing removes the tiny operators and the host time between them: on the CPU the Python
         # that dispatches each one, on a device the launch gaps
-        between = (float(ev.get("launch_gap_ms", 0.0)) if s.meta.get("device_mode") else
-                   max(per_step_ms(s, "idle_us") - per_step_ms(s, "dataloader_us"), 0.0))
+        gaps = idle_gaps(s) if s.meta.get("device_mode") else None
+        between = (gaps["short"] if gaps else 0.0) if s.meta.get("device_mode") else \
+            max(per_step_ms(s, "idle_us") - per_step_ms(s, "dataloader_us"), 0.0)
         return Lever("fuse", DEFAULT_LOW * stake, stake + between,
                      f"the {stake:,.2f} ms of tiny operators and up to the {between:,.2f} ms of dispatch between them")
     if rule in ("memory_capacity", "fragmentation") or (f.category == "sync" and f.impact == 0):

@@ -73,3 +73,12 @@ def test_communication_kernels_beyond_nccl_are_communication(tmp_path, renamed):
     original, other = shared_summary(CUDA / "nccl"), npumagic.analyze(tmp_path / "renamed.pt.trace.json")
     assert other.steps["communication_us"].tolist() == pytest.approx(original.steps["communication_us"].tolist())
     assert other.steps["communication_us"].gt(0).all()
+
+
+@pytest.mark.parametrize("path", [CUDA / "nccl", CUDA / "ns_resolution"], ids=lambda p: p.name)
+def test_idle_gaps_lie_within_the_steps_idle_time(path):
+    # the gaps between a step's own device tasks are part of its idle time; the gap from one
+    # step's last task to the next step's first is neither step's
+    s = shared_summary(path)
+    gaps = whatif.idle_gaps(s)
+    assert 0 < gaps["short"] <= gaps["total"] <= whatif.per_step_ms(s, "idle_us") + 1e-6

@@ -323,8 +323,10 @@ class Recorder:
                                                              "device_neighbours": result.device_neighbours})
             if summary is not None:
                 self.runs.keep(name, summary=summary)
-                verdict = checklist(summary, run_name=name, stored_at=str(self.store.path),
-                                    comparison=self.runs.against_baseline(name, summary))
+                against = self.runs.against_baseline(name, summary)
+                # with the baseline's Summary, Verify sets its Next change's prediction beside what this run achieved
+                verdict = checklist(summary, run_name=name, stored_at=str(self.store.path), comparison=against,
+                                    baseline=self.runs.summary(self.runs.baseline) if against is not None else None)
         except NpumagicError as exc:
             notes.append(f"could not analyse {run_dir}: {exc}")
             message = str(exc)

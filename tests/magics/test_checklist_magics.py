@@ -259,6 +259,19 @@ def test_at_3_steps_removing_a_dataloader_sleep_is_a_speedup_named_after_the_dat
     assert c.sentence().startswith("fast is") and "DataLoader wait" in c.sentence()
 
 
+def test_a_later_run_sets_the_baselines_predicted_saving_beside_the_achieved_one(trainer):
+    # GIVEN a baseline that waits 30 ms a step on its DataLoader, then the same cell without the wait
+    trainer.run_cell("import time\n" + BATCHES_SETUP)
+    slow = _profile_cell(trainer, "slow", 0.03)
+    fast = _profile_cell(trainer, "fast", 0.0)
+    # THEN the later run's Verify step sets the baseline's Next change's prediction beside its saving
+    told = slow.verdict.advice.lead.finding
+    lo, hi = told.predicted_interval
+    verify = dict(fast.verdict.steps)["Verify"]
+    assert told.rule == "dataloader"
+    assert f"the baseline's Next change, dataloader: predicted -{told.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}), achieved " in verify
+
+
 def test_at_3_steps_the_identical_cell_twice_is_no_difference(trainer):
     trainer.run_cell("import time\n" + BATCHES_SETUP)
     for name in ("warm", "one", "two"):  # first-run effects stay out of the pair

@@ -11,7 +11,7 @@ from .compare import MIN_EFFECT
 
 if TYPE_CHECKING:
     from .finding import Finding
-    from .metrics import Summary
+    from .summary import Summary
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from . import thresholds as T
 
 if TYPE_CHECKING:
     from .finding import Finding
-    from .metrics import Summary
+    from .summary import Summary
 
 # A gap between device tasks shorter than this is launch latency (the host issuing the next
 # kernel), which CUDA graphs / aclgraph remove; longer gaps are host work they leave in place.

@@ -429,6 +429,12 @@ export default {
         tools.count.textContent = f.count ? `${f.at} of ${f.count}: ${f.name}` : "no match";
         tools.count.title = (f.names || []).join("\n");  // the names matched, most matches first
         match = f.count ? {lane: f.lane, start: f.start, end: f.end} : null;
+        // the match's window comes with it: a view update from the kernel that crossed one of ours is dropped
+        if (f.count && f.t1 > f.t0 && (f.t0 !== win.t0 || f.t1 !== win.t1)) {
+          win = {t0: f.t0, t1: f.t1};
+          const v = model.get("view");
+          if (v.t0 !== win.t0 || v.t1 !== win.t1) ask();
+        }
       }
       root.dataset.found = f.count ?? 0; root.dataset.at = f.at ?? 0;
       root.dataset.matchStart = f.start ?? ""; root.dataset.matchEnd = f.end ?? "";

@@ -192,9 +192,10 @@ class TimelineWidget(anywidget.AnyWidget):
         pad = max(end - start, 1_000)
         # the view first: the browser then has the window when the count arrives
         self.zoom((start - pad) / 1e6, (end + pad) / 1e6)
+        # the window again with the count: the browser drops a kernel's view that crosses one of its own
         self.found = {"query": m.query, "regex": m.regex, "count": len(m), "at": k + 1, "names": m.names,
                       "lane": int(m.lanes[k]), "id": int(m.rows[k]), "name": str(self.index.events["name"].iat[int(m.rows[k])]),
-                      "start": start / 1e6, "end": end / 1e6}
+                      "start": start / 1e6, "end": end / 1e6, "t0": self.view["t0"], "t1": self.view["t1"]}
 
     def zoom(self, t0_ms: float, t1_ms: float) -> None:
         """Show the window from ``t0_ms`` to ``t1_ms`` (ms from the first step; finite)."""

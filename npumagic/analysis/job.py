@@ -36,7 +36,7 @@ from ..errors import NpumagicError, TraceError
 log = logging.getLogger(__name__)
 
 LOCAL = "local"
-RANK_KEYED = ("vendor", "sources", "notes", "parallel_groups")  # meta entries keyed by rank id
+RANK_KEYED = ("vendor", "sources", "notes", "parallel_groups", "steps_from")  # meta entries keyed by rank id
 RANK_LISTS = ("steps_inferred",)  # meta entries listing rank ids
 # Below this many ranks a local cluster costs more to start (a few seconds: each worker process
 # imports pandas and npumagic) than reading the ranks one after another saves.

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .inferred_steps import WHOLE_TRACE, infer_steps
 from .memory_release import release_free_memory
 
 KINDS = ("host_op", "kernel", "comm", "memcpy", "sync", "runtime", "annotation", "dataloader", "python")
@@ -145,7 +146,10 @@ TRACE_META: dict[str, tuple[type, ...]] = {
     "bad_rows": (dict,),  # rows left out, by file, with why
     "base_time_ns": (int,),  # the epoch time the trace's clock counts from
     "cycle_starts": (list,),  # per rank, where each later profiling cycle starts (repeating schedules)
-    "steps_inferred": (list,),  # ranks without ProfilerStep marks: one step each (set by finish)
+    "steps_inferred": (list,),  # ranks without ProfilerStep marks or iterations: one step each (set by finish)
+    # by rank, for ranks without ProfilerStep marks: what cut their steps ("Optimizer.step#SGD.step",
+    # "annotation NAME" or "whole trace"; set by finish, see inferred_steps)
+    "steps_from": (dict,),
     "vendor": (dict,),  # by rank: the vendor's own tables (torch_npu's)
     "sources": (dict,),  # by rank: which file each table came from
     "notes": (dict,),  # by rank: what the reader noted about it
@@ -356,12 +360,14 @@ def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | Non
     events = coerce(events, EVENT_COLUMNS)
     unstepped = sorted(_distinct(events["rank"].to_numpy()) - set(steps["rank"].unique()))
     if unstepped:
-        # No ProfilerStep# marks (no schedule, or prof.step() never called): one step per rank.
-        ends = events["ts_ns"] + events["dur_ns"]
-        spans = [{"rank": r, "step": 0, "start_ns": events.loc[events["rank"] == r, "ts_ns"].min(),
-                  "end_ns": ends[events["rank"] == r].max()} for r in unstepped]
-        steps = coerce(pd.concat([steps, pd.DataFrame(spans)], ignore_index=True), STEP_COLUMNS)
-        meta["steps_inferred"] = [int(r) for r in unstepped]
+        # No ProfilerStep# marks (no schedule, or prof.step() never called): steps from the
+        # iterations the trace shows (optimizer steps, a recurring annotation), else one per rank
+        found = {r: infer_steps(events[events["rank"].to_numpy() == r], r) for r in unstepped}
+        steps = coerce(pd.concat([steps, *(s for s, _ in found.values())], ignore_index=True), STEP_COLUMNS)
+        meta["steps_from"] = {int(r): how for r, (_, how) in found.items()}
+        whole = [int(r) for r, (_, how) in found.items() if how == WHOLE_TRACE]
+        if whole:
+            meta["steps_inferred"] = whole
     steps = steps.sort_values(["rank", "start_ns"]).reset_index(drop=True)
     if len(steps) and len(events):
         events["step"] = assign_steps(events, steps)

@@ -114,11 +114,12 @@ def test_a_trace_without_device_properties_is_not_called_cpu():
     assert trace.meta["device_name"] == "NVIDIA GPU (model not recorded)"
 
 
-def test_legacy_autograd_api_trace_is_one_inferred_step_and_says_so():
+def test_legacy_autograd_api_trace_without_profiler_steps_is_cut_by_its_optimizer_steps():
     trace = npumagic.load(need(LEGACY / "resnet50_autograd_api_nw0.pt.trace.json.gz"))
-    assert len(trace.steps) == 1
-    assert trace.meta["steps_inferred"] == [0]
-    assert "one inferred step" in str(npumagic.summarize(trace))
+    ends = trace.events.loc[trace.events["name"] == "Optimizer.step#SGD.step"]
+    assert len(trace.steps) == len(ends) == 6  # one step per iteration, not one for the whole trace
+    assert trace.meta["steps_from"] == {0: "Optimizer.step#SGD.step"} and "steps_inferred" not in trace.meta
+    assert "one inferred step" not in str(npumagic.summarize(trace))
 
 
 def test_rocm_trace_is_labelled_rocm_with_hip_syncs():

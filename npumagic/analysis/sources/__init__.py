@@ -126,4 +126,7 @@ def merge_meta(fmt: str, paths: list[Path], metas: list[dict], unreadable: dict 
     inferred = sorted({int(r) for m in metas for r in m.get("steps_inferred", [])})
     if inferred:  # as schema.finish marks the ranks without ProfilerStep marks
         job["steps_inferred"] = inferred
+    found = {r: how for m in metas for r, how in m.get("steps_from", {}).items()}
+    if found:  # how schema.finish cut the steps of ranks without ProfilerStep marks
+        job["steps_from"] = found
     return job

@@ -215,10 +215,8 @@ def device_windows(work: pd.DataFrame, steps: pd.DataFrame) -> tuple[np.ndarray,
     (the host's preparation of the first step is part of it, as it is of every later window),
     or, while the device is still busy with work launched before the trace, when that is done,
     and at the latest at its own first activity; the last window ends at its last device
-    activity (after it the host only stops the profiler), except in a trace of one step: its
-    window is at least its host span, the ``ProfilerStep`` mark, whose host tail after the last
-    kernel (the loss read back, a log line) is the step's own time. A step that launched no
-    device work keeps its host window.
+    activity (after it the host only stops the profiler). A step that launched no device work
+    keeps its host window.
 
     Parameters
     ----------
@@ -239,6 +237,4 @@ def device_windows(work: pd.DataFrame, steps: pd.DataFrame) -> tuple[np.ndarray,
         lo[active] = starts
         hi[active] = np.append(starts[1:], np.int64(last[active[-1]]))
         hi[active] = np.maximum(hi[active], lo[active])
-        if len(hi) == 1:  # one step: nothing after it but its own host tail
-            hi = np.maximum(hi, steps["end_ns"].to_numpy())
     return lo, hi

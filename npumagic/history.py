@@ -83,12 +83,24 @@ def _add_ownership(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE runs ADD COLUMN pid_started REAL")
 
 
+def _add_verified_fixes(db: sqlite3.Connection) -> None:
+    """3: each verified fix (``%npucompare A B --fix RULE``): the rule's predicted saving per step
+    (ms, with its interval) against the achieved one. Runs are kept by name, not by a reference:
+    a rule's calibration outlives the runs that measured it."""
+    db.execute("""CREATE TABLE IF NOT EXISTS verified_fixes (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, created REAL NOT NULL,
+        run_a TEXT NOT NULL, run_b TEXT NOT NULL, rule TEXT NOT NULL,
+        predicted_ms REAL NOT NULL, low_ms REAL NOT NULL, high_ms REAL NOT NULL, achieved_ms REAL NOT NULL,
+        noise_ms REAL NOT NULL DEFAULT 0, UNIQUE (run_a, run_b, rule))""")
+
+
 # Each entry takes the schema from version i to i + 1 inside the opening transaction.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_add_summaries, _add_ownership]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_add_summaries, _add_ownership, _add_verified_fixes]
 SCHEMA_VERSION = len(MIGRATIONS)
 KERNEL_FIELDS = ["name", "type", "core", "count", "total_us", "mean_us", "min_us", "max_us", "share"]
 STEP_FIELDS = ["step", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us", "overlapped_us",
                "free_us", "preparing_us", "dataloader_us", "sync_us", "busy_us", "device_util"]
+FIX_FIELDS = ["run_a", "run_b", "rule", "predicted_ms", "low_ms", "high_ms", "achieved_ms", "noise_ms"]
 RUN_LIST_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "step_median_ms", "device_util",
                     "bottleneck", "note"]
 
@@ -409,6 +421,23 @@ class HistoryStore:
         summaries were stored."""
         with self._connect(immediate=True) as db:
             self._put_summary(db, self._id(db, name), summary)
+
+    def add_fix(self, run_a: str, run_b: str, rule: str, predicted_ms: float, low_ms: float, high_ms: float,
+                achieved_ms: float, noise_ms: float = 0.0) -> None:
+        """Keep a verified fix (the same runs and rule verified again replace it: counted once)."""
+        values = [run_a, run_b, rule, predicted_ms, low_ms, high_ms, achieved_ms, noise_ms]
+        with self._connect(immediate=True) as db:
+            db.execute(f"INSERT OR REPLACE INTO verified_fixes (created, {', '.join(FIX_FIELDS)}) "
+                       f"VALUES (?{', ?' * len(FIX_FIELDS)})", [time.time(), *values])
+
+    def fixes(self) -> list[dict[str, Any]]:
+        """Every verified fix, oldest first (none in a history read before version 3 added them);
+        a row whose numbers were edited into something else is left out."""
+        with self._connect() as db:
+            if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'verified_fixes'").fetchone():
+                return []
+            rows = db.execute(f"SELECT {', '.join(FIX_FIELDS)} FROM verified_fixes ORDER BY id").fetchall()
+        return [dict(r) for r in rows if all(_is_number(r[k]) for k in FIX_FIELDS[3:])]
 
     def update(self, name: str, **fields: Any) -> None:
         values = _encode(fields)

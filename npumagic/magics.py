@@ -17,6 +17,7 @@ from traitlets import Bool, Enum, List, TraitError, Unicode, validate
 
 from .analysis.ab import MAX_STEPS as AB_MAX_STEPS
 from .analysis.ab import THRESHOLD as AB_THRESHOLD
+from .calibration import VerifiedCompareReport, verify_runs
 from .capture import CaptureOptions, NestedCaptureError
 from .commands import COMMANDS, ERRORS, Places, find
 from .errors import NpumagicError
@@ -397,6 +398,7 @@ class NpuMagics(Magics):
     @argument("a", nargs="?", default=None, help="reference run (name or -1/-2; default the baseline)")
     @argument("b", nargs="?", default=None, help="the run to check (default the latest)")
     @argument("--no-plot", action="store_true", help="no comparison figure")
+    @argument("--fix", default=None, metavar="RULE", help="A's finding whose fix B applied: predicted against achieved")
     @line_magic
     def npucompare(self, line: str):
         """Compare two runs: is B faster than A beyond noise (Welch's t on log step times with a
@@ -406,16 +408,18 @@ class NpuMagics(Magics):
         Returns the comparison: ``c = %npucompare a b`` then ``c.significant``, ``c.speedup``,
         ``c.ci``, ``c.kernels``, ``c.breakdown``, ``c.explained_by``, ``c.changed``.
 
-        Examples: ``%npucompare`` (baseline vs latest), ``%npucompare baseline run3``, ``%npucompare -2 -1``
+        Examples: ``%npucompare`` (baseline vs latest), ``%npucompare baseline run3``, ``%npucompare -2 -1``,
+        ``%npucompare slow fast --fix dataloader`` (kept in the history)
         """
         args = parse(self.npucompare, line)
         with usage_errors():
             a, b = self.session.compare_pair(args.a, args.b)
             comparison = self.session.compare(a, b)
+            verified = verify_runs(self.session, a, b, args.fix) if args.fix else None
             plot = self.plot and not args.no_plot
             figure = self.session.compare_figure(comparison, self.figure_format) if plot else None
         self._track(comparison)
-        return CompareReport(comparison, figure)
+        return VerifiedCompareReport(comparison, figure, *verified) if verified else CompareReport(comparison, figure)
 
     @magic_arguments()
     @argument("a", help="the reference: a zero-argument callable in the namespace (one training step)")

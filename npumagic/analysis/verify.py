@@ -59,6 +59,15 @@ def pick(findings: list[Finding], fix: str | None = None) -> Finding | None:
     return findings[0] if findings else None
 
 
+def named(findings: list[Finding], rule: str, run: str) -> Finding:
+    """The finding of ``rule`` (or category) among run ``run``'s, else ValueError naming its rules."""
+    found = pick(findings, rule)
+    if found is None:
+        rules = ", ".join(dict.fromkeys(f.rule or f.category for f in findings)) or "none: it has no findings"
+        raise ValueError(f"{run} has no finding of rule {rule!r}; its rules: {rules}")
+    return found
+
+
 def verify(baseline: Summary, after: Summary, finding: Finding | None) -> Verification | None:
     """The ``finding`` of ``baseline`` (with a prediction) against what ``after`` achieved; None
     without a finding, a prediction or steps on both sides."""

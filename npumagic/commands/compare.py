@@ -18,19 +18,36 @@ class Compared(Result):
     comparison: Any
     label_a: str
     label_b: str
+    verification: Any = None  # --fix RULE: A's finding of RULE, predicted against what B achieved
+    kept: bool = False  # the verification is kept in the history
 
     def to_dict(self) -> dict[str, Any]:
         from ..jsonout import comparison_doc
 
-        return comparison_doc(self.comparison, self.label_a, self.label_b)
+        doc = comparison_doc(self.comparison, self.label_a, self.label_b)
+        if self.verification is not None:
+            doc["verification"] = dict(self.verification.as_dict(), kept=self.kept)
+        return doc
 
     def text(self, width: int | None = None) -> str:
         from ..render.text import comparison_text
 
-        return comparison_text(self.comparison, width=width)
+        return comparison_text(self.comparison, width=width) + fix_line(self.verification, self.kept)
 
     def html(self) -> str:
-        return self.comparison._repr_html_()
+        return self.comparison._repr_html_() + fix_line(self.verification, self.kept, html=True)
+
+
+def fix_line(checked, kept: bool, html: bool = False) -> str:
+    """The verified fix under a comparison (nothing without one)."""
+    if checked is None:
+        return ""
+    text = f"fix verified: {checked.sentence()}" + ("; kept in the history" if kept else "")
+    if html:
+        import html as escape
+
+        return f"<p>{escape.escape(text)}</p>"
+    return "\n\n" + text
 
 
 def side_names(a, b) -> tuple[str, str]:
@@ -42,7 +59,8 @@ def side_names(a, b) -> tuple[str, str]:
     return name_a, name_b
 
 
-def compare(places, a: str, b: str, rank_a: int | None = None, rank_b: int | None = None) -> Compared:
+def compare(places, a: str, b: str, rank_a: int | None = None, rank_b: int | None = None,
+            fix: str | None = None) -> Compared:
     where_a, where_b = places.locate(a), places.locate(b)  # a missing path is said before pandas is imported
     from ..named_runs import two_sides
 
@@ -58,7 +76,25 @@ def compare(places, a: str, b: str, rank_a: int | None = None, rank_b: int | Non
 
         cmp = compare_summaries(side_a.summary, side_b.summary, *side_names(side_a, side_b), side_a.context,
                                 side_b.context)
-    return Compared(cmp, side_a.label, side_b.label)
+    if fix is None:
+        return Compared(cmp, side_a.label, side_b.label)
+    return Compared(cmp, side_a.label, side_b.label, *verified(places, side_a, side_b, fix, rank_a is None))
+
+
+def verified(places, side_a, side_b, fix: str, whole_run: bool):
+    """A's finding of rule ``fix`` against what B achieved, and whether it was kept (both sides
+    runs of a history that can be written: the CLI reads its history only)."""
+    from ..calibration import keep, verify_fix
+
+    if side_a.run is not None and places.session is not None and whole_run:  # with the run's environment
+        findings = places.session.advise(side_a.run).findings
+    else:
+        from ..analysis.advice import advise_run
+
+        findings = advise_run(side_a.summary, side_a.label).findings
+    checked = verify_fix(fix, side_a.label, side_b.label, side_a.summary, side_b.summary, findings)
+    both_runs = side_a.run is not None and side_b.run is not None
+    return checked, keep(places.runs.store if both_runs else None, side_a.run, side_b.run, checked)
 
 
 COMMAND = Command(
@@ -68,6 +104,8 @@ COMMAND = Command(
      Arg("b", "the run to check: an output path, or a run of the history (a name, or -1 for the latest)",
          positional=True, metavar="path_b"),
      Arg("rank_a", "rank of the reference to compare (default the lowest)", int),
-     Arg("rank_b", "rank of the run to check (default the lowest)", int)),
+     Arg("rank_b", "rank of the run to check (default the lowest)", int),
+     Arg("fix", "the rule of A's finding whose fix B applied: its predicted saving against the achieved one "
+                "(kept in a writable history, for the rule's calibration)", metavar="RULE")),
     compare, about="Compare run or path B against the reference A: whether B's step time differs beyond noise "
                    "(speedup, 95% CI, p-value), the component that explains it, and the kernels that changed most.")

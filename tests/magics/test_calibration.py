@@ -7,11 +7,13 @@ per step then none. Bookkeeping and arithmetic only: no timing is asserted."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
+from IPython.core.error import UsageError
 
 from npumagic.history import SCHEMA_VERSION, HistoryStore
 
@@ -33,6 +35,12 @@ def old(tmp_path) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def v2_shell(shell, old):
+    shell.run_line_magic("config", f"NpuMagics.output_dir = {str(old)!r}")
+    return shell
+
+
 def test_an_old_history_gains_the_fixes_table_and_keeps_every_row(old):
     before = _rows(old / "history.sqlite")
     assert HistoryStore(old, create=False).fixes() == []  # read-only, before the table exists
@@ -45,3 +53,37 @@ def test_an_old_history_gains_the_fixes_table_and_keeps_every_row(old):
     assert store.fixes() == [{"run_a": "baseline", "run_b": "fixed", "rule": "host_bound", "predicted_ms": 2.0,
                               "low_ms": 1.5, "high_ms": 3.0, "achieved_ms": 1.9, "noise_ms": 0.1}]
     assert HistoryStore(old).version == SCHEMA_VERSION  # nothing left to migrate
+
+
+def test_npucompare_fix_sets_the_prediction_against_the_achieved_saving_and_keeps_it(v2_shell, old):
+    report = v2_shell.run_line_magic("npucompare", "baseline fixed --fix host_bound --no-plot")
+    session = v2_shell.magics_manager.registry["NpuMagics"].session
+    told = next(f for f in session.advise("baseline").findings if f.rule == "host_bound")
+    a, b = (session.summary(n).step_stats["median_us"] for n in ("baseline", "fixed"))
+    checked = report.verification
+    assert (checked.rule, checked.predicted_ms, (checked.low_ms, checked.high_ms)) == \
+        ("host_bound", told.predicted_saving_ms, told.predicted_interval)
+    assert checked.achieved_ms == pytest.approx((a - b) / 1000)
+    assert report.kept and report.significant == report.comparison.significant  # still the comparison
+    assert f"fix verified: {checked.sentence()}; kept in the history" in str(report)
+    assert f"host_bound: predicted -{told.predicted_saving_ms:,.2f} ms" in report._repr_mimebundle_()["text/html"]
+    [kept] = HistoryStore(old).fixes()
+    assert kept == {"run_a": "baseline", "run_b": "fixed", "rule": "host_bound", "predicted_ms": checked.predicted_ms,
+                    "low_ms": checked.low_ms, "high_ms": checked.high_ms, "achieved_ms": checked.achieved_ms,
+                    "noise_ms": checked.noise_ms}
+    assert not hasattr(v2_shell.run_line_magic("npucompare", "baseline fixed --no-plot"), "verification")
+
+
+def test_an_unknown_rule_is_a_usage_error_naming_the_baselines_rules(v2_shell, old):
+    with pytest.raises(UsageError, match=r"baseline has no finding of rule 'nope'; its rules: host_bound"):
+        v2_shell.run_line_magic("npucompare", "baseline fixed --fix nope --no-plot")
+    assert HistoryStore(old).fixes() == []
+
+
+def test_the_cli_verifies_a_fix_and_keeps_nothing_in_the_history_it_only_reads(old, capsys):
+    from npumagic.cli import main
+
+    assert main(["compare", "baseline", "fixed", "--history", str(old), "--fix", "host_bound", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verification"]["rule"] == "host_bound" and doc["verification"]["kept"] is False
+    assert HistoryStore(old, create=False).fixes() == []

@@ -1,0 +1,69 @@
+"""Predict, then verify, kept: a fix named with ``--fix RULE`` is verified (baseline A's finding
+of RULE predicted against what B achieved, :mod:`.analysis.verify`) and kept in the history's
+``verified_fixes``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .analysis.verify import Verification, named, verify
+from .commands.compare import fix_line
+from .errors import NpumagicError
+from .render.report import CompareReport
+
+if TYPE_CHECKING:
+    from .analysis.finding import Finding
+    from .analysis.summary import Summary
+    from .history import HistoryStore
+    from .session import Session
+
+
+def verify_fix(rule: str, a: str, b: str, summary_a: Summary, summary_b: Summary,
+               findings_a: list[Finding]) -> Verification:
+    """A's finding of ``rule`` (its id or category) against what B achieved; NpumagicError for a
+    rule A has no finding of (naming A's rules) or one without a prediction."""
+    try:
+        finding = named(findings_a, rule, a)
+    except ValueError as exc:
+        raise NpumagicError(str(exc)) from None
+    checked = verify(summary_a, summary_b, finding)
+    if checked is None:
+        raise NpumagicError(f"{a}'s finding {rule!r} carries no predicted saving, or a run has no steps: "
+                            "nothing to verify")
+    return checked
+
+
+def keep(store: HistoryStore | None, a: str, b: str, checked: Verification) -> bool:
+    """Keep the verification of runs ``a`` -> ``b`` in ``store``; False where it cannot be (no
+    history, or one opened read-only)."""
+    if store is None or store.readonly:
+        return False
+    store.add_fix(a, b, checked.rule, checked.predicted_ms, checked.low_ms, checked.high_ms, checked.achieved_ms,
+                  checked.noise_ms)
+    return True
+
+
+
+def verify_runs(session: Session, a: str, b: str, rule: str) -> tuple[Verification, bool]:
+    """Run ``a``'s finding of ``rule`` against what run ``b`` achieved, kept in the session's
+    history where it can be written (and whether it was)."""
+    checked = verify_fix(rule, a, b, session.summary(a), session.summary(b), session.advise(a).findings)
+    return checked, keep(session.store, a, b, checked)
+
+
+@dataclass(frozen=True)
+class VerifiedCompareReport(CompareReport):
+    """``%npucompare A B --fix RULE``: the comparison, then the fix's predicted saving against
+    the achieved one (``.verification``)."""
+
+    verification: Verification | None = None
+    kept: bool = False
+
+    def __str__(self) -> str:
+        return super().__str__() + fix_line(self.verification, self.kept)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        bundle = super()._repr_mimebundle_(include, exclude)
+        return {**bundle, "text/plain": str(self),
+                "text/html": bundle["text/html"] + fix_line(self.verification, self.kept, html=True)}

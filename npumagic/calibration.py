@@ -1,14 +1,14 @@
 """Predict, then verify, kept: a fix named with ``--fix RULE`` is verified (baseline A's finding
 of RULE predicted against what B achieved, :mod:`.analysis.verify`) and kept in the history's
-``verified_fixes``."""
+``verified_fixes``, from which each rule's calibration (:mod:`.analysis.calibration`) is read."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .analysis.calibration import RuleCalibration, calibrate
 from .analysis.verify import Verification, named, verify
-from .commands.compare import fix_line
 from .errors import NpumagicError
 from .render.report import CompareReport
 
@@ -43,6 +43,22 @@ def keep(store: HistoryStore | None, a: str, b: str, checked: Verification) -> b
                   checked.noise_ms)
     return True
 
+
+def calibration(store: HistoryStore | None) -> dict[str, RuleCalibration]:
+    """Each rule's calibration over the history's verified fixes (none without a history)."""
+    return calibrate(store.fixes()) if store is not None else {}
+
+
+def fix_line(checked, kept: bool, html: bool = False) -> str:
+    """The verified fix under a comparison (nothing without one)."""
+    if checked is None:
+        return ""
+    text = f"fix verified: {checked.sentence()}" + ("; kept in the history" if kept else "")
+    if html:
+        import html as escape
+
+        return f"<p>{escape.escape(text)}</p>"
+    return "\n\n" + text
 
 
 def verify_runs(session: Session, a: str, b: str, rule: str) -> tuple[Verification, bool]:

@@ -20,6 +20,7 @@ from .analysis.ab import THRESHOLD as AB_THRESHOLD
 from .calibration import VerifiedCompareReport, verify_runs
 from .capture import CaptureOptions, NestedCaptureError
 from .commands import COMMANDS, ERRORS, Places, find
+from .commands.rules import advice_calibration
 from .errors import NpumagicError
 from .magic_input import (MAX_NOTE_CHARS, assigned_cell_magic, capture_options, cell_usage, check_run_name,
                           command_parser, compile_cell, parse, schedule_arguments, split_statement, split_words,
@@ -383,16 +384,19 @@ class NpuMagics(Magics):
     @magic_arguments()
     @argument("run", nargs="?", default=None, help="run name or -1/-2 (default the latest)")
     @argument("--all", action="store_true", help="every rank of a multi-rank run, and low-severity findings")
+    @argument("--calibration", action="store_true",
+              help="each finding's predicted saving beside its rule's calibration over the verified fixes")
     @line_magic
     def npuadvise(self, line: str):
         """Rank the bottlenecks of a run, each with its evidence, a concrete fix and where.
 
-        Examples: ``%npuadvise``, ``%npuadvise baseline --all``
+        Examples: ``%npuadvise``, ``%npuadvise baseline --all``, ``%npuadvise --calibration``
         """
         args = parse(self.npuadvise, line)
         name = self._run(args.run)
         with usage_errors():
-            return self.session.advise(name, every_rank=args.all, low=args.all)
+            advice = self.session.advise(name, every_rank=args.all, low=args.all)
+            return advice_calibration(Places(session=self.session), advice, name) if args.calibration else advice
 
     @magic_arguments()
     @argument("a", nargs="?", default=None, help="reference run (name or -1/-2; default the baseline)")
@@ -409,7 +413,7 @@ class NpuMagics(Magics):
         ``c.ci``, ``c.kernels``, ``c.breakdown``, ``c.explained_by``, ``c.changed``.
 
         Examples: ``%npucompare`` (baseline vs latest), ``%npucompare baseline run3``, ``%npucompare -2 -1``,
-        ``%npucompare slow fast --fix dataloader`` (kept in the history)
+        ``%npucompare slow fast --fix dataloader`` (kept in the history: ``%npu rules``)
         """
         args = parse(self.npucompare, line)
         with usage_errors():

@@ -31,23 +31,14 @@ class Compared(Result):
 
     def text(self, width: int | None = None) -> str:
         from ..render.text import comparison_text
+        from ..calibration import fix_line
 
         return comparison_text(self.comparison, width=width) + fix_line(self.verification, self.kept)
 
     def html(self) -> str:
+        from ..calibration import fix_line
+
         return self.comparison._repr_html_() + fix_line(self.verification, self.kept, html=True)
-
-
-def fix_line(checked, kept: bool, html: bool = False) -> str:
-    """The verified fix under a comparison (nothing without one)."""
-    if checked is None:
-        return ""
-    text = f"fix verified: {checked.sentence()}" + ("; kept in the history" if kept else "")
-    if html:
-        import html as escape
-
-        return f"<p>{escape.escape(text)}</p>"
-    return "\n\n" + text
 
 
 def side_names(a, b) -> tuple[str, str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
+from npumagic.analysis.calibration import RuleCalibration, calibrate
 from npumagic.history import SCHEMA_VERSION, HistoryStore
 
 V2 = Path(__file__).resolve().parents[1] / "data" / "history_v2.sqlite"  # written by npumagic 7c86840
@@ -78,6 +79,41 @@ def test_an_unknown_rule_is_a_usage_error_naming_the_baselines_rules(v2_shell, o
     with pytest.raises(UsageError, match=r"baseline has no finding of rule 'nope'; its rules: host_bound"):
         v2_shell.run_line_magic("npucompare", "baseline fixed --fix nope --no-plot")
     assert HistoryStore(old).fixes() == []
+
+
+@pytest.mark.parametrize("achieved, count, median, over", [((1.0,), 1, 0.5, False), ((0.2,), 1, 0.1, False),
+                                                         ((0.2, 0.6), 2, 0.2, True), ((0.2, 1.2), 2, 0.35, True),
+                                                         ((0.2, 1.2, 2.0), 3, 0.6, False), ((1.0, 1.0), 2, 0.5, False)])
+def test_calibration_is_the_median_ratio_and_over_promises_under_half_over_two_fixes(achieved, count, median, over):
+    rows = [{"rule": "dataloader", "predicted_ms": 2.0, "achieved_ms": x} for x in achieved]
+    rows.append({"rule": "dataloader", "predicted_ms": 0.0, "achieved_ms": 3.0})  # predicted nothing: no ratio
+    got = calibrate(rows)["dataloader"]
+    assert (got.count, got.median_ratio, got.over_promises) == (count, pytest.approx(median), over)
+    assert ("over-promises" in got.sentence()) == over
+    assert RuleCalibration("sync", ()).sentence() == "sync: not verified yet"
+
+
+def test_rules_and_npuadvise_calibration_show_each_rules_calibration(v2_shell, old, capsys):
+    from npumagic.cli import main
+
+    v2_shell.run_line_magic("npucompare", "baseline fixed --fix host_bound --no-plot")
+    ratio = HistoryStore(old).fixes()[0]["achieved_ms"] / HistoryStore(old).fixes()[0]["predicted_ms"]
+    HistoryStore(old).add_fix("earlier", "later", "dataloader", 10.0, 8.0, 12.0, 2.0)
+    HistoryStore(old).add_fix("other", "later", "dataloader", 10.0, 8.0, 12.0, 4.0)
+    table = v2_shell.run_line_magic("npu", "rules")
+    rows = {r["rule"]: r for r in table.to_dict()["rules"]}
+    assert rows["host_bound"]["verified_fixes"] == 1 and rows["host_bound"]["median_ratio"] == pytest.approx(ratio)
+    assert rows["dataloader"]["median_ratio"] == pytest.approx(0.3) and rows["dataloader"]["over_promises"]
+    assert rows["sync"]["verified_fixes"] == 0 and not rows["sync"]["over_promises"]
+    assert "dataloader             core      achieved/predicted median 0.30 over 2 verified fixes; over-promises" \
+        in table.text()
+    advised = v2_shell.run_line_magic("npuadvise", "baseline --calibration")
+    assert [r["rule"] for r in advised.to_dict()["rules"]] == ["host_bound"] and advised.run == "baseline"
+    assert f"predicted -{advised.rows[0]['predicted_saving_ms']:,.2f} ms" in advised.text()
+    assert f"median {ratio:.2f} over 1 verified fix" in advised.text()
+    assert main(["rules", str(old), "--json"]) == 0  # the CLI reads the same table
+    cli = {r["rule"]: r for r in json.loads(capsys.readouterr().out)["rules"]}
+    assert cli["dataloader"]["over_promises"] and cli["host_bound"]["verified_fixes"] == 1
 
 
 def test_the_cli_verifies_a_fix_and_keeps_nothing_in_the_history_it_only_reads(old, capsys):

@@ -123,3 +123,24 @@ def test_the_cli_verifies_a_fix_and_keeps_nothing_in_the_history_it_only_reads(o
     doc = json.loads(capsys.readouterr().out)
     assert doc["verification"]["rule"] == "host_bound" and doc["verification"]["kept"] is False
     assert HistoryStore(old, create=False).fixes() == []
+
+
+def test_a_dataloader_sleep_removed_is_verified_against_the_dataloader_findings_prediction(trainer):
+    from .test_checklist_magics import BATCHES_SETUP, _profile_cell
+
+    # GIVEN a tiny real model whose DataLoader sleeps 30 ms a batch, then the same cell without the sleep
+    trainer.run_cell("import time\n" + BATCHES_SETUP)
+    slow = _profile_cell(trainer, "slow", 0.03)
+    _profile_cell(trainer, "fast", 0.0)
+    told = next(f for f in slow.verdict.advice.findings if f.rule == "dataloader")
+    # WHEN the fix is named THEN its prediction is the baseline's finding's, and the saving the medians'
+    checked = trainer.run_line_magic("npucompare", "slow fast --fix dataloader --no-plot").verification
+    session = trainer.magics_manager.registry["NpuMagics"].session
+    a, b = (session.summary(n).step_stats["median_us"] for n in ("slow", "fast"))
+    assert (checked.rule, checked.predicted_ms, (checked.low_ms, checked.high_ms)) == \
+        ("dataloader", told.predicted_saving_ms, told.predicted_interval)
+    assert checked.achieved_ms == pytest.approx((a - b) / 1000)
+    [kept] = session.store.fixes()
+    assert (kept["run_a"], kept["run_b"], kept["rule"]) == ("slow", "fast", "dataloader")
+    row = next(r for r in trainer.run_line_magic("npu", "rules").rows if r["rule"] == "dataloader")
+    assert row["verified_fixes"] == 1 and row["median_ratio"] == pytest.approx(checked.ratio)

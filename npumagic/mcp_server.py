@@ -280,7 +280,10 @@ def _comparison_text(result) -> str:
     # a diff keeps its lines (each one inert, after its +/- mark); every other string is one line
     diffs = {_inert(k): "\n".join(_inert(line) for line in diff.splitlines()) for k, diff in cmp.diffs.items()}
     shown = dataclasses.replace(_inert(dataclasses.replace(cmp, kernels=kernels, diffs={})), diffs=diffs)
-    return str(shown) + (f"\n{left}" if left else "")
+    from .calibration import fix_line  # fix=RULE: the predicted saving against the achieved one
+
+    fixed = fix_line(result.verification, result.kept).strip()
+    return str(shown) + (f"\n{left}" if left else "") + (f"\n\n{_inert(fixed)}" if fixed else "")
 
 
 def _steps_text(result) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -199,3 +200,20 @@ def test_compare_of_one_run_or_path_with_itself_is_refused(history):
 def test_a_count_below_one_is_refused(history, top):
     _, _, (answer,) = call_server(history, [("analyze", {"target": "level1", "top": top})])
     assert answer.is_error and f"top (the kernels to list) must be 1 or more, not {top}" in text(answer)
+
+
+def test_compare_fix_verifies_and_keeps_a_fix_and_rules_calibrates_it(tmp_path):
+    # the history written by main's code before verified fixes (tests/data/make_history_v2.py)
+    shutil.copy(Path(__file__).resolve().parent / "data" / "history_v2.sqlite", tmp_path / "history.sqlite")
+    _, _, (compared, unknown, rules) = call_server(tmp_path, [
+        ("compare", {"a": "baseline", "b": "fixed", "fix": "host_bound"}),
+        ("compare", {"a": "baseline", "b": "fixed", "fix": "nope"}), ("rules", {})])
+    checked = compared.structured_content["verification"]
+    assert (checked["rule"], checked["kept"]) == ("host_bound", True)
+    lo, hi = checked["predicted_interval_ms"]
+    assert (f"fix verified: host_bound: predicted -{checked['predicted_saving_ms']:,.2f} ms ({lo:,.2f}-{hi:,.2f}), "
+            f"achieved {-checked['achieved_saving_ms']:+,.2f} ms per step") in text(compared)
+    assert unknown.is_error and "baseline has no finding of rule 'nope'; its rules: host_bound" in text(unknown)
+    row = next(r for r in rules.structured_content["rules"] if r["rule"] == "host_bound")
+    assert row["verified_fixes"] == 1
+    assert row["median_ratio"] == pytest.approx(checked["achieved_saving_ms"] / checked["predicted_saving_ms"])

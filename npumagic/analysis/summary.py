@@ -241,7 +241,8 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
             warnings.warn(disagree_note, stacklevel=3)
     total_wall = float(breakdown["wall_us"].sum())
     # what reads every event first, so that its temporaries and the copy below are never live at once
-    temporal = rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_inferred", []), bounds)
+    # HTA drops the last step only where ProfilerStep marks cut them, not where npumagic inferred them
+    temporal = rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_from", {}), bounds)
     events = _own_categories(schema.where(ev, (ev["kind"] != "python").to_numpy()), schema.EVENT_COLUMNS)
     # each table below copies only the in-step events of the kind it reads (and, where it reads
     # few, only those columns): on a large trace one copy of every in-step event was the peak

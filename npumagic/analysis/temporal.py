@@ -31,6 +31,7 @@ _DEVICE_KINDS = ("kernel", "comm", "memcpy", "sync")
 def rank_temporal(ev: pd.DataFrame, steps: pd.DataFrame, rank: int, steps_inferred: bool = False,
                   bounds: np.ndarray | None = None) -> pd.DataFrame:
     """The temporal breakdown of one rank's events (a one-row frame; empty without device work);
+    ``steps_inferred``: its steps are not ProfilerStep marks (all its device work counts);
     ``bounds``: where its later profiling cycles begin (:func:`~.breakdown.cycle_bounds`)."""
     steps = steps.iloc[:0] if steps_inferred else steps
     if bounds is None or not bounds.size:

@@ -49,20 +49,7 @@ def operator_device_time(events: pd.DataFrame, rank: int | None = None) -> pd.Da
     name = e["name"].astype(str)
     top = _outermost(e[host & (e["kind"] == "host_op").to_numpy() & name.str.startswith("aten::").to_numpy()])
     calls = top.groupby("operator").size()
-    launch = _at(e[host & e["kind"].isin(LAUNCH_KINDS).to_numpy() & (e["correlation"] >= 0).to_numpy()])
-    # torch_npu's task queue: the launch runs inside a Dequeue on a worker thread; the operator
-    # that asked for it made the Enqueue of the same correlation id on its own thread
-    queue = e[host & name.isin(["Enqueue"]).to_numpy()]
-    dequeue = _outermost(e[host & name.str.startswith("Dequeue").to_numpy()], keep="correlation")
-    if len(queue) and len(dequeue):
-        inside = _enclosing(launch, dequeue, "correlation", suffix="_queue")
-        enqueue = _at(queue).drop_duplicates("correlation").set_index("correlation")
-        moved = inside["correlation_queue"].map(enqueue["ts"])
-        ok = moved.notna().to_numpy()
-        launch = launch.assign(ts=np.where(ok, moved.fillna(0).to_numpy(np.int64), launch["ts"].to_numpy()),
-                               thread=np.where(ok, inside["correlation_queue"].map(enqueue["thread"]).fillna("").to_numpy(),
-                                               launch["thread"].to_numpy()))
-        launch = _text_thread(launch)
+    launch = launch_points(e)
     found = _enclosing(launch, top, "operator")
     by_corr = found.drop_duplicates("correlation").set_index("correlation")["operator"].fillna(NO_OPERATOR)
     work = e[~host & e["kind"].isin(DEVICE_WORK).to_numpy()]
@@ -75,6 +62,28 @@ def operator_device_time(events: pd.DataFrame, rank: int | None = None) -> pd.Da
     out = pd.DataFrame({"operator": table.index.astype(str), "calls": table["calls"].to_numpy() / steps,
                         "kernels": table["kernels"].to_numpy() / steps, "device_us": table["device_ns"].to_numpy() / 1e3 / steps})
     return out.sort_values("device_us", ascending=False, kind="stable").reset_index(drop=True)[OPERATOR_COLUMNS]
+
+
+def launch_points(e: pd.DataFrame) -> pd.DataFrame:
+    """Where the host asked for each device task: (thread, ts, correlation) of the launches of
+    ``e`` (one rank's events). torch_npu's task queue: the launch runs inside a Dequeue on a worker
+    thread; the operator that asked for it made the Enqueue of the same correlation id on its own
+    thread, so the launch is moved there."""
+    host = e["device"].to_numpy() < 0
+    name = e["name"].astype(str)
+    launch = _at(e[host & e["kind"].isin(LAUNCH_KINDS).to_numpy() & (e["correlation"] >= 0).to_numpy()])
+    queue = e[host & name.isin(["Enqueue"]).to_numpy()]
+    dequeue = _outermost(e[host & name.str.startswith("Dequeue").to_numpy()], keep="correlation")
+    if len(queue) and len(dequeue):
+        inside = _enclosing(launch, dequeue, "correlation", suffix="_queue")
+        enqueue = _at(queue).drop_duplicates("correlation").set_index("correlation")
+        moved = inside["correlation_queue"].map(enqueue["ts"])
+        ok = moved.notna().to_numpy()
+        launch = launch.assign(ts=np.where(ok, moved.fillna(0).to_numpy(np.int64), launch["ts"].to_numpy()),
+                               thread=np.where(ok, inside["correlation_queue"].map(enqueue["thread"]).fillna("").to_numpy(),
+                                               launch["thread"].to_numpy()))
+        launch = _text_thread(launch)
+    return launch
 
 
 def match_operators(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:

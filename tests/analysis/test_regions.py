@@ -40,7 +40,8 @@ def record_loop(out, modules: bool = False, width: int = 64, steps: int = 3) -> 
 
     batches = loader()
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=steps),
-                 on_trace_ready=tensorboard_trace_handler(str(out)), with_modules=modules) as prof:
+                 on_trace_ready=tensorboard_trace_handler(str(out)), with_modules=modules,
+                 with_stack=modules) as prof:  # torch 2.13 writes the module spans only with the stacks
         for _ in range(steps + 1):
             with record_function("data_load_and_transform"):
                 x, y = next(batches)

@@ -1,0 +1,49 @@
+"""The module table: a real two-layer model profiled here with modules recorded; each nn.Linear
+gets its own forward rows, and its own backward rows through autograd's sequence numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from npumagic.analysis import sources
+from npumagic.analysis.modules import NOT_ATTRIBUTED, OUTSIDE_MODULES, modules
+
+from .test_regions import record_loop
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("modules")
+    record_loop(out, modules=True)
+    return sources.load(out)
+
+
+def test_each_linear_layer_gets_its_own_forward_and_backward_rows(run):
+    table = modules(run.events, run.steps, run.meta["files"])
+    assert table.note is None and not table.empty
+    rows = table.per_step.set_index(["pass", "step", "path"])
+    for step in run.steps["step"]:
+        for layer in ("Sequential_0/Linear_0", "Sequential_0/Linear_1"):
+            forward, backward = rows.loc[("forward", step, layer)], rows.loc[("backward", step, layer)]
+            assert forward["calls"] == 1 and forward["ops"] >= 1 and forward["host_ms"] > 0
+            assert backward["calls"] == 2  # AddmmBackward0 and TBackward0, made from this layer's aten::linear
+            assert backward["host_ms"] > 0
+        assert rows.loc[("backward", step, "Sequential_0/ReLU_0"), "calls"] == 1
+        # the container's backward holds its layers' (MseLossBackward0 ran outside every module)
+        assert rows.loc[("backward", step, "Sequential_0"), "calls"] == 5
+        assert rows.loc[("forward", step, "Sequential_0"), "host_ms"] >= rows.loc[
+            ("forward", step, "Sequential_0/Linear_0"), "host_ms"]
+    assert set(table.median["pass"]) == {"forward", "backward"}
+
+
+def test_without_the_trace_files_backward_is_not_attributed_and_said(run):
+    table = modules(run.events, run.steps)
+    assert table.note == NOT_ATTRIBUTED
+    assert set(table.per_step["pass"]) == {"forward"}
+    assert {"Sequential_0/Linear_0", "Sequential_0/Linear_1", OUTSIDE_MODULES} <= set(table.per_step["path"])
+
+
+def test_a_run_recorded_without_modules_has_none(tmp_path):
+    record_loop(tmp_path, steps=1)
+    trace = sources.load(tmp_path)
+    assert modules(trace.events, trace.steps, trace.meta["files"]).empty

@@ -405,9 +405,15 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
 
 # each command of COMMANDS is a subcommand: its own arguments, these options of the CLI's, and a
 # handler that presents more than the result (default: its text, or --json)
+def _history_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--history", default=None, metavar="DIR",
+                   help="an output directory of the magics: PATH may name one of its runs (its profiler output is read "
+                        "again)")
+
+
 CLI_OPTIONS = {"analyze": _reading_arguments, "advise": _reading_arguments, "steps": _reading_arguments,
                "compare": _compare_arguments, "runs": _output_dir_arguments, "export": _export_arguments,
-               "rules": _output_dir_arguments}
+               "rules": _output_dir_arguments, "regions": _history_argument, "modules": _history_argument}
 CLI_HANDLERS = {"compare": _compare, "export": _export}
 JSON_DETAIL = {"export": ": the log, and the files written"}  # said after "machine-readable output"
 

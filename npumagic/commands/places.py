@@ -97,6 +97,18 @@ class Places:
             summary = summary.per_rank[rank]
         return Target(name, summary, run=name, context=self.runs.context(name))
 
+    def trace(self, ref: str) -> tuple[str, Any]:
+        """(label, the normalized Trace) of ``ref``, its profiler files read again: what a
+        run's summary does not keep (annotations, module spans) needs them."""
+        path, name = self.locate(ref)
+        if name is not None:
+            path = self.runs.run_dir(name)
+            if not path or not Path(path).exists():
+                raise NpumagicError(f"run {name!r}: its profiler output is gone ({path or 'never written'})")
+        from ..analysis import load
+
+        return (self.label(ref) if name is None else name), load(path)
+
     def advise(self, target: Target, every_rank: bool):
         """The ranked findings of ``target`` (all ranks and low ones with ``every_rank``)."""
         if target.run is not None and self.session is not None:  # with the run's environment

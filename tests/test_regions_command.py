@@ -1,0 +1,75 @@
+"""The regions and modules commands through the three shells (CLI, MCP tool, ``%npu``) on a
+real CPU training loop recorded here, on a run of a history, and what each says where the run
+recorded none."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from npumagic.cli import main
+
+from .analysis.test_regions import SLEEP_S, record_loop
+from .test_command_core import mcp_call
+
+anyio = pytest.importorskip("anyio")
+pytest.importorskip("mcp", reason="need the MCP SDK (the extra npumagic[mcp], in [test])")
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    """A loop recorded with modules (and stacks) and one without, and a history holding the first as run 'mods'."""
+    from npumagic.session import Session
+
+    root = tmp_path_factory.mktemp("regions_cmd")
+    record_loop(root / "mods", modules=True, steps=2)
+    record_loop(root / "plain", steps=2)
+    Session(root / "runs").load(root / "mods", name="mods")
+    return root
+
+
+def test_regions_in_the_cli_the_mcp_tool_and_the_magic_alike(traces, shell, capsys):
+    from npumagic.mcp_server import build_server
+
+    path = str(traces / "mods")
+    assert main(["regions", path]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith(f"{path}: regions, median of 2 steps") and "data_load_and_transform" in said
+    assert "(outside regions)" in said
+    assert main(["regions", path, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "regions" and doc["recorded"] and doc["what_to_record"] is None
+    rows = {r["path"]: r for r in doc["median"]}
+    assert rows["data_load_and_transform"]["host_ms"] >= SLEEP_S * 1000
+    assert rows["forward_backward"]["device_ms"] is None  # a CPU run: no device time
+    assert {"name", "path", "calls", "host_ms", "device_ms", "self_device_ms", "step"} <= set(doc["steps"][0])
+    server = build_server(traces / "runs", roots=[str(traces)])
+    assert mcp_call(server, "regions", {"target": path}) == (False, doc)
+    result = shell.run_line_magic("npu", f"regions {path}")
+    assert result.to_dict() == doc and str(result) == said.strip()
+    # a run of the history, by name: its profiler output read again
+    assert main(["regions", "mods", "--history", str(traces / "runs"), "--json"]) == 0
+    by_name = json.loads(capsys.readouterr().out)
+    assert by_name["path"] == "mods" and by_name["median"] == doc["median"]
+
+
+def test_modules_lists_each_layer_forward_and_backward(traces, capsys):
+    assert main(["modules", str(traces / "mods")]) == 0
+    said = capsys.readouterr().out
+    for line in ("  Linear_0 ", "  Linear_1 ", "  Linear_0 [backward] ", "  Linear_1 [backward] "):
+        assert line in said
+    assert main(["modules", str(traces / "mods"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["note"] is None and {(r["pass"], r["path"]) for r in doc["median"]} >= {
+        ("forward", "Sequential_0/Linear_0"), ("backward", "Sequential_0/Linear_1")}
+
+
+def test_a_run_without_them_is_told_what_to_record(traces, capsys):
+    plain = str(traces / "plain")
+    assert main(["modules", plain]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith(f"{plain}: no nn.Module spans recorded: profile with %%npuprofile --modules --stack")
+    assert main(["modules", plain, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert not doc["recorded"] and "with_modules=True" in doc["what_to_record"]

@@ -485,6 +485,22 @@ def changes(context_a: dict[str, Any] | None, context_b: dict[str, Any] | None,
     return out, diffs
 
 
+def step_verdict(wa: np.ndarray, wb: np.ndarray, noise: Noise, min_effect: float = MIN_EFFECT):
+    """The step-time verdict on samples ``wa`` and ``wb`` (any positive times, one per step):
+    (usable, :class:`StepTest`, median A / median B, beyond the noise floor, significant by the
+    test). Also what a region's or a module's per-step times are judged by."""
+    ok = bool(wa.size and wb.size and (wa > 0).all() and (wb > 0).all())
+    test = step_test(wa, wb, noise) if ok else StepTest(float("nan"), (float("nan"), float("nan")), 1.0, float("nan"))
+    speedup = float(np.median(wa) / np.median(wb)) if ok else float("nan")
+    # the smallest change in log step time that is beyond run-to-run noise: two runs' difference
+    # spans about 2 x sqrt(2) sigma at 95%; never below min_effect (a sigma from a few replicates
+    # can come out as 0)
+    floor = max(2 * math.sqrt(2) * noise.sigma if noise.known else 0.0, math.log1p(min_effect))
+    beyond = bool(ok and abs(math.log(speedup)) >= floor)
+    by_test = bool(beyond and test.p_value < ALPHA and np.sign(math.log(test.ratio)) == np.sign(math.log(speedup)))
+    return ok, test, speedup, beyond, by_test
+
+
 def compare(a: Summary, b: Summary, name_a: str = "A", name_b: str = "B",
             context_a: dict[str, Any] | None = None, context_b: dict[str, Any] | None = None,
             min_effect: float = MIN_EFFECT, noise: Noise | None = None) -> Comparison:
@@ -504,15 +520,7 @@ def compare(a: Summary, b: Summary, name_a: str = "A", name_b: str = "B",
     noise = noise if noise is not None else Noise()
     wa = a.steps["wall_us"].to_numpy(dtype=float)
     wb = b.steps["wall_us"].to_numpy(dtype=float)
-    ok = wa.size and wb.size and (wa > 0).all() and (wb > 0).all()
-    test = step_test(wa, wb, noise) if ok else StepTest(float("nan"), (float("nan"), float("nan")), 1.0, float("nan"))
-    speedup = float(np.median(wa) / np.median(wb)) if ok else float("nan")
-    # the smallest change in log step time that is beyond run-to-run noise: two runs' difference
-    # spans about 2 x sqrt(2) sigma at 95%; never below min_effect (a sigma from a few replicates
-    # can come out as 0)
-    floor = max(2 * math.sqrt(2) * noise.sigma if noise.known else 0.0, math.log1p(min_effect))
-    beyond = bool(ok and abs(math.log(speedup)) >= floor)
-    by_test = bool(beyond and test.p_value < ALPHA and np.sign(math.log(test.ratio)) == np.sign(math.log(speedup)))
+    ok, test, speedup, beyond, by_test = step_verdict(wa, wb, noise, min_effect)
     why = explain(a.steps, b.steps) if ok else None
     by_component = bool(beyond and why is not None and why.every_step and why.rest_held and min(wa.size, wb.size) >= 3)
     untrusted = "; ".join(f"{name}'s step times are unreliable: {'; '.join(why)}"

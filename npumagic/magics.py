@@ -20,6 +20,7 @@ from .analysis.ab import THRESHOLD as AB_THRESHOLD
 from .calibration import VerifiedCompareReport, verify_runs
 from .capture import CaptureOptions, NestedCaptureError
 from .commands import COMMANDS, ERRORS, Places, find
+from .commands.compare import part_comparisons
 from .commands.rules import advice_calibration
 from .errors import NpumagicError
 from .magic_input import (MAX_NOTE_CHARS, assigned_cell_magic, capture_options, cell_usage, check_run_name,
@@ -403,6 +404,8 @@ class NpuMagics(Magics):
     @argument("b", nargs="?", default=None, help="the run to check (default the latest)")
     @argument("--no-plot", action="store_true", help="no comparison figure")
     @argument("--fix", default=None, metavar="RULE", help="A's finding whose fix B applied: predicted against achieved")
+    @argument("--by-region", action="store_true", help="also compare each record_function region, step by step")
+    @argument("--by-module", action="store_true", help="also compare each nn.Module, forward and backward")
     @line_magic
     def npucompare(self, line: str):
         """Compare two runs: is B faster than A beyond noise (Welch's t on log step times with a
@@ -420,10 +423,14 @@ class NpuMagics(Magics):
             a, b = self.session.compare_pair(args.a, args.b)
             comparison = self.session.compare(a, b)
             verified = verify_runs(self.session, a, b, args.fix) if args.fix else None
+            parts = part_comparisons(Places(session=self.session), a, b, a, b, comparison.noise, args.by_region,
+                                     args.by_module)
             plot = self.plot and not args.no_plot
             figure = self.session.compare_figure(comparison, self.figure_format) if plot else None
         self._track(comparison)
-        return VerifiedCompareReport(comparison, figure, *verified) if verified else CompareReport(comparison, figure)
+        if verified:
+            return VerifiedCompareReport(comparison, figure, parts, *verified)
+        return CompareReport(comparison, figure, parts)
 
     @magic_arguments()
     @argument("a", help="the reference: a zero-argument callable in the namespace (one training step)")

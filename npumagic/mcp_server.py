@@ -283,7 +283,10 @@ def _comparison_text(result) -> str:
     from .calibration import fix_line  # fix=RULE: the predicted saving against the achieved one
 
     fixed = fix_line(result.verification, result.kept).strip()
-    return str(shown) + (f"\n{left}" if left else "") + (f"\n\n{_inert(fixed)}" if fixed else "")
+    from .analysis.compare_parts import parts_text  # by_region / by_module: each line inert
+
+    parts = "".join("\n\n" + "\n".join(_inert(line) for line in parts_text(p).splitlines()) for p in result.parts)
+    return str(shown) + (f"\n{left}" if left else "") + (f"\n\n{_inert(fixed)}" if fixed else "") + parts
 
 
 def _steps_text(result) -> str:

@@ -73,3 +73,31 @@ def test_a_run_without_them_is_told_what_to_record(traces, capsys):
     assert main(["modules", plain, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert not doc["recorded"] and "with_modules=True" in doc["what_to_record"]
+
+
+def test_npucompare_by_module_and_by_region_in_the_shell_and_the_cli(shell, tmp_path, capsys):
+    from .analysis.test_compare_parts import record_model
+
+    for name, width in (("narrow", 1024), ("wide", 2048)):
+        record_model(tmp_path / name, width)
+        shell.run_line_magic("npuload", f"{tmp_path / name} --name {name} --no-plot")
+    capsys.readouterr()
+    report = shell.run_line_magic("npucompare", "narrow wide --by-module --by-region --no-plot")
+    regions, modules = report.parts
+    assert (regions.what, modules.what) == ("regions", "modules")
+    layer = modules.table.set_index(["pass", "path"]).loc[("forward", "Sequential_0/Linear_1")]
+    assert layer["significant"] and layer["verdict"] == "slower"
+    said = str(report)
+    assert "by module: wide against narrow" in said and "forward Sequential_0/Linear_1" in said
+    # the command core's compare takes the same flags: the CLI's JSON carries both tables
+    assert main(["compare", "narrow", "wide", "--history", str(tmp_path / "runs"), "--by-module", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "by_region" not in doc
+    rows = {(r["pass"], r["path"]): r for r in doc["by_module"]["rows"]}
+    assert rows[("forward", "Sequential_0/Linear_1")]["verdict"] == "slower"
+    # and the MCP tool: the same rows, the table in its text
+    from npumagic.mcp_server import build_server
+
+    server = build_server(tmp_path / "runs", roots=[str(tmp_path)])
+    is_error, tool_doc = mcp_call(server, "compare", {"a": "narrow", "b": "wide", "by_module": True})
+    assert not is_error and tool_doc["by_module"] == doc["by_module"]

@@ -76,3 +76,28 @@ def compare_parts(a, b, name_a: str = "A", name_b: str = "B", noise: Noise | Non
         order = np.lexsort((-np.nan_to_num(size), ~table["significant"].to_numpy(bool)))
         table = table.iloc[order].reset_index(drop=True)
     return PartComparison("modules" if "pass" in a.per_step else "regions", name_a, name_b, table, noise)
+
+
+def parts_text(cmp: PartComparison, rows: int = 20, width: int | None = 120) -> str:
+    """The comparison as a table: significant changes first, ``rows`` rows at most."""
+    t = cmp.table
+    unit = f"{t['measure'].iloc[0]} ms per step, medians" if len(t) else "ms"
+    head = f"by {cmp.what[:-1]}: {cmp.b} against {cmp.a} ({unit}; B/A with its 95% interval)"
+    if t.empty:
+        return head + "\n  neither run recorded any"
+    names = [(f"{p} " if p else "") + str(path) for p, path in zip(t["pass"], t["path"])]
+    room = max(16, (width or 120) - 62)
+    names = [n if len(n) <= room else "…" + n[-(room - 1):] for n in names]
+    size = max(len(n) for n in names[:rows])
+    lines = [head]
+    for name, (_, r) in list(zip(names, t.iterrows()))[:rows]:
+        ratio = (f"{r['b_over_a']:.2f}x ({r['ci_low']:.2f}-{r['ci_high']:.2f})" if r["b_over_a"] == r["b_over_a"]
+                 else "")
+        lines.append(f"  {name.ljust(size)}  {_ms(r['a_ms']):>9}  {_ms(r['b_ms']):>9}  {ratio:<22} {r['verdict']}")
+    if len(t) > rows:
+        lines.append(f"  ({len(t) - rows} more; the JSON has them all)")
+    return "\n".join(lines)
+
+
+def _ms(value: float) -> str:
+    return "-" if value != value else f"{value:,.3f}"

@@ -31,7 +31,8 @@ NOT_ATTRIBUTED = "backward not attributed (the trace carries no autograd sequenc
 @dataclass(frozen=True)
 class Modules:
     """The module table of one rank: ``per_step`` (:data:`MODULE_COLUMNS`: ``pass`` forward or
-    backward), ``median`` over the steps, and ``note`` (why backward is missing, else None)."""
+    backward, "" for the step's time outside every module's forward span), ``median`` over the
+    steps, and ``note`` (why backward is missing, else None)."""
 
     per_step: pd.DataFrame
     median: pd.DataFrame
@@ -58,7 +59,9 @@ def modules(events: pd.DataFrame, steps: pd.DataFrame, files: list[str] | None =
     marks = e[(e["kind"] == "annotation").to_numpy() & names.str.match(r"^ProfilerStep#\d+$").to_numpy()]
     lane = str(marks["lane"].mode().iloc[0]) if len(marks) else (str(tree.spans["lane"].iloc[0]) if len(tree.spans) else "")
     forward = table(tree, e, st, lane, warn, "modules")
-    frames = [_relabel(forward.per_step).assign(**{"pass": "forward"})]
+    outside = _relabel(forward.per_step)
+    # the step's time outside every module's forward span belongs to no pass (backward runs there too)
+    frames = [outside.assign(**{"pass": np.where(outside["name"] == OUTSIDE_MODULES, "", "forward")})]
     ops = _sequenced(files, rank) if files and len(tree.spans) else None
     note = NOT_ATTRIBUTED if ops is None or ops.empty else None
     if note is None:

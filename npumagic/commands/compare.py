@@ -20,6 +20,7 @@ class Compared(Result):
     label_b: str
     verification: Any = None  # --fix RULE: A's finding of RULE, predicted against what B achieved
     kept: bool = False  # the verification is kept in the history
+    parts: tuple = ()  # --by-region / --by-module: PartComparisons
 
     def to_dict(self) -> dict[str, Any]:
         from ..jsonout import comparison_doc
@@ -27,18 +28,59 @@ class Compared(Result):
         doc = comparison_doc(self.comparison, self.label_a, self.label_b)
         if self.verification is not None:
             doc["verification"] = dict(self.verification.as_dict(), kept=self.kept)
+        for part in self.parts:
+            doc[f"by_{part.what[:-1]}"] = parts_doc(part)
         return doc
 
     def text(self, width: int | None = None) -> str:
         from ..render.text import comparison_text
         from ..calibration import fix_line
 
-        return comparison_text(self.comparison, width=width) + fix_line(self.verification, self.kept)
+        return (comparison_text(self.comparison, width=width) + fix_line(self.verification, self.kept)
+                + "".join("\n\n" + _part_text(part, width) for part in self.parts))
 
     def html(self) -> str:
+        import html
+
         from ..calibration import fix_line
 
-        return self.comparison._repr_html_() + fix_line(self.verification, self.kept, html=True)
+        return (self.comparison._repr_html_() + fix_line(self.verification, self.kept, html=True)
+                + "".join(f"<pre>{html.escape(_part_text(part, None))}</pre>" for part in self.parts))
+
+
+def _part_text(part, width: int | None) -> str:
+    from ..analysis.compare_parts import parts_text
+
+    return parts_text(part, width=width or 120)
+
+
+def parts_doc(part) -> dict[str, Any]:
+    """A region or module comparison's JSON: what it judged, the noise, each part's row."""
+    from ..jsonout import clean, records
+
+    return clean({"a": part.a, "b": part.b, "noise": part.noise.describe(), "rows": records(part.table)})
+
+
+def part_comparisons(places, a: str, b: str, name_a: str, name_b: str, noise, by_region: bool,
+                     by_module: bool) -> tuple:
+    """``a`` and ``b`` (paths or runs) compared region by region and/or module by module, their
+    profiler output read again."""
+    if not (by_region or by_module):
+        return ()
+    from ..analysis.compare_parts import compare_parts
+    from ..analysis.modules import modules
+    from ..analysis.regions import regions
+
+    (_, ta), (_, tb) = places.trace(a), places.trace(b)
+    found = []
+    if by_region:
+        found.append(compare_parts(regions(ta.events, ta.steps, warn=False), regions(tb.events, tb.steps, warn=False),
+                                   name_a, name_b, noise))
+    if by_module:
+        tables = [modules(t.events, t.steps, t.meta.get("files") if t.meta.get("format") == "kineto" else None,
+                          warn=False) for t in (ta, tb)]
+        found.append(compare_parts(*tables, name_a, name_b, noise))
+    return tuple(found)
 
 
 def side_names(a, b) -> tuple[str, str]:
@@ -51,7 +93,7 @@ def side_names(a, b) -> tuple[str, str]:
 
 
 def compare(places, a: str, b: str, rank_a: int | None = None, rank_b: int | None = None,
-            fix: str | None = None) -> Compared:
+            fix: str | None = None, by_region: bool = False, by_module: bool = False) -> Compared:
     where_a, where_b = places.locate(a), places.locate(b)  # a missing path is said before pandas is imported
     from ..named_runs import two_sides
 
@@ -67,9 +109,10 @@ def compare(places, a: str, b: str, rank_a: int | None = None, rank_b: int | Non
 
         cmp = compare_summaries(side_a.summary, side_b.summary, *side_names(side_a, side_b), side_a.context,
                                 side_b.context)
+    parts = part_comparisons(places, a, b, cmp.a, cmp.b, cmp.noise, by_region, by_module)
     if fix is None:
-        return Compared(cmp, side_a.label, side_b.label)
-    return Compared(cmp, side_a.label, side_b.label, *verified(places, side_a, side_b, fix, rank_a is None))
+        return Compared(cmp, side_a.label, side_b.label, parts=parts)
+    return Compared(cmp, side_a.label, side_b.label, *verified(places, side_a, side_b, fix, rank_a is None), parts=parts)
 
 
 def verified(places, side_a, side_b, fix: str, whole_run: bool):
@@ -97,6 +140,9 @@ COMMAND = Command(
      Arg("rank_a", "rank of the reference to compare (default the lowest)", int),
      Arg("rank_b", "rank of the run to check (default the lowest)", int),
      Arg("fix", "the rule of A's finding whose fix B applied: its predicted saving against the achieved one "
-                "(kept in a writable history, for the rule's calibration)", metavar="RULE")),
+                "(kept in a writable history, for the rule's calibration)", metavar="RULE"),
+     Arg("by_region", "also compare each record_function region's per-step time with the same statistics", bool),
+     Arg("by_module", "also compare each nn.Module's per-step time, forward and backward (recorded with --modules "
+                      "--stack)", bool)),
     compare, about="Compare run or path B against the reference A: whether B's step time differs beyond noise "
                    "(speedup, 95% CI, p-value), the component that explains it, and the kernels that changed most.")

@@ -7,6 +7,7 @@ import html
 from dataclasses import dataclass, field
 
 from ..analysis.checklist import Verdict
+from ..analysis.compare_parts import parts_text
 from ..analysis.summary import Summary
 from ..wording import say
 from ..records import Run
@@ -131,6 +132,7 @@ class CompareReport:
 
     comparison: object
     figure: RenderedFigure | None = None
+    parts: tuple = ()  # --by-region / --by-module: PartComparisons (c.parts[0].table)
 
     def __getattr__(self, name: str):
         # c = %npucompare a b; c.significant, c.speedup, c.ci, c.kernels ... (like %timeit -o)
@@ -144,6 +146,7 @@ class CompareReport:
     @terminal_safe
     def __str__(self) -> str:
         return (comparison_text(self.comparison, width=display_width())
+                + "".join("\n\n" + parts_text(p, width=display_width()) for p in self.parts)
                 + (f"\n\nfigure: {self.figure.path}" if self.figure and self.figure.path else ""))
 
     def _repr_pretty_(self, p, cycle) -> None:
@@ -151,6 +154,7 @@ class CompareReport:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         html_text = comparison_html(self.comparison, self.figure.html() if self.figure is not None else "")
+        html_text += "".join(f"<pre>{html.escape(parts_text(p))}</pre>" for p in self.parts)
         return {"text/plain": str(self), "text/html": html_text}
 
 

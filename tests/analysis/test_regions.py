@@ -135,3 +135,15 @@ def test_spans_that_cannot_nest_are_skipped_and_counted_never_a_traceback():
     found = innermost(tree, np.array(["Thread 1", "Thread 1", "Thread 1", "Thread 2", "Thread 1"]),
                       np.array([15, 50, 200, 100, 0]))
     assert [index.get(i) for i in found] == ["inner", "outer", None, "other thread", "outer"]
+
+
+def test_a_real_trace_with_a_crossing_annotation_warns_and_counts_it(loop):
+    # a copy of the first forward_backward region that starts inside it and ends after it
+    events = loop.events
+    first = events[events["name"] == "forward_backward"].iloc[[0]]
+    crossing = first.astype({"name": str}).assign(ts_ns=first["ts_ns"] + first["dur_ns"] // 2, name="crossing")
+    bad = pd.concat([events.astype({"name": str}), crossing], ignore_index=True)
+    with pytest.warns(UserWarning, match="regions: skipped 1 overlapping without nesting"):
+        table = regions(bad, loop.steps)
+    assert table.skipped == {"overlapping without nesting": 1}
+    assert "crossing" not in set(table.per_step["name"])

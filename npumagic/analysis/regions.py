@@ -80,12 +80,13 @@ def nest(spans: pd.DataFrame) -> Tree:
     good = np.ones(len(s), bool)
     stack: list[int] = []
     thread = None
-    for i, (th, ts, end) in enumerate(zip(s["thread"], s["ts"], s["end"])):
+    ends = s["end"].to_numpy()
+    for i, (th, ts, end) in enumerate(zip(s["thread"].tolist(), s["ts"].tolist(), ends.tolist())):
         if th != thread:
             stack, thread = [], th
-        while stack and s.at[stack[-1], "end"] <= ts:
+        while stack and ends[stack[-1]] <= ts:
             stack.pop()
-        if stack and end > s.at[stack[-1], "end"]:  # overlaps the open span without nesting in it
+        if stack and end > ends[stack[-1]]:  # overlaps the open span without nesting in it
             good[i] = False
             continue
         if stack:

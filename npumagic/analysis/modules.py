@@ -7,12 +7,14 @@ exclusive, outermost operators, device time of the work launched inside). Backwa
 a module's backward after the module returned, so no span holds it; each backward node
 (``autograd::engine::evaluate_function: AddmmBackward0``) carries the sequence number of the
 forward operator it was made from, and is charged to the module that operator ran in (its host
-time, and the device work launched inside it). Where the file has no sequence numbers (torch_npu
-exports, or files gone) backward is not attributed, and :attr:`Modules.note` says so.
+time, and the device work launched inside it); Kineto's trace files and torch_npu's
+``trace_view.json`` carry the numbers (:func:`sequence_files`). Where there are none (the db
+export alone, files gone) backward is not attributed, and :attr:`Modules.note` says so.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from .regions import ROW_COLUMNS, Regions, Tree, innermost, nest, table
 
 MODULE_PREFIX = "nn.Module: "
 BACKWARD_NODE = "autograd::engine::evaluate_function: "
+NODE_NAME = re.compile(r"^\w+Backward\d*$")  # an autograd node's class: AddmmBackward0
 OUTSIDE_MODULES = "(outside modules)"
 MODULE_COLUMNS = ["pass"] + ROW_COLUMNS
 NOT_ATTRIBUTED = "backward not attributed (the trace carries no autograd sequence numbers)"
@@ -74,6 +77,20 @@ def modules(events: pd.DataFrame, steps: pd.DataFrame, files: list[str] | None =
     return Modules(per_step, _median(per_step, st), lane, forward.has_device, forward.skipped, note)
 
 
+def sequence_files(meta: dict, rank: int | None) -> list[str] | None:
+    """The files of a Trace (its ``meta``) that carry autograd's sequence numbers for ``rank``:
+    Kineto's trace files; torch_npu's ``trace_view.json`` of the rank's directory. None where
+    there are none."""
+    files = [Path(f) for f in meta.get("files") or []]
+    if meta.get("format") == "kineto":
+        return [str(f) for f in files] or None
+    if meta.get("format") == "ascend":
+        found = [d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json" for d in files if d.is_dir()
+                 and (len(files) == 1 or (d / f"profiler_info_{rank}.json").is_file())]
+        return [str(f) for f in found if f.is_file()] or None
+    return None
+
+
 def _relabel(per_step: pd.DataFrame) -> pd.DataFrame:
     outside = per_step["name"] == "(outside regions)"
     return per_step.assign(name=per_step["name"].where(~outside, OUTSIDE_MODULES),
@@ -93,9 +110,10 @@ def _backward(tree: Tree, ops: pd.DataFrame, e: pd.DataFrame, st: pd.DataFrame) 
     """Per step and module: its backward nodes (calls), their host time and the device work they
     launched; a module's row includes its submodules'."""
     name = ops["name"].astype(str)
-    node = name.str.startswith(BACKWARD_NODE)
-    node_names = set(name[node].str.slice(len(BACKWARD_NODE)))
-    forward = ops[~node & ~name.isin(node_names)]
+    # Kineto numbers both the engine's evaluate_function span and the node inside it (the node,
+    # nested, is left out below); torch_npu numbers only the node
+    node = name.str.startswith(BACKWARD_NODE).to_numpy() | name.str.match(NODE_NAME.pattern).to_numpy()
+    forward = ops[~node]
     where = innermost(tree, forward["thread"].to_numpy(), forward["ts_ns"].to_numpy())
     by_seq = pd.Series(where, index=forward["seq"].to_numpy())
     by_seq = by_seq[by_seq >= 0].groupby(level=0).first()

@@ -68,7 +68,7 @@ def part_comparisons(places, a: str, b: str, name_a: str, name_b: str, noise, by
     if not (by_region or by_module):
         return ()
     from ..analysis.compare_parts import compare_parts
-    from ..analysis.modules import modules
+    from ..analysis.modules import modules, sequence_files
     from ..analysis.regions import regions
 
     (_, ta), (_, tb) = places.trace(a), places.trace(b)
@@ -77,8 +77,7 @@ def part_comparisons(places, a: str, b: str, name_a: str, name_b: str, noise, by
         found.append(compare_parts(regions(ta.events, ta.steps, warn=False), regions(tb.events, tb.steps, warn=False),
                                    name_a, name_b, noise))
     if by_module:
-        tables = [modules(t.events, t.steps, t.meta.get("files") if t.meta.get("format") == "kineto" else None,
-                          warn=False) for t in (ta, tb)]
+        tables = [modules(t.events, t.steps, sequence_files(t.meta, None), warn=False) for t in (ta, tb)]
         found.append(compare_parts(*tables, name_a, name_b, noise))
     return tuple(found)
 

@@ -14,10 +14,11 @@ RECORD_MODULES = ("no nn.Module spans recorded: profile with %%npuprofile --modu
 
 def modules(places, target: str, rank: int | None = None) -> Tree:
     from ..analysis.modules import modules as module_table
+    from ..analysis.modules import sequence_files
 
     label, trace = places.trace(target)
     chosen = _rank(trace, rank, label)
-    files = trace.meta.get("files") if trace.meta.get("format") == "kineto" else None
+    files = sequence_files(trace.meta, chosen)
     return Tree("modules", label, chosen, module_table(trace.events, trace.steps, files, chosen, warn=False),
                 RECORD_MODULES)
 

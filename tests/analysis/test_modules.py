@@ -47,3 +47,26 @@ def test_a_run_recorded_without_modules_has_none(tmp_path):
     record_loop(tmp_path, steps=1)
     trace = sources.load(tmp_path)
     assert modules(trace.events, trace.steps, trace.meta["files"]).empty
+
+
+def test_a_torch_npu_sample_gets_forward_and_backward_rows_with_their_device_time():
+    from npumagic.analysis.modules import sequence_files
+
+    from ..conftest import ASCEND, need
+
+    path = need(ASCEND / "level1" / "rank0_ascend_pt")
+    trace = sources.load(path)
+    files = sequence_files(trace.meta, 0)
+    assert files == [str(path / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")]
+    table = modules(trace.events, trace.steps, files)
+    assert table.note is None and table.has_device
+    rows = table.median.set_index(["pass", "path"])
+    net = "DistributedDataParallel_0/AlexNet_0"
+    for layer, nodes in ((f"{net}/Sequential_0/Conv2d_0", 1), (f"{net}/Sequential_1/Linear_0", 2)):
+        forward, backward = rows.loc[("forward", layer)], rows.loc[("backward", layer)]
+        assert forward["calls"] == 1 and forward["device_ms"] > 0  # its AI Core tasks, through the task queue
+        assert backward["calls"] == nodes and backward["device_ms"] > 0  # ConvolutionBackward0; AddmmBackward0, TBackward0
+    # a container holds its layers' device time, forward and backward
+    for p in ("forward", "backward"):
+        layers = rows.loc[p].loc[[i for i in rows.loc[p].index if i.startswith(f"{net}/Sequential_0/")]]
+        assert rows.loc[(p, f"{net}/Sequential_0"), "device_ms"] == pytest.approx(layers["device_ms"].sum())

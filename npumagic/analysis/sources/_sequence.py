@@ -25,7 +25,8 @@ COLUMNS = ["thread", "ts_ns", "dur_ns", "name", "seq"]
 
 
 def sequenced_ops(paths: list[Path]) -> pd.DataFrame:
-    """The ``cpu_op`` events of ``paths`` that carry a sequence number (:data:`COLUMNS`)."""
+    """The ``cpu_op`` events of ``paths`` that carry a sequence number (:data:`COLUMNS`); Kineto
+    and torch_npu's trace_view.json alike."""
     picked = []
     for path in paths:
         stream = EventStream(path, _SequenceEvent)
@@ -34,6 +35,7 @@ def sequenced_ops(paths: list[Path]) -> pd.DataFrame:
                        and e.args.seq is not None]
     if not picked:
         return pd.DataFrame(columns=COLUMNS)
-    return pd.DataFrame({"thread": [f"Thread {e.tid}" for e in picked], "ts_ns": to_ns([e.ts for e in picked]),
-                         "dur_ns": to_ns([e.dur for e in picked]), "name": [e.name for e in picked],
-                         "seq": to_int([e.args.seq for e in picked])}).astype({"seq": np.int64})
+    ops = pd.DataFrame({"thread": [f"Thread {e.tid}" for e in picked], "ts_ns": to_ns([e.ts for e in picked]),
+                        "dur_ns": to_ns([e.dur for e in picked]), "name": [e.name for e in picked],
+                        "seq": to_int([e.args.seq for e in picked])}).astype({"seq": np.int64})
+    return ops[ops["seq"] >= 0].reset_index(drop=True)  # torch_npu writes -1 for none

@@ -176,7 +176,7 @@ def run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", action="store_true", help="record memory allocations (profile_memory)")
     p.add_argument("--shapes", action="store_true", help="record input shapes (record_shapes)")
     p.add_argument("--stack", action="store_true", help="record Python stacks (with_stack)")
-    p.add_argument("--modules", action="store_true", help="record the nn.Module hierarchy (with_modules)")
+    p.add_argument("--modules", action="store_true", help="record the nn.Module hierarchy (with_modules; on torch.profiler with_stack too), read by npumagic modules")
     p.add_argument("--level", type=int, default=0, help="torch_npu profiler level 0, 1 or 2 (default 0)")
     p.add_argument("--aic-metrics", default=None, help="torch_npu AI Core metrics (e.g. PipeUtilization)")
     p.add_argument("--export", default=None, help="torch_npu: comma list of text, db (default text)")

@@ -62,7 +62,8 @@ def _profile_arguments(profiler_module: Any, options: CaptureOptions, run_dir: P
         "on_trace_ready": profiler_module.tensorboard_trace_handler(str(run_dir), worker_name=_worker_name()),
         "record_shapes": options.shapes,
         "profile_memory": options.memory,
-        "with_stack": options.stack,
+        # torch.profiler (2.13 measured) writes the nn.Module spans only where it records stacks too
+        "with_stack": options.stack or options.modules,
         "with_modules": options.modules,
     }
 

@@ -19,7 +19,8 @@ class CaptureOptions:
     """Schedule and recording settings, named as torch.profiler's ``schedule()`` and ``profile()``.
 
     ``steps`` is the schedule's ``active``; ``repeat`` is the number of cycles (0 is not allowed
-    here: the capture must end). ``modules`` is ``with_modules`` (both profilers). ``level``,
+    here: the capture must end). ``modules`` is ``with_modules`` (both profilers; torch.profiler gets ``with_stack``
+    too, without which it writes no module span). ``level``,
     ``aic_metrics``, ``l2_cache``, ``gc_threshold_ms`` (``gc_detect_threshold``), ``host_sys``,
     ``export`` (``export_type``) and ``keep_raw`` (``data_simplification=False``: keep CANN's
     raw per-device data) feed torch_npu's ``_ExperimentalConfig`` and are ignored (with a note)

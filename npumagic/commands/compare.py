@@ -141,7 +141,7 @@ COMMAND = Command(
      Arg("fix", "the rule of A's finding whose fix B applied: its predicted saving against the achieved one "
                 "(kept in a writable history, for the rule's calibration)", metavar="RULE"),
      Arg("by_region", "also compare each record_function region's per-step time with the same statistics", bool),
-     Arg("by_module", "also compare each nn.Module's per-step time, forward and backward (recorded with --modules "
-                      "--stack)", bool)),
+     Arg("by_module", "also compare each nn.Module's per-step time, forward and backward (recorded with "
+                      "--modules)", bool)),
     compare, about="Compare run or path B against the reference A: whether B's step time differs beyond noise "
                    "(speedup, 95% CI, p-value), the component that explains it, and the kernels that changed most.")

@@ -7,9 +7,10 @@ from __future__ import annotations
 from .base import TARGET, Command, rank
 from .regions import Tree, _rank
 
-RECORD_MODULES = ("no nn.Module spans recorded: profile with %%npuprofile --modules --stack (torch.profiler's "
-                  "with_modules=True and with_stack=True: torch 2.13 writes the module spans only with both); on "
-                  "torch_npu, with_modules=True and with_stack=True at profiler_level Level1 or above")
+RECORD_MODULES = ("no nn.Module spans recorded: profile with %%npuprofile --modules (npumagic run --modules), or "
+                  "torch.profiler.profile(with_modules=True, with_stack=True): torch 2.13 writes the module spans "
+                  "only with both; on torch_npu, with_modules=True and with_stack=True at profiler_level Level1 or "
+                  "above")
 
 
 def modules(places, target: str, rank: int | None = None) -> Tree:
@@ -24,9 +25,9 @@ def modules(places, target: str, rank: int | None = None) -> Tree:
 
 
 COMMAND = Command(
-    "modules", "the time of each nn.Module, forward and backward (recorded with --modules --stack)",
+    "modules", "the time of each nn.Module, forward and backward (recorded with --modules)",
     (TARGET, rank("rank to read (default the lowest)")), modules,
-    about="Each nn.Module of a path or run recorded with modules (with_modules and with_stack) as a tree, forward "
+    about="Each nn.Module of a path or run recorded with --modules (with_modules and with_stack) as a tree, forward "
           "and backward (charged through autograd's sequence numbers where recorded): calls, host time inclusive "
           "and exclusive, the device time launched inside; the median over the steps (each step in the JSON). Says "
           "what to record where the run has none.")

@@ -51,6 +51,16 @@ def test_modules_reaches_the_torch_profiler(tmp_path, modules):
 
     profiler = choose_backend("cpu").backend.profiler(CaptureOptions(modules=modules), tmp_path)
     assert profiler.with_modules is modules
+    assert profiler.with_stack is modules  # torch.profiler writes module spans only with stacks
+
+
+def test_a_capture_with_modules_gives_each_layer_its_rows(trainer):
+    trainer.run_cell_magic("npuprofile", "--wait 0 --warmup 1 --steps 2 --no-plot --modules --name mods",
+                           "for _ in range(3):\n    train_step()")
+    table = trainer.run_line_magic("npu", "modules mods").to_dict()
+    assert table["recorded"] and table["note"] is None
+    layers = {(r["pass"], r["name"]) for r in table["median"]}
+    assert {("forward", "Linear_0"), ("backward", "Linear_0")} <= layers
 
 
 def test_a_capture_that_writes_no_trace_says_so(trainer, monkeypatch):

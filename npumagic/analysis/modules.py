@@ -66,8 +66,8 @@ def modules(events: pd.DataFrame, steps: pd.DataFrame, files: list[str] | None =
     # the step's time outside every module's forward span belongs to no pass (backward runs there too)
     frames = [outside.assign(**{"pass": np.where(outside["name"] == OUTSIDE_MODULES, "", "forward")})]
     ops = _sequenced(files, rank) if files and len(tree.spans) else None
-    note = NOT_ATTRIBUTED if ops is None or ops.empty else None
-    if note is None:
+    note = NOT_ATTRIBUTED if len(tree.spans) and (ops is None or ops.empty) else None
+    if ops is not None and not ops.empty:
         back = _backward(tree, ops, e, st)
         if back is not None:
             frames.append(back.assign(**{"pass": "backward"}))

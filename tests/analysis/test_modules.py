@@ -46,7 +46,8 @@ def test_without_the_trace_files_backward_is_not_attributed_and_said(run):
 def test_a_run_recorded_without_modules_has_none(tmp_path):
     record_loop(tmp_path, steps=1)
     trace = sources.load(tmp_path)
-    assert modules(trace.events, trace.steps, trace.meta["files"]).empty
+    table = modules(trace.events, trace.steps, trace.meta["files"])
+    assert table.empty and table.note is None  # nothing to attribute: no word about backward
 
 
 def test_a_torch_npu_sample_gets_forward_and_backward_rows_with_their_device_time():

@@ -43,6 +43,7 @@ class Modules:
     has_device: bool
     skipped: dict[str, int]
     note: str | None = None
+    operators: pd.DataFrame | None = None  # each module's top forward operators and their shapes (module_ops)
 
     @property
     def empty(self) -> bool:
@@ -74,7 +75,10 @@ def modules(events: pd.DataFrame, steps: pd.DataFrame, files: list[str] | None =
     per_step = pd.concat(frames, ignore_index=True)[MODULE_COLUMNS]
     if not forward.has_device:
         per_step[["device_ms", "self_device_ms"]] = np.nan
-    return Modules(per_step, _median(per_step, st), lane, forward.has_device, forward.skipped, note)
+    from .module_ops import module_operators
+
+    return Modules(per_step, _median(per_step, st), lane, forward.has_device, forward.skipped, note,
+                   module_operators(tree, e, int(st["step"].nunique())))
 
 
 def sequence_files(meta: dict, rank: int | None) -> list[str] | None:

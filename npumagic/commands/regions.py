@@ -34,7 +34,8 @@ class Tree(Result):
         return document(self.kind, path=self.label, rank=self.rank, lane=t.lane, device=t.has_device,
                         recorded=not t.empty, what_to_record=self.missing if t.empty else None,
                         note=getattr(t, "note", None), skipped=t.skipped, median=records(_ordered(t.median)),
-                        steps=records(t.per_step))
+                        steps=records(t.per_step), **({"operators": records(t.operators)}
+                                                       if getattr(t, "operators", None) is not None else {}))
 
     def text(self, width: int | None = None) -> str:
         t = self.table
@@ -44,6 +45,9 @@ class Tree(Result):
         head = (f"{self.label}: {self.kind}, median of {steps} step{'s' if steps != 1 else ''} (ms"
                 + ("" if t.has_device else "; no device work recorded") + ")")
         lines = [head, *_table(_ordered(t.median), width or 120, t.has_device)]
+        operators = getattr(t, "operators", None)
+        if operators is not None and len(operators):
+            lines += _top_operators(operators, t.has_device, width or 120)
         note = getattr(t, "note", None)
         if note:
             lines.append(note)
@@ -76,6 +80,20 @@ def _table(median, width: int, device: bool) -> list[str]:
     lines = ["name".ljust(name_size) + "".join("  " + t.rjust(s) for (_, t, _), s in zip(columns, sizes))]
     for i, name in enumerate(names):
         lines.append(name.ljust(name_size) + "".join("  " + v[i].rjust(s) for v, s in zip(numbers, sizes)))
+    return lines
+
+
+def _top_operators(operators, device: bool, width: int, modules: int = 5) -> list[str]:
+    """The operators (and their input shapes) of the ``modules`` modules whose operators took the
+    most time: the seed's step two."""
+    key = "device_ms" if device else "host_ms"
+    top = operators.groupby("path", sort=False)[key].sum().sort_values(ascending=False).head(modules).index
+    lines = [f"top operators of the {len(top)} busiest modules ({'device' if device else 'host'} ms per step):"]
+    for path in top:
+        lines.append(f"  {path}")
+        for _, op in operators[operators["path"] == path].iterrows():
+            line = f"    {op[key]:8.3f}  {op['operator']}" + (f"  {op['shapes']}" if op["shapes"] else "")
+            lines.append(line if len(line) <= width else line[: width - 1] + "…")
     return lines
 
 

@@ -34,6 +34,8 @@ def test_each_linear_layer_gets_its_own_forward_and_backward_rows(run):
         assert rows.loc[("forward", step, "Sequential_0"), "host_ms"] >= rows.loc[
             ("forward", step, "Sequential_0/Linear_0"), "host_ms"]
     assert set(table.median["pass"]) == {"forward", "backward", ""}
+    ops = table.operators.set_index("path")
+    assert ops.loc["Sequential_0/Linear_1", "operator"] == ops.loc["Sequential_0/Linear_0", "operator"] == "aten::linear"
 
 
 def test_without_the_trace_files_backward_is_not_attributed_and_said(run):
@@ -71,3 +73,10 @@ def test_a_torch_npu_sample_gets_forward_and_backward_rows_with_their_device_tim
     for p in ("forward", "backward"):
         layers = rows.loc[p].loc[[i for i in rows.loc[p].index if i.startswith(f"{net}/Sequential_0/")]]
         assert rows.loc[(p, f"{net}/Sequential_0"), "device_ms"] == pytest.approx(layers["device_ms"].sum())
+    # the seed's step two: the module's operators with their input shapes, its device time theirs
+    ops = table.operators.set_index(["path", "operator"])
+    conv = ops.loc[(f"{net}/Sequential_0/Conv2d_0", "aten::conv2d")]
+    assert conv["shapes"] == "32,3,224,224;64,3,11,11;64;;;;"
+    assert conv["device_ms"] == pytest.approx(rows.loc[("forward", f"{net}/Sequential_0/Conv2d_0"), "device_ms"])
+    # DistributedDataParallel.forward, an operator around the whole model on torch_npu, keeps no layer's work
+    assert not any(p.endswith("Conv2d_0") and o.startswith("DistributedDataParallel") for p, o in ops.index)

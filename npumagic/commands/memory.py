@@ -1,0 +1,87 @@
+"""``memory``: the memory view of a path or a run (:mod:`npumagic.analysis.memory_view`): the peak
+and the operators holding it, the operators' allocations, churn, growth across steps, the
+components beyond PyTorch's pool. A run is read from its output directory (the history keeps the
+peaks only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import NpumagicError
+from .base import TARGET, Arg, Command, Result, at_least_one, rank
+
+NOT_RECORDED = ("{label} recorded no memory. Profile with profile_memory=True: torch.profiler.profile(..., "
+                "profile_memory=True), or torch_npu.profiler.profile(..., profile_memory=True) at any profiler "
+                "level (torch_npu then writes memory_record.csv and operator_memory.csv, and npu_module_mem.csv "
+                "with ProfilerActivity.NPU); in a notebook, %%npuprofile --memory")
+
+
+@dataclass(frozen=True)
+class MemoryReport(Result):
+    label: str
+    view: Any  # MemoryView
+    top: int = 10
+
+    def to_dict(self) -> dict[str, Any]:
+        from ..jsonout import document, records
+
+        v = self.view
+        return document(
+            "memory", path=self.label, source=v.source, device=v.device, pool=v.pool,
+            peak_allocated_bytes=v.peak_allocated_bytes, peak_reserved_bytes=v.peak_reserved_bytes,
+            peak_operator=v.peak_operator, peak_holders=records(v.holders),
+            operators=records(v.operators), steps=records(v.steps),
+            churn={"count": v.churn_count, "bytes": v.churn_bytes, "min_bytes": _churn_min(),
+                   "operators": records(v.churn_operators)},
+            growth_bytes_per_step=v.growth.bytes_per_step,
+            growth={"interval_bytes_per_step": v.growth.interval, "steps_fitted": v.growth.steps_fitted,
+                    "growing": v.growth.growing, "operators": records(v.growth.operators)},
+            components=v.components, beyond_pool_bytes=v.beyond_pool_bytes, capacity_bytes=v.capacity_bytes,
+            static_bytes=v.static_bytes, notes=list(v.notes))
+
+    def text(self, width: int | None = None) -> str:
+        from ..render.memory_text import memory_text
+
+        return memory_text(self.label, self.view, self.top)
+
+
+def _churn_min() -> int:
+    from ..analysis.thresholds import CHURN_MIN_BYTES
+
+    return CHURN_MIN_BYTES
+
+
+def memory_path(places, target: str) -> tuple[str, Path]:
+    """(label, path to read) of ``target``: a path, or the output directory of a run."""
+    path, name = places.locate(target)
+    if path is not None:
+        return places.label(target), path
+    run_dir = places.runs.run_dir(name)
+    if not run_dir or not Path(run_dir).exists():
+        raise NpumagicError(f"run {name!r} has no output directory left ({run_dir}): its memory events were there")
+    return name, Path(run_dir)
+
+
+def memory(places, target: str, rank: int | None = None, top: int | None = None) -> MemoryReport:
+    from ..analysis.memory_view import memory_view
+    from ..analysis.sources.memory import read_memory
+
+    label, path = memory_path(places, target)
+    view = memory_view(read_memory(path, rank))
+    if not view.recorded:
+        raise NpumagicError(NOT_RECORDED.format(label=label))
+    return MemoryReport(label, view, at_least_one(top, "--top") or 10)
+
+
+COMMAND = Command(
+    "memory", "the memory view: peak and who holds it, per-operator allocations, churn, growth across steps",
+    (TARGET, rank("rank of a job to read (the rank-th, default the first)"),
+     Arg("top", "operators to list in each table (default 10)", int)),
+    memory, about="The memory of a path or run recorded with profile_memory=True: the peak of PyTorch's pool "
+                  "(allocated, reserved) with the operator running then and the live blocks by the operator that "
+                  "allocated them; each operator's allocations, bytes, mean lifetime and bytes live at the last "
+                  "step's end; churn (blocks of 1 MiB or more freed within their step); growth of allocated memory "
+                  "at the steps' ends (a leak: slope per step, whether beyond noise, the operators never freeing); "
+                  "torch_npu's components (PTA, GE, APP, HCCL, RUNTIME, ...) and the memory beyond the pool.")

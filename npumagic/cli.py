@@ -412,7 +412,8 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
 # handler that presents more than the result (default: its text, or --json)
 CLI_OPTIONS = {"analyze": _reading_arguments, "advise": _reading_arguments, "steps": _reading_arguments,
                "compare": _compare_arguments, "runs": _output_dir_arguments, "export": _export_arguments,
-               "rules": _output_dir_arguments, "memory": _memory_arguments}
+               "rules": _output_dir_arguments, "memory": _memory_arguments,
+               "memcompare": _memory_arguments, "memfit": _memory_arguments}
 CLI_HANDLERS = {"compare": _compare, "export": _export}
 JSON_DETAIL = {"export": ": the log, and the files written"}  # said after "machine-readable output"
 

@@ -20,7 +20,8 @@ from .thresholds import CHURN_MIN_BYTES, GROWTH_MIN_BYTES_PER_STEP, GROWTH_MIN_S
 CONFIDENCE = 0.95
 OPERATOR_COLUMNS = ["name", "allocations", "bytes", "mean_lifetime_us", "live_at_step_end_bytes"]
 HOLDER_COLUMNS = ["operator", "blocks", "bytes"]
-STEP_COLUMNS = ["step", "end_allocated_bytes", "churn_count", "churn_bytes"]
+STEP_COLUMNS = ["step", "low_allocated_bytes", "peak_allocated_bytes", "end_allocated_bytes", "churn_count",
+                "churn_bytes"]
 
 
 @dataclass(frozen=True)
@@ -141,17 +142,21 @@ def _operators(blocks: pd.DataFrame, last_end: int | None) -> pd.DataFrame:
 
 
 def _steps(steps: pd.DataFrame, pool: pd.DataFrame, blocks: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per step: allocated at its end (the pool's last sample by then) and its churn; and the
-    churned blocks of all steps."""
+    """Per step: allocated at its lowest and highest (from its start: the last sample before it)
+    and at its end (the last sample by then), and its churn; and the churned blocks of all steps."""
     rows, churned = [], []
     samples = pool.dropna(subset=["allocated_bytes"])
+    last = lambda frame: float(frame["allocated_bytes"].iloc[-1]) if len(frame) else np.nan  # noqa: E731
     for step, start, end in steps[["step", "start_ns", "end_ns"]].itertuples(index=False):
         before = samples[samples["ts_ns"] <= end]
+        within = samples[(samples["ts_ns"] >= start) & (samples["ts_ns"] <= end)]["allocated_bytes"]
+        at_start = last(samples[samples["ts_ns"] <= start])
         big = blocks[(blocks["bytes"] >= CHURN_MIN_BYTES) & (blocks["alloc_ns"] >= start) & (blocks["alloc_ns"] < end)
                      & (blocks["free_ns"] >= 0) & (blocks["free_ns"] <= end)]
         churned.append(big)
-        rows.append((int(step), float(before["allocated_bytes"].iloc[-1]) if len(before) else np.nan, len(big),
-                     float(big["bytes"].sum())))
+        held = pd.concat([within, pd.Series([at_start])]).dropna()
+        rows.append((int(step), float(held.min()) if len(held) else np.nan, float(held.max()) if len(held) else np.nan,
+                     last(before), len(big), float(big["bytes"].sum())))
     table = pd.DataFrame(rows, columns=STEP_COLUMNS)
     return table, (pd.concat(churned) if churned else blocks[:0])
 

@@ -62,6 +62,11 @@ GROWTH_MIN_BYTES_PER_STEP = 64 * 2**10
 # Fewer step ends than this (the first step left out: optimizer states and caches are created in
 # it) give no slope worth a verdict.
 GROWTH_MIN_STEPS = 3
+# Memory comparison: two runs' peaks differ only beyond this share of the reference's peak (and at
+# least MEMORY_CHANGE_MIN_BYTES): the caching allocator rounds blocks up (512 B small, 2 MiB large
+# segments), so a change below it is the allocator's rounding, not the model's.
+MEMORY_CHANGE_SHARE = 0.01
+MEMORY_CHANGE_MIN_BYTES = 2 * 2**20
 # Cluster: ranks whose computing, communication (not overlapped) or free time differ (max - min)
 # by more than this share of the mean step are reported as slow ranks (and pipeline stages as
 # imbalanced); msprof-analyze's slow-rank analyzer uses the same 5% of the mean step.

@@ -4,12 +4,13 @@ a :class:`~npumagic.commands.base.Command`, and one line here."""
 
 from __future__ import annotations
 
-from . import advise, analyze, compare, export, memory, rules, runs, steps
+from . import advise, analyze, compare, export, memcompare, memfit, memory, rules, runs, steps
 from .base import ERRORS, Arg, Command, Result
 from .places import Places, Target
 
 COMMANDS: list[Command] = [analyze.COMMAND, advise.COMMAND, compare.COMMAND, steps.COMMAND, runs.COMMAND,
-                           export.COMMAND, rules.COMMAND, memory.COMMAND]
+                           export.COMMAND, rules.COMMAND, memory.COMMAND,
+                           memcompare.COMMAND, memfit.COMMAND]
 
 
 def find(name: str) -> Command | None:

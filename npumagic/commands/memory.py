@@ -64,7 +64,8 @@ def memory_path(places, target: str) -> tuple[str, Path]:
     return name, Path(run_dir)
 
 
-def memory(places, target: str, rank: int | None = None, top: int | None = None) -> MemoryReport:
+def read_view(places, target: str, rank: int | None = None):
+    """(label, MemoryView) of ``target``; an output without memory is refused saying how to record it."""
     from ..analysis.memory_view import memory_view
     from ..analysis.sources.memory import read_memory
 
@@ -72,6 +73,11 @@ def memory(places, target: str, rank: int | None = None, top: int | None = None)
     view = memory_view(read_memory(path, rank))
     if not view.recorded:
         raise NpumagicError(NOT_RECORDED.format(label=label))
+    return label, view
+
+
+def memory(places, target: str, rank: int | None = None, top: int | None = None) -> MemoryReport:
+    label, view = read_view(places, target, rank)
     return MemoryReport(label, view, at_least_one(top, "--top") or 10)
 
 

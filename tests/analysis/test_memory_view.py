@@ -181,7 +181,7 @@ def test_the_same_loop_without_the_list_does_not_grow(trained):
 
 
 def _records(step_ends: list[float]):
-    """Records of a made-up run: one pool sample at each step's end."""
+    """Records of a made-up run: the pool empty at each step's start, at ``step_ends`` at its end."""
     import pandas as pd
 
     from npumagic.analysis.sources.memory import MemoryRecords
@@ -189,8 +189,9 @@ def _records(step_ends: list[float]):
     n = len(step_ends)
     steps = pd.DataFrame({"step": range(n), "start_ns": [i * 100 for i in range(n)],
                           "end_ns": [i * 100 + 99 for i in range(n)]})
-    totals = pd.DataFrame({"component": "PyTorch", "device": "cuda:0", "ts_ns": steps["end_ns"],
-                           "allocated_bytes": step_ends, "reserved_bytes": max(step_ends)})
+    totals = pd.DataFrame({"component": "PyTorch", "device": "cuda:0",
+                           "ts_ns": [*steps["start_ns"], *steps["end_ns"]], "allocated_bytes": [0.0] * n + list(step_ends),
+                           "reserved_bytes": max(step_ends)}).sort_values("ts_ns")
     blocks = pd.DataFrame(columns=["device", "operator", "caller", "bytes", "alloc_ns", "free_ns"])
     return MemoryRecords("kineto", Path("made-up"), totals, blocks, steps)
 
@@ -204,3 +205,16 @@ def _records(step_ends: list[float]):
 def test_growth_needs_a_slope_beyond_noise_and_the_floor(ends, growing):
     growth = memory_view(_records(ends)).growth
     assert growth.growing is growing and growth.steps_fitted == len(ends) - 1
+
+
+@pytest.mark.parametrize("b_peaks, verdict", [
+    ([100e6 + 2**20] * 5, "same"),  # 1 MiB on 100 MB: under the floor (1% of A's peak)
+    ([110e6, 90e6, 130e6, 80e6, 140e6], "same"),  # 10 MB higher on average, but the steps spread wider
+    ([110e6] * 5, "higher"),
+    ([50e6] * 5, "lower"),
+])
+def test_a_memory_change_must_pass_the_noise_and_the_floor(b_peaks, verdict):
+    from npumagic.analysis.memory_compare import compare_memory
+
+    a, b = memory_view(_records([100e6] * 5)), memory_view(_records(b_peaks))
+    assert compare_memory(a, b).verdict == verdict

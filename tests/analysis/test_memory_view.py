@@ -218,3 +218,22 @@ def test_a_memory_change_must_pass_the_noise_and_the_floor(b_peaks, verdict):
 
     a, b = memory_view(_records([100e6] * 5)), memory_view(_records(b_peaks))
     assert compare_memory(a, b).verdict == verdict
+
+
+def test_the_db_export_gives_its_own_tables_figures():
+    import sqlite3
+
+    rank = need(ASCEND / "db" / "level1" / "rank0_ascend_pt")
+    db = next((rank / "ASCEND_PROFILER_OUTPUT").glob("ascend_pytorch_profiler*.db"))
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    q = lambda sql: conn.execute(sql).fetchall()  # noqa: E731
+    (pta_peak,), = q("SELECT max(totalAllocated) FROM MEMORY_RECORD m JOIN STRING_IDS s ON s.id = m.component "
+                     "WHERE s.value = 'PTA'")
+    sums = dict(q("SELECT s.value, sum(size) FROM OP_MEMORY o JOIN STRING_IDS s ON s.id = o.name GROUP BY s.value"))
+    (hccl,), = q("SELECT max(totalReserved) FROM NPU_MODULE_MEM m JOIN ENUM_MODULE e ON e.id = m.moduleId "
+                 "WHERE e.name = 'HCCL'")
+    conn.close()
+    view = memory_view(read_memory(rank))
+    assert view.source == "torch_npu db" and view.peak_allocated_bytes == pta_peak
+    assert dict(view.operators.set_index("name")["bytes"]) == pytest.approx(sums)
+    assert view.components["HCCL"] == hccl > 0 and list(view.steps["step"]) == [50]

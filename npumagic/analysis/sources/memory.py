@@ -54,8 +54,12 @@ def read_memory(path: str | Path, rank: int | None = None) -> MemoryRecords:
 
 def _ascend(rank_dir: Path, notes: ReadNotes) -> MemoryRecords:
     from . import trace_memory
+    from .ascend.db import find_db
 
     out = rank_dir / OUTPUT
+    db = find_db(out)
+    if db is not None and not (out / "memory_record.csv").is_file():  # the db export (export_type db)
+        return _ascend_db(rank_dir, db, notes)
     read = lambda name, fn, columns: fn(out / name, notes) if (out / name).is_file() else pd.DataFrame(columns=columns)  # noqa: E731
     totals = read("memory_record.csv", memory_csvs.memory_record, TOTALS_COLUMNS)
     modules = read("npu_module_mem.csv", memory_csvs.npu_module_mem, TOTALS_COLUMNS)
@@ -73,3 +77,12 @@ def _kineto(trace: Path, notes: ReadNotes) -> MemoryRecords:
 
     totals, blocks, steps, capacity = trace_memory.read(trace, notes, with_capacity=True)
     return MemoryRecords("kineto", trace, totals, blocks, steps, capacity_bytes=capacity)
+
+
+def _ascend_db(rank_dir: Path, db: Path, notes: ReadNotes) -> MemoryRecords:
+    from .ascend import memory_db
+
+    totals, modules, blocks, steps = memory_db.read(db, notes)
+    # the db keeps APP among the modules; components come from both, as from the CSVs
+    return MemoryRecords("torch_npu db", rank_dir, pd.concat([totals, modules], ignore_index=True), blocks, steps,
+                         pool="PTA", modules=tuple(modules["component"].unique()))

@@ -76,16 +76,56 @@ def read_view(places, target: str, rank: int | None = None):
     return label, view
 
 
-def memory(places, target: str, rank: int | None = None, top: int | None = None) -> MemoryReport:
+@dataclass(frozen=True)
+class SnapshotReport(Result):
+    label: str
+    views: tuple  # SnapshotView per device
+    top: int = 10
+
+    def to_dict(self) -> dict[str, Any]:
+        from ..jsonout import document, records
+
+        return document("memory_snapshot", path=self.label, devices=[
+            {"device": v.device, "segments": v.segments, "large_segments": v.large_segments,
+             "reserved_bytes": v.reserved_bytes, "allocated_bytes": v.allocated_bytes,
+             "free_in_segments_bytes": v.free_in_segments_bytes, "largest_free_bytes": v.largest_free_bytes,
+             "fragmented_bytes": v.fragmented_bytes, "holders": records(v.holders.head(self.top)),
+             "ooms": list(v.ooms)} for v in self.views])
+
+    def text(self, width: int | None = None) -> str:
+        from ..analysis.memory_view import _size
+
+        out = [f"{self.label}: memory snapshot, {len(self.views)} device{'s' if len(self.views) != 1 else ''}"]
+        for v in self.views:
+            out.append(f"device {v.device}: reserved {_size(v.reserved_bytes)} in {v.segments} segments "
+                       f"({v.large_segments} large), allocated {_size(v.allocated_bytes)}; free inside the segments "
+                       f"{_size(v.free_in_segments_bytes)}, its largest piece {_size(v.largest_free_bytes)} "
+                       f"(fragmented: {_size(v.fragmented_bytes)})")
+            out += [f"  OOM asking {_size(o['size'])} with {_size(o['device_free'])} free on the device" for o in v.ooms]
+            out += [f"  {r.where[:70]:<70} {int(r.blocks)} block{'s' if r.blocks != 1 else ''} {_size(r.bytes)}"
+                    for r in v.holders.head(self.top).itertuples(index=False)]
+        return "\n".join(out)
+
+
+def memory(places, target: str, rank: int | None = None, top: int | None = None):
+    top = at_least_one(top, "--top") or 10
+    label, path = memory_path(places, target)
+    if path.is_file() and path.name.endswith((".pickle", ".pkl")):  # sources.memory_snapshot.SNAPSHOT_SUFFIXES
+        from ..analysis.memory_snapshot import snapshot_views
+        from ..analysis.sources.memory_snapshot import load_snapshot
+
+        return SnapshotReport(label, tuple(snapshot_views(load_snapshot(path))), top)
     label, view = read_view(places, target, rank)
-    return MemoryReport(label, view, at_least_one(top, "--top") or 10)
+    return MemoryReport(label, view, top)
 
 
 COMMAND = Command(
     "memory", "the memory view: peak and who holds it, per-operator allocations, churn, growth across steps",
     (TARGET, rank("rank of a job to read (the rank-th, default the first)"),
      Arg("top", "operators to list in each table (default 10)", int)),
-    memory, about="The memory of a path or run recorded with profile_memory=True: the peak of PyTorch's pool "
+    memory, about="The memory of a path or run recorded with profile_memory=True (or of a snapshot pickle "
+                  "written by torch.cuda.memory._dump_snapshot: segments, fragmentation, blocks by the line that "
+                  "allocated them, OOMs): the peak of PyTorch's pool "
                   "(allocated, reserved) with the operator running then and the live blocks by the operator that "
                   "allocated them; each operator's allocations, bytes, mean lifetime and bytes live at the last "
                   "step's end; churn (blocks of 1 MiB or more freed within their step); growth of allocated memory "

@@ -337,6 +337,23 @@ class NpuMagics(Magics):
             return format_steps(self.session.summary(name).steps, caption=f"{name}: per-step time")
 
     @line_magic
+    def npumem(self, line: str):
+        """The notebook's memory ledger: the tensors, modules (parameters, gradients, buffers),
+        optimizer states and lists or dicts of tensors the namespace's variables keep alive, by
+        variable and device, with bytes and the input cell that assigned each (``.data`` is the
+        DataFrame). A notebook that runs out of memory after some cells often still holds an
+        earlier model or batch in a variable: ``del`` it.
+
+        Usage: ``%npumem``
+        """
+        if line.strip():
+            raise UsageError("%npumem takes no arguments")
+        from .capture.ledger import LedgerReport, ledger
+
+        shell = self.shell
+        return LedgerReport(ledger(shell.user_ns, set(shell.user_ns_hidden), shell.user_ns.get("In")))
+
+    @line_magic
     def npuruns(self, line: str):
         """List the run history as a table (its ``.data`` is the DataFrame).
 

@@ -348,7 +348,8 @@ class NpuMagics(Magics):
         """
         if line.strip():
             raise UsageError("%npumem takes no arguments")
-        from .capture.ledger import LedgerReport, ledger
+        from .capture.ledger import ledger
+        from .render.ledger import LedgerReport
 
         shell = self.shell
         return LedgerReport(ledger(shell.user_ns, set(shell.user_ns_hidden), shell.user_ns.get("In")))

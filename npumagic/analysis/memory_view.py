@@ -71,6 +71,8 @@ class MemoryView:
     capacity_bytes: float | None
     static_bytes: float
     notes: tuple[str, ...] = ()
+    read: str = ""  # the file or rank folder read (one of a folder's)
+    paired: bool = True  # allocations could be paired with their frees (addresses recorded)
 
     @property
     def recorded(self) -> bool:
@@ -93,7 +95,8 @@ def memory_view(records) -> MemoryView:
         _peak_operator(blocks, peak_ts), _holders(_live(blocks, peak_ts)) if peak_ts is not None else _holders(blocks[:0]),
         _operators(blocks, last_end), step_table, int(len(churned)), float(churned["bytes"].sum()), _holders(churned),
         _growth(step_table, steps, blocks), _components(totals), _beyond_pool(totals, records.pool),
-        records.capacity_bytes, float(records.static["bytes"].sum()), records.notes)
+        records.capacity_bytes, float(records.static["bytes"].sum()), records.notes, str(records.path),
+        bool(len(records.blocks)) or records.totals.empty)
 
 
 def _num(value) -> float | None:

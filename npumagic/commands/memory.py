@@ -29,11 +29,12 @@ class MemoryReport(Result):
 
         v = self.view
         return document(
-            "memory", path=self.label, source=v.source, device=v.device, pool=v.pool,
+            "memory", path=self.label, read=v.read, source=v.source, device=v.device, pool=v.pool,
             peak_allocated_bytes=v.peak_allocated_bytes, peak_reserved_bytes=v.peak_reserved_bytes,
             peak_operator=v.peak_operator, peak_holders=records(v.holders),
             operators=records(v.operators), steps=records(v.steps),
-            churn={"count": v.churn_count, "bytes": v.churn_bytes, "min_bytes": _churn_min(),
+            churn={"count": v.churn_count if v.paired else None, "bytes": v.churn_bytes if v.paired else None,
+                   "min_bytes": _churn_min(),
                    "operators": records(v.churn_operators)},
             growth_bytes_per_step=v.growth.bytes_per_step,
             growth={"interval_bytes_per_step": v.growth.interval, "steps_fitted": v.growth.steps_fitted,

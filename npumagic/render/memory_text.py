@@ -9,7 +9,8 @@ from ..analysis.memory_view import MemoryView, _size
 
 
 def memory_text(label: str, view: MemoryView, top: int = 10) -> str:
-    out = [f"{label}: memory of {view.device} ({view.source}; PyTorch's pool: {view.pool})"]
+    read = f"; read {view.read}" if view.read and view.read != label else ""
+    out = [f"{label}: memory of {view.device} ({view.source}; PyTorch's pool: {view.pool}{read})"]
     if view.peak_allocated_bytes is not None:
         share = (f", {view.peak_allocated_bytes / view.capacity_bytes:.0%} of the device's "
                  f"{_size(view.capacity_bytes)}" if view.capacity_bytes else "")
@@ -26,7 +27,9 @@ def memory_text(label: str, view: MemoryView, top: int = 10) -> str:
         out += _rows(view.operators.rename(columns={"name": "operator"}), top,
                      lambda r: f"{int(r.allocations)} allocs {_size(r.bytes)}, mean life {_us(r.mean_lifetime_us)}, "
                                f"live at step end {_size(r.live_at_step_end_bytes)}")
-    if len(view.steps):
+    if len(view.steps) and not view.paired:
+        out.append("churn: not known (no allocation could be paired with its free)")
+    elif len(view.steps):
         per_step = view.churn_count / len(view.steps)
         out.append(f"churn: {view.churn_count} blocks of 1 MiB or more freed within their step "
                    f"({per_step:,.1f} a step, {_size(view.churn_bytes / len(view.steps))} a step)"

@@ -120,7 +120,7 @@ def test_a_trace_without_totals_or_addresses_is_summed_and_said():
     for b in device:
         running += b
         peak = max(peak, running)
-    assert view.peak_allocated_bytes == peak and view.operators.empty
+    assert view.peak_allocated_bytes == peak and view.operators.empty and not view.paired  # churn: not known
 
 
 def test_negative_and_absurd_sizes_are_skipped_and_counted(tmp_path):

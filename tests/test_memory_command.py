@@ -65,7 +65,7 @@ for _ in range(8):
 """
 
 
-def test_the_magic_finds_a_profiled_loop_keeping_its_losses_growing(shell):
+def test_the_magic_finds_a_profiled_loop_keeping_its_losses_growing(shell, tmp_path, capsys):
     setup = ("model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))\n"
              "opt = torch.optim.SGD(model.parameters(), lr=0.01)\nx, y = torch.randn(128, 256), torch.randn(128, 1)")
     assert shell.run_cell(setup).success
@@ -76,6 +76,10 @@ def test_the_magic_finds_a_profiled_loop_keeping_its_losses_growing(shell):
     assert doc["path"] == "keeping" and doc["device"] == "cpu" and doc["growth"]["growing"]
     assert doc["growth"]["operators"][0]["operator"] == "aten::clamp_min"
     assert "GROWING" in report.text()
+    # the CLI reads the same run from the history's output directory
+    capsys.readouterr()  # what the magics printed
+    assert main(["memory", "keeping", "--history", str(tmp_path / "runs"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == doc
     # the same loop, profiled without --memory: said, as a UsageError
     assert shell.run_cell("%%npuprofile --wait 1 --warmup 1 --steps 6 --name bare --no-plot" + KEEPING).success
     with pytest.raises(UsageError, match="bare recorded no memory"):

@@ -60,6 +60,7 @@ class MemoryView:
     peak_ts_ns: int | None
     peak_operator: str | None
     holders: pd.DataFrame  # HOLDER_COLUMNS: the blocks live at the peak, by the operator that allocated them
+    module_holders: pd.DataFrame  # module, blocks, bytes: the same by nn.Module (where the trace records them)
     operators: pd.DataFrame  # OPERATOR_COLUMNS
     steps: pd.DataFrame  # STEP_COLUMNS
     churn_count: int
@@ -93,6 +94,7 @@ def memory_view(records) -> MemoryView:
     return MemoryView(
         records.source, device, records.pool, _num(peak_alloc), _num(peak_res), peak_ts,
         _peak_operator(blocks, peak_ts), _holders(_live(blocks, peak_ts)) if peak_ts is not None else _holders(blocks[:0]),
+        _module_holders(blocks, peak_ts),
         _operators(blocks, last_end), step_table, int(len(churned)), float(churned["bytes"].sum()), _holders(churned),
         _growth(step_table, steps, blocks), _components(totals), _beyond_pool(totals, records.pool),
         records.capacity_bytes, float(records.static["bytes"].sum()), records.notes, str(records.path),
@@ -118,10 +120,19 @@ def _live(blocks: pd.DataFrame, at_ns: int) -> pd.DataFrame:
     return blocks[(blocks["alloc_ns"] <= at_ns) & ((blocks["free_ns"] < 0) | (blocks["free_ns"] > at_ns))]
 
 
-def _holders(blocks: pd.DataFrame) -> pd.DataFrame:
-    g = blocks.groupby("operator", sort=False)["bytes"].agg(["size", "sum"]).reset_index()
-    g.columns = HOLDER_COLUMNS
+def _holders(blocks: pd.DataFrame, by: str = "operator") -> pd.DataFrame:
+    g = blocks.groupby(by, sort=False)["bytes"].agg(["size", "sum"]).reset_index()
+    g.columns = [by, "blocks", "bytes"]
     return g.sort_values("bytes", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _module_holders(blocks: pd.DataFrame, peak_ts: int | None) -> pd.DataFrame:
+    """The blocks live at the peak by the nn.Module running when they were allocated ("(no module)"
+    outside any); empty where the trace records no modules."""
+    if peak_ts is None or "module" not in blocks or not (blocks["module"] != "").any():
+        return pd.DataFrame(columns=["module", "blocks", "bytes"])
+    live = _live(blocks, peak_ts)
+    return _holders(live.assign(module=live["module"].replace("", "(no module)")), "module")
 
 
 def _peak_operator(blocks: pd.DataFrame, peak_ts: int | None) -> str | None:

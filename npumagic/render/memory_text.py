@@ -22,6 +22,10 @@ def memory_text(label: str, view: MemoryView, top: int = 10) -> str:
             out.append(f"live at the peak, by allocating operator ({_size(held)} of it recorded; the rest was "
                        "allocated before the capture):")
             out += _rows(view.holders, top, lambda r: f"{int(r.blocks)} block{'s' if r.blocks != 1 else ''} {_size(r.bytes)}")
+        if len(view.module_holders):
+            out.append("live at the peak, by the nn.Module allocating them:")
+            out += _rows(view.module_holders.rename(columns={"module": "operator"}), top,
+                         lambda r: f"{int(r.blocks)} block{'s' if r.blocks != 1 else ''} {_size(r.bytes)}")
     if len(view.operators):
         out.append(f"operators by bytes allocated ({len(view.operators)}):")
         out += _rows(view.operators.rename(columns={"name": "operator"}), top,

@@ -192,7 +192,7 @@ def _records(step_ends: list[float]):
     totals = pd.DataFrame({"component": "PyTorch", "device": "cuda:0",
                            "ts_ns": [*steps["start_ns"], *steps["end_ns"]], "allocated_bytes": [0.0] * n + list(step_ends),
                            "reserved_bytes": max(step_ends)}).sort_values("ts_ns")
-    blocks = pd.DataFrame(columns=["device", "operator", "caller", "bytes", "alloc_ns", "free_ns"])
+    blocks = pd.DataFrame(columns=["device", "operator", "module", "bytes", "alloc_ns", "free_ns"])
     return MemoryRecords("kineto", Path("made-up"), totals, blocks, steps)
 
 
@@ -237,3 +237,22 @@ def test_the_db_export_gives_its_own_tables_figures():
     assert view.source == "torch_npu db" and view.peak_allocated_bytes == pta_peak
     assert dict(view.operators.set_index("name")["bytes"]) == pytest.approx(sums)
     assert view.components["HCCL"] == hccl > 0 and list(view.steps["step"]) == [50]
+
+
+def test_blocks_live_at_the_peak_are_named_by_the_nn_module_allocating_them():
+    folder = need(CUDA / "tracelens" / "h100_owlv2")
+    trace = json.load(gzip.open(next(folder.glob("*.json.gz"))))["traceEvents"]
+    device = [e for e in trace if e.get("name") == "[memory]" and e["args"]["Device Type"] != 0]
+    peak = max(device, key=lambda e: e["args"]["Total Allocated"])
+    # the largest block allocated by then and not freed by the peak: its allocation, by hand
+    last = {}  # each address's last event by the peak: an allocation is a live block
+    for e in device:
+        if e["ts"] <= peak["ts"]:
+            last[e["args"]["Addr"]] = e
+    biggest = max((e for e in last.values() if e["args"]["Bytes"] > 0), key=lambda e: (e["args"]["Bytes"], e["ts"]))
+    around = [e for e in trace if e.get("cat") == "python_function" and e["name"].startswith("nn.Module: ")
+              and e["ts"] <= biggest["ts"] <= e["ts"] + e["dur"]]
+    innermost = max(around, key=lambda e: e["ts"])["name"].removeprefix("nn.Module: ")
+    view = memory_view(read_memory(folder))
+    assert view.module_holders["module"].iloc[0] == innermost == "Owlv2Attention_1"
+    assert view.module_holders["bytes"].sum() == view.holders["bytes"].sum()  # the same live blocks

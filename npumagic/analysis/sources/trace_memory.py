@@ -5,8 +5,9 @@ operator it falls in, paired into blocks (an allocation and the free of its addr
 
 A ``[memory]`` event is attributed to the innermost host operator running on its thread,
 skipping the allocation primitives (``aten::empty``, ...) that every operator calls: the
-operator that asked for the memory, not the one that fetched it. ``caller`` is the outermost
-operator there (``aten::linear``, ``Optimizer.step#SGD.step``).
+operator that asked for the memory, not the one that fetched it; and, where the trace has
+``with_stack``/``with_modules``' python events, to the innermost ``nn.Module`` running on its
+thread (the forward's modules: backward runs on autograd's thread after they return).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ ALLOCATION_PRIMITIVES = frozenset({"aten::empty", "aten::empty_strided", "aten::
                                    "aten::new_empty_strided", "aten::resize_", "aten::zeros_like", "aten::zeros",
                                    "aten::ones_like", "aten::full", "aten::full_like"})
 HOST_OP_CATS = frozenset({"cpu_op", "user_annotation", "Operator"})  # Operator: torch 1.8-1.9 traces
+MODULE_PREFIX = "nn.Module: "
 
 
 class MemoryArgs(msgspec.Struct, gc=False):
@@ -49,7 +51,7 @@ def read(path: Path, notes: ReadNotes, with_capacity: bool = False) -> tuple:
     """(totals, blocks, steps) of the trace at ``path``: totals in :data:`TOTALS_COLUMNS`
     (component "PyTorch"), blocks in :data:`BLOCK_COLUMNS`, steps (step, start_ns, end_ns);
     ``with_capacity``: and the first device's memory in bytes (Kineto's deviceProperties; None)."""
-    mem, ops, steps = [], [], []
+    mem, ops, steps, modules = [], [], [], []
     stream = EventStream(path, MemoryEvent)
     for chunk in stream:
         for e in chunk:
@@ -57,7 +59,9 @@ def read(path: Path, notes: ReadNotes, with_capacity: bool = False) -> tuple:
                 mem.append(e)
             elif e.ph == "X" and e.cat in HOST_OP_CATS:
                 (steps if STEP_NAME.match(e.name) else ops).append(e)
-    out = _totals_and_events(mem, ops, path, notes) + (_steps(steps),)
+            elif e.ph == "X" and e.cat == "python_function" and e.name.startswith(MODULE_PREFIX):
+                modules.append(e)
+    out = _totals_and_events(mem, ops, modules, path, notes) + (_steps(steps),)
     return out + (_capacity(stream.header.deviceProperties),) if with_capacity else out
 
 
@@ -74,7 +78,8 @@ def _steps(events: list) -> pd.DataFrame:
     return frame.drop_duplicates("step").sort_values("start_ns").reset_index(drop=True)
 
 
-def _totals_and_events(mem: list, ops: list, path: Path, notes: ReadNotes) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _totals_and_events(mem: list, ops: list, modules: list, path: Path,
+                       notes: ReadNotes) -> tuple[pd.DataFrame, pd.DataFrame]:
     args = [e.args for e in mem]
     num = lambda values: pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)  # noqa: E731
     size, allocated, reserved = num([a.bytes for a in args]), num([a.total_allocated for a in args]), \
@@ -88,7 +93,8 @@ def _totals_and_events(mem: list, ops: list, path: Path, notes: ReadNotes) -> tu
                        absurd_Bytes=np.abs(size) > SIZE_LIMIT_BYTES, negative_Total_Allocated=allocated < 0,
                        absurd_Total_Allocated=allocated > SIZE_LIMIT_BYTES)
     ev = ev[good].sort_values("ts_ns", kind="stable").reset_index(drop=True)
-    ev["operator"], ev["caller"] = _operators(ev, ops)
+    ev["operator"] = _innermost(ev, ops, "tid")
+    ev["module"] = np.array([m.removeprefix(MODULE_PREFIX) for m in _innermost(ev, modules, "tid")], dtype=object)
     no_total = ev["allocated_bytes"].isna()
     if no_total.any():  # torch 1.8-1.9 wrote Bytes only: the running sum, from the capture's start
         ev["allocated_bytes"] = ev["allocated_bytes"].fillna(ev.groupby("device")["bytes"].cumsum())
@@ -102,22 +108,21 @@ def _totals_and_events(mem: list, ops: list, path: Path, notes: ReadNotes) -> tu
     return totals, _blocks(ev[~no_addr])
 
 
-def _operators(ev: pd.DataFrame, ops: list) -> tuple[np.ndarray, np.ndarray]:
-    """The innermost non-primitive host operator and the outermost one around each memory event
-    of its thread ("" where none runs)."""
-    inner, outer = np.full(len(ev), "", dtype=object), np.full(len(ev), "", dtype=object)
-    if not ops or ev.empty:
-        return inner, outer
-    start, dur = to_ns([o.ts for o in ops]), to_ns([o.dur for o in ops])
-    table = pd.DataFrame({"tid": [str(o.tid) for o in ops], "name": [o.name for o in ops], "start": start,
-                          "end": start + dur})
-    for tid, mine in ev.groupby("tid", sort=False):
-        spans = table[table["tid"] == tid].sort_values(["start", "end"], ascending=[True, False])
-        _sweep(spans, mine, inner, outer)
-    return inner, outer
+def _innermost(ev: pd.DataFrame, spans: list, key: str) -> np.ndarray:
+    """The innermost span (past the allocation primitives) around each memory event among the
+    spans of the same ``key`` (its thread), "" where none runs."""
+    inner = np.full(len(ev), "", dtype=object)
+    if not spans or ev.empty:
+        return inner
+    start, dur = to_ns([o.ts for o in spans]), to_ns([o.dur for o in spans])
+    table = pd.DataFrame({key: [str(getattr(o, key)) for o in spans], "name": [o.name for o in spans],
+                          "start": start, "end": start + dur})
+    for value, mine in ev.groupby(key, sort=False):
+        _sweep(table[table[key] == value].sort_values(["start", "end"], ascending=[True, False]), mine, inner)
+    return inner
 
 
-def _sweep(spans: pd.DataFrame, mine: pd.DataFrame, inner: np.ndarray, outer: np.ndarray) -> None:
+def _sweep(spans: pd.DataFrame, mine: pd.DataFrame, inner: np.ndarray) -> None:
     """One pass over a thread's operators (by start) and memory events (by time) with a stack."""
     names, starts, ends = spans["name"].tolist(), spans["start"].tolist(), spans["end"].tolist()
     stack: list[int] = []
@@ -131,9 +136,8 @@ def _sweep(spans: pd.DataFrame, mine: pd.DataFrame, inner: np.ndarray, outer: np
         while stack and ends[stack[-1]] < ts:
             stack.pop()
         if stack:
-            outer[row] = names[stack[0]]
-            chosen = next((names[j] for j in reversed(stack) if names[j] not in ALLOCATION_PRIMITIVES), names[stack[-1]])
-            inner[row] = chosen
+            inner[row] = next((names[j] for j in reversed(stack) if names[j] not in ALLOCATION_PRIMITIVES),
+                              names[stack[-1]])
 
 
 def _blocks(ev: pd.DataFrame) -> pd.DataFrame:
@@ -146,6 +150,6 @@ def _blocks(ev: pd.DataFrame) -> pd.DataFrame:
     blocks = order[alloc]
     free_ns = np.where(freed[alloc], nxt["ts_ns"][alloc].fillna(-1), -1).astype(np.int64)
     return pd.DataFrame({"device": blocks["device"].to_numpy(), "operator": blocks["operator"].to_numpy(),
-                         "caller": blocks["caller"].to_numpy(), "bytes": blocks["bytes"].to_numpy(),
+                         "module": blocks["module"].to_numpy(), "bytes": blocks["bytes"].to_numpy(),
                          "alloc_ns": blocks["ts_ns"].to_numpy(), "free_ns": free_ns},
                         columns=BLOCK_COLUMNS).sort_values("alloc_ns", kind="stable").reset_index(drop=True)

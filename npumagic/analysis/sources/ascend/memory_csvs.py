@@ -23,7 +23,8 @@ KB = 1024.0
 SIZE_LIMIT_BYTES = 2.0**50
 
 TOTALS_COLUMNS = ["component", "device", "ts_ns", "allocated_bytes", "reserved_bytes"]
-BLOCK_COLUMNS = ["device", "operator", "caller", "bytes", "alloc_ns", "free_ns"]
+# module: the innermost nn.Module running at the allocation ("" where not recorded: torch_npu's CSVs)
+BLOCK_COLUMNS = ["device", "operator", "module", "bytes", "alloc_ns", "free_ns"]
 
 
 def _number(col: pd.Series) -> pd.Series:
@@ -82,7 +83,7 @@ def operator_memory(path: Path, notes: ReadNotes) -> pd.DataFrame:
                            released_before_allocated=released & free_ok & (free < alloc), **bad)
     device = raw["Device Type"] if "Device Type" in raw else pd.Series("NPU", index=raw.index)
     return pd.DataFrame({"device": device.to_numpy()[good], "operator": raw["Name"].to_numpy()[good],
-                         "caller": raw["Name"].to_numpy()[good], "bytes": size[good], "alloc_ns": alloc[good],
+                         "module": "", "bytes": size[good], "alloc_ns": alloc[good],
                          "free_ns": np.where(released, free, -1)[good]}, columns=BLOCK_COLUMNS)
 
 

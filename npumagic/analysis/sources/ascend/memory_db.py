@@ -74,7 +74,7 @@ def _blocks(db: _Db, notes: ReadNotes) -> pd.DataFrame:
                        no_size=np.isnan(size), released_before_allocated=(free < alloc).to_numpy(), **bad)
     name = db.strings(raw["name"]).to_numpy()[good]
     return pd.DataFrame({"device": np.asarray(_device(raw["deviceId"]), dtype=object)[good], "operator": name,
-                         "caller": name, "bytes": size[good], "alloc_ns": alloc.to_numpy()[good].astype(np.int64),
+                         "module": "", "bytes": size[good], "alloc_ns": alloc.to_numpy()[good].astype(np.int64),
                          "free_ns": free.fillna(-1).to_numpy()[good].astype(np.int64)}, columns=BLOCK_COLUMNS)
 
 

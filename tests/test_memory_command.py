@@ -84,3 +84,20 @@ def test_the_magic_finds_a_profiled_loop_keeping_its_losses_growing(shell, tmp_p
     assert shell.run_cell("%%npuprofile --wait 1 --warmup 1 --steps 6 --name bare --no-plot" + KEEPING).success
     with pytest.raises(UsageError, match="bare recorded no memory"):
         shell.run_line_magic("npu", "memory bare")
+
+
+def test_memfit_takes_a_runs_batch_size_from_its_dataloader(shell):
+    setup = ("model = torch.nn.Sequential(torch.nn.Linear(4, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1))\n"
+             "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+             "data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))")
+    assert shell.run_cell(setup).success
+    loop = ("\nfor x, y in torch.utils.data.DataLoader(data, batch_size={b}):\n"
+            "    torch.nn.functional.mse_loss(model(x), y).backward(); opt.step(); opt.zero_grad()")
+    for b in (8, 16):
+        assert shell.run_cell(f"%%npuprofile --wait 1 --warmup 1 --steps 3 --memory --name b{b} --no-plot"
+                              + loop.format(b=b)).success
+    doc = shell.run_line_magic("npu", "memfit b8,b16 --at 32").to_dict()
+    assert [(r["size"], r["path"]) for r in doc["runs"]] == [(8, "b8"), (16, "b16")]
+    assert doc["per_item_bytes"] > 0 and doc["at_size"] == 32
+    with pytest.raises(UsageError, match="give each run as SIZE=PATH_OR_RUN"):
+        shell.run_line_magic("npu", "memfit x=b8,b16 --at 32")

@@ -31,16 +31,31 @@ class FitAnswer(Result):
         return self.prediction.sentence()
 
 
-def _pairs(runs: str) -> list[tuple[int, str]]:
+def _pairs(places, runs: str) -> list[tuple[int, str]]:
     pairs = []
     for part in filter(None, (p.strip() for p in runs.split(","))):
         size, sep, ref = part.partition("=")
-        if not sep or not size.strip().isdecimal() or int(size) < 1 or not ref.strip():
+        if not sep:  # a run of the history: its DataLoader's batch size
+            size, ref = _recorded_batch(places, part), part
+        if not str(size).strip().isdecimal() or int(size) < 1 or not ref.strip():
             raise NpumagicError(f"{part!r}: give each run as SIZE=PATH_OR_RUN (e.g. 8=runs/b8,16=runs/b16)")
         pairs.append((int(size), ref.strip()))
     if len({s for s, _ in pairs}) < 2:
         raise NpumagicError("give runs at two or more different sizes: SIZE=PATH_OR_RUN,SIZE=PATH_OR_RUN")
     return pairs
+
+
+def _recorded_batch(places, ref: str) -> str:
+    """The batch size the run ``ref`` of the history recorded for its DataLoader ("" where none)."""
+    path, name = places.locate(ref)
+    if name is None:
+        return ""
+    loaders = places.runs.context(name).get("dataloaders") or []
+    sizes = {d.get("batch_size") for d in loaders if isinstance(d, dict) and isinstance(d.get("batch_size"), int)}
+    if len(sizes) != 1:
+        raise NpumagicError(f"run {name!r} recorded {'no DataLoader batch size' if not sizes else 'several batch sizes'}: "
+                            f"give it as SIZE={name}")
+    return str(sizes.pop())
 
 
 def memfit(places, runs: str, at: int | None = None, capacity_gib: float | None = None,
@@ -52,7 +67,7 @@ def memfit(places, runs: str, at: int | None = None, capacity_gib: float | None 
         raise NpumagicError("give the size to predict with --at N (1 or more)")
     if capacity_gib is not None and not capacity_gib > 0:
         raise NpumagicError(f"--capacity-gib must be above 0, not {capacity_gib}")
-    read = [(size, *read_view(places, ref, rank)) for size, ref in _pairs(runs)]
+    read = [(size, *read_view(places, ref, rank)) for size, ref in _pairs(places, runs)]
     prediction = predict_fit([(size, view) for size, _, view in read], at,
                              capacity_gib * 2**30 if capacity_gib else None)
     return FitAnswer(tuple(label for _, label, _ in read), prediction)
@@ -60,7 +75,8 @@ def memfit(places, runs: str, at: int | None = None, capacity_gib: float | None 
 
 COMMAND = Command(
     "memfit", "will it fit: the peak at another batch size from runs at two or more sizes, against the capacity",
-    (Arg("runs", "the runs measured, SIZE=PATH_OR_RUN separated by commas (8=runs/b8,16=runs/b16)",
+    (Arg("runs", "the runs measured, SIZE=PATH_OR_RUN separated by commas (8=runs/b8,16=runs/b16); a run of the "
+                 "history alone takes its DataLoader's batch size",
          positional=True, metavar="SIZES"),
      Arg("at", "the size to predict", int, metavar="N"),
      Arg("capacity_gib", "the device's memory in GiB (default: what the trace records)", float),

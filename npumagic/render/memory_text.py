@@ -47,6 +47,9 @@ def memory_text(label: str, view: MemoryView, top: int = 10) -> str:
                    f"{_size(view.beyond_pool_bytes)}")
     if view.static_bytes:
         out.append(f"static graph memory (static_op_mem.csv): {_size(view.static_bytes)}")
+    if view.device == "cpu":
+        out.append("note: on the CPU, the allocated total carries what earlier captures in this process allocated "
+                   "and freed unseen; compare or fit CPU runs made in separate processes")
     out += [f"note: {n}" for n in view.notes]
     return "\n".join(out)
 

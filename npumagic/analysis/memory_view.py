@@ -72,8 +72,17 @@ class MemoryView:
     capacity_bytes: float | None
     static_bytes: float
     notes: tuple[str, ...] = ()
+    reserved_at_peak_bytes: float | None = None  # the pool's reserved memory when allocated peaked
     read: str = ""  # the file or rank folder read (one of a folder's)
     paired: bool = True  # allocations could be paired with their frees (addresses recorded)
+
+    @property
+    def unused_reserved_at_peak_bytes(self) -> float | None:
+        """Reserved minus allocated at the peak: cached, free, yet not enough or not whole for what
+        was asked then (fragmentation, or the cache kept from an earlier, larger phase)."""
+        if self.reserved_at_peak_bytes is None or self.peak_allocated_bytes is None:
+            return None
+        return self.reserved_at_peak_bytes - self.peak_allocated_bytes
 
     @property
     def recorded(self) -> bool:
@@ -88,6 +97,8 @@ def memory_view(records) -> MemoryView:
     peak_alloc = pool["allocated_bytes"].max() if pool["allocated_bytes"].notna().any() else None
     peak_ts = int(pool.loc[pool["allocated_bytes"].idxmax(), "ts_ns"]) if peak_alloc is not None else None
     peak_res = pool["reserved_bytes"].max() if pool["reserved_bytes"].notna().any() else None
+    reserved_then = _num(pool.loc[pool["allocated_bytes"].idxmax(), "reserved_bytes"]) if peak_alloc is not None \
+        and peak_res else None
     steps = records.steps.sort_values("start_ns").reset_index(drop=True)
     step_table, churned = _steps(steps, pool, blocks)
     last_end = int(steps["end_ns"].iloc[-1]) if len(steps) else None
@@ -97,7 +108,7 @@ def memory_view(records) -> MemoryView:
         _module_holders(blocks, peak_ts),
         _operators(blocks, last_end), step_table, int(len(churned)), float(churned["bytes"].sum()), _holders(churned),
         _growth(step_table, steps, blocks), _components(totals), _beyond_pool(totals, records.pool),
-        records.capacity_bytes, float(records.static["bytes"].sum()), records.notes, str(records.path),
+        records.capacity_bytes, float(records.static["bytes"].sum()), records.notes, reserved_then, str(records.path),
         bool(len(records.blocks)) or records.totals.empty)
 
 

@@ -31,6 +31,7 @@ class MemoryReport(Result):
         return document(
             "memory", path=self.label, read=v.read, source=v.source, device=v.device, pool=v.pool,
             peak_allocated_bytes=v.peak_allocated_bytes, peak_reserved_bytes=v.peak_reserved_bytes,
+            reserved_at_peak_bytes=v.reserved_at_peak_bytes, unused_reserved_at_peak_bytes=v.unused_reserved_at_peak_bytes,
             peak_operator=v.peak_operator, peak_holders=records(v.holders), peak_modules=records(v.module_holders),
             operators=records(v.operators), steps=records(v.steps),
             churn={"count": v.churn_count if v.paired else None, "bytes": v.churn_bytes if v.paired else None,

@@ -15,6 +15,8 @@ def memory_text(label: str, view: MemoryView, top: int = 10) -> str:
         share = (f", {view.peak_allocated_bytes / view.capacity_bytes:.0%} of the device's "
                  f"{_size(view.capacity_bytes)}" if view.capacity_bytes else "")
         reserved = f"; peak reserved {_size(view.peak_reserved_bytes)}" if view.peak_reserved_bytes else ""  # CPU: none
+        if view.unused_reserved_at_peak_bytes is not None:
+            reserved += f" (reserved but unused at the peak: {_size(view.unused_reserved_at_peak_bytes)})"
         out.append(f"peak allocated {_size(view.peak_allocated_bytes)}{share}{reserved}"
                    + (f"; at the peak: {view.peak_operator}" if view.peak_operator else ""))
         held = float(view.holders["bytes"].sum())

@@ -87,6 +87,8 @@ def test_the_kineto_peak_is_the_largest_total_allocated_of_the_device(folder):
     assert view.device == f"cuda:{events[0]['Device Id']}"
     assert view.peak_allocated_bytes == max(a["Total Allocated"] for a in events)
     assert view.peak_reserved_bytes == max(a["Total Reserved"] for a in events)
+    at_peak = max(events, key=lambda a: a["Total Allocated"])  # the first event at the maximum
+    assert view.unused_reserved_at_peak_bytes == at_peak["Total Reserved"] - at_peak["Total Allocated"]
     # every allocation of the device is one block, its bytes the events' positive Bytes
     assert view.operators["allocations"].sum() == sum(a["Bytes"] > 0 for a in events)
     assert view.operators["bytes"].sum() == sum(a["Bytes"] for a in events if a["Bytes"] > 0)
@@ -256,3 +258,12 @@ def test_blocks_live_at_the_peak_are_named_by_the_nn_module_allocating_them():
     view = memory_view(read_memory(folder))
     assert view.module_holders["module"].iloc[0] == innermost == "Owlv2Attention_1"
     assert view.module_holders["bytes"].sum() == view.holders["bytes"].sum()  # the same live blocks
+
+
+def test_unused_reserved_is_taken_when_allocated_peaks_not_at_the_reserved_maximum():
+    # every shared sample keeps reserved constant; here the cache grows after the peak
+    records = _records([10 * MB, 50 * MB, 20 * MB])
+    records.totals["reserved_bytes"] = [64 * MB if ts < 200 else 128 * MB for ts in records.totals["ts_ns"]]
+    view = memory_view(records)
+    assert view.peak_allocated_bytes == 50 * MB and view.peak_reserved_bytes == 128 * MB
+    assert view.unused_reserved_at_peak_bytes == 14 * MB

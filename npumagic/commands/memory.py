@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NpumagicError
-from .base import TARGET, Arg, Command, Result, at_least_one, rank
+from .base import Arg, Command, Result, at_least_one, rank
 
 NOT_RECORDED = ("{label} recorded no memory. Profile with profile_memory=True: torch.profiler.profile(..., "
                 "profile_memory=True), or torch_npu.profiler.profile(..., profile_memory=True) at any profiler "
@@ -123,7 +123,10 @@ def memory(places, target: str, rank: int | None = None, top: int | None = None)
 
 COMMAND = Command(
     "memory", "the memory view: peak and who holds it, per-operator allocations, churn, growth across steps",
-    (TARGET, rank("rank of a job to read (the rank-th, default the first)"),
+    (Arg("target", "a torch.profiler or torch_npu output recorded with profile_memory=True (a directory or trace "
+                   "file), a run, or a snapshot pickle (torch.cuda.memory._dump_snapshot)", positional=True,
+         metavar="path"),
+     rank("rank of a job to read (the rank-th, default the first)"),
      Arg("top", "operators to list in each table (default 10)", int)),
     memory, about="The memory of a path or run recorded with profile_memory=True (or of a snapshot pickle "
                   "written by torch.cuda.memory._dump_snapshot: segments, fragmentation, blocks by the line that "

@@ -352,7 +352,16 @@ class NpuMagics(Magics):
         from .render.ledger import LedgerReport
 
         shell = self.shell
-        return LedgerReport(ledger(shell.user_ns, set(shell.user_ns_hidden), shell.user_ns.get("In")))
+        return LedgerReport(ledger(shell.user_ns, set(shell.user_ns_hidden), shell.history_manager.input_hist_raw,
+                                   self._profiled_cells()))
+
+    def _profiled_cells(self) -> dict[str, str]:
+        """The cell bodies of this history's runs -> run name, without creating a history."""
+        from .names import DB_NAME
+
+        if self._session is None and not (self._home / Path(self.output_dir).expanduser() / DB_NAME).exists():
+            return {}
+        return {r.source.strip(): r.name for r in self.session.runs.records() if r.source}
 
     @line_magic
     def npuruns(self, line: str):

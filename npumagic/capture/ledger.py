@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-LEDGER_COLUMNS = ["variable", "kind", "device", "bytes", "tensors", "graph", "cell"]
+LEDGER_COLUMNS = ["variable", "kind", "device", "bytes", "tensors", "graph", "cell", "run"]
+PROFILE_CELL = re.compile(r"^\s*(?:\w+\s*=\s*)?%%npuprofile\b[^\n]*\n", re.MULTILINE)
 
 
 @dataclass
@@ -26,9 +27,12 @@ class _Held:
     graph: bool = False
 
 
-def ledger(namespace: dict[str, Any], hidden: set[str] | frozenset = frozenset(), inputs: list[str] | None = None):
+def ledger(namespace: dict[str, Any], hidden: set[str] | frozenset = frozenset(), inputs: list[str] | None = None,
+           runs: dict[str, str] | None = None):
     """The ledger of ``namespace`` as a DataFrame (:data:`LEDGER_COLUMNS`, one row per variable and
-    device, largest first); ``hidden``: names the shell put there; ``inputs``: the kernel's ``In``."""
+    device, largest first); ``hidden``: names the shell put there; ``inputs``: the kernel's raw
+    input cells; ``runs``: the profiled runs' cell bodies -> run name (a variable assigned in a
+    profiled cell is named with its run)."""
     import pandas as pd
 
     torch = _torch()
@@ -41,11 +45,12 @@ def ledger(namespace: dict[str, Any], hidden: set[str] | frozenset = frozenset()
         if held is None:
             continue
         cell = _cell(name, inputs or [])
+        run = _run(inputs[cell], runs or {}) if cell is not None else None
         for device, size in held.by_device.items():
-            rows.append((name, held.kind, device, size, held.tensors, held.graph, cell))
+            rows.append((name, held.kind, device, size, held.tensors, held.graph, cell, run))
         if not held.by_device:  # all its storages counted under an earlier variable
-            rows.append((name, held.kind, "", 0, held.tensors, held.graph, cell))
-    frame = pd.DataFrame(rows, columns=LEDGER_COLUMNS)
+            rows.append((name, held.kind, "", 0, held.tensors, held.graph, cell, run))
+    frame = pd.DataFrame(rows, columns=LEDGER_COLUMNS).astype({"cell": "Int64"})  # a cell number, or <NA>
     return frame.sort_values("bytes", ascending=False, kind="stable").reset_index(drop=True)
 
 
@@ -110,3 +115,9 @@ def _cell(name: str, inputs: list[str]) -> int | None:
         if isinstance(inputs[number], str) and pattern.search(inputs[number]):
             return number
     return None
+
+
+def _run(cell: str, runs: dict[str, str]) -> str | None:
+    """The run profiled by ``cell`` (a ``%%npuprofile`` cell whose body a run of the history keeps)."""
+    head = PROFILE_CELL.match(cell)
+    return runs.get(cell[head.end():].strip()) if head else None

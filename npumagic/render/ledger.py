@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 
 class LedgerReport:
     """``%npumem``'s answer: ``.data`` the ledger (:data:`LEDGER_COLUMNS`), text and HTML."""
@@ -17,7 +19,7 @@ class LedgerReport:
         totals = self.data[self.data["device"] != ""].groupby("device")["bytes"].sum()
         out = ["held by the namespace's variables: " + ", ".join(f"{d} {_size(b)}" for d, b in totals.items())]
         for r in self.data.itertuples(index=False):
-            where = f"In[{r.cell}]" if r.cell is not None else "-"
+            where = (f"In[{int(r.cell)}]" if pd.notna(r.cell) else "-") + (f" (run {r.run})" if r.run else "")
             device = r.device or "(shared with a variable above)"
             graph = "; carries an autograd graph (what it saved stays alive until a backward frees it)" if r.graph else ""
             out.append(f"  {r.variable:<20} {r.kind:<18} {device:<8} {_size(r.bytes):>12}  {r.tensors} tensors  "

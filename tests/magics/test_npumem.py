@@ -46,3 +46,13 @@ def test_npumem_takes_no_arguments(shell):
     with pytest.raises(UsageError, match="takes no arguments"):
         shell.run_line_magic("npumem", "x")
     assert isinstance(shell.run_cell("%npumem x").error_in_exec, UsageError)
+
+
+def test_a_variable_made_in_a_profiled_cell_is_named_with_its_run(shell):
+    profiled = ("%%npuprofile --repeat-cell --wait 0 --warmup 0 --steps 1 --name making --no-plot\n"
+                "made = torch.nn.Linear(32, 32); out = made(torch.randn(4, 32)).sum()")
+    assert shell.run_cell(profiled, store_history=True).success
+    rows, report = _rows(shell)
+    cell = shell.execution_count - 1
+    assert rows["made"].run == "making" and rows["made"].cell == cell
+    assert f"In[{cell}] (run making)" in report.text()

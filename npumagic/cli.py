@@ -389,6 +389,11 @@ def _compare_arguments(p: argparse.ArgumentParser) -> None:
     _reading_arguments(p, parse_raw=False)
 
 
+def _memory_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--history", default=None, metavar="DIR",
+                   help="an output directory of the magics: PATH may name its runs (read from their output folders)")
+
+
 def _output_dir_arguments(p: argparse.ArgumentParser) -> None:
     """The output directory of the runs, as ``DIR`` or ``--out DIR`` (as the other commands take
     their path); :func:`_output_dir` reads it."""
@@ -413,7 +418,8 @@ def _history_argument(p: argparse.ArgumentParser) -> None:
 
 CLI_OPTIONS = {"analyze": _reading_arguments, "advise": _reading_arguments, "steps": _reading_arguments,
                "compare": _compare_arguments, "runs": _output_dir_arguments, "export": _export_arguments,
-               "rules": _output_dir_arguments, "regions": _history_argument, "modules": _history_argument}
+               "rules": _output_dir_arguments, "regions": _history_argument, "modules": _history_argument,
+               "memory": _memory_arguments, "memcompare": _memory_arguments, "memfit": _memory_arguments}
 CLI_HANDLERS = {"compare": _compare, "export": _export}
 JSON_DETAIL = {"export": ": the log, and the files written"}  # said after "machine-readable output"
 

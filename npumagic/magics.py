@@ -338,6 +338,33 @@ class NpuMagics(Magics):
             return format_steps(self.session.summary(name).steps, caption=f"{name}: per-step time")
 
     @line_magic
+    def npumem(self, line: str):
+        """The notebook's memory ledger: the tensors, modules (parameters, gradients, buffers),
+        optimizer states and lists or dicts of tensors the namespace's variables keep alive, by
+        variable and device, with bytes and the input cell that assigned each (``.data`` is the
+        DataFrame). A notebook that runs out of memory after some cells often still holds an
+        earlier model or batch in a variable: ``del`` it.
+
+        Usage: ``%npumem``
+        """
+        if line.strip():
+            raise UsageError("%npumem takes no arguments")
+        from .capture.ledger import ledger
+        from .render.ledger import LedgerReport
+
+        shell = self.shell
+        return LedgerReport(ledger(shell.user_ns, set(shell.user_ns_hidden), shell.history_manager.input_hist_raw,
+                                   self._profiled_cells()))
+
+    def _profiled_cells(self) -> dict[str, str]:
+        """The cell bodies of this history's runs -> run name, without creating a history."""
+        from .names import DB_NAME
+
+        if self._session is None and not (self._home / Path(self.output_dir).expanduser() / DB_NAME).exists():
+            return {}
+        return {r.source.strip(): r.name for r in self.session.runs.records() if r.source}
+
+    @line_magic
     def npuruns(self, line: str):
         """List the run history as a table (its ``.data`` is the DataFrame).
 

@@ -24,7 +24,8 @@ from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 from mcp.types import ListRootsResult, Root  # noqa: E402
 
-TOOLS = {"runs", "analyze", "advise", "compare", "steps", "export", "rules", "regions", "modules"}
+TOOLS = {"runs", "analyze", "advise", "compare", "steps", "export", "rules", "regions", "modules", "memory",
+         "memcompare", "memfit"}
 
 
 @pytest.fixture(scope="module")

@@ -49,6 +49,24 @@ MEMORY_NEAR_CAPACITY = 0.90
 # fragmentation in the caching allocator.
 FRAGMENTATION_RATIO = 1.5
 FRAGMENTATION_MIN_BYTES = 512 * 2**20
+# Memory churn: allocations of at least this size freed within their step. PyTorch's caching
+# allocators serve blocks up to 1 MiB from a small pool (c10/cuda/CUDACachingAllocator.cpp:
+# kSmallSize = 1048576; torch_npu's NPUCachingAllocator the same); larger ones come from the large
+# pool, whose splitting and freeing fragments reserved memory and, once it runs out, costs a
+# cudaMalloc/aclrtMalloc (and a synchronising empty_cache on failure).
+CHURN_MIN_BYTES = 2**20
+# Memory growth: allocated memory at each step's end rising by at least this much per step (with
+# the slope's 95% interval above zero) is a leak. Below it, a GiB takes over 16 000 steps to leak;
+# smaller rises are bookkeeping (the profiler's own buffers, Python-side caches).
+GROWTH_MIN_BYTES_PER_STEP = 64 * 2**10
+# Fewer step ends than this (the first step left out: optimizer states and caches are created in
+# it) give no slope worth a verdict.
+GROWTH_MIN_STEPS = 3
+# Memory comparison: two runs' peaks differ only beyond this share of the reference's peak (and at
+# least MEMORY_CHANGE_MIN_BYTES): the caching allocator rounds blocks up (512 B small, 2 MiB large
+# segments), so a change below it is the allocator's rounding, not the model's.
+MEMORY_CHANGE_SHARE = 0.01
+MEMORY_CHANGE_MIN_BYTES = 2 * 2**20
 # Cluster: ranks whose computing, communication (not overlapped) or free time differ (max - min)
 # by more than this share of the mean step are reported as slow ranks (and pipeline stages as
 # imbalanced); msprof-analyze's slow-rank analyzer uses the same 5% of the mean step.

@@ -1,0 +1,80 @@
+"""Will it fit and the memory comparison, on real CPU runs: a small model profiled with
+profile_memory=True at batch sizes 8 and 16 (each in its own process: the CPU allocator's totals
+count from the process's first profiled allocation) predicts the peak measured at 32 within 10%;
+``memcompare`` finds batch 32 needing more than batch 8, and a second run at 8 the same."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from npumagic.cli import main
+
+TRAIN = """
+import sys, torch
+from torch.profiler import ProfilerActivity, profile, schedule
+batch, out = int(sys.argv[1]), sys.argv[2]
+torch.manual_seed(0)
+# wide activations over few parameters: the activations make the peak at every batch size measured (with
+# more parameters, batch 8's peak is at the gradients and the line through 8 and 16 misses 32 by a third)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8192), torch.nn.ReLU(), torch.nn.Linear(8192, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(batch, 4), torch.randn(batch, 1)
+with profile(activities=[ProfilerActivity.CPU], profile_memory=True, schedule=schedule(wait=1, warmup=1, active=4),
+             on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
+    for _ in range(6):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step(); prof.step()
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("batches")
+    made = {}
+    for name, batch in (("b8", 8), ("b16", 16), ("b32", 32), ("b8_again", 8)):
+        made[name] = folder / f"{name}.json"
+        subprocess.run([sys.executable, "-c", TRAIN, str(batch), str(made[name])], check=True, capture_output=True)
+    return made
+
+
+def _json(capsys, *argv) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_two_batch_sizes_predict_the_third_within_ten_percent(runs, capsys):
+    measured = _json(capsys, "memory", str(runs["b32"]))
+    # the measured step peak: the steps' highest after the first, from the run's own steps table
+    peak_32 = max(s["peak_allocated_bytes"] for s in measured["steps"][1:])
+    doc = _json(capsys, "memfit", f"8={runs['b8']},16={runs['b16']}", "--at", "32", "--capacity-gib", "0.01")
+    assert doc["per_item_bytes"] > 0 and doc["interval_bytes"] is None  # two sizes: the line alone
+    assert doc["predicted_allocated_bytes"] == pytest.approx(peak_32, rel=0.10)
+    # the batch's part is a real share of the peak here, so 10% is no foregone conclusion
+    assert doc["per_item_bytes"] * 32 > 0.3 * peak_32
+    assert doc["fits"] is True and doc["largest_size"] > 32 and "the step's peak" in doc["assumption"]
+    assert main(["memfit", f"8={runs['b8']},16={runs['b16']}", "--at", "32", "--capacity-gib", "0.01"]) == 0
+    assert capsys.readouterr().out.startswith("FITS in 10.24 MiB at size 32")
+
+
+def test_three_sizes_give_a_prediction_interval_and_a_capacity_too_small_does_not_fit(runs, capsys):
+    sizes = f"8={runs['b8']},16={runs['b16']},32={runs['b32']}"
+    doc = _json(capsys, "memfit", sizes, "--at", "4096", "--capacity-gib", "0.01")
+    low, high = doc["interval_bytes"]
+    assert low <= doc["predicted_allocated_bytes"] <= high and doc["fits"] is False
+
+
+def test_a_fit_needs_two_sizes(runs, capsys):
+    assert main(["memfit", f"8={runs['b8']},8={runs['b8_again']}", "--at", "32"]) == 2
+    assert "two or more different sizes" in capsys.readouterr().err
+
+
+def test_a_larger_batch_needs_more_memory_and_the_same_batch_the_same(runs, capsys):
+    more = _json(capsys, "memcompare", str(runs["b8"]), str(runs["b32"]))
+    assert more["verdict"] == "higher" and more["per_step"] and more["delta_bytes"] > 0
+    assert more["operators"][0]["delta_bytes"] > 0  # the activations' operators allocate more a step
+    same = _json(capsys, "memcompare", str(runs["b8"]), str(runs["b8_again"]))
+    assert same["verdict"] == "same" and abs(same["delta_bytes"]) < same["floor_bytes"]

@@ -24,7 +24,7 @@ from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 from mcp.types import ListRootsResult, Root  # noqa: E402
 
-TOOLS = {"runs", "analyze", "advise", "compare", "steps", "export", "rules"}
+TOOLS = {"runs", "analyze", "advise", "compare", "steps", "export", "rules", "trace"}
 
 
 @pytest.fixture(scope="module")

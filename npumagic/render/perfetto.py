@@ -5,7 +5,7 @@ the launch -> device work links as flows, the device memory as counters, and npu
 tracks per rank: the steps, the device's idle gaps with their cause, the blocking syncs, the
 waits for a slower rank, the memory peak and the findings.
 
-The JSON is written as it is made, in chunks (orjson), so a trace of millions of events is never
+The JSON is written as it is made, in chunks (msgspec's JSON encoder), so a trace of millions of events is never
 held as one document. Times are µs from the trace's first event (``otherData.origin_ns`` gives
 that instant in the trace's own clock), so a float keeps them to the ns."""
 
@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
-import orjson
+import msgspec
 import pandas as pd
 
 from ..analysis.marks import GAP, KINDS, PEAK, marks as find_marks, of_finding
 from ..analysis.schema import DEVICE_WORK, LAUNCH_KINDS, Trace
 
 CHUNK = 50_000  # events serialised at a time
+_json = msgspec.json.Encoder().encode  # msgspec, a dependency already: as fast as orjson, which is none
 NPUMAGIC = "npumagic"  # the process of each rank holding npumagic's own tracks
 STEPS, FINDINGS = "steps", "findings"
 # npumagic's tracks of a rank, in the order they are listed (a mark kind's track is named after it)
@@ -65,7 +66,7 @@ def _document(trace: Trace, findings: list, title: str, done: Exported) -> Itera
     ids = _Ids(ev)
     other = {"producer": "npumagic", "title": title, "origin_ns": origin, "backend": trace.meta.get("backend", ""),
              "path": trace.meta.get("path", "")}
-    yield b'{"displayTimeUnit":"ms","otherData":' + orjson.dumps(other) + b',"traceEvents":[\n'
+    yield b'{"displayTimeUnit":"ms","otherData":' + _json(other) + b',"traceEvents":[\n'
     table = find_marks(trace)
     ranks = sorted(set(ev["rank"].unique().tolist()) | set(trace.steps["rank"].unique().tolist())
                    | set(table["rank"].unique().tolist()))
@@ -77,7 +78,7 @@ def _document(trace: Trace, findings: list, title: str, done: Exported) -> Itera
     first = True
     for items in parts:  # one chunk at a time: the slices' list is made, written and dropped
         if items:
-            yield (b"" if first else b",\n") + orjson.dumps(items)[1:-1].replace(b"},{\"ph\"", b"},\n{\"ph\"")
+            yield (b"" if first else b",\n") + _json(items)[1:-1].replace(b"},{\"ph\"", b"},\n{\"ph\"")
             first = False
     yield b"\n]}\n"
 

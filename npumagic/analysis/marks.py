@@ -130,19 +130,29 @@ def _peaks(memory: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# the marks of a finding by its rule id: the kind, and the rule a gap's cause gives (None: any)
+RULE_MARKS = {"host_bound": (GAP, "host_bound"), "gpu_gaps": (GAP, None), "gpu_utilization": (GAP, None),
+              "dataloader": (GAP, "dataloader"), "cuda_dataloader": (GAP, "dataloader"),
+              "sync": (SYNC, None), "sync_apis": (SYNC, None), "sync_memcpy": (SYNC, None),
+              "pageable_memcpy": (SYNC, None), "communication": (WAIT, None), "cuda_communication": (WAIT, None),
+              "cluster": (WAIT, None), "memory": (PEAK, None)}
+
+
 def of_finding(table: pd.DataFrame, finding) -> pd.DataFrame:
-    """The marks of ``finding`` (a Finding: its category; a slow rank's, its waits; a text: the
-    kind or rule it names), largest first, of the finding's ranks where it names them."""
+    """The marks of ``finding``, largest first: a Finding's by its rule (:data:`RULE_MARKS`; a
+    gap finding falls back on every gap where none has its cause), on its ranks where it names
+    them; a text's, those of the kinds or rule ids it names. Empty where it has none."""
     if isinstance(finding, str):
         text = finding.lower()
-        mine = table[[k in text or r in text for k, r in zip(table["kind"], table["rule"])]]
-    else:
-        rule = (getattr(finding, "evidence", None) or {}).get("rule", "")
-        category = str(getattr(finding, "category", ""))
-        mine = table[(table["rule"] == category).to_numpy() | ((table["kind"] == WAIT) & (rule == "slow_rank"))]
-        if category == "host_bound" and rule != "slow_rank":
-            mine = mine[(mine["kind"] == GAP).to_numpy()]
-        ranks = tuple(getattr(finding, "ranks", ()) or ())
-        if ranks and mine["rank"].isin(ranks).any():
-            mine = mine[mine["rank"].isin(ranks).to_numpy()]
+        named = {kind for kind in KINDS if kind in text} | {RULE_MARKS[r][0] for r in RULE_MARKS if r in text.split()}
+        return table[table["kind"].isin(named).to_numpy()].sort_values("ms", ascending=False, kind="stable")
+    kind, cause = RULE_MARKS.get(str(getattr(finding, "rule", "")), (None, None))
+    mine = table[(table["kind"] == kind).to_numpy()]
+    if cause is not None and (mine["rule"] == cause).any():
+        mine = mine[(mine["rule"] == cause).to_numpy()]
+    elif cause == "dataloader":
+        mine = mine.iloc[:0]  # a DataLoader finding is no gap of another cause
+    ranks = tuple(getattr(finding, "ranks", ()) or ())
+    if ranks and mine["rank"].isin(ranks).any():
+        mine = mine[mine["rank"].isin(ranks).to_numpy()]
     return mine.sort_values("ms", ascending=False, kind="stable")

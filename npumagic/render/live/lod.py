@@ -297,6 +297,8 @@ class TimelineIndex:
     # host calls carrying a launch's correlation id (not drawn): rank, lane, name, start_ns/end_ns from origin, correlation
     # (an event's rank is its lane's: the events frame does not repeat it)
     launches: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # where the findings are (:func:`~npumagic.analysis.marks.marks`), start_ns/end_ns from origin
+    marks: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @classmethod
     def build(cls, trace: Trace) -> "TimelineIndex":
@@ -333,7 +335,7 @@ class TimelineIndex:
             lanes[-1].levels = _pyramid(lanes[-1])
         details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind", "correlation"]]
         return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), _name_kinds(ev, names.size),
-                   _launches(trace.events, origin))
+                   _launches(trace.events, origin), _marks(trace, origin))
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
         """The view from ``t0_ms`` to ``t1_ms`` (ms from :attr:`origin`) at ``width_px`` columns.
@@ -407,7 +409,8 @@ class TimelineIndex:
         return out
 
     def layout(self) -> dict:
-        """What the view draws once: lanes (name, rank, group, max depth), series, steps, extent (ms)."""
+        """What the view draws once: lanes (name, rank, group, max depth), series, steps, extent (ms),
+        and the marks of the findings (rank, kind, rule, start, end in ms, label), a lane per rank."""
         ms = lambda ns: float(ns) / 1e6  # noqa: E731
         return {"lanes": [{"name": ln.name, "rank": ln.rank, "group": ln.group,
                            "depth": int(min(ln.depth.max(), 7)) if ln.depth.size else 0} for ln in self.lanes],
@@ -416,7 +419,16 @@ class TimelineIndex:
                 "steps": [{"rank": int(r.rank), "step": int(r.step), "start": ms(r.start_ns - self.origin),
                            "end": ms(r.end_ns - self.origin)}
                           for r in self.steps.itertuples()],
-                "extent": [ms(self.lo), ms(self.hi)]}
+                "extent": [ms(self.lo), ms(self.hi)],
+                "marks": [{"rank": int(m.rank), "kind": m.kind, "rule": m.rule, "start": ms(m.start_ns),
+                           "end": ms(m.end_ns), "label": m.label} for m in self.marks.itertuples()]}
+
+
+def _marks(trace: Trace, origin: int) -> pd.DataFrame:
+    from ...analysis.marks import marks
+
+    table = marks(trace)
+    return table.assign(start_ns=table["start_ns"] - origin, end_ns=table["end_ns"] - origin)
 
 
 def _launches(events: pd.DataFrame, origin: int) -> pd.DataFrame:

@@ -21,6 +21,7 @@ import anywidget
 import numpy as np
 import traitlets
 
+from ...analysis.marks import of_finding
 from .flows import flows
 from .legend import legend
 from .lod import MAX_WIDTH_PX, VIEW_LIMIT_MS, TimelineIndex
@@ -58,6 +59,7 @@ class TimelineWidget(anywidget.AnyWidget):
     selection = traitlets.Dict().tag(sync=True)  # the range's aggregate (selection.aggregate)
     link = traitlets.Any({}).tag(sync=True)  # set by the browser (a click on an event): {id, seq}
     flow = traitlets.Dict().tag(sync=True)  # its arrows between launch and device work (flows.flows)
+    shown = traitlets.Dict().tag(sync=True)  # the finding's mark show() moved the view to (outlined)
 
     def __init__(self, index: TimelineIndex, title: str = "", **kwargs) -> None:
         super().__init__(**kwargs)
@@ -216,9 +218,15 @@ class TimelineWidget(anywidget.AnyWidget):
         self.zoom(found[0]["start"], found[0]["end"])
 
     def show(self, where) -> str:
-        """Open a finding's "where" (a Finding, or its text) in the view: ``step N`` shows that
-        step; else the longest event of the longest operator name the text holds, with as much
-        again either side. Returns what was shown."""
+        """Open a finding in the view: a Finding at its largest mark in the findings lane (an
+        idle gap of its cause, a blocking sync, a wait for a slower rank, the memory peak:
+        :func:`~npumagic.analysis.marks.of_finding`), outlined (``shown``), with as much again
+        either side. Else its "where" (or a text): ``step N`` shows that step; else the longest
+        event of the longest operator name the text holds; else the largest mark of a kind the
+        text names ("idle gap", "memory peak"). Returns what was shown."""
+        mine = of_finding(self.index.marks, where) if not isinstance(where, str) and len(self.index.marks) else ()
+        if len(mine):
+            return self._show_mark(mine.iloc[0])
         text = str(getattr(where, "where", where))
         step = re.search(r"\bstep (\d+)", text)
         if step:
@@ -227,7 +235,10 @@ class TimelineWidget(anywidget.AnyWidget):
         index = self.index
         held = [k for k, name in enumerate(index.names) if name and name in text]
         if not held:
-            raise ValueError(f"{text!r} names no step and no operator of this run")
+            mine = of_finding(index.marks, text) if len(index.marks) else ()
+            if len(mine):
+                return self._show_mark(mine.iloc[0])
+            raise ValueError(f"{text!r} names no step and no operator of this run, nor a kind of mark")
         code = max(held, key=lambda k: len(index.names[k]))
         best = None
         for lane in index.lanes:
@@ -239,6 +250,15 @@ class TimelineWidget(anywidget.AnyWidget):
         pad = max(best[1] - best[0], 1_000)
         self.zoom((best[0] - pad) / 1e6, (best[1] + pad) / 1e6)
         return str(index.names[code])
+
+
+    def _show_mark(self, mark) -> str:
+        start, end = int(mark["start_ns"]), int(mark["end_ns"])
+        pad = max(end - start, 1_000)
+        self.zoom((start - pad) / 1e6, (end + pad) / 1e6)
+        self.shown = {"rank": int(mark["rank"]), "kind": str(mark["kind"]), "start": start / 1e6, "end": end / 1e6,
+                      "label": str(mark["label"])}
+        return str(mark["label"])
 
 
 def _is_number(value: object) -> bool:

@@ -31,7 +31,8 @@ class TraceFile(Result):
         w = self.written
         marks = ", ".join(f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in w["marks"].items()) or "no marks"
         return (f"wrote {w['path']}: {w['slices']:,} slices of {self.label}, {w['steps']} steps, {marks}, "
-                f"{w['findings']} findings, {w['flows']:,} launch flows\n"
+                f"{w['findings']} findings, {w['flows']:,} launch flows"
+                + (f", {w['queue_flows']:,} task queue flows" if w["queue_flows"] else "") + "\n"
                 "open it in https://ui.perfetto.dev or chrome://tracing")
 
 

@@ -1,7 +1,7 @@
 """A run as a Chrome Trace Event JSON file that Perfetto (ui.perfetto.dev, trace_processor) and
 chrome://tracing open: every event of the parsed trace (Kineto's and torch_npu's alike, from
 the run's tables, not a copy of the profiler's file) as a slice of its rank's thread or stream,
-the launch -> device work links as flows, the device memory as counters, and npumagic's own
+the launch -> device work links as flows (on torch_npu also its task queue's Enqueue -> Dequeue), the device memory as counters, and npumagic's own
 tracks per rank: the steps, the device's idle gaps with their cause, the blocking syncs, the
 waits for a slower rank, the memory peak and the findings.
 
@@ -34,7 +34,8 @@ TRACKS = (STEPS, GAP + "s", *(k for k in KINDS if k != GAP), FINDINGS)
 @dataclass
 class Exported:
     """What was written: ``slices`` (the trace's events), ``steps``, ``marks`` (by kind),
-    ``findings``, ``flows`` (launch -> device work pairs), ``counters`` (memory samples)."""
+    ``findings``, ``flows`` (launch -> device work pairs), ``queue_flows`` (Enqueue -> Dequeue
+    pairs), ``counters`` (memory samples)."""
 
     path: str
     slices: int = 0
@@ -42,11 +43,13 @@ class Exported:
     marks: dict = field(default_factory=dict)
     findings: int = 0
     flows: int = 0
+    queue_flows: int = 0  # torch_npu: Enqueue -> Dequeue of its task queue
     counters: int = 0
 
     def as_dict(self) -> dict:
         return {"path": self.path, "slices": self.slices, "steps": self.steps, "marks": dict(self.marks),
-                "findings": self.findings, "flows": self.flows, "counters": self.counters}
+                "findings": self.findings, "flows": self.flows, "queue_flows": self.queue_flows,
+                "counters": self.counters}
 
 
 def write_perfetto(trace: Trace, path: str | Path, findings: Iterable = (), title: str = "") -> Exported:
@@ -173,29 +176,41 @@ def _slices(ev: pd.DataFrame, ids: _Ids, origin: int, done: Exported) -> Iterato
 
 
 def _flows(ev: pd.DataFrame, ids: _Ids, origin: int, done: Exported) -> list[dict]:
-    """A flow from each launch (a host call with a correlation id) to the device work it started."""
+    """A flow from each launch (a host call with a correlation id) to the device work it started,
+    and on torch_npu from each Enqueue of the task queue to its Dequeue (the same correlation id),
+    which runs the launch on a worker thread."""
     if not len(ev):
         return []
     corr, rank, host = ev["correlation"].to_numpy(), ev["rank"].to_numpy(), ev["device"].to_numpy() < 0
-    launch = host & ev["kind"].isin(LAUNCH_KINDS).to_numpy() & (corr >= 0)
+    names = ev["name"].astype(str)
+    enqueue, dequeue = (names == "Enqueue").to_numpy(), names.str.startswith("Dequeue").to_numpy()
+    launch = host & ev["kind"].isin(LAUNCH_KINDS).to_numpy() & (corr >= 0) & ~enqueue & ~dequeue
     work = ~host & ev["kind"].isin(DEVICE_WORK).to_numpy() & (corr >= 0)
+    out: list[dict] = []
+    done.flows = _pairs(ev, ids, origin, launch, work, "launch", 0, out)
+    done.queue_flows = _pairs(ev, ids, origin, host & enqueue & (corr >= 0), host & dequeue & (corr >= 0), "task queue",
+                              done.flows, out)
+    return out
+
+
+def _pairs(ev: pd.DataFrame, ids: _Ids, origin: int, start: np.ndarray, finish: np.ndarray, kind: str, first_id: int,
+           out: list[dict]) -> int:
+    """Flow events ("s" at the first of each (rank, correlation) of ``start``, "f" at that of
+    ``finish``) appended to ``out``, ids from ``first_id``; how many pairs."""
+    corr, rank = ev["correlation"].to_numpy(), ev["rank"].to_numpy()
     key = lambda m: pd.Series(np.flatnonzero(m), index=pd.MultiIndex.from_arrays([rank[m], corr[m]]))  # noqa: E731
-    starts, ends = key(launch), key(work)
+    starts, ends = key(start), key(finish)
     starts, ends = starts[~starts.index.duplicated()], ends[~ends.index.duplicated()]
     both = starts.index.intersection(ends.index)
     if not len(both):
-        return []
-    a, b = starts.loc[both].to_numpy(), ends.loc[both].to_numpy()
-    codes = ev["lane"].cat.codes.to_numpy()
-    out = []
-    for side, rows, extra in (("s", a, {}), ("f", b, {"bp": "e"})):
+        return 0
+    codes, ts = ev["lane"].cat.codes.to_numpy(), ev["ts_ns"].to_numpy()
+    for side, rows, extra in (("s", starts.loc[both].to_numpy(), {}), ("f", ends.loc[both].to_numpy(), {"bp": "e"})):
         pids, tids = ids.of_rows(rank[rows], codes[rows])
-        for n, (t, pid, tid) in enumerate(zip(_us(ev["ts_ns"].to_numpy()[rows], origin).tolist(), pids.tolist(),
-                                               tids.tolist())):
-            out.append({"ph": side, "name": "launch", "cat": "launch", "id": n, "ts": t, "pid": pid, "tid": tid,
+        for n, (t, pid, tid) in enumerate(zip(_us(ts[rows], origin).tolist(), pids.tolist(), tids.tolist())):
+            out.append({"ph": side, "name": kind, "cat": kind, "id": first_id + n, "ts": t, "pid": pid, "tid": tid,
                         **extra})
-    done.flows = int(len(both))
-    return out
+    return int(len(both))
 
 
 def _steps(steps: pd.DataFrame, ids: _Ids, origin: int, done: Exported) -> list[dict]:

@@ -81,9 +81,18 @@ def test_the_export_follows_the_trace_event_format_and_holds_every_event_and_ste
             ours[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
     for spans in ours.values():
         assert crossing(spans) == 0
-    # the flows pair each launch with one device event
+    # the flows pair each launch with one device event, and (torch_npu) each Enqueue with its Dequeue
     starts = {e["id"] for e in events if e["ph"] == "s"}
-    assert starts == {e["id"] for e in events if e["ph"] == "f"} and len(starts) == said["flows"] > 0
+    assert starts == {e["id"] for e in events if e["ph"] == "f"}
+    assert len(starts) == said["flows"] + said["queue_flows"] and said["flows"] > 0
+    ev = trace.events
+    queued = {(r, c) for r, c, n in zip(ev["rank"], ev["correlation"], ev["name"].astype(str)) if n == "Enqueue"}
+    run = {(r, c) for r, c, n in zip(ev["rank"], ev["correlation"], ev["name"].astype(str)) if n.startswith("Dequeue")}
+    assert said["queue_flows"] == len(queued & run) and (said["queue_flows"] > 0) == (source == "torch_npu")
+    ts = {(e["pid"], e["tid"], e["ts"]): e["name"] for e in slices}
+    for e in events:
+        if e["ph"] in ("s", "f") and e["name"] == "task queue":  # each end on the queue call it binds to
+            assert ts[(e["pid"], e["tid"], e["ts"])].startswith("Enqueue" if e["ph"] == "s" else "Dequeue")
 
 
 @pytest.mark.parametrize("source", list(SOURCES))

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..names import PERFETTO_SUFFIX as SUFFIX
 from .base import TARGET, Arg, Command, Result
-
-SUFFIX = ".perfetto.json"
 
 
 @dataclass(frozen=True)

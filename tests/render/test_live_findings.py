@@ -90,3 +90,28 @@ def test_a_sync_finding_opens_at_its_longest_blocking_call():
     said = widget.show(sync)
     longest = max((m for m in widget.frame["marks"] if m["kind"] == "blocking sync"), key=lambda m: m["end"] - m["start"])
     assert said == longest["label"] and widget.shown["start"] == longest["start"]
+
+
+def test_the_perfetto_button_writes_the_run_with_its_findings_in_the_working_directory(tmp_path, monkeypatch):
+    """GIVEN the widget of a real Kineto trace WHEN the browser's Perfetto button is pressed THEN
+    the kernel writes NAME.perfetto.json here (the browser names no path), with every event as a
+    slice and the run's findings; a widget of a trace in memory (no profiler output) says so."""
+    import json
+
+    from npumagic.analysis.schema import KINDS
+
+    monkeypatch.chdir(tmp_path)
+    path = CUDA / "alexnet_sync"
+    trace = shared_trace(path)
+    widget = timeline_widget(trace)
+    widget.set_state({"export": {"seq": 3, "path": "/etc/evil.json"}})
+    answer = widget.exported
+    assert answer["seq"] == 3 and "error" not in answer and answer["lines"][1].startswith("open it in")
+    written = tmp_path / "benchmark_result_2869224_1695835535_trace.perfetto.json"
+    assert answer["path"] == str(written) and written.is_file()
+    doc = json.loads(written.read_bytes())
+    assert sum(e["ph"] == "X" and e["cat"] in KINDS for e in doc["traceEvents"]) == len(trace.events)
+    assert answer["findings"] == len(advise_run(shared_summary(path), "x", every_rank=True, low=True).findings) > 0
+    memory_only = timeline_widget(dataclasses.replace(trace, meta={**trace.meta, "path": ""}))
+    memory_only.set_state({"export": {"seq": 1}})
+    assert memory_only.exported["error"].startswith("export failed: this timeline was made from a trace in memory")

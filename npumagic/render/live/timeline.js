@@ -40,8 +40,10 @@ function toolsOf() {
   const prev = button("npumagic-prev", "◀", "previous match"), next = button("npumagic-next", "▶", "next match");
   const count = document.createElement("span");
   count.className = "npumagic-found"; count.style.color = "#555";
-  box.append(input, label, prev, next, count);
-  return {box, input, regex, prev, next, count};
+  const perfetto = button("npumagic-export", "⤓ Perfetto", "write this run as a file Perfetto and chrome://tracing open");
+  perfetto.style.marginLeft = "auto";
+  box.append(input, label, prev, next, count, perfetto);
+  return {box, input, regex, prev, next, count, perfetto};
 }
 
 function legendOf(frame) {
@@ -456,6 +458,16 @@ export default {
     });
     tools.next.addEventListener("click", () => find(1));
     tools.prev.addEventListener("click", () => find(-1));
+    let exportSeq = 0;
+    tools.perfetto.addEventListener("click", () => {
+      exportSeq += 1; model.set("export", {seq: exportSeq}); model.save_changes();
+      panel.style.display = "block"; panel.textContent = "writing the Perfetto file in the kernel…";
+    });
+    model.on("change:exported", () => {
+      const x = model.get("exported");
+      panel.style.display = "block"; panel.textContent = x.error || (x.lines || []).join("\n");
+      root.dataset.exported = x.error ? "" : x.path || "";
+    });
     model.on("change:found", () => {
       const f = model.get("found");
       if (f.error) { tools.count.textContent = f.error; match = null; }

@@ -22,6 +22,7 @@ import numpy as np
 import traitlets
 
 from ...analysis.marks import of_finding
+from ...errors import NpumagicError
 from .flows import flows
 from .legend import legend
 from .lod import MAX_WIDTH_PX, VIEW_LIMIT_MS, TimelineIndex
@@ -60,10 +61,13 @@ class TimelineWidget(anywidget.AnyWidget):
     link = traitlets.Any({}).tag(sync=True)  # set by the browser (a click on an event): {id, seq}
     flow = traitlets.Dict().tag(sync=True)  # its arrows between launch and device work (flows.flows)
     shown = traitlets.Dict().tag(sync=True)  # the finding's mark show() moved the view to (outlined)
+    export = traitlets.Any({}).tag(sync=True)  # set by the browser (its Perfetto button): {seq}
+    exported = traitlets.Dict().tag(sync=True)  # the file written (export_perfetto), or an error
 
-    def __init__(self, index: TimelineIndex, title: str = "", **kwargs) -> None:
+    def __init__(self, index: TimelineIndex, title: str = "", source: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.index = index
+        self.title, self.source = title, source  # the profiler output read again to export it (none held)
         self.frame = dict(index.layout(), title=title, legend=legend(index))
         lo, hi = self.frame["extent"]
         self.view = {"t0": lo, "t1": hi, "width": DEFAULT_WIDTH_PX, "seq": 0}
@@ -150,6 +154,42 @@ class TimelineWidget(anywidget.AnyWidget):
         except ValueError as exc:
             log.debug("timeline click %r refused: %s", p, exc)
             self.flow = {"seq": seq, "error": f"click refused: {exc}", "arrows": []}
+
+    @traitlets.observe("export")
+    def _export(self, change) -> None:
+        e = change["new"]
+        if isinstance(e, dict) and not e:
+            return
+        seq = _seq(e.get("seq", 0) if isinstance(e, dict) else None)
+        try:
+            if not isinstance(e, dict):
+                raise ValueError(f"an export is {{seq}}, not {type(e).__name__}")
+            self.exported = dict(self.export_perfetto(), seq=seq)  # the browser names no path: the default one
+        except (ValueError, OSError, NpumagicError) as exc:
+            log.debug("timeline export %r failed: %s", e, exc)
+            self.exported = {"seq": seq, "error": f"export failed: {exc}"}
+
+    def export_perfetto(self, path: str | Path | None = None) -> dict:
+        """Write this run as a Perfetto / chrome://tracing file (``npumagic trace``'s, with the
+        findings), read again from its profiler output; default ``NAME.perfetto.json`` in the
+        working directory. Returns what was written, with ``lines`` saying it."""
+        if not self.source:
+            raise ValueError("this timeline was made from a trace in memory, with no profiler output to read "
+                             "again: write it with npumagic.render.perfetto.write_perfetto(trace, path)")
+        from ...analysis import job, load
+        from ...analysis.advice import advise_run
+        from ...named_runs import name_for
+        from ...names import PERFETTO_SUFFIX
+        from ..perfetto import write_perfetto
+
+        label = self.title or str(self.source)
+        findings = advise_run(job.analyze(self.source, progress=False), label, every_rank=True, low=True).findings
+        out = Path(path) if path is not None else Path.cwd() / (name_for(Path(self.source)) + PERFETTO_SUFFIX)
+        done = write_perfetto(load(self.source), out, findings, title=label).as_dict()
+        done["lines"] = [f"wrote {out}: {done['slices']:,} slices, {done['steps']} steps, "
+                         f"{sum(done['marks'].values())} marks, {done['findings']} findings",
+                         "open it in https://ui.perfetto.dev or chrome://tracing"]
+        return done
 
     def search(self, query: str, regex: bool = False) -> int:
         """Find the events whose name holds ``query`` (case-insensitive; a regular expression with

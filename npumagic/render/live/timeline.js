@@ -72,14 +72,15 @@ function rowsOf(frame, collapsed = new Set()) {
   for (const rank of ranks) {
     if (ranks.length > 1) { rows.push({kind: "rank", rank, y, h: RANK_HEAD}); y += RANK_HEAD; }
     if (collapsed.has(rank)) continue;
-    // the findings' marks (idle gaps with their cause, blocking syncs, waits, the memory peak) first
-    if ((frame.marks || []).some(m => m.rank === rank)) { rows.push({kind: "marks", rank, y, h: ROW}); y += ROW + 2; }
     frame.lanes.forEach((lane, k) => {
       if (lane.rank !== rank) return;
       // one row per nesting depth (the kernel's layout caps it), so nested boxes never overlap
       const h = lane.group === "host" ? DEPTH_ROW * (lane.depth + 1) + 2 : ROW;
       rows.push({kind: "lane", k, lane, y, h}); y += h + 2;
     });
+    // under the lanes, beside the device's: the findings' marks (idle gaps with their cause,
+    // blocking syncs, waits, the memory peak)
+    if ((frame.marks || []).some(m => m.rank === rank)) { rows.push({kind: "marks", rank, y, h: ROW}); y += ROW + 2; }
     frame.series.forEach((s, k) => {
       if (s.rank !== rank) return;
       const h = isCore(s) ? CORE_ROW : SERIES;

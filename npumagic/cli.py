@@ -402,6 +402,12 @@ def _output_dir_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="the same, as an option")
 
 
+def _trace_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--history", default=None, metavar="DIR",
+                   help="an output directory of the magics: the path may name one of its runs")
+    _reading_arguments(p)
+
+
 def _export_arguments(p: argparse.ArgumentParser) -> None:
     _output_dir_arguments(p)
     p.add_argument("--md", default=None, help="write Markdown here (- or no --md at all: print it)")
@@ -419,7 +425,8 @@ def _history_argument(p: argparse.ArgumentParser) -> None:
 CLI_OPTIONS = {"analyze": _reading_arguments, "advise": _reading_arguments, "steps": _reading_arguments,
                "compare": _compare_arguments, "runs": _output_dir_arguments, "export": _export_arguments,
                "rules": _output_dir_arguments, "regions": _history_argument, "modules": _history_argument,
-               "memory": _memory_arguments, "memcompare": _memory_arguments, "memfit": _memory_arguments}
+               "memory": _memory_arguments, "memcompare": _memory_arguments, "memfit": _memory_arguments,
+               "trace": _trace_arguments}
 CLI_HANDLERS = {"compare": _compare, "export": _export}
 JSON_DETAIL = {"export": ": the log, and the files written"}  # said after "machine-readable output"
 

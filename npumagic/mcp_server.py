@@ -243,6 +243,15 @@ class Profiles(Places):
     def label(self, ref: str) -> str:
         return str(Path(ref).expanduser())
 
+    def destination(self, ref: str) -> Path:
+        """A file the server writes: in its output directory (a relative name is taken there), nowhere else."""
+        out = self.out.expanduser().resolve()
+        path = (out / Path(ref).expanduser()).resolve()
+        if path == out or not path.is_relative_to(out):
+            raise NpumagicError(f"{ref}: the server writes files only in its output directory {out}")
+        out.mkdir(parents=True, exist_ok=True)
+        return super().destination(str(path))
+
     def unknown(self, ref: str) -> Exception | None:
         try:
             self.session.resolve(ref)  # no history here, or an unknown run listing the known ones

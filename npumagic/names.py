@@ -11,6 +11,7 @@ from .errors import NpumagicError
 DB_NAME = "history.sqlite"  # the history in an output directory (here, so the CLI names it without pandas)
 OUTPUT_DIR = "npumagic_runs"  # where the magics write their runs by default (NpuMagics.output_dir)
 DEMO_DIR = "npumagic_demo"
+PERFETTO_SUFFIX = ".perfetto.json"  # npumagic trace's default file: NAME.perfetto.json
 RUN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 RULE = "letters, digits, '_', '-' or '.', starting with a letter or '_', at most 64 characters"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Iterable
 
 
 def write_atomic(path: str | Path, data: bytes | str, encoding: str = "utf-8", mode: int = 0o666) -> None:
@@ -18,9 +19,13 @@ def write_atomic(path: str | Path, data: bytes | str, encoding: str = "utf-8", m
     a link or file planted at any name beside it is never opened, and a name already taken
     is passed over for another. ``mode`` is narrowed by the umask, as ``open()`` does, so a
     group-shared output folder (umask 002) stays group-writable."""
+    write_atomic_chunks(path, [data.encode(encoding) if isinstance(data, str) else data], mode)
+
+
+def write_atomic_chunks(path: str | Path, chunks: Iterable[bytes], mode: int = 0o666) -> None:
+    """:func:`write_atomic` of the bytes ``chunks`` yields, one after the other: a large file
+    (a trace export) is written as it is made, never held whole."""
     path = Path(path)
-    if isinstance(data, str):
-        data = data.encode(encoding)
     if path.is_dir():
         raise IsADirectoryError(21, "Is a directory", str(path))
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -34,7 +39,8 @@ def write_atomic(path: str | Path, data: bytes | str, encoding: str = "utf-8", m
                 raise
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for chunk in chunks:
+                f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -69,6 +69,15 @@ class Places:
     def label(self, ref: str) -> str:
         return ref
 
+    def destination(self, ref: str) -> Path:
+        """Where a command writes the file ``ref`` names (its folder must exist already)."""
+        path = Path(ref).expanduser()
+        if not str(ref).strip() or path.is_dir():
+            raise NpumagicError(f"{ref!r} is no file name to write")
+        if not path.parent.is_dir():
+            raise NpumagicError(f"{ref}: no folder {path.parent} to write it in")
+        return path
+
     def unknown(self, ref: str) -> Exception | None:
         """The error for a word that is neither a run nor an existing path (None: read it as a path)."""
         return None

@@ -1,7 +1,9 @@
 """Flows between the host and the device in the live timeline, from the trace's correlation
 ids: a click on a kernel (or a copy, a collective) gives the launch that started it and the host
 operator that made that launch; a click on a host operator gives the device work its launches
-started. Answered in the kernel, as arrows between lanes (times in ms from the first step)."""
+started. On torch_npu the launch runs in a Dequeue of the task queue on a worker thread: the
+flow goes through it to the Enqueue of the same correlation id, made by the operator on its own
+thread. Answered in the kernel, as arrows between lanes (times in ms from the first step)."""
 
 from __future__ import annotations
 
@@ -35,14 +37,22 @@ def flows(index, row: int) -> dict:
         if not pairs:
             return {"arrows": [], "count": 0, "lines": [f"{shorten(name, NAME_CHARS)}: no launch of it in the trace"]}
         launch = pairs[0][0]
-        caller = _caller(index, rank, launch.lane, launch.start_ns)
+        lane_name, t = _asked(launch)
+        caller = _caller(index, rank, lane_name, t)
         lines = [f"{shorten(name, NAME_CHARS)}: launched by {launch.name} at {launch.start_ns / 1e6:,.3f} ms on {launch.lane}"
-                 + (f", in {caller}" if caller else "")]
+                 + (f", in {caller}" if caller and lane_name == launch.lane else "")]
+        if lane_name != launch.lane:  # torch_npu: through the task queue, from the operator's Enqueue
+            lines.append(f"dequeued there from the task queue; enqueued at {t / 1e6:,.3f} ms on {lane_name}"
+                         + (f", in {caller}" if caller else ""))
     else:
         start = int(ev["ts_ns"].iat[row]) - index.origin
         end = start + max(int(ev["dur_ns"].iat[row]), 0)
-        found = launches[((launches["rank"] == rank) & (launches["lane"] == lane.name) & (launches["start_ns"] >= start)
-                          & (launches["start_ns"] < end)).to_numpy()]
+        asked = launches["queued_lane"].to_numpy() if "queued_lane" in launches else np.full(len(launches), "")
+        at = launches["queued_ns"].to_numpy() if "queued_ns" in launches else np.full(len(launches), -1)
+        own = (launches["lane"] == lane.name).to_numpy() & (launches["start_ns"] >= start).to_numpy() \
+            & (launches["start_ns"] < end).to_numpy()
+        queued = (asked == lane.name) & (at >= start) & (at < end)  # torch_npu: its Enqueues' launches
+        found = launches[(launches["rank"] == rank).to_numpy() & (own | queued)]
         device = _device_rows(index, rank, found["correlation"].to_numpy())
         by_corr = {int(c): r for r, c in zip(device, ev["correlation"].to_numpy()[device])}
         pairs = [(launch, by_corr[launch.correlation]) for launch in found.itertuples() if launch.correlation in by_corr]
@@ -56,10 +66,17 @@ def flows(index, row: int) -> dict:
     arrows = []
     for launch, target in pairs[:MAX_ARROWS]:
         t = (int(ev["ts_ns"].iat[target]) - index.origin) / 1e6
-        arrows.append({"from": {"lane": _lane_named(index, rank, launch.lane), "t": launch.start_ns / 1e6},
+        lane_name, t0 = _asked(launch)
+        arrows.append({"from": {"lane": _lane_named(index, rank, lane_name), "t": t0 / 1e6},
                        "to": {"lane": int(lane_of[target]), "t": t}, "name": str(ev["name"].iat[target]),
-                       "delay": duration((t - launch.start_ns / 1e6) * 1e3)})
+                       "delay": duration((t - t0 / 1e6) * 1e3)})
     return {"arrows": arrows, "count": len(pairs), "lines": lines}
+
+
+def _asked(launch) -> tuple[str, int]:
+    """Where a launch was asked for: its Enqueue's lane and ns on torch_npu, else its own."""
+    lane = getattr(launch, "queued_lane", "")
+    return (lane, int(launch.queued_ns)) if lane else (launch.lane, int(launch.start_ns))
 
 
 def _lane_of(index) -> np.ndarray:

@@ -40,8 +40,10 @@ function toolsOf() {
   const prev = button("npumagic-prev", "◀", "previous match"), next = button("npumagic-next", "▶", "next match");
   const count = document.createElement("span");
   count.className = "npumagic-found"; count.style.color = "#555";
-  box.append(input, label, prev, next, count);
-  return {box, input, regex, prev, next, count};
+  const perfetto = button("npumagic-export", "⤓ Perfetto", "write this run as a file Perfetto and chrome://tracing open");
+  perfetto.style.marginLeft = "auto";
+  box.append(input, label, prev, next, count, perfetto);
+  return {box, input, regex, prev, next, count, perfetto};
 }
 
 function legendOf(frame) {
@@ -76,6 +78,9 @@ function rowsOf(frame, collapsed = new Set()) {
       const h = lane.group === "host" ? DEPTH_ROW * (lane.depth + 1) + 2 : ROW;
       rows.push({kind: "lane", k, lane, y, h}); y += h + 2;
     });
+    // under the lanes, beside the device's: the findings' marks (idle gaps with their cause,
+    // blocking syncs, waits, the memory peak)
+    if ((frame.marks || []).some(m => m.rank === rank)) { rows.push({kind: "marks", rank, y, h: ROW}); y += ROW + 2; }
     frame.series.forEach((s, k) => {
       if (s.rank !== rank) return;
       const h = isCore(s) ? CORE_ROW : SERIES;
@@ -84,6 +89,9 @@ function rowsOf(frame, collapsed = new Set()) {
   }
   return {rows, height: y + AXIS};
 }
+
+// a mark's colour: its kind's, as the lanes draw that kind (a gap as the idle gaps, a wait as collectives)
+const MARK_KIND = {"idle gap": "idle", "blocking sync": "sync", "slow rank wait": "comm"};
 
 function niceStep(span, target) {
   const raw = span / target, p = Math.pow(10, Math.floor(Math.log10(raw)));
@@ -138,6 +146,7 @@ export default {
 
     let win = {t0: model.get("view").t0, t1: model.get("view").t1};
     let seq = model.get("view").seq || 0, tiles = model.get("tiles"), drawn = 0, refused = "";
+    let shown = null;  // the mark of the finding show() opened (outlined in the findings lane)
     let hoverId = null, flow = null, linkSeq = 0, match = null, picked = null, asked = {query: "", regex: false}, findSeq = 0, selectSeq = 0;
 
     const plotWidth = () => Math.max(Math.floor(canvas.clientWidth || el.clientWidth || 1000) - GUTTER, 50);
@@ -193,6 +202,7 @@ export default {
         g.fillStyle = "#222";
         if (row.kind === "rank") { g.font = "bold 11px sans-serif"; g.fillStyle = "#222"; g.fillText(`${collapsed.has(row.rank) ? "▸" : "▾"} rank ${row.rank}`, 4, row.y + 12); g.font = "11px sans-serif"; continue; }
         if (row.kind === "series") { drawSeries(g, row, w); continue; }
+        if (row.kind === "marks") { drawMarks(g, row, w); continue; }
         const label = row.lane.name.length > 30 ? row.lane.name.slice(0, 14) + "…" + row.lane.name.slice(-15) : row.lane.name;
         g.fillText(label, 4, row.y + 13);
         g.fillStyle = GROUP_COLOR[row.lane.group]; g.fillRect(GUTTER - 6, row.y + 2, 3, row.h - 4);
@@ -264,6 +274,28 @@ export default {
         + (refused ? ` · ${refused}` : "");
     }
 
+    function drawMarks(g, row, w) {
+      g.fillStyle = "#222"; g.fillText("findings", 4, row.y + 13);
+      g.save(); g.beginPath(); g.rect(GUTTER, row.y, w - GUTTER, row.h); g.clip();
+      for (const m of frame.marks) {
+        if (m.rank !== row.rank || m.end < win.t0 || m.start > win.t1) continue;
+        const a = xOf(m.start), b = Math.max(xOf(m.end), a + 2);
+        g.fillStyle = kindColor[MARK_KIND[m.kind]] || (m.kind === "memory peak" ? "#2a7" : "#999");
+        if (m.kind === "memory peak") {  // an instant: a line and a triangle on it
+          g.fillRect(a - 1, row.y + 1, 2, row.h - 2);
+          g.beginPath(); g.moveTo(a - 5, row.y + 1); g.lineTo(a + 5, row.y + 1); g.lineTo(a, row.y + 7); g.fill();
+        } else {
+          g.fillRect(a, row.y + 2, b - a, row.h - 4);
+        }
+        drawn += 1;
+      }
+      if (shown && shown.rank === row.rank) {  // the finding show() opened
+        g.strokeStyle = "#e00"; g.lineWidth = 2;
+        g.strokeRect(xOf(shown.start) - 3, row.y, Math.max(xOf(shown.end) - xOf(shown.start), 1) + 6, row.h); g.lineWidth = 1;
+      }
+      g.restore();
+    }
+
     function drawSeries(g, row, w) {
       const values = (tiles.series || [])[row.k];
       if (isCore(row.s)) {  // busy share as the red's strength, per column
@@ -302,6 +334,11 @@ export default {
         const values = (tiles.series || [])[row.k] || [];
         const c = Math.floor((t - tiles.t0) / (tiles.t1 - tiles.t0) * values.length);
         return values[c] == null ? null : {text: `${row.s.label}: ${fmtValue(values[c], row.s.unit)}`};
+      }
+      if (row.kind === "marks") {  // the largest mark under the cursor (2 px either side)
+        const slack = 2 * (win.t1 - win.t0) / plotWidth();
+        const under = frame.marks.filter(m => m.rank === row.rank && m.start - slack <= t && t <= m.end + slack);
+        return under.length ? {text: under.sort((a, b) => (b.end - b.start) - (a.end - a.start))[0].label} : null;
       }
       if (row.kind !== "lane") return null;
       const part = (tiles.lanes || []).find(p => p.lane === row.k);
@@ -422,6 +459,16 @@ export default {
     });
     tools.next.addEventListener("click", () => find(1));
     tools.prev.addEventListener("click", () => find(-1));
+    let exportSeq = 0;
+    tools.perfetto.addEventListener("click", () => {
+      exportSeq += 1; model.set("export", {seq: exportSeq}); model.save_changes();
+      panel.style.display = "block"; panel.textContent = "writing the Perfetto file in the kernel…";
+    });
+    model.on("change:exported", () => {
+      const x = model.get("exported");
+      panel.style.display = "block"; panel.textContent = x.error || (x.lines || []).join("\n");
+      root.dataset.exported = x.error ? "" : x.path || "";
+    });
     model.on("change:found", () => {
       const f = model.get("found");
       if (f.error) { tools.count.textContent = f.error; match = null; }
@@ -438,6 +485,12 @@ export default {
       }
       root.dataset.found = f.count ?? 0; root.dataset.at = f.at ?? 0;
       root.dataset.matchStart = f.start ?? ""; root.dataset.matchEnd = f.end ?? "";
+      draw();
+    });
+    model.on("change:shown", () => {
+      const m = model.get("shown");
+      shown = m && m.label ? m : null;
+      root.dataset.shown = shown ? shown.label : "";
       draw();
     });
     model.on("change:flow", () => {

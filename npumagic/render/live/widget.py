@@ -21,6 +21,8 @@ import anywidget
 import numpy as np
 import traitlets
 
+from ...analysis.marks import of_finding
+from ...errors import NpumagicError
 from .flows import flows
 from .legend import legend
 from .lod import MAX_WIDTH_PX, VIEW_LIMIT_MS, TimelineIndex
@@ -58,10 +60,14 @@ class TimelineWidget(anywidget.AnyWidget):
     selection = traitlets.Dict().tag(sync=True)  # the range's aggregate (selection.aggregate)
     link = traitlets.Any({}).tag(sync=True)  # set by the browser (a click on an event): {id, seq}
     flow = traitlets.Dict().tag(sync=True)  # its arrows between launch and device work (flows.flows)
+    shown = traitlets.Dict().tag(sync=True)  # the finding's mark show() moved the view to (outlined)
+    export = traitlets.Any({}).tag(sync=True)  # set by the browser (its Perfetto button): {seq}
+    exported = traitlets.Dict().tag(sync=True)  # the file written (export_perfetto), or an error
 
-    def __init__(self, index: TimelineIndex, title: str = "", **kwargs) -> None:
+    def __init__(self, index: TimelineIndex, title: str = "", source: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.index = index
+        self.title, self.source = title, source  # the profiler output read again to export it (none held)
         self.frame = dict(index.layout(), title=title, legend=legend(index))
         lo, hi = self.frame["extent"]
         self.view = {"t0": lo, "t1": hi, "width": DEFAULT_WIDTH_PX, "seq": 0}
@@ -149,6 +155,42 @@ class TimelineWidget(anywidget.AnyWidget):
             log.debug("timeline click %r refused: %s", p, exc)
             self.flow = {"seq": seq, "error": f"click refused: {exc}", "arrows": []}
 
+    @traitlets.observe("export")
+    def _export(self, change) -> None:
+        e = change["new"]
+        if isinstance(e, dict) and not e:
+            return
+        seq = _seq(e.get("seq", 0) if isinstance(e, dict) else None)
+        try:
+            if not isinstance(e, dict):
+                raise ValueError(f"an export is {{seq}}, not {type(e).__name__}")
+            self.exported = dict(self.export_perfetto(), seq=seq)  # the browser names no path: the default one
+        except (ValueError, OSError, NpumagicError) as exc:
+            log.debug("timeline export %r failed: %s", e, exc)
+            self.exported = {"seq": seq, "error": f"export failed: {exc}"}
+
+    def export_perfetto(self, path: str | Path | None = None) -> dict:
+        """Write this run as a Perfetto / chrome://tracing file (``npumagic trace``'s, with the
+        findings), read again from its profiler output; default ``NAME.perfetto.json`` in the
+        working directory. Returns what was written, with ``lines`` saying it."""
+        if not self.source:
+            raise ValueError("this timeline was made from a trace in memory, with no profiler output to read "
+                             "again: write it with npumagic.render.perfetto.write_perfetto(trace, path)")
+        from ...analysis import job, load
+        from ...analysis.advice import advise_run
+        from ...named_runs import name_for
+        from ...names import PERFETTO_SUFFIX
+        from ..perfetto import write_perfetto
+
+        label = self.title or str(self.source)
+        findings = advise_run(job.analyze(self.source, progress=False), label, every_rank=True, low=True).findings
+        out = Path(path) if path is not None else Path.cwd() / (name_for(Path(self.source)) + PERFETTO_SUFFIX)
+        done = write_perfetto(load(self.source), out, findings, title=label).as_dict()
+        done["lines"] = [f"wrote {out}: {done['slices']:,} slices, {done['steps']} steps, "
+                         f"{sum(done['marks'].values())} marks, {done['findings']} findings",
+                         "open it in https://ui.perfetto.dev or chrome://tracing"]
+        return done
+
     def search(self, query: str, regex: bool = False) -> int:
         """Find the events whose name holds ``query`` (case-insensitive; a regular expression with
         ``regex=True``) and show the first one from the view's start on. Returns how many there
@@ -216,9 +258,15 @@ class TimelineWidget(anywidget.AnyWidget):
         self.zoom(found[0]["start"], found[0]["end"])
 
     def show(self, where) -> str:
-        """Open a finding's "where" (a Finding, or its text) in the view: ``step N`` shows that
-        step; else the longest event of the longest operator name the text holds, with as much
-        again either side. Returns what was shown."""
+        """Open a finding in the view: a Finding at its largest mark in the findings lane (an
+        idle gap of its cause, a blocking sync, a wait for a slower rank, the memory peak:
+        :func:`~npumagic.analysis.marks.of_finding`), outlined (``shown``), with as much again
+        either side. Else its "where" (or a text): ``step N`` shows that step; else the longest
+        event of the longest operator name the text holds; else the largest mark of a kind the
+        text names ("idle gap", "memory peak"). Returns what was shown."""
+        mine = of_finding(self.index.marks, where) if not isinstance(where, str) and len(self.index.marks) else ()
+        if len(mine):
+            return self._show_mark(mine.iloc[0])
         text = str(getattr(where, "where", where))
         step = re.search(r"\bstep (\d+)", text)
         if step:
@@ -227,7 +275,10 @@ class TimelineWidget(anywidget.AnyWidget):
         index = self.index
         held = [k for k, name in enumerate(index.names) if name and name in text]
         if not held:
-            raise ValueError(f"{text!r} names no step and no operator of this run")
+            mine = of_finding(index.marks, text) if len(index.marks) else ()
+            if len(mine):
+                return self._show_mark(mine.iloc[0])
+            raise ValueError(f"{text!r} names no step and no operator of this run, nor a kind of mark")
         code = max(held, key=lambda k: len(index.names[k]))
         best = None
         for lane in index.lanes:
@@ -239,6 +290,15 @@ class TimelineWidget(anywidget.AnyWidget):
         pad = max(best[1] - best[0], 1_000)
         self.zoom((best[0] - pad) / 1e6, (best[1] + pad) / 1e6)
         return str(index.names[code])
+
+
+    def _show_mark(self, mark) -> str:
+        start, end = int(mark["start_ns"]), int(mark["end_ns"])
+        pad = max(end - start, 1_000)
+        self.zoom((start - pad) / 1e6, (end + pad) / 1e6)
+        self.shown = {"rank": int(mark["rank"]), "kind": str(mark["kind"]), "start": start / 1e6, "end": end / 1e6,
+                      "label": str(mark["label"])}
+        return str(mark["label"])
 
 
 def _is_number(value: object) -> bool:

@@ -1,5 +1,5 @@
-"""The IPython shell layer only: parse and validate arguments, call Session or a command of the
-core, display results.
+"""The IPython shell layer only: parse and validate arguments, call Session or a command of the core,
+display results.
 
 Every option is declared with ``magic_arguments`` (or, for ``%npu NAME``, by the command) so
 ``%%npuprofile?`` documents itself and bad input raises ``UsageError`` before any user code runs;
@@ -339,30 +339,12 @@ class NpuMagics(Magics):
 
     @line_magic
     def npumem(self, line: str):
-        """The notebook's memory ledger: the tensors, modules (parameters, gradients, buffers),
-        optimizer states and lists or dicts of tensors the namespace's variables keep alive, by
-        variable and device, with bytes and the input cell that assigned each (``.data`` is the
-        DataFrame). A notebook that runs out of memory after some cells often still holds an
-        earlier model or batch in a variable: ``del`` it.
-
-        Usage: ``%npumem``
-        """
+        """The notebook's memory ledger: what the namespace's variables keep alive, by variable and
+        device, with bytes and the cell that assigned each (``.data``). Usage: ``%npumem``"""
         if line.strip():
             raise UsageError("%npumem takes no arguments")
-        from .capture.ledger import ledger
-        from .render.ledger import LedgerReport
-
-        shell = self.shell
-        return LedgerReport(ledger(shell.user_ns, set(shell.user_ns_hidden), shell.history_manager.input_hist_raw,
-                                   self._profiled_cells()))
-
-    def _profiled_cells(self) -> dict[str, str]:
-        """The cell bodies of this history's runs -> run name, without creating a history."""
-        from .names import DB_NAME
-
-        if self._session is None and not (self._home / Path(self.output_dir).expanduser() / DB_NAME).exists():
-            return {}
-        return {r.source.strip(): r.name for r in self.session.runs.records() if r.source}
+        from .ledger_magic import notebook_ledger
+        return notebook_ledger(self)
 
     @line_magic
     def npuruns(self, line: str):
@@ -452,12 +434,11 @@ class NpuMagics(Magics):
             verified = verify_runs(self.session, a, b, args.fix) if args.fix else None
             parts = part_comparisons(Places(session=self.session), a, b, a, b, comparison.noise, args.by_region,
                                      args.by_module)
-            plot = self.plot and not args.no_plot
-            figure = self.session.compare_figure(comparison, self.figure_format) if plot else None
+            figure = self.session.compare_figure(comparison, self.figure_format) if self.plot and not args.no_plot \
+                else None
         self._track(comparison)
-        if verified:
-            return VerifiedCompareReport(comparison, figure, parts, *verified)
-        return CompareReport(comparison, figure, parts)
+        return VerifiedCompareReport(comparison, figure, parts, *verified) if verified else \
+            CompareReport(comparison, figure, parts)
 
     @magic_arguments()
     @argument("a", help="the reference: a zero-argument callable in the namespace (one training step)")
@@ -479,11 +460,8 @@ class NpuMagics(Magics):
         Returns the result: ``r = %npuab a b`` then ``r.significant``, ``r.speedup`` (A/B),
         ``r.ci``, ``r.steps``, ``r.decided``, ``r.to_dict()``.
 
-        Examples::
-
-            %npuab step_fp32 step_bf16
-            %npuab old_step new_step --threshold 2 --max-steps 400
-            %npuab old_step new_step --profile
+        Examples: ``%npuab step_fp32 step_bf16``, ``%npuab old_step new_step --threshold 2 --max-steps 400``,
+        ``%npuab old_step new_step --profile``
         """
         from .ab_run import interleave
         from .capture.alternate import STEP_LIMIT, WARMUP_LIMIT, StepError

@@ -59,8 +59,9 @@ def test_the_gate_reads_run_directories_as_paths_too(recorded):
 
 
 def test_a_regression_within_the_allowance_passes(recorded):
-    # at most 100 / 10 ms: 900% allows it whatever train_step() adds to both
-    assert _gate("fast", "slow", "--history", str(recorded), "--fail-if-slower", "900").returncode == 0
+    # (100 ms + x) / (10 ms + y) is above 10 where load stretches slow's training step x past 10 y (CI: 10.7x):
+    # 4900% allows it while x stays under 400 ms
+    assert _gate("fast", "slow", "--history", str(recorded), "--fail-if-slower", "4900").returncode == 0
 
 
 @pytest.mark.parametrize("args, says", [

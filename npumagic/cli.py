@@ -185,7 +185,7 @@ def _slower_beyond(cmp, pct: float) -> bool:
 
 def percent(text: str) -> float:
     value = float(text)
-    if not 0 <= value < 1000:
+    if not 0 <= value <= 1000:
         raise argparse.ArgumentTypeError(f"{text} is not a percentage from 0 to 1000")
     return value
 

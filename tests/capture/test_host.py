@@ -20,7 +20,7 @@ class SlowDataset(torch.utils.data.Dataset):
     def __len__(self): return 100000
     def __getitem__(self, i):
         t = time.perf_counter()
-        while time.perf_counter() - t < 0.002: pass  # decoding: CPU work in the worker
+        while time.perf_counter() - t < 0.02: pass  # decoding: CPU work in the worker, slower than the step
         return torch.randn(32), torch.randn(1)
 loader = torch.utils.data.DataLoader(SlowDataset(), batch_size=4, num_workers=2)
 model = torch.nn.Linear(32, 1); opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -30,7 +30,8 @@ def test_a_capture_beside_busy_processes_on_its_core_says_it_is_contended(traine
     try:
         for p in burners:
             p.stdout.readline()  # burning from here on
-        contended = trainer.run_cell("%npusteps --wait 0 --warmup 1 --steps 5 --no-plot --quiet --name busy train_step()")
+        # 30 steps: the host sampler reads every 50 ms, and 5 steps of a few ms could hold no sample
+        contended = trainer.run_cell("%npusteps --wait 0 --warmup 1 --steps 30 --no-plot --quiet --name busy train_step()")
     finally:
         for p in burners:
             p.kill()

@@ -110,9 +110,9 @@ def _sequenced(files: list[str], rank: int | None) -> pd.DataFrame | None:
     return sequenced_ops(paths)
 
 
-def _backward(tree: Tree, ops: pd.DataFrame, e: pd.DataFrame, st: pd.DataFrame) -> pd.DataFrame | None:
-    """Per step and module: its backward nodes (calls), their host time and the device work they
-    launched; a module's row includes its submodules'."""
+def node_modules(tree: Tree, ops: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The backward nodes of ``ops`` (sequenced operators) made from a forward operator that ran
+    in one of ``tree``'s module spans, and the index into ``tree.spans`` of that module."""
     name = ops["name"].astype(str)
     # Kineto numbers both the engine's evaluate_function span and the node inside it (the node,
     # nested, is left out below); torch_npu numbers only the node
@@ -123,10 +123,15 @@ def _backward(tree: Tree, ops: pd.DataFrame, e: pd.DataFrame, st: pd.DataFrame) 
     by_seq = by_seq[by_seq >= 0].groupby(level=0).first()
     nodes = ops[node]
     module = nodes["seq"].map(by_seq)
-    nodes = nodes[module.notna().to_numpy()]
+    return nodes[module.notna().to_numpy()], module.dropna().astype(np.int64).to_numpy()
+
+
+def _backward(tree: Tree, ops: pd.DataFrame, e: pd.DataFrame, st: pd.DataFrame) -> pd.DataFrame | None:
+    """Per step and module: its backward nodes (calls), their host time and the device work they
+    launched; a module's row includes its submodules'."""
+    nodes, module = node_modules(tree, ops)
     if nodes.empty:
         return None
-    module = module.dropna().astype(np.int64).to_numpy()
     path = tree.spans["path"].to_numpy(object)[module]
     starts, ends = st["start_ns"].to_numpy(), st["end_ns"].to_numpy()
     at = np.searchsorted(starts, nodes["ts_ns"].to_numpy(), side="right") - 1

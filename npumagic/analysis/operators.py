@@ -3,6 +3,8 @@ per kernel (with the vendor's types and shapes where torch_npu recorded them).""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -64,10 +66,14 @@ def self_time_ns(ops: pd.DataFrame) -> np.ndarray:
 
 
 def kernel_table(ev: pd.DataFrame, device_mode: bool, total_wall_us: float,
-                 kernel_metrics: pd.DataFrame | None = None) -> pd.DataFrame:
+                 kernel_metrics: pd.DataFrame | None = None,
+                 modules: Callable[[pd.DataFrame], np.ndarray] | None = None) -> pd.DataFrame:
     """Kernels (on the CPU: operators by self time) by name, type and core, with each kernel's mean
     AI Core ratios (:data:`~npumagic.analysis.schema.AI_CORE_RATIOS`) where ``kernel_metrics``
-    (:data:`~npumagic.analysis.schema.KERNEL_METRIC_COLUMNS`) recorded them."""
+    (:data:`~npumagic.analysis.schema.KERNEL_METRIC_COLUMNS`) recorded them. ``modules``: where
+    the run recorded nn.Modules, each kernel row's module ("path, forward|backward", ""
+    outside every module; :func:`.where.kernel_modules`), and the table gains a ``module``
+    column: the module holding the largest share of the kernel's time."""
     if device_mode:
         kernels = ev[ev["kind"] == "kernel"]
     else:  # on the CPU an operator's work is its self time (a leaf's is all of it)
@@ -92,9 +98,15 @@ def kernel_table(ev: pd.DataFrame, device_mode: bool, total_wall_us: float,
     table = table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
     m = kernel_metrics
     extra = [c for c in AI_CORE_RATIOS if m is not None and m[c].notna().any()]
+    if modules is not None:
+        placed = _as_text(pd.DataFrame({"name": frame["name"], "type": frame["type"], "core": frame["core"],
+                                        "module": modules(kernels), "dur_us": frame["dur_us"]}), keys)
+        sums = placed[placed["module"] != ""].groupby([*keys, "module"], sort=False)["dur_us"].sum().reset_index()
+        top = sums.sort_values("dur_us", ascending=False, kind="stable").drop_duplicates(keys)
+        table = table.merge(top[[*keys, "module"]], on=keys, how="left").fillna({"module": ""})
     if extra:
         table = table.join(m[extra].groupby(m["name"].astype(str)).mean(), on="name")
-    return table[KERNEL_COLUMNS + extra]
+    return table[KERNEL_COLUMNS + (["module"] if modules is not None else []) + extra]
 
 
 def _as_text(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:

@@ -26,6 +26,8 @@ from .ranks import AVERAGED, RANK_COLUMNS, parallel_indices, rank_table_of_steps
 from .python_frames import python_self_time
 from .syncs import is_host_sync, sync_table
 from .temporal import TEMPORAL_COLUMNS, rank_temporal
+from .where import kernel_modules, places
+from .modules import sequence_files
 
 RULE_TABLES = ("hccl_tasks", "device_info")  # vendor tables the advice rules read
 
@@ -98,6 +100,9 @@ class Summary:
     # too large; a reloaded run's host-side rules stay silent) and the small vendor tables they read
     events: pd.DataFrame | None = field(default=None, repr=False, compare=False, metadata={"persist": False})
     vendor: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # where in the model each event ran (:class:`~npumagic.analysis.where.Places`), for the advice's
+    # places; None where no module or region was recorded (and in a reloaded run)
+    places: Any = field(default=None, repr=False, compare=False, metadata={"persist": False})
 
     # -- headline numbers -------------------------------------------------------------------
     @property
@@ -258,8 +263,9 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     blocking = blocking_table(units, dict(zip(syncs["name"], syncs["source"])), len(steps))
     kernel_rows = in_steps((kind == "kernel").to_numpy())
     device_kernels = schema.where(kernel_rows, (kernel_rows["device"] >= 0).to_numpy())
+    where = places(ev, sequence_files(trace.meta, rank))
     kernels = kernel_table(kernel_rows if device_mode else in_steps((kind == "host_op").to_numpy()), device_mode,
-                           total_wall, kernel_metrics)
+                           total_wall, kernel_metrics, kernel_modules(where) if where and where.has_modules else None)
     meta = {k: v for k, v in trace.meta.items() if k != "vendor"}
     loaders = in_steps((kind == "dataloader").to_numpy(), ["name"])["name"].astype(str)
     meta.update(rank=rank, device_mode=device_mode, backend=backend,
@@ -300,6 +306,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         temporal=temporal,
         events=events,
         vendor={k: vendor[k] for k in RULE_TABLES if k in vendor},
+        places=where,
     )
 
 

@@ -289,6 +289,8 @@ def format_kernels(kernels: pd.DataFrame, top: int | None = 15, caption: str = "
         cols.append(Column("type", "type", "name", optional=True))
     cols += [Column("count", "count", "int"), Column("total_us", "total (ms)", "ms"), Column("mean_us", "mean (µs)", "us"),
              Column("share", "of step time", "pct")]
+    if "module" in kernels and (kernels["module"].astype(str) != "").any():  # recorded with modules
+        cols.append(Column("module", "module", "name", optional=True))
     return Table(kernels, cols, caption, top)
 
 
@@ -408,6 +410,8 @@ def format_advice(advice) -> Table:
                      f"{html.escape(f.predicted_basis)}")
         if f.where:
             text += f"<br/><i>where:</i> {html.escape(f.where)}"
+        if getattr(f, "place", ""):
+            text += f"<br/><i>in:</i> {html.escape(f.place)} ({f.place_share:.0%} of its time)"
         ranks = getattr(f, "ranks", ())
         figures = getattr(f, "figures_of", None)
         rows.append({"#": i, "severity": f.severity, "category": f.category, "finding": text,

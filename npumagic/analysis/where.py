@@ -1,0 +1,198 @@
+"""Where in the model each event ran: the innermost ``nn.Module`` (forward: the module's span
+around it; backward: the module whose forward made the autograd node around it, matched through
+autograd's sequence numbers as :mod:`.modules` matches them) and the innermost user region
+(:mod:`.regions`). Device work is placed where it was launched (its correlation id's launch,
+:func:`.crossbackend.launch_points`).
+
+The kernel table's ``module`` column and a finding's place (:func:`locate`) are read from here:
+each is the module (or region) holding the largest share of the time it rests on. A run that
+recorded neither modules nor regions has no :class:`Places` (None), and nothing gains a column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from .crossbackend import _thread, launch_points
+from .finding import Finding
+from .modules import MODULE_PREFIX, node_modules
+from .regions import STEP_MARK, Tree, innermost, nest
+from .schema import DEVICE_WORK
+
+
+@dataclass(frozen=True)
+class Places:
+    """One rank's module trees (``forward``: the module spans; ``backward``: the autograd nodes,
+    each named by the module path its forward ran in, or None without sequence numbers), its
+    region tree, and where each correlation id was launched (thread, ts)."""
+
+    forward: Tree
+    backward: Tree | None
+    regions: Tree
+    launches: pd.DataFrame
+
+    @property
+    def has_modules(self) -> bool:
+        return bool(len(self.forward.spans))
+
+    def at(self, thread: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """At each point (thread, ts): the innermost module as "path, forward" or "path, backward"
+        and the innermost region's path; "" where none."""
+        thread, ts = np.asarray(thread).astype(str), np.asarray(ts, np.int64)
+        module = _labels(self.forward, innermost(self.forward, thread, ts), ", forward")
+        if self.backward is not None:  # a node is named by its module's path (nested nodes: one module)
+            back = _labels(self.backward, innermost(self.backward, thread, ts), ", backward", "name")
+            module = np.where(back != "", back, module)
+        return module, _labels(self.regions, innermost(self.regions, thread, ts), "")
+
+    def of(self, ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`at` for events: a host event where it starts, device work where it was launched."""
+        host = ev["device"].to_numpy() < 0
+        thread = np.full(len(ev), "", object)
+        ts = np.full(len(ev), -1, np.int64)
+        thread[host] = _thread(ev["lane"][host]) if host.any() else thread[host]
+        ts[host] = ev["ts_ns"].to_numpy(np.int64)[host]
+        if (~host).any() and len(self.launches):
+            launch = self.launches.set_index("correlation")
+            corr = pd.Series(ev["correlation"].to_numpy()[~host])
+            thread[~host] = corr.map(launch["thread"]).fillna("").to_numpy(object)
+            ts[~host] = corr.map(launch["ts"]).fillna(-1).to_numpy(np.int64)
+        module, region = self.at(thread, ts)
+        unplaced = ts < 0
+        module[unplaced] = region[unplaced] = ""
+        return module, region
+
+
+def _labels(tree: Tree, index: np.ndarray, suffix: str, column: str = "path") -> np.ndarray:
+    paths = tree.spans[column].to_numpy(object) if len(tree.spans) else np.zeros(0, object)
+    out = np.full(len(index), "", object)
+    found = index >= 0
+    out[found] = paths[index[found]] + suffix if found.any() else out[found]
+    return out
+
+
+def places(events: pd.DataFrame, files: list[str] | None = None) -> Places | None:
+    """The :class:`Places` of one rank's ``events`` (python spans included); ``files``: its
+    trace files, read again for the sequence numbers (:func:`.modules.sequence_files`). None
+    where the rank recorded no module span and no user region."""
+    host = events["device"].to_numpy() < 0
+    names = events["name"].astype(str)
+    kind = events["kind"]
+    is_module = host & (kind == "python").to_numpy() & names.str.startswith(MODULE_PREFIX).to_numpy()
+    is_region = host & (kind == "annotation").to_numpy() & ~names.str.match(STEP_MARK.pattern).to_numpy()
+    if not (is_module.any() or is_region.any()):
+        return None
+    spans = events[is_module]
+    forward = nest(spans.assign(name=spans["name"].astype(str).str.slice(len(MODULE_PREFIX))))
+    backward = _backward(forward, files) if len(forward.spans) and files else None
+    launches = launch_points(events).drop_duplicates("correlation") if (~host).any() else pd.DataFrame(
+        columns=["thread", "ts", "correlation"])
+    return Places(forward, backward, nest(events[is_region]), launches)
+
+
+def _backward(forward: Tree, files: list[str]) -> Tree | None:
+    """The autograd nodes of ``files`` as spans named by the path of the module their forward
+    operator (the same sequence number) ran in; None where the files carry no numbers."""
+    from pathlib import Path
+
+    from .sources._sequence import sequenced_ops
+
+    paths = [Path(f) for f in files if Path(f).is_file()]
+    ops = sequenced_ops(paths) if paths else None
+    if ops is None or ops.empty:
+        return None
+    nodes, module = node_modules(forward, ops)
+    if nodes.empty:
+        return None
+    path = forward.spans["path"].to_numpy(object)[module]
+    return nest(pd.DataFrame({"name": path, "lane": "autograd/" + nodes["thread"].astype(str).to_numpy(object),
+                              "ts_ns": nodes["ts_ns"].to_numpy(), "dur_ns": nodes["dur_ns"].to_numpy(),
+                              "step": 0}))
+
+
+def largest(labels: np.ndarray, weight: np.ndarray) -> tuple[str, float]:
+    """The label (not "") holding the largest share of ``weight``, and that share of the whole
+    weight; ("", 0.0) where no weight is placed."""
+    total = float(np.sum(weight))
+    placed = labels != ""
+    if not placed.any() or total <= 0:
+        return "", 0.0
+    sums = pd.Series(np.asarray(weight, float)[placed]).groupby(labels[placed]).sum()
+    if not sums.max() > 0:
+        return "", 0.0
+    return str(sums.idxmax()), float(sums.max()) / total
+
+
+# -- findings -----------------------------------------------------------------------------------
+def _tiny_kernels(s, ev: pd.DataFrame) -> np.ndarray:
+    """The small-op rule's tiny kernels (on the CPU: operators, weighed by their self time, as
+    the kernel table weighs them: a call nested in another is not counted twice)."""
+    from . import thresholds as T
+    from .operators import self_time_ns
+
+    k = s.kernels
+    typical = k["median_us"].fillna(k["mean_us"]) if "median_us" in k else k["mean_us"]
+    tiny = ev["name"].astype(str).isin(set(k.loc[typical < T.TINY_KERNEL_US, "name"].astype(str))).to_numpy()
+    if s.meta.get("device_mode"):
+        return np.where(tiny & (ev["kind"] == "kernel").to_numpy(), ev["dur_ns"].to_numpy(float), 0.0)
+    ops = ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy()
+    weight = np.zeros(len(ev))
+    weight[ops] = self_time_ns(ev[ops])
+    return np.where(tiny, weight, 0.0)
+
+
+def _syncs(s, ev: pd.DataFrame) -> np.ndarray:
+    from .syncs import is_host_sync
+
+    return np.where(is_host_sync(ev).to_numpy(), ev["dur_ns"].to_numpy(float), 0.0)
+
+
+def _named(names: tuple[str, ...]) -> Callable:
+    def pick(s, ev: pd.DataFrame) -> np.ndarray:
+        mask = (ev["device"] < 0) & ev["kind"].isin(["runtime", "sync"]) & ev["name"].astype(str).isin(names)
+        return np.where(mask.to_numpy(), ev["dur_ns"].to_numpy(float), 0.0)
+    return pick
+
+
+def _selectors() -> dict[str, Callable]:
+    """Rule id -> the time (ns) of each event that a finding of the rule rests on; 0 elsewhere."""
+    from .rules.cuda import SYNC_APIS, SYNC_COPIES
+
+    return {"small_ops": _tiny_kernels, "sync": _syncs, "sync_memcpy": _named(SYNC_COPIES),
+            "sync_apis": _named(SYNC_APIS)}
+
+
+def locate(s, findings: list[Finding]) -> list[Finding]:
+    """``findings`` of Summary ``s``, each of a rule whose events are known (:func:`_selectors`)
+    given the module, else the region, that holds the largest share of those events' time in
+    the steps (``place``, ``place_share``); unchanged where ``s`` recorded neither module nor
+    region, or lost its events (a reloaded run)."""
+    where: Places | None = getattr(s, "places", None)
+    ev = s.events
+    if where is None or ev is None or ev.empty:
+        return findings
+    pick = _selectors()
+    out = []
+    for f in findings:
+        select = pick.get(f.rule)
+        weight = select(s, ev) * (ev["step"].to_numpy() >= 0) if select is not None else None
+        if weight is None or not (weight > 0).any():
+            out.append(f)
+            continue
+        chosen = weight > 0
+        module, region = where.of(ev[chosen])
+        name, share = largest(module, weight[chosen])
+        kind = "module"
+        if not name:
+            (name, share), kind = largest(region, weight[chosen]), "region"
+        out.append(replace(f, place=f"{kind} {name}", place_share=share) if name else f)
+    return out
+
+
+def kernel_modules(p: Places) -> Callable[[pd.DataFrame], np.ndarray]:
+    """For :func:`.operators.kernel_table`: each kernel row's module ("" outside every module)."""
+    return lambda rows: p.of(rows)[0]

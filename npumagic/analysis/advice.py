@@ -21,6 +21,7 @@ from .rules import run_rules
 from .rules.core import backend_of, steps_inferred
 from .schema import Trace
 from .trust import caveat
+from .where import locate
 
 CATEGORIES = tuple(Category)
 
@@ -117,7 +118,7 @@ def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | N
     summary = summarize(data) if isinstance(data, Trace) else data
     if environment:
         summary = replace(summary, meta={**summary.meta, "run_environment": dict(environment)})
-    found = whatif.predict(summary, run_rules(summary))
+    found = locate(summary, whatif.predict(summary, run_rules(summary)))
     return Advice(found, run, otherwise=_otherwise(summary, found), steps_inferred=steps_inferred(summary),
                   lead=lead(summary, found), untrusted=caveat(summary))
 

@@ -57,6 +57,11 @@ class Finding:
     predicted_saving_ms: float | None = None
     predicted_interval: tuple[float, float] | None = None
     predicted_basis: str = ""
+    # where in the model: "module PATH, forward|backward" or "region PATH", holding the largest share
+    # (place_share, 0..1) of the time the finding rests on (:func:`.where.locate`); "" where the run
+    # recorded neither modules nor regions, or the rule names no events
+    place: str = ""
+    place_share: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "category", Category(self.category))
@@ -76,6 +81,8 @@ class Finding:
         if self.predicted_saving_ms is not None:
             out.update(predicted_saving_ms=self.predicted_saving_ms,
                        predicted_interval_ms=list(self.predicted_interval or ()), predicted_basis=self.predicted_basis)
+        if self.place:
+            out.update(place=self.place, place_share=self.place_share)
         return out
 
     def __str__(self) -> str:

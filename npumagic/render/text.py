@@ -97,6 +97,8 @@ def finding_text(finding, width: int | None = None, number: str = "") -> str:
                           f"{finding.predicted_basis}", width, 15))
     if finding.where:
         lines.append(wrap(f"    where: {finding.where}", width, 11))
+    if getattr(finding, "place", ""):
+        lines.append(wrap(f"    in: {finding.place} ({finding.place_share:.0%} of its time)", width, 8))
     return "\n".join(lines)
 
 

@@ -16,6 +16,13 @@ SYNC_COLUMNS = ["name", "count", "total_us", "per_step", "source"]
 SYNC_HOST_OPS = frozenset({"aten::_local_scalar_dense", "aten::item"})
 
 
+# the explicit synchronisation calls and synchronous copies the CUDA rules find (rules.cuda), and
+# where.locate places
+SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "hipDeviceSynchronize",
+             "hipStreamSynchronize", "hipEventSynchronize")
+SYNC_COPIES = ("cudaMemcpy", "cudaMemset", "cudaMemcpy2D", "cudaMemcpy3D", "hipMemcpy", "hipMemset")
+
+
 def is_host_sync(ev: pd.DataFrame) -> pd.Series:
     """Host calls that block until the device catches up (runtime syncs, ``.item()``)."""
     on_host = ev["device"] < 0

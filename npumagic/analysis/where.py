@@ -160,7 +160,7 @@ def _named(names: tuple[str, ...]) -> Callable:
 
 def _selectors() -> dict[str, Callable]:
     """Rule id -> the time (ns) of each event that a finding of the rule rests on; 0 elsewhere."""
-    from .rules.cuda import SYNC_APIS, SYNC_COPIES
+    from .syncs import SYNC_APIS, SYNC_COPIES
 
     return {"small_ops": _tiny_kernels, "sync": _syncs, "sync_memcpy": _named(SYNC_COPIES),
             "sync_apis": _named(SYNC_APIS)}

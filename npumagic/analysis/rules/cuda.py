@@ -16,6 +16,7 @@ from ..blocking import idle_during, sync_idle_share
 from ..finding import Finding, plural
 from ..breakdown import cycle_of
 from ..intervals import Spans
+from ..syncs import SYNC_APIS, SYNC_COPIES
 from .registry import rule, share_of_steps
 
 # torch-tb-profiler's tensor_core.py: kernel-name fragments of Tensor Core kernels (from NVIDIA
@@ -42,9 +43,6 @@ TC_ELIGIBLE_OPS = frozenset({
     "aten::cudnn_convolution_backward_weight", "aten::addmm_", "AddmvBackward", "MvBackward",
     "aten::cudnn_convolution_transpose_backward_weight", "aten::cudnn_convolution_transpose_backward_input",
     "AddmmBackward", "aten::cudnn_convolution_backward_input", "AddbmmBackward", "aten::cudnn_convolution_backward"})
-SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "hipDeviceSynchronize",
-             "hipStreamSynchronize", "hipEventSynchronize")
-SYNC_COPIES = ("cudaMemcpy", "cudaMemset", "cudaMemcpy2D", "cudaMemcpy3D", "hipMemcpy", "hipMemset")
 
 
 def _cycle_starts_ns(s) -> np.ndarray:

@@ -20,20 +20,19 @@ import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-import numpy as np
-import pandas as pd
-
-from .analysis.summary import Summary
-from .analysis.persist import FORMAT as SUMMARY_FORMAT
-from .analysis.persist import READABLE as READABLE_SUMMARY_FORMATS
-from .analysis.persist import dump_summary, load_summary
 from .analysis.persist_verdict import read_verdict_record
 from .wording import say
 from .errors import NpumagicError, RunNameTaken, UnknownRun  # noqa: F401 - the history raises them
 from .names import DB_NAME, check_name  # noqa: F401  (DB_NAME: imported from here too)
-from .records import Run, when
+from .records import RUN_LIST_COLUMNS, Run, run_list_frame, run_row
+
+if TYPE_CHECKING:  # reading the runs' records needs neither (`npumagic runs`, `export`): imported where used
+    import numpy as np
+    import pandas as pd
+
+    from .analysis.summary import Summary
 
 AUTO_NAME = re.compile(r"^run(\d+)$")
 SCHEMA = """
@@ -101,8 +100,6 @@ KERNEL_FIELDS = ["name", "type", "core", "count", "total_us", "mean_us", "min_us
 STEP_FIELDS = ["step", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us", "overlapped_us",
                "free_us", "preparing_us", "dataloader_us", "sync_us", "busy_us", "device_util"]
 FIX_FIELDS = ["run_a", "run_b", "rule", "predicted_ms", "low_ms", "high_ms", "achieved_ms", "noise_ms"]
-RUN_LIST_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "step_median_ms", "device_util",
-                    "bottleneck", "note"]
 
 
 class HistoryError(NpumagicError):
@@ -413,6 +410,9 @@ class HistoryStore:
 
     @staticmethod
     def _put_summary(db: sqlite3.Connection, run_id: int, summary: Summary) -> None:
+        from .analysis.persist import FORMAT as SUMMARY_FORMAT
+        from .analysis.persist import dump_summary
+
         db.execute("INSERT OR REPLACE INTO summaries (run_id, format, data) VALUES (?, ?, ?)",
                    (run_id, SUMMARY_FORMAT, dump_summary(summary)))
 
@@ -503,6 +503,8 @@ class HistoryStore:
 
     def kernels(self, name: str | None = None) -> pd.DataFrame:
         """Per-kernel rows of one run, or of every run (with a ``run`` column)."""
+        import pandas as pd
+
         query = ("SELECT runs.name AS run, kernels.* FROM kernels JOIN runs ON runs.id = kernels.run_id"
                  + (" WHERE runs.name = ?" if name else "") + " ORDER BY runs.id, kernels.total_us DESC")
         with self._connect() as db:
@@ -512,6 +514,9 @@ class HistoryStore:
     def summary(self, name: str) -> Summary | None:
         """The stored Summary of a run; None when none was stored (a run recorded before
         summaries were, or one whose analysis failed) or it cannot be read."""
+        from .analysis.persist import READABLE as READABLE_SUMMARY_FORMATS
+        from .analysis.persist import load_summary
+
         with self._connect() as db:
             row = db.execute("SELECT format, data FROM summaries WHERE run_id = ?", (self._id(db, name),)).fetchone()
         if row is None or row["format"] not in READABLE_SUMMARY_FORMATS:
@@ -523,6 +528,8 @@ class HistoryStore:
 
     def step_walls(self) -> dict[str, "np.ndarray"]:
         """Every run's step wall times (us), by run name, in run order."""
+        import numpy as np
+
         with self._connect() as db:
             rows = db.execute("SELECT runs.name, steps.wall_us FROM steps JOIN runs ON runs.id = steps.run_id "
                               "ORDER BY runs.id, steps.step").fetchall()
@@ -532,22 +539,18 @@ class HistoryStore:
         return {k: np.asarray(v, dtype=float) for k, v in out.items()}
 
     def steps(self, name: str) -> pd.DataFrame:
+        import pandas as pd
+
         with self._connect() as db:
             run_id = self._id(db, name)
             return pd.read_sql_query(f"SELECT {', '.join(STEP_FIELDS)} FROM steps WHERE run_id = ? ORDER BY step",
                                      db, params=(run_id,))
 
+    def rows(self) -> list[dict[str, Any]]:
+        """The history as plain rows, one per run (:data:`RUN_LIST_COLUMNS`; ``created`` a naive
+        UTC datetime to the second): what ``npumagic runs`` prints, without pandas."""
+        return [run_row(run) for run in self.runs()]
+
     def table(self) -> pd.DataFrame:
         """The history as one DataFrame, one row per run (:data:`RUN_LIST_COLUMNS`)."""
-        rows = []
-        for run in self.runs():
-            h = run.headline
-            rows.append({
-                "name": run.name, "created": when(run.created), "status": run.status,
-                "backend": run.backend, "device": run.device, "steps": h.get("steps"),
-                "step_median_ms": (h["step_median_us"] / 1000.0) if _is_number(h.get("step_median_us")) else None,
-                "device_util": h.get("device_util"), "bottleneck": run.verdict.bottleneck, "note": run.note,
-            })
-        table = pd.DataFrame(rows, columns=RUN_LIST_COLUMNS)
-        table["steps"] = table["steps"].astype("Int64")  # a run without steps must not turn the column into floats
-        return table
+        return run_list_frame(self.rows())

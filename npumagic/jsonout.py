@@ -52,6 +52,57 @@ def records(frame, limit: int | None = None) -> list[dict[str, Any]]:
     return json.loads(frame.to_json(orient="records", date_format="iso"))
 
 
+def row_records(rows: list[dict[str, Any]], columns: list[str], integers: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Plain rows (dicts of ``columns``) as JSON objects, each value as :func:`records` writes a
+    DataFrame's cell, without pandas: a float to 10 decimals (pandas' ``to_json``), a datetime
+    as ISO text to the millisecond; a column of numbers with a float or a gap in it holds floats
+    (as a DataFrame's float column does), but one of ``integers`` (an ``Int64`` column) whole
+    numbers."""
+    floats = {c for c in columns if c not in integers and _float_column([r.get(c) for r in rows])}
+    return [{c: _whole(r.get(c)) if c in integers else _cell(r.get(c), c in floats) for c in columns} for r in rows]
+
+
+def _whole(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _float_column(values: list[Any]) -> bool:
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return bool(numbers) and len(numbers) + values.count(None) == len(values) and \
+        any(isinstance(v, float) or v is None for v in values)
+
+
+def _cell(value: Any, as_float: bool) -> Any:
+    if hasattr(value, "strftime"):  # a datetime
+        return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}"
+    if as_float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    return fixed_float(value) if isinstance(value, float) else value
+
+
+def fixed_float(value: float, decimals: int = 10) -> float | None:
+    """``value`` as pandas' ``to_json`` writes it (its ujson encoder at ``double_precision=10``):
+    ``decimals`` places, the last rounded half to even, read back; NaN and infinities as None."""
+    if not math.isfinite(value):
+        return None
+    if abs(value) > 1e16 - 1 or (value != 0.0 and abs(value) < 1e-15):
+        return float(f"{value:.{decimals}e}")
+    negative, value = value < 0, abs(value)
+    scale = 10 ** decimals
+    whole = int(value)
+    tmp = (value - whole) * scale
+    frac = int(tmp)
+    diff = tmp - frac
+    if diff > 0.5:
+        frac += 1
+        if frac >= scale:
+            frac, whole = 0, whole + 1
+    elif diff == 0.5 and (frac == 0 or frac & 1):
+        frac += 1
+    out = float(f"{whole}.{frac:0{decimals}d}")
+    return -out if negative else out
+
+
 def _left(frame, limit: int | None) -> int:
     return max(0, len(frame) - limit) if limit else 0
 
@@ -112,9 +163,12 @@ def comparison_doc(cmp, a: str | None = None, b: str | None = None) -> dict[str,
 
 
 # -- the history ------------------------------------------------------------------------------
-def runs_doc(table, out: str) -> dict[str, Any]:
-    """``npumagic runs --json``: the runs of an output directory, one object per run."""
-    return document("runs", out=str(out), runs=records(table) if table is not None else [])
+def runs_doc(rows: list[dict[str, Any]] | None, out: str) -> dict[str, Any]:
+    """``npumagic runs --json``: the runs of an output directory, one object per run (``rows``:
+    :func:`~npumagic.records.run_row`'s)."""
+    from .records import RUN_LIST_COLUMNS
+
+    return document("runs", out=str(out), runs=row_records(rows, RUN_LIST_COLUMNS, integers=("steps",)) if rows is not None else [])
 
 
 def run_record(run) -> dict[str, Any]:

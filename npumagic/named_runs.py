@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from . import analysis
-from .analysis.alerts import Band, learn_band
-from .analysis.compare import Comparison, Noise, between_run_noise, compare
-from .analysis.summary import Summary
 from .wording import say
 from .errors import NpumagicError
 from .history import HistoryStore
 from .names import check_name
 from .records import Run
 from .run_files import delete_files
+
+if TYPE_CHECKING:  # the analyses are imported where used: listing the runs needs none of them (`npumagic runs`)
+    import numpy as np
+    import pandas as pd
+
+    from .analysis.alerts import Band
+    from .analysis.compare import Comparison, Noise
+    from .analysis.summary import Summary
 
 
 def two_sides(a: str, b: str, what: str = "runs") -> None:
@@ -173,6 +176,8 @@ class NamedRuns:
 
     def compare(self, a: str, b: str, summary_b: Summary | None = None) -> Comparison:
         """B against A, with what changed and the between-run noise of the history."""
+        from .analysis.compare import compare
+
         return compare(self.summary(a), summary_b if summary_b is not None else self.summary(b), a, b,
                        self.context(a), self.context(b), noise=self.noise(a, b))
 
@@ -186,8 +191,12 @@ class NamedRuns:
         return self.store.runs()
 
     def table(self) -> pd.DataFrame:
-        """The runs as one row each (``%npuruns``, ``npumagic runs``)."""
+        """The runs as one row each (``%npuruns``)."""
         return self.store.table()
+
+    def rows(self) -> list[dict]:
+        """The runs as plain rows, one each (``npumagic runs``: no pandas)."""
+        return self.store.rows()
 
     def run_dir(self, name: str) -> str | None:
         """Where run ``name``'s profiler output was written."""
@@ -247,6 +256,8 @@ class NamedRuns:
 
 def history_noise(store: HistoryStore, names) -> Noise:
     """:meth:`NamedRuns.noise`."""
+    from .analysis.compare import between_run_noise
+
     runs = [r for r in store.runs() if r.status == "ok" and r.kind == "profile"]
     wanted = {(r.backend, r.device) for r in runs if r.name in names}
     walls = store.step_walls()
@@ -260,6 +271,10 @@ def history_noise(store: HistoryStore, names) -> Noise:
 def history_band(store: HistoryStore, like: str, include: bool) -> Band | None:
     """The band learned from the finished runs with run ``like``'s configuration recorded before
     it (and ``like`` itself with ``include``); None with too few."""
+    import numpy as np
+
+    from .analysis.alerts import learn_band
+
     runs = store.runs()
     i = next((k for k, r in enumerate(runs) if r.name == like), None)
     if i is None:

@@ -1,14 +1,18 @@
 """The record of one run as the history keeps it: plain data that render and the session read
-without touching the SQLite store (:mod:`npumagic.history` reads and writes it)."""
+without touching the SQLite store (:mod:`npumagic.history` reads and writes it). Imports no
+pandas: ``npumagic runs`` and ``export`` read and print these records as they are."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
-import pandas as pd
-
 from .analysis.persist_verdict import VerdictRecord
+
+RUN_LIST_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "step_median_ms", "device_util",
+                    "bottleneck", "note"]
+_EPOCH = datetime(1970, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -37,8 +41,38 @@ class Run:
     run_dir_owned: bool = False  # npumagic created run_dir (only then may %npurm --files delete it)
 
 
-def when(created: Any) -> pd.Timestamp | None:
-    """A stored creation time (epoch seconds) as a Timestamp to the second; None if it is not one."""
+def when(created: Any) -> datetime | None:
+    """A stored creation time (epoch seconds) as a naive UTC datetime to the second (as
+    ``pd.Timestamp(created, unit="s").floor("s")`` reads it: the fraction rounded to nanoseconds
+    first); None if it is not one, or lies outside the years 1 to 9999."""
     if isinstance(created, bool) or not isinstance(created, (int, float)) or not abs(created) < 1e11:
         return None
-    return pd.Timestamp(created, unit="s").floor("s")
+    whole = int(created)
+    nanoseconds = whole * 10**9 + int(round(created - whole, 9) * 10**9)
+    try:
+        return _EPOCH + timedelta(seconds=nanoseconds // 10**9)
+    except OverflowError:
+        return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def run_row(run: Run) -> dict[str, Any]:
+    """One row of the run list (:data:`RUN_LIST_COLUMNS`), plain values (``created`` a datetime)."""
+    h = run.headline
+    return {"name": run.name, "created": when(run.created), "status": run.status,
+            "backend": run.backend, "device": run.device, "steps": h.get("steps"),
+            "step_median_ms": (h["step_median_us"] / 1000.0) if _number(h.get("step_median_us")) else None,
+            "device_util": h.get("device_util"), "bottleneck": run.verdict.bottleneck, "note": run.note}
+
+
+def run_list_frame(rows: list[dict[str, Any]]):
+    """The run list as a DataFrame (``%npuruns``'s ``.data``), one row per run of :func:`run_row`."""
+    import pandas as pd
+
+    frame = pd.DataFrame([{**r, "created": pd.Timestamp(r["created"]) if r["created"] is not None else None}
+                          for r in rows], columns=RUN_LIST_COLUMNS)
+    frame["steps"] = frame["steps"].astype("Int64")  # a run without steps must not turn the column into floats
+    return frame

@@ -94,3 +94,18 @@ def test_result_objects_give_the_same_documents():
         json.dumps(doc, allow_nan=False)
     cli = npumagic_json("advise", str(need(LEVEL1)))
     assert advise_run(summary, str(need(LEVEL1)), low=False).to_dict() == cli  # as the CLI advises without --all
+
+
+def test_plain_floats_read_as_pandas_writes_them():
+    # GIVEN floats of every size, ties at the 10th decimal among them WHEN written without pandas
+    # (`npumagic runs --json`) THEN each reads back as DataFrame.to_json writes it
+    import numpy as np
+    import pandas as pd
+
+    from npumagic.jsonout import fixed_float
+
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.random(2000), rng.random(2000) * 1e6, rng.lognormal(0, 8, 2000), -rng.random(500),
+                             [0.5e-10, 1.5e-10, 2.5e-10, 0.1, 1e16, 1e17, 1e-16, 0.0, 19.0191635]])
+    written = [r["x"] for r in json.loads(pd.DataFrame({"x": values}).to_json(orient="records"))]
+    assert [fixed_float(float(v)) for v in values] == written

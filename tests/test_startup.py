@@ -67,3 +67,43 @@ def test_mcp_without_the_sdk_says_how_to_install_it():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr == "npumagic: error: npumagic mcp needs the MCP Python SDK (2.x): pip install 'npumagic[mcp]'\n"
+
+
+@pytest.fixture
+def two_runs(trainer, tmp_path):
+    """A history of two runs recorded by the magics in a real shell, one with a note."""
+    for name in ("first", "second"):
+        ran = trainer.run_cell(f"%npusteps --wait 0 --warmup 1 --steps 3 --no-plot --quiet --name {name} train_step()")
+        assert ran.success, ran.error_in_exec
+    trainer.run_line_magic("npunote", 'second "a note"')
+    return tmp_path / "runs"
+
+
+def _as_pandas_wrote_it(out) -> tuple[list[dict], str]:
+    """The runs as the DataFrame path (``%npuruns``'s table) writes them: JSON rows and text."""
+    from npumagic.named_runs import NamedRuns
+    from npumagic.render.tables import format_runs
+
+    table = NamedRuns(out, create=False).table()
+    return json.loads(table.to_json(orient="records", date_format="iso")), format_runs(table).to_text(120)
+
+
+@pytest.mark.parametrize("command", ["runs", "export"])
+def test_reading_the_history_imports_nothing_heavy(two_runs, command):
+    # GIVEN a history of two runs WHEN the CLI lists it, or prints its log THEN no pandas or numpy
+    for json_flag in ([], ["--json"]):
+        status, heavy, stderr = probe(command, str(two_runs), *json_flag)
+        assert (status, heavy, stderr) == (0, [], "")
+
+
+def test_runs_prints_what_the_table_of_runs_holds(two_runs, monkeypatch):
+    # GIVEN a history WHEN `npumagic runs DIR [--json]` prints it from plain rows THEN its rows
+    # and text are those of the DataFrame %npuruns shows
+    monkeypatch.setenv("COLUMNS", "120")
+    rows, text = _as_pandas_wrote_it(two_runs)
+    cli = [sys.executable, "-m", "npumagic.cli", "runs", str(two_runs)]
+    doc = json.loads(subprocess.run([*cli, "--json"], capture_output=True, text=True, check=True, timeout=120).stdout)
+    assert doc["runs"] == rows and [r["name"] for r in rows] == ["first", "second"]
+    assert rows[1]["note"] == "a note" and rows[0]["steps"] == 3
+    assert rows[0]["created"][:16].replace("T", " ") in text  # when, to the minute
+    assert subprocess.run(cli, capture_output=True, text=True, check=True, timeout=120).stdout == text + "\n"

@@ -61,6 +61,19 @@ CHECKED = {"computing_us": "Computing", "comm_not_overlapped_us": "Communication
 AGREE_SHARE = 0.01  # of the step's Stage: the text export's figures agree to 0.01% on every whole rank
 
 
+HARDWARE_LANE = "Ascend Hardware/"  # torch_npu's compute task lanes, as every Ascend reader names them
+
+
+def vendor_rule(ev: pd.DataFrame) -> pd.DataFrame:
+    """``ev`` as torch_npu's step_trace_time.csv may count them: the communicating kernels on the
+    compute lanes (HCCL's AIV kernels and the like, which the reader counts as communication, see
+    :func:`npumagic.analysis.sources.ascend.reader.communicating_kernels`) counted as computing."""
+    moved = ((ev["kind"] == "comm") & ev["lane"].astype(str).str.startswith(HARDWARE_LANE)).to_numpy()
+    if not moved.any():
+        return ev
+    return ev.assign(kind=np.where(moved, "kernel", ev["kind"].to_numpy(dtype=object)))
+
+
 def disagreement(ours: pd.DataFrame, vendor: pd.DataFrame | None) -> str:
     """Where the step table computed from a rank's tasks and its own step_trace_time.csv differ
     by more than 1% of the step (a step one of them lacks, or the largest difference), in words;

@@ -18,6 +18,43 @@ BANDWIDTH_COLUMNS = ["rank", "link_type", "transit_mb", "transit_ms", "bandwidth
 LINK_COLUMNS = ["rank", "op", "group", "link_type", "transit_mb", "transit_ms", "bandwidth_gbps"]
 
 
+# Device kernels that communicate, by name: the one rule of every reader (Kineto, torch_npu's text
+# and db exports), whatever core or task type the kernel ran on. NCCL/RCCL, DeepEP's dispatch/combine,
+# NVSHMEM, all-to-all (MoE token exchange), vLLM/TensorRT-LLM custom all-reduce; on torch_npu HCCL's
+# own AIV kernels (aiv_all_reduce_*, aiv_all_gather*, ..., and the hcom_* tasks of an AIV-mode
+# collective, all on AI_VECTOR_CORE / MIX_AIV), its superkernel collectives (sk_allreduce_mesh_*),
+# LCCL's kernel_aivec (msprof-analyze counts it as LCCL time, apart from computing) and the MC2 MoE
+# token exchange (MoeDistributeDispatch / MoeDistributeCombine and their V2/A2/Setup variants).
+COMM_KERNEL = re.compile(
+    r"nccl|rccl|deep_?ep|nvshmem|all_?to_?all|cross_device_reduce|custom_?all_?reduce|allreduce_?fusion|"
+    r"one_?shot_?all_?reduce|two_?shot_?all_?reduce|multimem|moe_?(?:distribute_?)?(?:dispatch|combine)|"
+    r"^hcom_|^aiv_(?:all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|reduce|scatter|gather|sync|"
+    r"send|recv)|^sk_(?:all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast)|^kernel_aivec$",
+    re.IGNORECASE)
+# A matmul fused with its collective (MC2 on torch_npu: MatmulAllReduce, AllGatherMatmul,
+# MatmulReduceScatter and their V2/AddRmsNorm/Grouped/AlltoAll variants; Flux-style kernels on CUDA)
+# counts as computing: msprof-analyze keeps MC2 kernels in Computing and splits them only inside it
+# (compare_tools: compare_config.ini MC2_KERNEL, ProfilingInfo.cube_time includes all_mc2_time,
+# calculate_other_time subtracts it from compute_time), and HTA calls every non-NCCL kernel computation.
+_MATMUL = re.compile(r"mat_?mul|gemm", re.IGNORECASE)
+_COLLECTIVE_PART = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all", re.IGNORECASE)
+
+
+def fused_matmul_collective(names: pd.Series) -> np.ndarray:
+    """Which of ``names`` are a matmul fused with a collective (MC2): computing, not communication."""
+    names = pd.Series(names, dtype=object).astype(str)
+    return (names.str.contains(_MATMUL) & names.str.contains(_COLLECTIVE_PART)).to_numpy(dtype=bool)
+
+
+def is_comm_kernel(names: pd.Series) -> np.ndarray:
+    """Which device kernels of ``names`` communicate (:data:`COMM_KERNEL`, not a fused matmul),
+    judged once per distinct name."""
+    codes, distinct = pd.factorize(pd.Series(names, dtype=object).astype(str))
+    distinct = pd.Series(distinct, dtype=object)
+    flag = (distinct.str.contains(COMM_KERNEL).to_numpy(dtype=bool) & ~fused_matmul_collective(distinct))
+    return np.append(flag, False)[codes]
+
+
 _NCCL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllToAll|SendRecv|Send|Recv)", re.I)
 
 

@@ -1,13 +1,18 @@
-"""The troubleshooting log: every run's verdict, findings and note, as Markdown or CSV."""
+"""The troubleshooting log: every run's verdict, findings and note, as Markdown or CSV. The
+Markdown is made from the runs' records without pandas (``npumagic export`` prints it at once);
+the CSV's table imports it."""
 
 from __future__ import annotations
 
 import sys
 
 import re
+from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from ..errors import NpumagicError
 from ..records import Run, when
@@ -20,6 +25,8 @@ LOG_COLUMNS = ["name", "created", "status", "backend", "device", "steps", "step_
 
 def log_table(runs: list[Run]) -> pd.DataFrame:
     """One row per run: :data:`LOG_COLUMNS` (findings joined into one cell)."""
+    import pandas as pd
+
     rows = []
     for r in runs:
         h, v = r.headline, r.verdict
@@ -102,13 +109,15 @@ _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 def inert_cells(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with each text cell that a spreadsheet would run as a formula (it starts with
     ``= + - @``, a tab or CR) prefixed with ``'``, so it shows as the text it is."""
+    import pandas as pd
+
     def inert(value: object) -> object:
         return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA) else value
 
     return frame.apply(lambda column: column if pd.api.types.is_numeric_dtype(column) else column.map(inert))
 
 
-def _iso(stamp: pd.Timestamp | None) -> str | None:
+def _iso(stamp: datetime | None) -> str | None:
     return stamp.isoformat() if stamp is not None else None
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import html
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
-from typing import Callable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..terminal import terminal_safe, wrap
+
+if TYPE_CHECKING:  # imported where used: a table of plain rows (`npumagic runs`) prints without pandas
+    import pandas as pd
 
 NAME_CHARS = 44  # a shortened name in HTML: about 300 px of a 1200 px notebook cell
 MAX_COLUMNS = 9  # at most this many columns are shown: they fit a 1200 px cell beside one name
@@ -88,9 +90,15 @@ def _apart(texts: list[str], limit: int, depth: int = 0) -> dict[str, str]:
     return made
 
 
+def _missing(v) -> bool:
+    """None, NaN, or pandas' NA (only a value of a DataFrame can be one: pandas is imported then)."""
+    pandas = sys.modules.get("pandas")
+    return v is None or (isinstance(v, float) and v != v) or (pandas is not None and v is pandas.NA)
+
+
 def _number(fmt: str) -> Callable[[object], str]:
     def f(v) -> str:
-        if v is None or (isinstance(v, float) and v != v) or v is pd.NA:
+        if _missing(v):
             return "–"
         try:
             return fmt.format(v)
@@ -114,10 +122,31 @@ FORMATS: dict[str, Callable[[object], str]] = {
     "float": _number("{:,.2f}"),
     "delta_ms": lambda v: _signed(v / 1000 if isinstance(v, (int, float)) else v, "{:+,.2f}"),
     "delta_pct": lambda v: _number("{:+.0%}")(v),
-    "text": lambda v: "" if v is None or v is pd.NA or (isinstance(v, float) and v != v) else str(v),
+    "text": lambda v: "" if _missing(v) else str(v),
 }
 FORMATS["name"] = FORMATS["html"] = FORMATS["text"]
 LEFT = ("name", "text", "html")
+
+
+class Rows:
+    """Plain rows (dicts) as a :class:`Table`'s ``data``, where pandas is not wanted: the few
+    parts of a DataFrame a table reads (``columns``, ``len``, ``head``, ``itertuples``, a
+    column by its name)."""
+
+    def __init__(self, rows: list[dict[str, Any]], columns: list[str]) -> None:
+        self.rows, self.columns = list(rows), list(columns)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key: str) -> list[Any]:
+        return [r.get(key) for r in self.rows]
+
+    def head(self, n: int) -> "Rows":
+        return Rows(self.rows[:n], self.columns)
+
+    def itertuples(self, index: bool = False) -> Iterator[tuple]:
+        return (tuple(r.get(c) for c in self.columns) for r in self.rows)
 
 
 @dataclass(frozen=True)
@@ -128,7 +157,7 @@ class Table:
     limits the rows shown (``data`` keeps them all); ``caption`` says what the table is.
     """
 
-    data: pd.DataFrame
+    data: pd.DataFrame | Rows
     columns: list[Column] = field(default_factory=list)
     caption: str = ""
     rows: int | None = None
@@ -163,6 +192,8 @@ class Table:
 
     def styler(self):
         """The pandas Styler of the shown rows and columns (used for the HTML)."""
+        import pandas as pd
+
         cols = self.shown_columns
         headers, shown, full = self._cells(NAME_CHARS)
         cells = [[_cell_html(s, f, c.kind) for s, f, c in zip(srow, frow, cols)] for srow, frow in zip(shown, full)]
@@ -250,6 +281,8 @@ def _cell_html(shown: str, full: str, kind: str) -> str:
 
 
 def _guess(series: pd.Series) -> str:
+    import pandas as pd
+
     if pd.api.types.is_bool_dtype(series) or not pd.api.types.is_numeric_dtype(series):
         return "text"
     if pd.api.types.is_integer_dtype(series):
@@ -318,8 +351,9 @@ def rank_caption(summary) -> str:
     return f"ranks: {source}" if source else "ranks"
 
 
-def format_runs(runs: pd.DataFrame) -> Table:
-    """The history, one row per run (``%npuruns``, ``npumagic runs``); ``.data`` is the frame."""
+def format_runs(runs: pd.DataFrame | Rows) -> Table:
+    """The history, one row per run (``%npuruns``, ``npumagic runs``); ``.data`` is the frame
+    (or, for a terminal, the plain rows of :meth:`~npumagic.history.HistoryStore.rows`)."""
     return Table(runs, [Column("name", "run", "name"), Column("created", "created", "text", fmt=_when, optional=True),
                         Column("status", "status", "text"), Column("backend", "backend", "text", optional=True),
                         Column("steps", "steps", "int"), Column("step_median_ms", "median step (ms)", "float"),
@@ -328,7 +362,8 @@ def format_runs(runs: pd.DataFrame) -> Table:
 
 
 def _when(value, row) -> str:
-    return "" if value is None or value is pd.NaT else pd.Timestamp(value).strftime("%Y-%m-%d %H:%M")
+    # a datetime, or pandas' Timestamp (one) or NaT (not equal to itself)
+    return "" if value is None or value != value else value.strftime("%Y-%m-%d %H:%M")
 
 
 def _ms_or_pct(value, row) -> str:
@@ -416,6 +451,8 @@ def format_advice(advice) -> Table:
         figures = getattr(f, "figures_of", None)
         rows.append({"#": i, "severity": f.severity, "category": f.category, "finding": text,
                      "ranks": ", ".join(str(r) for r in ranks) + (f" (figures of rank {figures})" if figures is not None else "")})
+    import pandas as pd
+
     frame = pd.DataFrame(rows, columns=["#", "severity", "category", "finding", "ranks"])
     cols = [Column("#", "#", "int"), Column("severity", "severity", "text"), Column("category", "category", "text")]
     if frame["ranks"].astype(bool).any():

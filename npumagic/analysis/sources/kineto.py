@@ -24,6 +24,7 @@ from .. import schema
 from ._columns import small_int, step_ids, to_int, to_ns, to_ns_checked
 from ._counters import chrome_counters
 from ._kineto_decode import KinetoEvent, RawTrace
+from ..collectives import is_comm_kernel
 from ..memory_release import release_free_memory
 from ._notes import ReadNotes, reading
 from ._stray import without_stray_device_events
@@ -150,12 +151,6 @@ _GPU_VENDOR = {"cuda": "NVIDIA GPU", "rocm": "AMD GPU", "mtia": "Meta MTIA"}
 # in torch/csrc/distributed/c10d/ProcessGroupGloo.cpp; ProcessGroupNCCL's are nccl:<op>, and
 # torch_npu's ProcessGroupHCCL hccl:<op>). Where a device lane exists its collective kernels are
 # the communication; on the CPU these spans are.
-# device kernels that communicate: NCCL/RCCL, DeepEP's dispatch/combine, NVSHMEM, all-to-all (MoE
-# token exchange), vLLM/TensorRT-LLM custom all-reduce, fused matmul+collective kernels
-COMM_KERNEL = re.compile(r"nccl|rccl|deep_?ep|nvshmem|all_?to_?all|cross_device_reduce|custom_?all_?reduce|"
-                         r"allreduce_?fusion|one_?shot_?all_?reduce|two_?shot_?all_?reduce|multimem|"
-                         r"matmul_?all_?reduce|all_?gather_?matmul|matmul_?reduce_?scatter|moe_?(?:dispatch|combine)",
-                         re.IGNORECASE)
 PROCESS_GROUP_SPAN = re.compile(r"^(gloo|nccl|hccl|mpi|ucc|xccl):[a-z_]+$")
 
 
@@ -409,7 +404,7 @@ class _Columns:
         kind = np.where(flag(cats.str.startswith(DATALOADER_PREFIX)), kind_index["dataloader"], kind)
         kind = np.where(flag(cats.str.match(STEP_NAME.pattern)), kind_index["annotation"], kind)
         kind = np.where(flag(cats.isin(HOST_SYNC_CALLS)) & ~on_device, kind_index["sync"], kind)
-        is_nccl = flag(cats.str.contains(COMM_KERNEL))
+        is_nccl = is_comm_kernel(cats)[codes] & (codes >= 0)  # the one rule: analysis.collectives
         kind = np.where(flag(cats.str.startswith(MTIA_COPY_PREFIX)) & (cat == _CAT_INDEX["mtia_ccp_events"]),
                         kind_index["memcpy"], kind)
         return np.where(is_nccl & (kind == kind_index["kernel"]), kind_index["comm"], kind).astype(np.int8)

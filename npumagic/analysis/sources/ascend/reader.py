@@ -11,10 +11,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ....errors import TraceError
 from ... import schema
+from ...collectives import is_comm_kernel
 from .._notes import ReadNotes, reading
 from .._stray import stray_remark, within, without_stray_device_events
 from . import db, text
@@ -116,6 +118,7 @@ def read_rank_parts(rank_dir: Path, notes: ReadNotes | None = None) -> dict[str,
     if db_path is not None and (not has_text or export_type(info) == "db"):
         parts = db.read_rank(db_path, rank, notes)
         _leave_out_stray(parts, db_path, notes)
+        parts["events"] = communicating_kernels(parts["events"])
         parts.update(settings=settings, note="", sources={
             "breakdown": f"{db_path.name}: TASK, COMPUTE_TASK_INFO, COMMUNICATION_OP, STEP_TIME",
             "timeline": db_path.name, "links": f"{db_path.name}: COMMUNICATION_TASK_INFO"})
@@ -139,6 +142,7 @@ def read_rank_parts(rank_dir: Path, notes: ReadNotes | None = None) -> dict[str,
     else:
         raise TraceError(out, _unreadable(out))
     _leave_out_stray(parts, out, notes)
+    parts["events"] = communicating_kernels(parts["events"])
     parts.update(settings=settings, environment=environment, parallel_groups=groups, device_name="")
     with reading(out / "communication.json"):
         comm, links, matrix = communication_tables(out, parts["rank"], notes)
@@ -146,6 +150,27 @@ def read_rank_parts(rank_dir: Path, notes: ReadNotes | None = None) -> dict[str,
     if len(links):
         parts["sources"]["links"] = "communication.json (each link's own transit time)"
     return parts
+
+
+def communicating_kernels(events: pd.DataFrame) -> pd.DataFrame:
+    """``events`` with the device kernels that are HCCL's own work counted as communication
+    (:func:`~npumagic.analysis.collectives.is_comm_kernel`: the AIV kernels aiv_all_reduce_* and
+    the hcom_* tasks of an AIV-mode collective, sk_allreduce_mesh_*, LCCL's kernel_aivec,
+    MoeDistributeDispatch/Combine), whatever core kernel_details.csv or the task type gives them
+    (AI_VECTOR_CORE, MIX_AIV, MIX_AIC). Their collective's window is communication already, as
+    msprof-analyze counts it (HCCL lanes, COMMUNICATION_OP); torch_npu's step_trace_time.csv may
+    count the kernels as computing too, overlapped with it. MC2 (a matmul fused with its
+    collective: MatmulAllReduce, AllGatherMatmul, MatmulReduceScatter) stays computing, as
+    msprof-analyze keeps it. :func:`~npumagic.analysis.breakdown.vendor_rule` undoes this to check
+    the figures against step_trace_time.csv."""
+    if events.empty:
+        return events
+    kernel = (events["kind"] == "kernel").to_numpy()
+    comm = np.zeros(len(events), dtype=bool)
+    comm[kernel] = is_comm_kernel(events["name"][kernel])
+    if not comm.any():
+        return events
+    return events.assign(kind=np.where(comm, "comm", events["kind"].to_numpy(dtype=object)))
 
 
 def _leave_out_stray(parts: dict[str, Any], where: Path, notes: ReadNotes) -> None:

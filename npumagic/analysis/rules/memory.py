@@ -48,18 +48,18 @@ def memory(s: Summary) -> list[Finding]:
         if mine and view.reserved_at_peak_bytes is not None:
             reserved = view.reserved_at_peak_bytes  # at the peak, not the pool's maximum at another time
         at = (view.peak_operator or operator_at(s, view.peak_ts_ns)) if mine else None
+        named = {"peak_operator": at, "peak_holders": _holders(view.holders)} if at else {}
         if pd.notna(cap) and cap and peak / cap > T.MEMORY_NEAR_CAPACITY and inference:
             # inference servers (vLLM, TensorRT-LLM) size a KV cache to fill the memory on purpose
             out.append(Finding("memory", 0.0, f"{m['device']}: peak allocated {peak / 2**30:.1f} GiB is {peak / cap:.0%} "
-                               f"of {cap / 2**30:.1f} GiB in a run without a backward pass (inference)",
-                               {"peak_gib": peak / 2**30, "capacity_share": peak / cap, "inference": True},
+                               f"of {cap / 2**30:.1f} GiB in a run without a backward pass (inference)"
+                               + (f", reached in {at}" if at else ""),
+                               {"peak_gib": peak / 2**30, "capacity_share": peak / cap, "inference": True, **named},
                                "if a KV cache or memory pool is sized to fill the device on purpose (vLLM's "
                                "gpu_memory_utilization), nothing to do; otherwise lower the batch or sequence length",
                                str(m["device"]), "memory_capacity"))
         elif pd.notna(cap) and cap and peak / cap > T.MEMORY_NEAR_CAPACITY:
-            evidence = {"peak_gib": peak / 2**30, "capacity_share": peak / cap}
-            if at:
-                evidence.update(peak_operator=at, peak_holders=_holders(view.holders))
+            evidence = {"peak_gib": peak / 2**30, "capacity_share": peak / cap, **named}
             out.append(Finding("memory", T.MEMORY_CAPACITY_IMPACT, f"{m['device']}: peak allocated {peak / 2**30:.1f} GiB is "
                                f"{peak / cap:.0%} of {cap / 2**30:.1f} GiB" + (f", reached in {at}" if at else ""),
                                evidence, "lower peak memory: activation checkpointing (torch.utils.checkpoint) around the "

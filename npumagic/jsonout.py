@@ -159,7 +159,15 @@ def comparison_doc(cmp, a: str | None = None, b: str | None = None) -> dict[str,
         median_a_us=cmp.median_a_us, median_b_us=cmp.median_b_us, steps_a=cmp.n_a, steps_b=cmp.n_b,
         **({"untrusted": cmp.untrusted} if cmp.untrusted else {}),
         breakdown=records(cmp.breakdown), kernels=records(cmp.kernels, COMPARE_KERNELS),
-        kernels_left_out=_left(cmp.kernels, COMPARE_KERNELS))
+        kernels_left_out=_left(cmp.kernels, COMPARE_KERNELS),
+        **({"memory": memory_comparison(cmp.memory, cmp.a, cmp.b)} if cmp.memory is not None else {}))
+
+
+def memory_comparison(m, a: str, b: str) -> dict[str, Any]:
+    """The step peaks of a comparison's two runs (mean step peaks where both have 2+ steps)."""
+    return {"verdict": m.verdict, "sentence": m.sentence(a, b), "peak_a_bytes": m.peak_a, "peak_b_bytes": m.peak_b,
+            "delta_bytes": m.delta_bytes, "interval_bytes": list(m.interval) if m.interval else None,
+            "floor_bytes": m.floor_bytes, "per_step": m.per_step}
 
 
 # -- the history ------------------------------------------------------------------------------

@@ -78,3 +78,17 @@ def test_a_larger_batch_needs_more_memory_and_the_same_batch_the_same(runs, caps
     assert more["operators"][0]["delta_bytes"] > 0  # the activations' operators allocate more a step
     same = _json(capsys, "memcompare", str(runs["b8"]), str(runs["b8_again"]))
     assert same["verdict"] == "same" and abs(same["delta_bytes"]) < same["floor_bytes"]
+
+
+def test_compare_sets_the_step_peaks_beside_the_step_times_as_memcompare_does(runs, capsys):
+    # GIVEN batch 8 and batch 32, each profiled with memory in its own process
+    mem = _json(capsys, "memcompare", str(runs["b8"]), str(runs["b32"]))
+    doc = _json(capsys, "compare", str(runs["b8"]), str(runs["b32"]))
+    # THEN compare's memory is memcompare's verdict on the same step peaks (Welch), in JSON and text
+    assert doc["memory"]["verdict"] == mem["verdict"] == "higher" and doc["memory"]["per_step"]
+    assert doc["memory"]["delta_bytes"] == pytest.approx(mem["delta_bytes"])
+    assert doc["memory"]["interval_bytes"] == pytest.approx(mem["interval_bytes"])
+    assert main(["compare", str(runs["b8"]), str(runs["b32"])]) == 0
+    assert "b32.json needs MORE memory than b8.json" in capsys.readouterr().out
+    same = _json(capsys, "compare", str(runs["b8"]), str(runs["b8_again"]))
+    assert same["memory"]["verdict"] == "same"

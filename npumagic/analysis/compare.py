@@ -256,6 +256,8 @@ class Comparison:
     noise: Noise = field(default_factory=Noise)
     decided_by: str = ""  # "step time", "component" or "" (not significant)
     untrusted: str = ""  # why a side's step times cannot be trusted (CPU contention), or ""
+    # the step peaks of A and B (:func:`~.memory_compare.compare_memory`); None unless both recorded memory
+    memory: Any = None
 
     def _figures(self) -> str:
         return f"median step {self.a} {self.median_a_us / 1000:,.2f} ms -> {self.b} {self.median_b_us / 1000:,.2f} ms"
@@ -531,4 +533,15 @@ def compare(a: Summary, b: Summary, name_a: str = "A", name_b: str = "B",
                       float(np.median(wa)) if wa.size else float("nan"), float(np.median(wb)) if wb.size else float("nan"),
                       int(wa.size), int(wb.size), _breakdown(a, b), _kernels(a, b), changed, diffs, wa, wb,
                       why, noise, ("step time" if by_test else ("component" if by_component else "")) if significant else "",
-                      untrusted)
+                      untrusted, _memory(a, b))
+
+
+def _memory(a: Summary, b: Summary):
+    """B's memory against A's, where both runs recorded it (else None)."""
+    from .memory_compare import compare_memory
+    from .memory_summary import memory_view_of
+
+    va, vb = memory_view_of(a), memory_view_of(b)
+    if va is None or vb is None or va.peak_allocated_bytes is None or vb.peak_allocated_bytes is None:
+        return None
+    return compare_memory(va, vb)

@@ -281,7 +281,11 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
                 sources=sources,
                 note="; ".join(n for n in (trace.meta.get("notes", {}).get(rank, ""), disagree_note) if n),
                 parallel=parallel_indices(trace.meta.get("parallel_groups", {}).get(rank, {}), rank),
-                python_stacks=bool((kind == "python").any()))  # with_stack frames recorded (not kept in .events)
+                python_stacks=bool((kind == "python").any()),  # with_stack frames recorded (not kept in .events)
+                # the steps' host windows on the trace's own clock, that of memory_timeline.ts_ns and the
+                # events: .steps' start_us counts from the first step (on a device, from its device window)
+                step_windows_ns=[[int(n), int(a), int(b)]
+                                 for n, a, b in steps[["step", "start_ns", "end_ns"]].itertuples(index=False)])
     if meta["python_stacks"]:
         frames = schema.where(ev[["name", "kind", "device", "lane", "ts_ns", "dur_ns"]],
                               kind.isin(("python", "host_op")).to_numpy())
@@ -319,7 +323,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
 
 
 RANK_META = ("rank", "device_mode", "backend", "dataloader_iter", "sources", "note", "parallel", "python_stacks",
-             "python_frames")
+             "python_frames", "step_windows_ns")
 JOB_ONLY_META = ("vendor", "notes", "parallel_groups")
 RANK_TABLES = ("memory_timeline", "links", "matrix", "temporal", "events", "kernel_metrics")  # with a rank column
 

@@ -205,3 +205,6 @@ LOW_BLOCK_DIM_RECOVERABLE = 0.5
 MEMORY_CAPACITY_IMPACT = 0.15
 # Fragmentation costs allocator calls and risks OOM; it is listed at the high band's floor.
 FRAGMENTATION_IMPACT = 0.05
+# Memory growing across steps (a leak) costs no time now but ends in an OOM after a number of
+# steps the capacity sets: ranked as memory near capacity is.
+MEMORY_GROWTH_IMPACT = MEMORY_CAPACITY_IMPACT

@@ -178,6 +178,8 @@ def comparison_text(comparison, top: int = 10, width: int | None = None) -> str:
     """The comparison in text; with ``width``, its sentences wrapped and its tables fitted to it."""
     c = comparison
     lines = [wrap(c.sentence(), width, 4), "", format_breakdown(c).to_text(width)]
+    if c.memory is not None:
+        lines += ["", wrap(c.memory.sentence(c.a, c.b), width, 4)]
     if len(c.changed) > 1:
         lines += ["", f"{len(c.changed)} things changed between the runs — the checklist's rule is one change at a time:"]
     elif c.changed:
@@ -193,6 +195,8 @@ def comparison_text(comparison, top: int = 10, width: int | None = None) -> str:
 def comparison_html(comparison, figure_html: str = "", top: int = 15) -> str:
     c = comparison
     parts = [f"<p><b>{html.escape(c.sentence())}</b></p>", format_breakdown(c)._repr_html_()]
+    if c.memory is not None:
+        parts.append(f"<p>{html.escape(c.memory.sentence(c.a, c.b))}</p>")
     if c.changed:
         warn = " — the checklist's rule is one change at a time" if len(c.changed) > 1 else ""
         parts.append(f"<p>What changed{warn}:</p><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in c.changed) + "</ul>")

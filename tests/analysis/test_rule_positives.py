@@ -46,7 +46,10 @@ def test_fragmentation_fires_when_reserved_far_exceeds_allocated(level1):
     # GIVEN the genuine rank (reserved 1.42 GiB vs 1.16 GiB allocated: not fragmented) and the
     # same with 3 GiB reserved
     assert not [t for t in _titles(level1, "memory") if "fragmented" in t]
+    # fragmentation is judged on reserved at the peak: the samples (the files left aside) hold 3 GiB
     fragmented = _with_memory(level1, peak_reserved_bytes=3 * 2**30)
+    fragmented = dataclasses.replace(fragmented, meta={**level1.meta, "path": ""},
+                                     memory_timeline=level1.memory_timeline.assign(reserved_bytes=3 * 2**30))
     [finding] = [f for f in npumagic.advise(fragmented) if "fragmented" in f.title]
     # THEN the fix names the NPU allocator setting
     assert "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True" in finding.fix

@@ -521,36 +521,6 @@ def inference_only(s: Summary) -> bool:
     return bool(len(names)) and not names.astype(str).str.contains("Backward|autograd::engine", regex=True).any()
 
 
-@rule("memory")
-def _memory(s: Summary) -> list[Finding]:
-    out = []
-    inference = inference_only(s)
-    for _, m in s.memory.iterrows():
-        cap = m["capacity_bytes"]
-        peak, reserved = float(m["peak_allocated_bytes"]), float(m["peak_reserved_bytes"] or 0)
-        if pd.notna(cap) and cap and peak / cap > T.MEMORY_NEAR_CAPACITY and inference:
-            # inference servers (vLLM, TensorRT-LLM) size a KV cache to fill the memory on purpose
-            out.append(Finding("memory", 0.0, f"{m['device']}: peak allocated {peak / 2**30:.1f} GiB is {peak / cap:.0%} "
-                               f"of {cap / 2**30:.1f} GiB in a run without a backward pass (inference)",
-                               {"peak_gib": peak / 2**30, "capacity_share": peak / cap, "inference": True},
-                               "if a KV cache or memory pool is sized to fill the device on purpose (vLLM's "
-                               "gpu_memory_utilization), nothing to do; otherwise lower the batch or sequence length",
-                               str(m["device"]), "memory_capacity"))
-        elif pd.notna(cap) and cap and peak / cap > T.MEMORY_NEAR_CAPACITY:
-            out.append(Finding("memory", T.MEMORY_CAPACITY_IMPACT, f"{m['device']}: peak allocated {peak / 2**30:.1f} GiB is {peak / cap:.0%} "
-                               f"of {cap / 2**30:.1f} GiB", {"peak_gib": peak / 2**30, "capacity_share": peak / cap},
-                               "lower peak memory: activation checkpointing (torch.utils.checkpoint), a smaller micro-batch "
-                               "with gradient accumulation, or bf16 activations", str(m["device"]), "memory_capacity"))
-        if backend_of(s) != "cpu" and reserved > T.FRAGMENTATION_RATIO * peak and reserved - peak > T.FRAGMENTATION_MIN_BYTES:
-            env = "PYTORCH_NPU_ALLOC_CONF" if s.meta.get("backend") == "npu" else "PYTORCH_CUDA_ALLOC_CONF"
-            out.append(Finding("memory", T.FRAGMENTATION_IMPACT, f"{m['device']}: reserved {reserved / 2**30:.1f} GiB vs {peak / 2**30:.1f} GiB "
-                               "allocated at peak: the caching allocator is fragmented",
-                               {"reserved_gib": reserved / 2**30, "allocated_gib": peak / 2**30},
-                               f"set {env}=expandable_segments:True, and avoid tensors whose size changes every step",
-                               str(m["device"]), "fragmentation"))
-    return out
-
-
 @rule("jitter")
 def _jitter(s: Summary) -> list[Finding]:
     st = s.step_stats

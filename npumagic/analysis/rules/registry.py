@@ -23,7 +23,7 @@ RuleFn = Callable[[Summary], "list[Finding]"]
 # the rule modules (families), in the order their findings are listed before ranking (findings of
 # equal impact keep it): the order the two rule systems this registry replaced ran them in. The one
 # registration of a family: :mod:`npumagic.analysis.rules` imports each module named here.
-FAMILIES = ("core", "cluster", "npu_ops", "cuda", "npu_comm", "npu_env", "npu_host")
+FAMILIES = ("core", "memory", "cluster", "npu_ops", "cuda", "npu_comm", "npu_env", "npu_host")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .schema import DEVICE_WORK, LAUNCH_KINDS
+from .schema import DEVICE_WORK, LAUNCH_KINDS, text_mask
 
 NO_OPERATOR = "(no aten operator)"
 COLLECTIVES = "(collectives)"
@@ -70,10 +70,9 @@ def launch_points(e: pd.DataFrame) -> pd.DataFrame:
     thread; the operator that asked for it made the Enqueue of the same correlation id on its own
     thread, so the launch is moved there."""
     host = e["device"].to_numpy() < 0
-    name = e["name"].astype(str)
     launch = _at(e[host & e["kind"].isin(LAUNCH_KINDS).to_numpy() & (e["correlation"] >= 0).to_numpy()])
-    queue = e[host & name.isin(["Enqueue"]).to_numpy()]
-    dequeue = _outermost(e[host & name.str.startswith("Dequeue").to_numpy()], keep="correlation")
+    queue = e[host & text_mask(e["name"], lambda n: n == "Enqueue")]
+    dequeue = _outermost(e[host & text_mask(e["name"], lambda n: n.str.startswith("Dequeue"))], keep="correlation")
     if len(queue) and len(dequeue):
         inside = _enclosing(launch, dequeue, "correlation", suffix="_queue")
         enqueue = _at(queue).drop_duplicates("correlation").set_index("correlation")

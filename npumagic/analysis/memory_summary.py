@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from .memory_view import MemoryView, memory_view
+from .schema import text_mask
 from .summary import Summary
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,6 @@ def operator_at(s: Summary, ts_ns: int | None) -> str | None:
     ev = s.events
     if ts_ns is None or ev is None or ev.empty:
         return None
-    host = ev[(ev["kind"] == "host_op").to_numpy() & ~ev["name"].astype(str).isin(ALLOCATION_PRIMITIVES).to_numpy()]
+    host = ev[(ev["kind"] == "host_op").to_numpy() & ~text_mask(ev["name"], lambda n: n.isin(ALLOCATION_PRIMITIVES))]
     spans = host[(host["ts_ns"] <= ts_ns) & (host["ts_ns"] + host["dur_ns"] >= ts_ns)]
     return str(spans.loc[spans["ts_ns"].idxmax(), "name"]) if len(spans) else None

@@ -21,7 +21,7 @@ from .crossbackend import _thread, launch_points
 from .finding import Finding
 from .modules import MODULE_PREFIX, node_modules
 from .regions import STEP_MARK, Tree, innermost, nest
-from .schema import DEVICE_WORK
+from .schema import DEVICE_WORK, text_mask
 
 
 @dataclass(frozen=True)
@@ -80,10 +80,11 @@ def places(events: pd.DataFrame, files: list[str] | None = None) -> Places | Non
     trace files, read again for the sequence numbers (:func:`.modules.sequence_files`). None
     where the rank recorded no module span and no user region."""
     host = events["device"].to_numpy() < 0
-    names = events["name"].astype(str)
     kind = events["kind"]
-    is_module = host & (kind == "python").to_numpy() & names.str.startswith(MODULE_PREFIX).to_numpy()
-    is_region = host & (kind == "annotation").to_numpy() & ~names.str.match(STEP_MARK.pattern).to_numpy()
+    is_module = host & (kind == "python").to_numpy() & text_mask(events["name"],
+                                                                 lambda n: n.str.startswith(MODULE_PREFIX))
+    is_region = host & (kind == "annotation").to_numpy() & ~text_mask(events["name"],
+                                                                      lambda n: n.str.match(STEP_MARK.pattern))
     if not (is_module.any() or is_region.any()):
         return None
     spans = events[is_module]
@@ -136,7 +137,8 @@ def _tiny_kernels(s, ev: pd.DataFrame) -> np.ndarray:
 
     k = s.kernels
     typical = k["median_us"].fillna(k["mean_us"]) if "median_us" in k else k["mean_us"]
-    tiny = ev["name"].astype(str).isin(set(k.loc[typical < T.TINY_KERNEL_US, "name"].astype(str))).to_numpy()
+    small = set(k.loc[typical < T.TINY_KERNEL_US, "name"].astype(str))
+    tiny = text_mask(ev["name"], lambda n: n.isin(small))
     if s.meta.get("device_mode"):
         return np.where(tiny & (ev["kind"] == "kernel").to_numpy(), ev["dur_ns"].to_numpy(float), 0.0)
     ops = ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy()
@@ -153,8 +155,9 @@ def _syncs(s, ev: pd.DataFrame) -> np.ndarray:
 
 def _named(names: tuple[str, ...]) -> Callable:
     def pick(s, ev: pd.DataFrame) -> np.ndarray:
-        mask = (ev["device"] < 0) & ev["kind"].isin(["runtime", "sync"]) & ev["name"].astype(str).isin(names)
-        return np.where(mask.to_numpy(), ev["dur_ns"].to_numpy(float), 0.0)
+        mask = ((ev["device"] < 0) & ev["kind"].isin(["runtime", "sync"])).to_numpy() & text_mask(
+            ev["name"], lambda n: n.isin(names))
+        return np.where(mask, ev["dur_ns"].to_numpy(float), 0.0)
     return pick
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 import npumagic
@@ -124,3 +125,12 @@ def test_a_torch_npu_samples_kernels_are_charged_through_the_task_queue_to_their
     assert path.startswith(f"{net}/Sequential_1/Linear_") and pass_ == "forward"
     path, pass_ = modules["aclnnMm_MatMulCommon_MatMulV2"].split(", ")  # the Linear layers' gradients
     assert path.startswith(f"{net}/Sequential_1/Linear_") and pass_ == "backward"
+
+
+def test_text_mask_judges_each_category_once_and_missing_names_as_false():
+    from npumagic.analysis.schema import text_mask
+
+    names = pd.Series(pd.Categorical(["nn.Module: A_0", None, "aten::mm", "nn.Module: B_1"]))
+    assert text_mask(names, lambda n: n.str.startswith("nn.Module: ")).tolist() == [True, False, False, True]
+    plain = pd.Series(["Enqueue", "Dequeue@x"])
+    assert text_mask(plain, lambda n: n.str.startswith("Dequeue")).tolist() == [False, True]

@@ -16,6 +16,7 @@ from ..finding import Finding, plural
 from ..memory_summary import memory_view_of, operator_at, step_windows
 from ..memory_view import _size
 from ..summary import Summary
+from ..schema import text_mask
 from .core import backend_of, inference_only
 from .registry import rule, share_of_steps
 
@@ -150,6 +151,5 @@ def _driver_calls_us(s: Summary) -> float:
     ev = s.events
     if ev is None or ev.empty:
         return 0.0
-    names = ev["name"].astype(str)
-    calls = names.str.startswith(DRIVER_ALLOCATOR_CALLS).to_numpy() & (ev["step"].to_numpy() >= 0)
+    calls = text_mask(ev["name"], lambda n: n.str.startswith(DRIVER_ALLOCATOR_CALLS)) & (ev["step"].to_numpy() >= 0)
     return float(ev.loc[calls, "dur_ns"].sum()) / 1e3

@@ -41,6 +41,10 @@ def _assert_same(a, b, where: str) -> None:
     if isinstance(a, pd.DataFrame) or isinstance(b, pd.DataFrame):
         assert isinstance(a, pd.DataFrame) and isinstance(b, pd.DataFrame), where
         pd.testing.assert_frame_equal(a, b, obj=where)
+    elif dataclasses.is_dataclass(a) and dataclasses.is_dataclass(b):  # e.g. Summary.places' trees
+        assert type(a) is type(b), where
+        for f in dataclasses.fields(a):
+            _assert_same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
     elif isinstance(a, dict) and isinstance(b, dict):
         assert a.keys() == b.keys(), where
         for key in a:

@@ -89,10 +89,28 @@ def sequence_files(meta: dict, rank: int | None) -> list[str] | None:
     if meta.get("format") == "kineto":
         return [str(f) for f in files] or None
     if meta.get("format") == "ascend":
-        found = [d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json" for d in files if d.is_dir()
-                 and (len(files) == 1 or (d / f"profiler_info_{rank}.json").is_file())]
+        dirs = [d for d in files if d.is_dir()]
+        if len(dirs) > 1:
+            dirs = [d for d, number in zip(dirs, _rank_numbers(dirs)) if number == rank]
+        found = [d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json" for d in dirs]
         return [str(f) for f in found if f.is_file()] or None
     return None
+
+
+def _rank_numbers(dirs: list[Path]) -> list[int | None]:
+    """Each rank directory's rank as the torch_npu reader numbers it (profiler_info's rank_id, or
+    the directory's place where ids repeat); None for all where a profiler_info cannot be read."""
+    import warnings
+
+    from .sources.ascend.discover import profiler_info, rank_id, rank_numbers
+
+    try:
+        ids = [rank_id(path, info.get("rank_id"), d) for d in dirs for path, info in [profiler_info(d)]]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the reader said it already
+            return rank_numbers(dirs, ids)
+    except Exception:  # noqa: BLE001 - no backward attribution rather than a failed summary
+        return [None] * len(dirs)
 
 
 def _relabel(per_step: pd.DataFrame) -> pd.DataFrame:

@@ -154,7 +154,7 @@ export default {
     const tOf = x => win.t0 + (x - GUTTER) / plotWidth() * (win.t1 - win.t0);
 
     function ask() {
-      seq += 1;
+      seq += 1; root.dataset.asked = seq;
       model.set("view", {t0: win.t0, t1: win.t1, width: plotWidth(), seq});
       model.save_changes();
     }
@@ -265,7 +265,7 @@ export default {
         const a = Math.max(xOf(picked.t0), GUTTER), b = Math.min(xOf(picked.t1), w);
         if (b > a) { g.fillStyle = "rgba(76,114,176,0.18)"; g.fillRect(a, AXIS, b - a, layout.height - 2 * AXIS); }
       }
-      root.dataset.t0 = win.t0; root.dataset.t1 = win.t1; root.dataset.items = drawn;
+      root.dataset.t0 = win.t0; root.dataset.t1 = win.t1; root.dataset.items = drawn; root.dataset.extent = frame.extent.join(",");
       root.dataset.heads = layout.rows.filter(r => r.kind === "rank").map(r => r.y).join(",");
       root.dataset.lanes = frame.lanes.length; root.dataset.answered = tiles.seq ?? -1;
       bar.textContent = `${frame.title ? frame.title + " — " : ""}${fmt(win.t0)} … ${fmt(win.t1)} (${fmt(win.t1 - win.t0)} shown)`
@@ -514,7 +514,9 @@ export default {
     model.on("change:tiles", () => { const t = model.get("tiles"); refused = t.error || ""; if (!t.error) tiles = t; draw(); });
     model.on("change:view", () => {
       const v = model.get("view");
-      if (v.seq > seq || v.t0 !== win.t0 || v.t1 !== win.t1) { seq = Math.max(seq, v.seq || 0); win = {t0: v.t0, t1: v.t1}; draw(); }
+      // a view older than the latest one asked is dropped; the kernel's own move at the same seq is taken
+      if ((v.seq || 0) < seq || (v.seq === seq && v.t0 === win.t0 && v.t1 === win.t1)) return;
+      seq = v.seq || 0; root.dataset.asked = seq; win = {t0: v.t0, t1: v.t1}; draw();
     });
     model.on("change:detail", () => {
       const d = model.get("detail");

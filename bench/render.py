@@ -38,7 +38,7 @@ def replicate(trace: schema.Trace, n_events: int) -> schema.Trace:
     steps = pd.concat([st.assign(start_ns=st["start_ns"] + k * span, end_ns=st["end_ns"] + k * span,
                                  step=st["step"] + 1000 * k) for k in range(copies)], ignore_index=True)
     steps = steps[steps["start_ns"] <= events["ts_ns"].max()]
-    return schema.finish(events, steps, meta=dict(trace.meta))
+    return schema.finish(events, steps, meta=trace.meta)
 
 
 def main() -> None:

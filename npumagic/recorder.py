@@ -288,7 +288,7 @@ class Recorder:
                                            every_rank=every_rank)
         except ValueError as exc:  # a rank the job does not hold
             raise NpumagicError(str(exc)) from None
-        meta = summary.meta if summary is not None else trace.meta
+        meta = summary.meta if summary is not None else trace.meta.as_dict()
         wanted = name or name_for(path)
         with self._recording(wanted, kind="load", backend=meta.get("backend"), device=meta.get("device_name"),
                              source=f"%npuload {path}", arguments={"path": str(path)},

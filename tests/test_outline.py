@@ -136,7 +136,7 @@ def test_a_broken_rank_is_left_out_with_its_error_as_the_full_reader_does(tmp_pa
     assert list(outline.ranks["rank"]) == [0, 1, 2, 4]
     assert "'lots'; expected a finite number" in outline.meta["unreadable"][str(job / "rank3_ascend_pt")]
     with pytest.warns(UserWarning, match=re.escape(str(broken))) as full_said:
-        assert npumagic.load(job).meta["unreadable"].keys() == outline.meta["unreadable"].keys()
+        assert npumagic.load(job).meta.unreadable.keys() == outline.meta["unreadable"].keys()
     # both readers leave it out in one way (one shared helper): said once, in the same words
     left_out = [[str(w.message) for w in said if "is left out" in str(w.message)] for said in (outline_said, full_said)]
     assert left_out[0] == left_out[1] and len(left_out[0]) == 1

@@ -143,7 +143,7 @@ def summarize_group(reader: sources.Reader, paths: list[Path], host: str | None 
                 raise
             return {}, {}, [str(w.message) for w in caught], exc
         per_rank = {r: summarize_rank(trace, r) for r in (trace.ranks or [0])}
-    meta = {k: v for k, v in trace.meta.items() if k != "vendor"}
+    meta = {k: v for k, v in trace.meta.as_dict().items() if k != "vendor"}
     return per_rank, meta, [str(w.message) for w in caught], None
 
 

@@ -32,7 +32,7 @@ def marks(trace) -> pd.DataFrame:
     mark's size: the gap, the wait, the blocked time, or the peak in MiB), by rank, kind, start."""
     parts = []
     ev = trace.events
-    module = "npu" if trace.meta.get("backend") == "npu" else "cuda"  # the synchronize() a sync names
+    module = "npu" if trace.meta.backend == "npu" else "cuda"  # the synchronize() a sync names
     for rank, mine in ev.groupby("rank", observed=True, sort=True):
         steps = trace.steps[trace.steps["rank"] == rank]
         busy = device_busy(mine)

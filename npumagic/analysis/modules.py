@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .regions import ROW_COLUMNS, Regions, Tree, innermost, nest, table
+from .schema import TraceMeta
 
 MODULE_PREFIX = "nn.Module: "
 BACKWARD_NODE = "autograd::engine::evaluate_function: "
@@ -81,14 +82,14 @@ def modules(events: pd.DataFrame, steps: pd.DataFrame, files: list[str] | None =
                    module_operators(tree, e, int(st["step"].nunique())))
 
 
-def sequence_files(meta: dict, rank: int | None) -> list[str] | None:
+def sequence_files(meta: TraceMeta, rank: int | None) -> list[str] | None:
     """The files of a Trace (its ``meta``) that carry autograd's sequence numbers for ``rank``:
     Kineto's trace files; torch_npu's ``trace_view.json`` of the rank's directory. None where
     there are none."""
-    files = [Path(f) for f in meta.get("files") or []]
-    if meta.get("format") == "kineto":
+    files = [Path(f) for f in meta.files]
+    if meta.format == "kineto":
         return [str(f) for f in files] or None
-    if meta.get("format") == "ascend":
+    if meta.format == "ascend":
         dirs = [d for d in files if d.is_dir()]
         if len(dirs) > 1:
             dirs = [d for d, number in zip(dirs, _rank_numbers(dirs)) if number == rank]

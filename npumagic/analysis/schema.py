@@ -10,7 +10,10 @@ checked by :func:`finish` when a reader is done.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, replace
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -129,59 +132,92 @@ KERNEL_METRIC_COLUMNS: dict[str, Any] = {
 }
 
 
-_NONE = type(None)
-# The metadata readers fill, each key with the types its value may have; finish refuses a key not
-# declared here or a value of another type. A reader's own leftovers go into "vendor" (per rank).
-TRACE_META: dict[str, tuple[type, ...]] = {
-    "backend": (str,),  # "cpu", "cuda", "rocm", "mtia" or "npu"
-    "format": (str,),  # the name of the reader that read it ("kineto", "ascend", ...)
-    "path": (str,),  # what was read: the file, or the folder of several
-    "files": (list,),  # each file or rank directory read
-    "device_name": (str,),
-    "device_memory_bytes": (int, _NONE),  # the device's memory where the trace records it
-    "compute_major": (int, _NONE),  # a CUDA device's compute capability, major
-    "world_size": (int,),
-    "settings": (dict,),  # the profiler's settings as it recorded them
-    "environment": (dict,),  # the environment the profiler recorded (torch_npu)
-    "bad_rows": (dict,),  # rows left out, by file, with why
-    "base_time_ns": (int,),  # the epoch time the trace's clock counts from
-    "cycle_starts": (list,),  # per rank, where each later profiling cycle starts (repeating schedules)
-    "steps_inferred": (list,),  # ranks without ProfilerStep marks or iterations: one step each (set by finish)
+# The metadata readers fill, one typed field each (finish refuses a key that is no field, or a value
+# of another type). A reader's leftovers that no field names go into ``vendor``, by rank: that is
+# the extras mapping (torch_npu's own tables, read when first looked up); no other reader has any.
+@dataclass(frozen=True)
+class TraceMeta:
+    """A Trace's metadata as its reader filled it, checked by :func:`finish` and frozen after
+    (a changed one is ``dataclasses.replace(trace.meta, field=...)``).
+
+    ``filled`` names the fields the reader gave, in its order, and those set since to other than
+    their default: :meth:`as_dict` writes those, so that a Summary's meta (and the JSON and history
+    built from it) holds what the reader recorded and no field it left out."""
+
+    backend: str = ""  # "cpu", "cuda", "rocm", "mtia" or "npu"
+    format: str = ""  # the name of the reader that read it ("kineto", "ascend", ...)
+    path: str = ""  # what was read: the file, or the folder of several
+    files: list[str] = field(default_factory=list)  # each file or rank directory read
+    device_name: str = ""
+    device_memory_bytes: int | None = None  # the device's memory where the trace records it
+    compute_major: int | None = None  # a CUDA device's compute capability, major
+    world_size: int = 1
+    settings: dict[str, Any] = field(default_factory=dict)  # the profiler's settings as it recorded them
+    environment: dict[str, Any] = field(default_factory=dict)  # the environment the profiler recorded (torch_npu)
+    bad_rows: dict[str, Any] = field(default_factory=dict)  # rows left out, by file, with why
+    base_time_ns: int = 0  # the epoch time the trace's clock counts from
+    # per rank, where each later profiling cycle starts (repeating schedules): [rank, step] pairs
+    cycle_starts: list[list[int]] = field(default_factory=list)
     # by rank, for ranks without ProfilerStep marks: what cut their steps ("Optimizer.step#SGD.step",
     # "annotation NAME" or "whole trace"; set by finish, see inferred_steps)
-    "steps_from": (dict,),
-    "vendor": (dict,),  # by rank: the vendor's own tables (torch_npu's)
-    "sources": (dict,),  # by rank: which file each table came from
-    "notes": (dict,),  # by rank: what the reader noted about it
-    "parallel_groups": (dict,),  # by rank: its communication groups (torch_npu)
-    "unreadable": (dict,),  # rank directories left out, with why
-}
+    steps_from: dict[int, str] = field(default_factory=dict)
+    # ranks without ProfilerStep marks or iterations: one step each (set by finish)
+    steps_inferred: list[int] = field(default_factory=list)
+    vendor: dict[int, Mapping[str, Any]] = field(default_factory=dict)  # by rank: the vendor's own tables
+    sources: dict[int, dict[str, str]] = field(default_factory=dict)  # by rank: which file each table came from
+    notes: dict[int, str] = field(default_factory=dict)  # by rank: what the reader noted about it
+    parallel_groups: dict[int, dict[str, Any]] = field(default_factory=dict)  # by rank: its communication groups
+    unreadable: dict[str, str] = field(default_factory=dict)  # rank directories left out, with why
+    filled: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _refuse_unknown(self.filled)
+        wrong = [f"{name} is {type(getattr(self, name)).__name__}, not {' or '.join(t.__name__ for t in allowed)}"
+                 for name, allowed in ((n, _META_TYPES[n]) for n in dict.fromkeys((*self.filled, *_META_TYPES)))
+                 if not isinstance(getattr(self, name), allowed)]
+        if wrong:
+            raise ValueError(f"trace meta of the wrong type: {'; '.join(wrong)}")
+        changed = [f.name for f in fields(self) if f.name not in self.filled and f.name != "filled"
+                   and getattr(self, f.name) != _default(f)]
+        if changed:
+            object.__setattr__(self, "filled", (*self.filled, *changed))
+
+    @classmethod
+    def of(cls, meta: Mapping[str, Any] | TraceMeta | None) -> TraceMeta:
+        """``meta`` as a TraceMeta: a reader's dict checked (ValueError naming each key that is
+        no field, or each value of another type), a TraceMeta as it is."""
+        if isinstance(meta, TraceMeta):
+            return meta
+        meta = dict(meta or {})
+        _refuse_unknown(meta)
+        return cls(**meta, filled=tuple(meta))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields the reader filled, in its order, as a plain dict (what a Summary's meta,
+        the JSON outputs and the history hold; the values are shared, not copied)."""
+        return {name: getattr(self, name) for name in self.filled}
 
 
-def check_meta(meta: dict[str, Any]) -> None:
-    """ValueError naming each key of ``meta`` not in :data:`TRACE_META`, or of another type."""
-    unknown = sorted(k for k in meta if k not in TRACE_META)
+def _allowed(hint: Any) -> tuple[type, ...]:
+    """The classes a field's annotation admits, for isinstance (``int | None``: int, NoneType)."""
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    return tuple(typing.get_origin(o) or o for o in options)
+
+
+def _refuse_unknown(names) -> None:
+    unknown = sorted(str(k) for k in names if k not in _META_TYPES)
     if unknown:
-        raise ValueError(f"trace meta keys not declared in schema.TRACE_META: {', '.join(map(str, unknown))} "
+        raise ValueError(f"trace meta keys not fields of schema.TraceMeta: {', '.join(unknown)} "
                          "(a reader's own leftovers go into 'vendor')")
-    wrong = [f"{k} is {type(v).__name__}, not {' or '.join(t.__name__ for t in TRACE_META[k])}"
-             for k, v in meta.items() if not isinstance(v, TRACE_META[k])]
-    if wrong:
-        raise ValueError(f"trace meta of the wrong type: {'; '.join(wrong)}")
 
 
-class TraceMeta(dict):
-    """A Trace's metadata (keys of :data:`TRACE_META`), read-only: a dict to read (and to write
-    as JSON), refusing every change; build a new Trace instead (``dataclasses.replace``)."""
+def _default(f: Field) -> Any:
+    return f.default_factory() if f.default is MISSING else f.default
 
-    def _read_only(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("a Trace's meta is read-only once read: make a new Trace with "
-                        "dataclasses.replace(trace, meta={**trace.meta, ...})")
 
-    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _read_only
-
-    def __reduce__(self):  # pickled and copied from its items, never set one by one
-        return TraceMeta, (dict(self),)
+# each field's classes, from its annotation: what finish checks a reader's meta against
+_META_TYPES: dict[str, tuple[type, ...]] = {name: _allowed(hint) for name, hint in
+                                            typing.get_type_hints(TraceMeta).items() if name != "filled"}
 
 
 @dataclass(frozen=True)
@@ -194,8 +230,8 @@ class Trace:
     steps : DataFrame with :data:`STEP_COLUMNS`, one row per (rank, step).
     memory : DataFrame with :data:`MEMORY_COLUMNS`.
     comm : DataFrame with :data:`COMM_COLUMNS`, one row per collective call where recorded.
-    meta : :data:`TRACE_META`'s keys (backend, device name, profiler settings, source path,
-        vendor tables), a read-only :class:`TraceMeta`.
+    meta : :class:`TraceMeta` (backend, device name, profiler settings, source path, vendor
+        tables), frozen: a changed one is ``dataclasses.replace(trace.meta, field=...)``.
     links : DataFrame with :data:`LINK_COLUMNS`, one row per collective and link type.
     matrix : DataFrame with :data:`MATRIX_COLUMNS`, one row per collective and rank pair.
     counters : DataFrame with :data:`COUNTER_COLUMNS`: sampled hardware counters (HBM, LLC,
@@ -209,7 +245,7 @@ class Trace:
     steps: pd.DataFrame
     memory: pd.DataFrame = field(default_factory=lambda: empty(MEMORY_COLUMNS))
     comm: pd.DataFrame = field(default_factory=lambda: empty(COMM_COLUMNS))
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: TraceMeta = field(default_factory=TraceMeta)
     links: pd.DataFrame = field(default_factory=lambda: empty(LINK_COLUMNS))
     matrix: pd.DataFrame = field(default_factory=lambda: empty(MATRIX_COLUMNS))
     counters: pd.DataFrame = field(default_factory=lambda: empty(COUNTER_COLUMNS))
@@ -236,13 +272,13 @@ class Trace:
         return replace(self, steps=steps, events=self.events.assign(step=np.where(inside, self.events["step"], -1)))
 
     def __post_init__(self) -> None:
-        if not isinstance(self.meta, TraceMeta):
-            object.__setattr__(self, "meta", TraceMeta(self.meta))
+        if not isinstance(self.meta, TraceMeta):  # a reader's dict: checked
+            object.__setattr__(self, "meta", TraceMeta.of(self.meta))
 
     def __repr__(self) -> str:
         return (
-            f"<Trace {self.meta.get('backend', '?')} ranks={self.ranks} events={len(self.events)} "
-            f"steps={len(self.steps)} from {self.meta.get('path', '?')}>"
+            f"<Trace {self.meta.backend or '?'} ranks={self.ranks} events={len(self.events)} "
+            f"steps={len(self.steps)} from {self.meta.path or '?'}>"
         )
 
 
@@ -358,13 +394,13 @@ def _distinct(ids: np.ndarray) -> set[int]:
 
 
 def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | None = None,
-           comm: pd.DataFrame | None = None, meta: dict[str, Any] | None = None,
+           comm: pd.DataFrame | None = None, meta: Mapping[str, Any] | TraceMeta | None = None,
            links: pd.DataFrame | None = None, matrix: pd.DataFrame | None = None,
            counters: pd.DataFrame | None = None, kernel_metrics: pd.DataFrame | None = None) -> Trace:
     """Coerce every table to its schema, attribute events to steps, and build the Trace;
-    ``meta`` must hold only :data:`TRACE_META`'s keys, each of its type (ValueError)."""
-    meta = dict(meta or {})
-    check_meta(meta)
+    ``meta`` (a reader's dict, or a TraceMeta) must hold only :class:`TraceMeta`'s fields, each
+    of its type (ValueError naming them)."""
+    meta = TraceMeta.of(meta)
     steps = coerce(steps, STEP_COLUMNS)
     events = coerce(events, EVENT_COLUMNS)
     unstepped = sorted(_distinct(events["rank"].to_numpy()) - set(steps["rank"].unique()))
@@ -373,10 +409,9 @@ def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | Non
         # iterations the trace shows (optimizer steps, a recurring annotation), else one per rank
         found = {r: infer_steps(events[events["rank"].to_numpy() == r], r) for r in unstepped}
         steps = coerce(pd.concat([steps, *(s for s, _ in found.values())], ignore_index=True), STEP_COLUMNS)
-        meta["steps_from"] = {int(r): how for r, (_, how) in found.items()}
         whole = [int(r) for r, (_, how) in found.items() if how == WHOLE_TRACE]
-        if whole:
-            meta["steps_inferred"] = whole
+        meta = replace(meta, steps_from={int(r): how for r, (_, how) in found.items()},
+                       **({"steps_inferred": whole} if whole else {}))
     steps = steps.sort_values(["rank", "start_ns"]).reset_index(drop=True)
     if len(steps) and len(events):
         events["step"] = assign_steps(events, steps)

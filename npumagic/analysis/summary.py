@@ -217,12 +217,12 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     ev = mine.events
     steps = mine.steps.sort_values("start_ns")
     on_device = ev["device"].to_numpy() >= 0
-    backend = trace.meta.get("backend", "cpu")
+    backend = trace.meta.backend or "cpu"
     device_mode = bool(on_device.any())
-    sources = trace.meta.get("sources", {}).get(rank, {})
+    sources = trace.meta.sources.get(rank, {})
     disagree_note = ""
-    bounds = cycle_bounds(steps, trace.meta.get("cycle_starts"), rank)
-    vendor = trace.meta.get("vendor", {}).get(rank, {})
+    bounds = cycle_bounds(steps, trace.meta.cycle_starts, rank)
+    vendor = trace.meta.vendor.get(rank, {})
     if str(sources.get("breakdown", "")).endswith("(vendor)"):  # only step_trace_time.csv was there
         breakdown = vendor_step_table(vendor.get("step_trace_time"), steps)
         device_mode = True
@@ -255,7 +255,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     total_wall = float(breakdown["wall_us"].sum())
     # what reads every event first, so that its temporaries and the copy below are never live at once
     # HTA drops the last step only where ProfilerStep marks cut them, not where npumagic inferred them
-    temporal = rank_temporal(ev, steps, rank, rank in trace.meta.get("steps_from", {}), bounds)
+    temporal = rank_temporal(ev, steps, rank, rank in trace.meta.steps_from, bounds)
     events = _own_categories(schema.where(ev, (ev["kind"] != "python").to_numpy()), schema.EVENT_COLUMNS)
     # each table below copies only the in-step events of the kind it reads (and, where it reads
     # few, only those columns): on a large trace one copy of every in-step event was the peak
@@ -274,13 +274,13 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     where = places(ev, sequence_files(trace.meta, rank))
     kernels = kernel_table(kernel_rows if device_mode else in_steps((kind == "host_op").to_numpy()), device_mode,
                            total_wall, kernel_metrics, kernel_modules(where) if where and where.has_modules else None)
-    meta = {k: v for k, v in trace.meta.items() if k != "vendor"}
+    meta = {k: v for k, v in trace.meta.as_dict().items() if k != "vendor"}
     loaders = in_steps((kind == "dataloader").to_numpy(), ["name"])["name"].astype(str)
     meta.update(rank=rank, device_mode=device_mode, backend=backend,
                 dataloader_iter=loaders.mode().iat[0] if len(loaders) else "",
                 sources=sources,
-                note="; ".join(n for n in (trace.meta.get("notes", {}).get(rank, ""), disagree_note) if n),
-                parallel=parallel_indices(trace.meta.get("parallel_groups", {}).get(rank, {}), rank),
+                note="; ".join(n for n in (trace.meta.notes.get(rank, ""), disagree_note) if n),
+                parallel=parallel_indices(trace.meta.parallel_groups.get(rank, {}), rank),
                 python_stacks=bool((kind == "python").any()),  # with_stack frames recorded (not kept in .events)
                 # the steps' host windows on the trace's own clock, that of memory_timeline.ts_ns and the
                 # events: .steps' start_us counts from the first step (on a device, from its device window)
@@ -302,7 +302,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         syncs=syncs,
         blocking=blocking,
         comm=comm_table(mine.comm, in_steps((kind == "comm").to_numpy()), links),
-        memory=memory_table(mine.memory, trace.meta),
+        memory=memory_table(mine.memory, trace.meta.device_memory_bytes),
         # categories of this rank only: a rank's summary must not depend on the other ranks
         memory_timeline=_own_categories(mine.memory, schema.MEMORY_COLUMNS),
         ranks=pd.DataFrame(columns=RANK_COLUMNS),
@@ -310,10 +310,11 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         kernel_metrics=kernel_metrics,
         links=links[LINK_COLUMNS].reset_index(drop=True),
         matrix=mine.matrix.reset_index(drop=True),
-        hardware=hw.hardware_table(counters[counters["device"] >= 0], steps, trace.meta.get("hbm_peak_bytes_per_s"),
-                                   trace.meta.get("aicore_nominal_mhz")),
+        # no reader records the device's peak HBM bandwidth or nominal AI Core frequency (no such
+        # TraceMeta field): hbm_util is NaN, and drops count from the highest frequency sampled
+        hardware=hw.hardware_table(counters[counters["device"] >= 0], steps),
         l2=hw.l2_table(counters, device_kernels),
-        frequency_drops=hw.frequency_drops(counters, device_kernels, trace.meta.get("aicore_nominal_mhz")),
+        frequency_drops=hw.frequency_drops(counters, device_kernels),
         host=hw.host_table(counters, steps),
         temporal=temporal,
         events=events,
@@ -369,5 +370,6 @@ def rebase(summary: Summary, job_meta: dict[str, Any], rank: int | None = None) 
         meta["parallel"] = parallel_indices(job_meta.get("parallel_groups", {}).get(rank, {}), rank)
         tables = {k: t.assign(rank=np.int64(rank)) if t is not None and "rank" in t and len(t) else t
                   for k, t in tables.items()}
-    return replace(summary, memory=memory_table(tables["memory_timeline"], job_meta), meta=meta, **tables)
+    return replace(summary, memory=memory_table(tables["memory_timeline"], job_meta.get("device_memory_bytes")),
+                   meta=meta, **tables)
 

@@ -67,8 +67,8 @@ def _document(trace: Trace, findings: list, title: str, done: Exported) -> Itera
     origin = int(min(ev["ts_ns"].min() if len(ev) else 0, trace.steps["start_ns"].min() if len(trace.steps) else 0,
                      trace.memory["ts_ns"].min() if len(trace.memory) else np.iinfo(np.int64).max))
     ids = _Ids(ev)
-    other = {"producer": "npumagic", "title": title, "origin_ns": origin, "backend": trace.meta.get("backend", ""),
-             "path": trace.meta.get("path", "")}
+    other = {"producer": "npumagic", "title": title, "origin_ns": origin, "backend": trace.meta.backend,
+             "path": trace.meta.path}
     yield b'{"displayTimeUnit":"ms","otherData":' + _json(other) + b',"traceEvents":[\n'
     table = find_marks(trace)
     ranks = sorted(set(ev["rank"].unique().tolist()) | set(trace.steps["rank"].unique().tolist())

@@ -305,6 +305,6 @@ def timeline_figure(trace: Trace, rank: int | None = None, *, top_kernels: list[
         for lower in ([mem_ax] if mem_ax is not None else []) + axes[:-1]:
             lower.set_xlabel("")
         (axes[-1] if axes else mem_ax).set_xlabel("time (ms from the first step)")
-    ax.set_title(wrap_title(title or f"{trace.meta.get('backend', '?')} timeline, rank {rank}", FIGURE_WIDTH_IN, 10),
+    ax.set_title(wrap_title(title or f"{trace.meta.backend or '?'} timeline, rank {rank}", FIGURE_WIDTH_IN, 10),
                  fontsize=10, loc="left")
     return fig

@@ -174,9 +174,9 @@ def test_syncs_point_at_the_user_source_line():
 
 def test_vendor_tables_are_kept_for_reference_not_used():
     trace = shared_trace(ASCEND / "level2" / "rank1_ascend_pt")
-    vendor = trace.meta["vendor"][1]
+    vendor = trace.meta.vendor[1]
     assert {"step_trace_time", "op_statistic", "kernel_details", "api_statistic"} <= set(vendor)
-    assert trace.meta["settings"]["experimental_config"]["_profiler_level"] == "Level2"
+    assert trace.meta.settings["experimental_config"]["_profiler_level"] == "Level2"
 
 
 def test_link_bandwidth_uses_each_links_own_transit_time():
@@ -199,5 +199,5 @@ def test_a_path_inside_a_rank_reads_that_rank_not_a_kineto_trace(inside):
     # trace_view.json is Chrome-trace JSON too: read alone as a Kineto trace it was a "CPU" run
     rank = need(ASCEND / "level1" / "rank0_ascend_pt")
     trace = npumagic.load(rank / inside)
-    assert trace.meta["backend"] == "npu" and trace.meta["format"] == "ascend"
+    assert trace.meta.backend == "npu" and trace.meta.format == "ascend"
     pd.testing.assert_frame_equal(npumagic.summarize(trace).steps, shared_summary(rank).steps)

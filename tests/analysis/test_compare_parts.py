@@ -47,7 +47,7 @@ def narrow_wide(tmp_path_factory):
 
 
 def test_doubling_one_layers_width_shows_in_that_layer(narrow_wide):
-    a, b = (modules(t.events, t.steps, t.meta["files"]) for t in narrow_wide)
+    a, b = (modules(t.events, t.steps, t.meta.files) for t in narrow_wide)
     cmp = compare_parts(a, b, "narrow", "wide")
     assert cmp.what == "modules"
     rows = cmp.table.set_index(["pass", "path"])

@@ -57,7 +57,7 @@ def test_a_byte_order_mark_is_read_through(tmp_path, case):
 def test_bad_rows_are_counted_in_meta(tmp_path):
     case = next(c for c in CASES if c.name == "ascend-kernels-negative-duration")
     trace, _ = _load(case.write(tmp_path))
-    (counts,) = trace.meta["bad_rows"].values()
+    (counts,) = trace.meta.bad_rows.values()
     assert counts == {"negative Duration": 1}
     # the good kernel is kept, the bad one is not invented from the trace_view task either
     assert trace.events.loc[trace.events["kind"] == "kernel", "name"].astype(str).tolist() == ["Add_2"]

@@ -24,8 +24,8 @@ def v100():
 
 def test_profiler_steps_become_the_step_table(v100):
     assert v100.steps["step"].tolist() == [101, 102, 103, 104, 105]
-    assert v100.meta["backend"] == "cuda"
-    assert v100.meta["device_name"] == "Tesla V100-SXM2-32GB"
+    assert v100.meta.backend == "cuda"
+    assert v100.meta.device_name == "Tesla V100-SXM2-32GB"
 
 
 def test_every_kernel_and_copy_is_read(v100):
@@ -71,7 +71,7 @@ def test_cuda_syncs_are_counted():
 def test_a_trace_without_profiler_steps_is_one_step():
     trace = shared_trace(CUDA / "alexnet_sync")
     assert len(trace.steps) == 1
-    assert trace.meta["steps_inferred"] == [0]
+    assert trace.meta.steps_inferred == [0]
 
 
 # -- every schema torch has written --------------------------------------------------------
@@ -95,7 +95,7 @@ def test_legacy_capitalised_schema_is_read_with_its_profiler_steps(name):
     assert kinds["memcpy"] == count("Memcpy") + count("Memset")
     assert kinds["runtime"] + kinds["sync"] == count("Runtime")
     assert kinds["host_op"] + kinds["annotation"] + kinds["dataloader"] == count("Operator")
-    assert trace.meta["backend"] == "cuda"
+    assert trace.meta.backend == "cuda"
 
 
 def test_legacy_device_work_keeps_stream_and_correlation():
@@ -111,21 +111,21 @@ def test_legacy_device_work_keeps_stream_and_correlation():
 
 def test_a_trace_without_device_properties_is_not_called_cpu():
     trace = shared_trace(LEGACY / "resnet50_nw0.pt.trace.json.gz")
-    assert trace.meta["device_name"] == "NVIDIA GPU (model not recorded)"
+    assert trace.meta.device_name == "NVIDIA GPU (model not recorded)"
 
 
 def test_legacy_autograd_api_trace_without_profiler_steps_is_cut_by_its_optimizer_steps():
     trace = npumagic.load(need(LEGACY / "resnet50_autograd_api_nw0.pt.trace.json.gz"))
     ends = trace.events.loc[trace.events["name"] == "Optimizer.step#SGD.step"]
     assert len(trace.steps) == len(ends) == 6  # one step per iteration, not one for the whole trace
-    assert trace.meta["steps_from"] == {0: "Optimizer.step#SGD.step"} and "steps_inferred" not in trace.meta
+    assert trace.meta.steps_from == {0: "Optimizer.step#SGD.step"} and "steps_inferred" not in trace.meta.as_dict()
     assert "one inferred step" not in str(npumagic.summarize(trace))
 
 
 def test_rocm_trace_is_labelled_rocm_with_hip_syncs():
     trace = shared_trace(CUDA / "rocm_mi250")
-    assert trace.meta["backend"] == "rocm"
-    assert trace.meta["device_name"] == "AMD Radeon Graphics"
+    assert trace.meta.backend == "rocm"
+    assert trace.meta.device_name == "AMD Radeon Graphics"
     syncs = trace.events[(trace.events["kind"] == "sync") & (trace.events["device"] < 0)]
     assert "hipDeviceSynchronize" in set(syncs["name"].astype(str))
 

@@ -37,8 +37,8 @@ class _nothing:
 def test_steps_are_the_optimizer_steps_of_a_trace_without_profiler_steps(tmp_path):
     trace = _record(tmp_path / "t.pt.trace.json", loops=4)
     assert len(trace.steps) == 4  # one per loop iteration, not one for the whole trace
-    assert trace.meta["steps_from"] == {0: "Optimizer.step#AdamW.step"}
-    assert "steps_inferred" not in trace.meta
+    assert trace.meta.steps_from == {0: "Optimizer.step#AdamW.step"}
+    assert "steps_inferred" not in trace.meta.as_dict()
     ev = trace.events
     opt_ends = ev.loc[ev["name"] == "Optimizer.step#AdamW.step"].eval("ts_ns + dur_ns").sort_values().to_numpy()
     # each step ends where its optimizer step ends; the steps tile the loop, as ProfilerStep's do
@@ -56,7 +56,7 @@ def test_steps_are_the_optimizer_steps_of_a_trace_without_profiler_steps(tmp_pat
 def test_a_repeated_top_level_annotation_cuts_steps_where_there_is_no_optimizer_step(tmp_path):
     trace = _record(tmp_path / "t.pt.trace.json", loops=3, optimizer=False, annotate="train_step")
     assert len(trace.steps) == 3
-    assert trace.meta["steps_from"] == {0: "annotation train_step"}
+    assert trace.meta.steps_from == {0: "annotation train_step"}
     marks = trace.events[trace.events["name"] == "train_step"].sort_values("ts_ns")
     assert trace.steps["start_ns"].tolist() == marks["ts_ns"].tolist()
 
@@ -64,4 +64,4 @@ def test_a_repeated_top_level_annotation_cuts_steps_where_there_is_no_optimizer_
 def test_a_trace_with_no_iteration_to_see_is_one_step_and_says_so(tmp_path):
     trace = _record(tmp_path / "t.pt.trace.json", loops=1)  # one optimizer step: no iteration to repeat
     assert len(trace.steps) == 1
-    assert trace.meta["steps_from"] == {0: "whole trace"} and trace.meta["steps_inferred"] == [0]
+    assert trace.meta.steps_from == {0: "whole trace"} and trace.meta.steps_inferred == [0]

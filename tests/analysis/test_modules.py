@@ -19,7 +19,7 @@ def run(tmp_path_factory):
 
 
 def test_each_linear_layer_gets_its_own_forward_and_backward_rows(run):
-    table = modules(run.events, run.steps, run.meta["files"])
+    table = modules(run.events, run.steps, run.meta.files)
     assert table.note is None and not table.empty
     rows = table.per_step.set_index(["pass", "step", "path"])
     for step in run.steps["step"]:
@@ -48,7 +48,7 @@ def test_without_the_trace_files_backward_is_not_attributed_and_said(run):
 def test_a_run_recorded_without_modules_has_none(tmp_path):
     record_loop(tmp_path, steps=1)
     trace = sources.load(tmp_path)
-    table = modules(trace.events, trace.steps, trace.meta["files"])
+    table = modules(trace.events, trace.steps, trace.meta.files)
     assert table.empty and table.note is None  # nothing to attribute: no word about backward
 
 

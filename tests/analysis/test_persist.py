@@ -80,7 +80,7 @@ def test_a_summary_stored_before_kernel_metrics_gets_them_from_its_raw_details()
     summary = npumagic.summarize(trace)
     doc = json.loads(zlib.decompress(dump_summary(summary)))
     del doc["summary"]["kernel_metrics"]
-    doc["summary"]["details"] = _plain(trace.meta["vendor"][1]["kernel_details"])
+    doc["summary"]["details"] = _plain(trace.meta.vendor[1]["kernel_details"])
     # WHEN it is read back THEN its kernel metrics, and the findings of a reloaded run that they
     # feed, are today's
     old = load_summary(zlib.compress(json.dumps(doc).encode()))

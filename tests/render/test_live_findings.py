@@ -112,6 +112,6 @@ def test_the_perfetto_button_writes_the_run_with_its_findings_in_the_working_dir
     doc = json.loads(written.read_bytes())
     assert sum(e["ph"] == "X" and e["cat"] in KINDS for e in doc["traceEvents"]) == len(trace.events)
     assert answer["findings"] == len(advise_run(shared_summary(path), "x", every_rank=True, low=True).findings) > 0
-    memory_only = timeline_widget(dataclasses.replace(trace, meta={**trace.meta, "path": ""}))
+    memory_only = timeline_widget(dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, path="")))
     memory_only.set_state({"export": {"seq": 1}})
     assert memory_only.exported["error"].startswith("export failed: this timeline was made from a trace in memory")

@@ -108,7 +108,7 @@ def with_host_samples(trace: Trace, path: str | Path) -> Trace:
         return trace
     rank = trace.ranks[0] if trace.ranks else 0
     samples = read_host(host, rank)
-    samples["ts_ns"] -= int(trace.meta.get("base_time_ns") or 0)  # sampled in epoch ns, as torch_npu stamps
+    samples["ts_ns"] -= trace.meta.base_time_ns  # sampled in epoch ns, as torch_npu stamps
     counters = pd.concat([trace.counters, samples], ignore_index=True)
     return dataclasses.replace(trace, counters=sort_counters(schema.coerce(counters, schema.COUNTER_COLUMNS)))
 

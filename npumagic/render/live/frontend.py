@@ -36,7 +36,7 @@ def timeline_widget(trace: Trace, title: str = ""):
     from .lod import TimelineIndex
     from .widget import TimelineWidget
 
-    return TimelineWidget(TimelineIndex.build(trace), title=title, source=trace.meta.get("path"))
+    return TimelineWidget(TimelineIndex.build(trace), title=title, source=trace.meta.path or None)
 
 
 def with_live_timeline(report, trace: Trace, title: str = ""):

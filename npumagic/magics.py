@@ -273,7 +273,7 @@ class NpuMagics(Magics):
     @argument("--timeline", action="store_true", help="host and device lanes over time, idle gaps marked")
     @argument("--steps", action="store_true", help="per-step breakdown with the step time line")
     @argument("--kernels", action="store_true", help="top kernels by total time (count x mean)")
-    @argument("--memory", action="store_true", help="allocated and reserved memory over time")
+    @argument("--memory", action="store_true", help="memory per component over time, the peak marked; the top allocators")
     @argument("--comm", action="store_true", help="compute vs collectives per rank")
     @argument("--matrix", action="store_true", help="communication matrix: source x destination rank bandwidth")
     @argument("--step-range", default=None, help="timeline: steps FIRST:LAST")

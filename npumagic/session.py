@@ -120,8 +120,35 @@ class Session:
         needs_trace = rank is not None or bool(TRACE_VIEWS.intersection(views))
         trace = self.trace(name) if needs_trace else None  # the rest is in the history
         summary = self.summary(name) if rank is None else analysis.summarize(trace, rank=rank)
+        memory = self._memory_read(name, trace, summary) if "memory" in views else None
         return render_views(views, trace, summary, self.writable_figure_dir(self.store.get(name)), name, "svg" if svg else "png", rank=rank,
-                            **{k: v for k, v in options.items() if v is not None})
+                            memory=memory, **{k: v for k, v in options.items() if v is not None})
+
+    def _memory_read(self, name: str, trace, summary: Summary):
+        """Run ``name``'s memory records for its memory figure, read again from its profiler output
+        as ``npumagic memory RUN`` reads them (the history keeps only PyTorch's pool over time): its
+        components and allocations. Where they cannot be read, the line saying so (none where the
+        run recorded no memory at all)."""
+        from .commands.places import Places
+        from .commands.memory import read_records
+        from .errors import NpumagicError
+        from .render.charts import MemoryRead
+
+        ranks = sorted(trace.ranks if trace is not None else summary.per_rank)
+        rank = summary.meta.get("rank")
+        try:
+            _, records, view = read_records(Places(runs=self.runs), name, ranks.index(rank) if rank in ranks else None)
+        except (NpumagicError, OSError) as exc:
+            said = "" if summary.memory_timeline.empty else ("PyTorch's pool from the history only; the components and "
+                                                             f"the top allocators table need the run's profiler output: {exc}")
+            return MemoryRead(missing=said)
+        peaks = summary.memory[summary.memory["peak_allocated_bytes"].notna()]  # a run overwritten since, another rank
+        if len(peaks) and view.peak_allocated_bytes is not None and not (
+                (peaks["device"].astype(str) == str(view.device))
+                & ((peaks["peak_allocated_bytes"] - view.peak_allocated_bytes).abs() < 1.0)).any():
+            return MemoryRead(missing=f"PyTorch's pool from the history only: the profiler output at {view.read} holds "
+                                      f"another peak ({view.device}) than this run's")
+        return MemoryRead(records, view)
 
     def _environment(self, name: str) -> dict[str, str]:
         """The run record's environment snapshot (what the user set), for the environment rule."""

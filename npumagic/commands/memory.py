@@ -66,15 +66,23 @@ def memory_path(places, target: str) -> tuple[str, Path]:
     return name, Path(run_dir)
 
 
-def read_view(places, target: str, rank: int | None = None):
-    """(label, MemoryView) of ``target``; an output without memory is refused saying how to record it."""
+def read_records(places, target: str, rank: int | None = None):
+    """(label, MemoryRecords, MemoryView) of ``target`` (``rank``: the rank-th of a job); an output
+    without memory is refused saying how to record it."""
     from ..analysis.memory_view import memory_view
     from ..analysis.sources.memory import read_memory
 
     label, path = memory_path(places, target)
-    view = memory_view(read_memory(path, rank))
+    records = read_memory(path, rank)
+    view = memory_view(records)
     if not view.recorded:
         raise NpumagicError(NOT_RECORDED.format(label=label))
+    return label, records, view
+
+
+def read_view(places, target: str, rank: int | None = None):
+    """(label, MemoryView) of ``target``: see :func:`read_records`."""
+    label, _, view = read_records(places, target, rank)
     return label, view
 
 

@@ -4,6 +4,8 @@ in a standalone Figure."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -11,10 +13,12 @@ from matplotlib.figure import Figure
 from ..analysis.intervals import Spans
 from ..analysis.summary import Summary
 from ..analysis.schema import Trace
+from ..analysis.sources.memory import MODULES
 from .colors import BREAKDOWN_COLORS, KIND_COLORS, OTHER, kernel_color, kernel_colors
 from .tables import history_unit
 from .titles import wrap_title
 
+MIB = 2**20
 BREAKDOWN = [("computing_us", "computing"), ("comm_not_overlapped_us", "communication (not overlapped)"),
              ("idle_us", "idle")]
 
@@ -73,6 +77,8 @@ def plot_memory(ax, timeline: pd.DataFrame, origin_ns: int | None = None) -> dic
     for device, m in timeline.groupby(timeline["device"].astype(str)):
         t = (m["ts_ns"].to_numpy() - origin) / 1e6
         alloc = m["allocated_bytes"].to_numpy(dtype=float) / 2**20
+        if not np.isfinite(alloc).any():  # memory events without totals (an older Kineto): nothing to draw
+            continue
         lines.append(ax.step(t, alloc, where="post", label=f"{device} allocated", lw=1)[0])
         reserved = m["reserved_bytes"].to_numpy(dtype=float) / 2**20
         if np.nan_to_num(reserved).any():
@@ -80,13 +86,73 @@ def plot_memory(ax, timeline: pd.DataFrame, origin_ns: int | None = None) -> dic
         i = int(np.nanargmax(alloc))
         peaks.append(ax.annotate(f"peak {alloc[i]:,.1f} MiB", (t[i], alloc[i]), xytext=(0, 8), textcoords="offset points",
                                  ha="center", fontsize=8, arrowprops={"arrowstyle": "-", "lw": 0.5}))
-    ax.set_xlabel("time (ms)")
+    ax.set_xlabel("time (ms from the first step)" if origin_ns is not None else "time (ms)")
     ax.set_ylabel("MiB")
     if lines:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     else:
         ax.text(0.5, 0.5, "no memory samples (profiled without profile_memory)", transform=ax.transAxes, ha="center")
     return {"lines": lines, "peaks": peaks}
+
+
+def plot_memory_records(ax, records, view, origin_ns: int | None = None) -> dict:
+    """One curve per component of ``records`` (a MemoryRecords) over time: torch_npu's pool (PTA)
+    allocated and reserved, every other memory_record.csv component and npu_module_mem.csv module
+    by the memory it reserves (its allocated memory where it records none), those always at zero
+    left out; Kineto's allocated and reserved per device. ``view``'s peak is marked with the
+    operator running at it, the device's capacity drawn where known. x: ms from ``origin_ns``."""
+    totals = records.totals
+    origin = origin_ns if origin_ns is not None else (int(totals["ts_ns"].min()) if len(totals) else 0)
+    lines = {}
+    for label, part, column, dashed in _memory_series(records, view):
+        part = part.dropna(subset=[column]).sort_values("ts_ns", kind="stable")
+        y = part[column].to_numpy(dtype=float) / MIB
+        if not len(y) or not np.any(y):
+            continue
+        lines[label] = ax.step((part["ts_ns"].to_numpy() - origin) / 1e6, y, where="post", label=label, lw=1,
+                               ls="--" if dashed else "-")[0]
+    peak = None
+    if view is not None and view.peak_ts_ns is not None:
+        x, y = (view.peak_ts_ns - origin) / 1e6, view.peak_allocated_bytes / MIB
+        at = f" at {_short(view.peak_operator, 40)}" if view.peak_operator else ""
+        ax.plot([x], [y], "o", color="black", ms=4)
+        peak = ax.annotate(f"peak {y:,.1f} MiB{at}", (x, y), xytext=(0, 8), textcoords="offset points", ha="center",
+                           fontsize=8, arrowprops={"arrowstyle": "-", "lw": 0.5})
+    capacity = None
+    if view is not None and view.capacity_bytes:
+        capacity = ax.axhline(view.capacity_bytes / MIB, color="#888888", ls=":", lw=1,
+                              label=f"capacity {view.capacity_bytes / 2**30:,.1f} GiB"
+                                    + (f" (peak {view.peak_allocated_bytes / view.capacity_bytes:.0%})"
+                                       if view.peak_allocated_bytes else ""))
+    ax.set_xlabel("time (ms from the first step)")
+    ax.set_ylabel("MiB")
+    if lines:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    else:
+        ax.text(0.5, 0.5, "no memory samples", transform=ax.transAxes, ha="center")
+    return {"lines": lines, "peak": peak, "capacity": capacity}
+
+
+def _memory_series(records, view):
+    """(label, rows, column, dashed) of each curve of :func:`plot_memory_records`."""
+    totals = records.totals
+    if not str(records.source).startswith("torch_npu"):  # Kineto, or the history's samples: per device
+        pool = totals[totals["component"] == records.pool]
+        for device, mine in pool.groupby(pool["device"].astype(str)):
+            yield f"{device} allocated", mine, "allocated_bytes", False
+            yield f"{device} reserved", mine, "reserved_bytes", True
+        return
+    mine = totals[totals["device"].astype(str) == str(view.device)] if view is not None and view.device else totals
+    files = mine["file"] if "file" in mine else pd.Series("", index=mine.index)
+    both = set(mine.loc[files == MODULES, "component"]) & set(mine.loc[files != MODULES, "component"])
+    for (file, component), part in mine.groupby([files, mine["component"].astype(str)], sort=False):
+        label = f"{component} ({file})" if component in both else component
+        if component == records.pool and file != MODULES:
+            yield f"{label} allocated", part, "allocated_bytes", False
+            yield f"{label} reserved", part, "reserved_bytes", True
+        else:
+            reserved = part["reserved_bytes"].fillna(0).to_numpy(float).any()
+            yield label, part, "reserved_bytes" if reserved else "allocated_bytes", False
 
 
 def plot_comm(ax, trace: Trace) -> dict:
@@ -183,17 +249,44 @@ def kernels_figure(summary: Summary, top: int = 15, title: str = "") -> Figure:
     return fig
 
 
-def memory_figure(summary: Summary, title: str = "") -> Figure:
-    """Standalone figure of :func:`plot_memory`; one line of text when there are no samples."""
-    if summary.memory_timeline.empty:
+@dataclass(frozen=True)
+class MemoryRead:
+    """What the memory figure draws beyond the history's samples: the run's memory records read
+    again from its profiler output (``records``, their ``view``), or why they could not be
+    (``missing``, one line; the history's samples of PyTorch's pool are drawn then)."""
+
+    records: object = None  # MemoryRecords
+    view: object = None  # MemoryView of them
+    missing: str = ""
+
+
+def memory_origin(summary: Summary, records=None) -> int | None:
+    """The first step's start on the clock of the memory samples and the timeline (the steps' host
+    windows the Summary keeps, else the records' own steps); None where no step is known."""
+    windows = summary.meta.get("step_windows_ns") or []
+    if windows:
+        return int(min(w[1] for w in windows))
+    steps = getattr(records, "steps", None)
+    return int(steps["start_ns"].min()) if steps is not None and len(steps) else None
+
+
+def memory_figure(summary: Summary, title: str = "", memory: MemoryRead | None = None) -> Figure:
+    """The memory records' curves (:func:`plot_memory_records`) where ``memory`` holds them, else
+    :func:`plot_memory` of the history's samples; one line of text when there are none."""
+    records = memory.records if memory is not None else None
+    if records is None and summary.memory_timeline.empty:
         fig = Figure(figsize=(FIGURE_WIDTH_IN, 0.45))
         ax = fig.add_axes((0, 0, 1, 1))
         ax.axis("off")
         ax.text(0.01, 0.5, f"{title + ': ' if title else ''}no memory samples in this run (it was profiled without profile_memory)",
                 va="center", fontsize=10)
         return fig
-    fig = _figure(3.0)
-    plot_memory(fig.add_subplot(), summary.memory_timeline)
+    fig = _figure(3.4)
+    origin = memory_origin(summary, records)
+    if records is not None:
+        plot_memory_records(fig.add_subplot(), records, memory.view, origin)
+    else:
+        plot_memory(fig.add_subplot(), summary.memory_timeline, origin)
     _title(fig, title or "memory")
     return fig
 

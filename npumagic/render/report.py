@@ -114,7 +114,8 @@ class FigureReport:
 
     @terminal_safe
     def __str__(self) -> str:
-        return "\n".join(f"{self.run} {f.view}: {f.path or '(not saved)'}" for f in self.figures)
+        return "\n".join(f"{self.run} {f.view}: {f.path or '(not saved)'}" + (f"\n{f.text()}" if f.text() else "")
+                         for f in self.figures)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))

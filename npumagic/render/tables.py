@@ -327,6 +327,19 @@ def format_kernels(kernels: pd.DataFrame, top: int | None = 15, caption: str = "
     return Table(kernels, cols, caption, top)
 
 
+def _mib(value, row) -> str:
+    return "–" if _missing(value) else f"{float(value) / 2**20:,.2f}"
+
+
+def format_allocators(operators: pd.DataFrame, top: int = 10, caption: str = "top allocators by bytes") -> Table:
+    """The memory view's operators (``MemoryView.operators``: most bytes first) with their sizes in
+    MiB; ``.data`` keeps every operator, in bytes."""
+    return Table(operators, [Column("name", "operator", "name"), Column("allocations", "allocations", "int"),
+                             Column("bytes", "allocated (MiB)", fmt=_mib),
+                             Column("mean_lifetime_us", "mean lifetime (ms)", "ms"),
+                             Column("live_at_step_end_bytes", "live at step end (MiB)", fmt=_mib)], caption, top)
+
+
 def format_ranks(ranks: pd.DataFrame, caption: str = "ranks") -> Table:
     """One row per rank of a job (ms per step, device busy, the slowest rank where the ranks differ
     by more than 5% of the mean step, and dp/pp/tp where the job recorded them)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from html import escape as html_escape
 from pathlib import Path
 from typing import Callable
 
@@ -15,16 +16,20 @@ from ..analysis.summary import Summary
 from ..analysis.schema import Trace
 from ..names import file_stem
 from ..safeio import write_atomic
-from .charts import comm_figure, kernels_figure, matrix_figure, memory_figure, steps_figure
+from .charts import MemoryRead, comm_figure, kernels_figure, matrix_figure, memory_figure, steps_figure
+from .tables import Table, format_allocators
 from .timeline import timeline_figure
 
 VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix")
 TRACE_VIEWS = frozenset({"timeline", "comm"})  # drawn from events; the others from the Summary alone
 TOP_KERNELS = 8
+TOP_ALLOCATORS = 10  # rows of the table under the memory figure
 
 
-def build_view(view: str, trace: Trace | None, summary: Summary, title: str = "", **options) -> Figure:
-    """The Figure of one view of a run (``trace`` may be None for views not in TRACE_VIEWS)."""
+def build_view(view: str, trace: Trace | None, summary: Summary, title: str = "", memory: MemoryRead | None = None,
+               **options) -> Figure:
+    """The Figure of one view of a run (``trace`` may be None for views not in TRACE_VIEWS;
+    ``memory``: the run's memory records for the memory view, read again from its output)."""
     if trace is None and view in TRACE_VIEWS:
         raise ValueError(f"the {view} view needs the run's trace files")
     if view == "timeline":
@@ -33,7 +38,7 @@ def build_view(view: str, trace: Trace | None, summary: Summary, title: str = ""
     builders: dict[str, Callable[[], Figure]] = {
         "steps": lambda: steps_figure(summary, title),
         "kernels": lambda: kernels_figure(summary, title=title),
-        "memory": lambda: memory_figure(summary, title),
+        "memory": lambda: memory_figure(summary, title, memory),
         "comm": lambda: comm_figure(trace, title),
         "matrix": lambda: matrix_figure(summary, title),
     }
@@ -70,6 +75,8 @@ class RenderedFigure:
     fmt: str = "png"
     path: Path | None = None
     width: int | None = None
+    table: Table | None = None  # shown under the figure (the memory view's top allocators)
+    note: str = ""  # one line under the figure (what it could not show)
 
     @classmethod
     def of(cls, view: str, fig: Figure, fmt: str = "png", path: Path | None = None) -> "RenderedFigure":
@@ -82,7 +89,17 @@ class RenderedFigure:
                 path = None
         return cls(view, data, fmt, path, display_width(fig))
 
+    def text(self) -> str:
+        """The note and the table under the figure, as text ("" where there are none)."""
+        return "\n".join(([self.note] if self.note else []) + ([self.table.to_text()] if self.table is not None else []))
+
     def html(self) -> str:
+        """The figure, then its note and table."""
+        under = (f"<p style='color:#777;margin:0'>{html_escape(self.note)}</p>" if self.note else "") \
+            + (self.table._repr_html_() if self.table is not None else "")
+        return self._image_html() + (("\n" + under) if under else "")
+
+    def _image_html(self) -> str:
         style = "max-width:100%;height:auto;display:block"
         if self.fmt == "svg":
             text = self.data.decode("utf-8")
@@ -96,19 +113,33 @@ class RenderedFigure:
 
 
 def render_views(views: list[str], trace: Trace | None, summary: Summary, save_dir: Path | None, prefix: str,
-                 fmt: str = "png", rank: int | None = None, **options) -> list[RenderedFigure]:
+                 fmt: str = "png", rank: int | None = None, memory: MemoryRead | None = None,
+                 **options) -> list[RenderedFigure]:
     """Draw ``views`` (``rank``: the rank the user asked for, named in the file) and, when ``save_dir`` is given, save each there as
     ``{prefix}_{view}{suffix}.{fmt}``, the suffix naming the rank and timeline options (so a
-    zoomed or other-rank view never overwrites the default one)."""
+    zoomed or other-rank view never overwrites the default one). ``memory``: see :func:`build_view`;
+    the memory figure then carries the top allocators table, or the line saying why it has none."""
     out = []
     for view in views:
         shown = options if view == "timeline" else {}
-        fig = build_view(view, trace, summary, title=f"{prefix}: {view}", **shown)
+        fig = build_view(view, trace, summary, title=f"{prefix}: {view}", memory=memory, **shown)
         path = None
         if save_dir is not None:
             path = save_dir / f"{file_stem(prefix)}_{view}{figure_suffix(rank, shown)}.{fmt}"
-        out.append(RenderedFigure.of(view, fig, fmt, path))
+        drawn = RenderedFigure.of(view, fig, fmt, path)
+        if view == "memory" and memory is not None:
+            drawn = replace(drawn, table=_allocators(memory), note=memory.missing)
+        out.append(drawn)
     return out
+
+
+def _allocators(memory: MemoryRead) -> Table | None:
+    """The top allocators under the memory figure (None where no allocation was recorded)."""
+    view = memory.view
+    if view is None or view.operators.empty:
+        return None
+    read = f" ({Path(str(view.read)).name})" if view.read else ""
+    return format_allocators(view.operators, TOP_ALLOCATORS, f"top allocators by bytes on {view.device}{read}")
 
 
 def figure_suffix(rank: int | None, options: dict) -> str:

@@ -14,11 +14,14 @@ from .ascend import memory_csvs
 from .ascend.discover import OUTPUT
 from .ascend.memory_csvs import BLOCK_COLUMNS, TOTALS_COLUMNS
 
+RECORD, MODULES = "memory_record", "npu_module_mem"  # totals' ``file`` (the CSV, or the db's table of it)
+
 
 @dataclass(frozen=True)
 class MemoryRecords:
     """``totals``: the allocator's totals over time per component (:data:`TOTALS_COLUMNS`: PTA, GE,
-    PTA+GE, APP and the CANN modules of torch_npu; "PyTorch" of Kineto); ``blocks``: one row an
+    PTA+GE, APP and the CANN modules of torch_npu; "PyTorch" of Kineto; torch_npu's also a column
+    ``file``: :data:`RECORD` or :data:`MODULES`, as APP and GE are in both); ``blocks``: one row an
     allocation (:data:`BLOCK_COLUMNS`, free_ns -1 where not freed within the capture); ``steps``:
     step, start_ns, end_ns; ``static``: static graph memory per operator (torch_npu graph mode)."""
 
@@ -67,8 +70,7 @@ def _ascend(rank_dir: Path, notes: ReadNotes) -> MemoryRecords:
     static = read("static_op_mem.csv", memory_csvs.static_op_mem, ["operator", "bytes"])
     steps = trace_memory.read(out / "trace_view.json", notes)[2] if (out / "trace_view.json").is_file() \
         else pd.DataFrame(columns=["step", "start_ns", "end_ns"])
-    return MemoryRecords("torch_npu", rank_dir, pd.concat([totals, modules], ignore_index=True) if len(modules)
-                         else totals, blocks, steps, static, pool="PTA",
+    return MemoryRecords("torch_npu", rank_dir, _joined(totals, modules), blocks, steps, static, pool="PTA",
                          modules=tuple(modules["component"].unique()))
 
 
@@ -84,5 +86,11 @@ def _ascend_db(rank_dir: Path, db: Path, notes: ReadNotes) -> MemoryRecords:
 
     totals, modules, blocks, steps = memory_db.read(db, notes)
     # the db keeps APP among the modules; components come from both, as from the CSVs
-    return MemoryRecords("torch_npu db", rank_dir, pd.concat([totals, modules], ignore_index=True), blocks, steps,
+    return MemoryRecords("torch_npu db", rank_dir, _joined(totals, modules), blocks, steps,
                          pool="PTA", modules=tuple(modules["component"].unique()))
+
+
+def _joined(totals: pd.DataFrame, modules: pd.DataFrame) -> pd.DataFrame:
+    """memory_record's components and npu_module_mem's modules as one frame, each row's ``file`` said."""
+    parts = [frame.assign(file=name) for frame, name in ((totals, RECORD), (modules, MODULES)) if len(frame)]
+    return pd.concat(parts, ignore_index=True) if parts else totals.assign(file=RECORD)

@@ -56,6 +56,24 @@ def gap_operators(ev: pd.DataFrame | None, largest: int = 10) -> pd.DataFrame:
     return table.sort_values("idle_us", ascending=False, kind="stable").reset_index(drop=True)[GAP_OP_COLUMNS]
 
 
+def gap_cover_ns(ev: pd.DataFrame) -> np.ndarray:
+    """For each event of ``ev``: the device idle time inside the steps (every gap between device
+    work) that it covers, if it is a top-level host operator of a step; 0 for every other event."""
+    out = np.zeros(len(ev))
+    in_step = ev["step"].to_numpy() >= 0
+    busy = device_busy(ev[in_step])
+    host = in_step & ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy()
+    if len(busy) < 2 or not host.any():
+        return out
+    gaps = Spans(busy.ends[:-1], busy.starts[1:])
+    rows = pd.Series(np.arange(len(ev)))[host]
+    ops = ev[host].assign(_row=rows.to_numpy())
+    tops = pd.concat([_top_level(g) for _, g in ops.groupby("lane", observed=True)], ignore_index=True)
+    start = tops["ts_ns"].to_numpy()
+    out[tops["_row"].to_numpy()] = gaps.covered(start, start + tops["dur_ns"].to_numpy())
+    return out
+
+
 # torch's own wrappers (autograd's backward nodes, optimizer steps): their host time is dispatch
 # of the operators inside them, which launch the device work, not CPU work to move elsewhere
 _FRAMEWORK = ("autograd::engine", "Backward", "Optimizer.", "optimizer", "AccumulateGrad", "DataParallel", "nn.Module")

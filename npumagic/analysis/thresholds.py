@@ -208,3 +208,8 @@ FRAGMENTATION_IMPACT = 0.05
 # Memory growing across steps (a leak) costs no time now but ends in an OOM after a number of
 # steps the capacity sets: ranked as memory near capacity is.
 MEMORY_GROWTH_IMPACT = MEMORY_CAPACITY_IMPACT
+
+# A finding names the deepest module or region holding at least half of the time it rests on
+# (analysis/where.py): below that no single place explains it, and naming the largest leaf (5% of
+# a transformer's launch gaps in one of its 60 layers) would send the user to the wrong code.
+PLACE_MIN_SHARE = 0.5

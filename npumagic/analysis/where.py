@@ -67,6 +67,9 @@ class Places:
         return module, region
 
 
+PASSES = (", forward", ", backward")
+
+
 def _labels(tree: Tree, index: np.ndarray, suffix: str, column: str = "path") -> np.ndarray:
     paths = tree.spans[column].to_numpy(object) if len(tree.spans) else np.zeros(0, object)
     out = np.full(len(index), "", object)
@@ -116,16 +119,31 @@ def _backward(forward: Tree, files: list[str]) -> Tree | None:
 
 
 def largest(labels: np.ndarray, weight: np.ndarray) -> tuple[str, float]:
-    """The label (not "") holding the largest share of ``weight``, and that share of the whole
-    weight; ("", 0.0) where no weight is placed."""
+    """The narrowest place holding at least :data:`~.thresholds.PLACE_MIN_SHARE` of ``weight``,
+    and that share of the whole weight. A label ("path, pass" or a region path) counts toward each
+    enclosing path, with its pass and without it (a module's forward and backward together), so
+    time spread over many layers is named by the block holding them, not by the one layer holding
+    5% of it. ("", 0.0) where no place holds that much."""
+    from .thresholds import PLACE_MIN_SHARE
+
     total = float(np.sum(weight))
     placed = labels != ""
     if not placed.any() or total <= 0:
         return "", 0.0
     sums = pd.Series(np.asarray(weight, float)[placed]).groupby(labels[placed]).sum()
-    if not sums.max() > 0:
+    within: dict[tuple[int, int, str], float] = {}  # (path depth, with its pass, label) -> weight
+    for label, w in sums.items():
+        path, _, pass_ = str(label).rpartition(", ") if str(label).endswith(PASSES) else (str(label), "", "")
+        parts = path.split("/")
+        for depth in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:depth])
+            for key in ((depth, 1, f"{prefix}, {pass_}"), (depth, 0, prefix)) if pass_ else ((depth, 1, prefix),):
+                within[key] = within.get(key, 0.0) + float(w)
+    held = [(key, w / total) for key, w in within.items() if w / total >= PLACE_MIN_SHARE]
+    if not held:
         return "", 0.0
-    return str(sums.idxmax()), float(sums.max()) / total
+    (_, _, label), share = max(held, key=lambda kv: (kv[0][0], kv[0][1], kv[1]))
+    return label, share
 
 
 # -- findings -----------------------------------------------------------------------------------
@@ -140,17 +158,32 @@ def _tiny_kernels(s, ev: pd.DataFrame) -> np.ndarray:
     small = set(k.loc[typical < T.TINY_KERNEL_US, "name"].astype(str))
     tiny = text_mask(ev["name"], lambda n: n.isin(small))
     if s.meta.get("device_mode"):
-        return np.where(tiny & (ev["kind"] == "kernel").to_numpy(), ev["dur_ns"].to_numpy(float), 0.0)
-    ops = ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy()
-    weight = np.zeros(len(ev))
-    weight[ops] = self_time_ns(ev[ops])
-    return np.where(tiny, weight, 0.0)
+        tiny &= (ev["kind"] == "kernel").to_numpy()
+        weight = ev["dur_ns"].to_numpy(float)
+    else:
+        ops = ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy()
+        weight = np.zeros(len(ev))
+        weight[ops] = self_time_ns(ev[ops])
+    # each call weighs its name's median: one call the OS stalled for a millisecond is not a place
+    out = np.zeros(len(ev))
+    names = ev["name"]
+    keys = names.cat.codes.to_numpy() if isinstance(names.dtype, pd.CategoricalDtype) else names.to_numpy()
+    out[tiny] = pd.Series(weight[tiny]).groupby(keys[tiny]).transform("median").to_numpy()
+    return out
 
 
 def _syncs(s, ev: pd.DataFrame) -> np.ndarray:
     from .syncs import is_host_sync
 
     return np.where(is_host_sync(ev).to_numpy(), ev["dur_ns"].to_numpy(float), 0.0)
+
+
+def _under_gaps(s, ev: pd.DataFrame) -> np.ndarray:
+    """host_bound on a device: the idle time each top-level host operator covers (a CPU run's
+    host time outside operators has no operator to weigh)."""
+    from .gaps import gap_cover_ns
+
+    return gap_cover_ns(ev) if s.meta.get("device_mode") else np.zeros(len(ev))
 
 
 def _named(names: tuple[str, ...]) -> Callable:
@@ -166,7 +199,7 @@ def _selectors() -> dict[str, Callable]:
     from .syncs import SYNC_APIS, SYNC_COPIES
 
     return {"small_ops": _tiny_kernels, "sync": _syncs, "sync_memcpy": _named(SYNC_COPIES),
-            "sync_apis": _named(SYNC_APIS)}
+            "sync_apis": _named(SYNC_APIS), "host_bound": _under_gaps}
 
 
 def locate(s, findings: list[Finding]) -> list[Finding]:

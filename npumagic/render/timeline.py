@@ -121,7 +121,7 @@ def plot_timeline(ax, trace: Trace, rank: int | None = None, *, top_kernels: lis
             out.bars.append(ax.broken_barh(list(zip(ms(spans.starts), (spans.ends - spans.starts) / 1e6)),
                                            (y - 0.4, h), facecolors=color, linewidth=0, label=key))
         if (on_lane["device"] >= 0).any():
-            gaps, labels = _mark_gaps(ax, lane, on_lane, y, lo, hi, min_gap_ms, ms, width_px)
+            gaps, labels = _mark_gaps(ax, lane, on_lane, y, (lo, hi), min_gap_ms, ms, width_px)
             out.gaps += gaps
             out.gap_labels += labels
     for i, (_, s) in enumerate(shown_steps.iterrows()):
@@ -157,10 +157,11 @@ def _colour_groups(on_lane: pd.DataFrame, top: set[str]):
 LABEL_CHAR_PX = 6.5  # an 8 pt character, in the pixels of ``width_px``
 
 
-def _mark_gaps(ax, lane: str, lane_events: pd.DataFrame, y: int, lo: int, hi: int, min_gap_ms, ms,
+def _mark_gaps(ax, lane: str, lane_events: pd.DataFrame, y: int, window: tuple[int, int], min_gap_ms, ms,
                width_px: int) -> tuple[list, list]:
-    """Hatch the device idle gaps of one lane; label those wide enough to hold their label
-    (labels never overlap each other or run past the window)."""
+    """Hatch the device idle gaps of one lane within ``window`` (ns); label those wide enough to hold
+    their label (labels never overlap each other or run past the window)."""
+    lo, hi = window
     busy = lane_events[lane_events["kind"].isin(DEVICE_WORK)]
     if busy.empty:
         return [], []

@@ -182,35 +182,57 @@ def _host_bound(s: Summary) -> list[Finding]:
     if frames:
         evidence["python_frames"] = frames
     if not s.meta.get("device_mode"):
-        ms = unexplained * s.step_stats["mean_us"] / 1000
-        title = (f"Python outside torch operators takes {ms:,.2f} ms per step on average ({unexplained:.0%} of the "
-                 "steps' time): the CPU runs no operator then")
-        if frames:
-            title += f"; most of it in {_frames_listed(frames)}"
-        return [Finding("host_bound", unexplained, title, dict(evidence, python_ms=ms),
-                       "move the Python work out of the step or vectorise it into tensor operations (loops over "
-                       "elements, per-sample logging and metric math, time.sleep, printing); " + (
-                           f"start with {frames[0]['frame']}" if frames else
-                           "this run recorded Python stacks, but none of them in the user's code: the Python frames "
-                           "between operators on the timeline's host lane show which take the time"
-                           if _has_python_frames(s) else
-                           "profile again with Python stacks (--stack) to see which Python frames take the time"),
-                       "between operators")]
+        return [_python_bound(s, unexplained, evidence, frames)]
     evidence.update(preparing_ms=_per_step_ms(s, "preparing_us"), free_share=s.share("free_us"))
-    if s.meta.get("backend") == "npu":
-        fix = NPU_HOST_BOUND_FIX
-    elif backend_of(s) in ("cuda", "rocm"):  # ROCm's torch captures HIP graphs through the same API
-        fix = ("cut launch overhead: capture the step in CUDA graphs (torch.compile(model, mode='reduce-overhead')), "
-               "raise the batch size, and move Python work (logging, metric math) out of the step")
-    else:  # an accelerator without CUDA graphs (MTIA, XPU, ...): fewer, larger launches
-        fix = ("cut launch overhead: compile the step so fewer, fused operators are launched (torch.compile(model)), "
-               "raise the batch size, and move Python work (logging, metric math) out of the step")
     title = (f"the device is idle {idle_ms:,.2f} ms per step ({idle:.0%}) waiting for the host; "
              f"{evidence['preparing_ms']:,.2f} ms pass before the first device task")
     inferred = steps_inferred(s)  # the idle time may be start-up (context creation, first calls), not the loop
     if inferred:
         title = (f"the device is idle {idle_ms:,.2f} ms ({idle:.0%}) of the whole trace, which has no step marks, so "
                  f"start-up counts too; {evidence['preparing_ms']:,.2f} ms pass before the first device task")
+    title, fix = _host_thread_said(s, title, _dispatch_fix(s), evidence)
+    title, fix, launch = _gaps_said(s, title, fix, evidence, inferred)
+    if backend_of(s) in ("cuda", "rocm") and not launch:
+        title, fix = _gap_operators_said(s, title, fix, evidence)
+    if inferred:
+        fix = ("profile steady-state steps before acting on this: mark each iteration (prof.step() under a schedule "
+               "that skips the first ones, torch.profiler.schedule(wait=1, warmup=1, active=3); in a cell npumagic "
+               "profiles, npumagic.step()); if the steps stay host-bound, " + fix)
+    return [Finding("host_bound", unexplained, title, evidence, fix)]
+
+
+def _python_bound(s: Summary, unexplained: float, evidence: dict, frames: list) -> Finding:
+    """A CPU run's host_bound: Python outside torch operators, with the frames taking it where recorded."""
+    ms = unexplained * s.step_stats["mean_us"] / 1000
+    title = (f"Python outside torch operators takes {ms:,.2f} ms per step on average ({unexplained:.0%} of the "
+             "steps' time): the CPU runs no operator then")
+    if frames:
+        title += f"; most of it in {_frames_listed(frames)}"
+    return Finding("host_bound", unexplained, title, dict(evidence, python_ms=ms),
+                   "move the Python work out of the step or vectorise it into tensor operations (loops over "
+                   "elements, per-sample logging and metric math, time.sleep, printing); " + (
+                       f"start with {frames[0]['frame']}" if frames else
+                       "this run recorded Python stacks, but none of them in the user's code: the Python frames "
+                       "between operators on the timeline's host lane show which take the time"
+                       if _has_python_frames(s) else
+                       "profile again with Python stacks (--stack) to see which Python frames take the time"),
+                   "between operators")
+
+
+def _dispatch_fix(s: Summary) -> str:
+    """The backend's first fix for a device waiting on its host."""
+    if s.meta.get("backend") == "npu":
+        return NPU_HOST_BOUND_FIX
+    if backend_of(s) in ("cuda", "rocm"):  # ROCm's torch captures HIP graphs through the same API
+        return ("cut launch overhead: capture the step in CUDA graphs (torch.compile(model, mode='reduce-overhead')), "
+                "raise the batch size, and move Python work (logging, metric math) out of the step")
+    # an accelerator without CUDA graphs (MTIA, XPU, ...): fewer, larger launches
+    return ("cut launch overhead: compile the step so fewer, fused operators are launched (torch.compile(model)), "
+            "raise the batch size, and move Python work (logging, metric math) out of the step")
+
+
+def _host_thread_said(s: Summary, title: str, fix: str, evidence: dict) -> tuple[str, str]:
+    """Title and fix told by the host sampler: a saturated step thread dispatches, an idle one waits."""
     host = _host_cpu(s)
     main = host.get("main_thread_cpu_pct", float("nan")) if host else float("nan")
     if host:
@@ -226,6 +248,11 @@ def _host_bound(s: Summary) -> list[Finding]:
         fix = ("find what the host waits on between steps (profile with Python stacks, --stack, and read the host lanes of the "
                "timeline: file or network reads, logging, checkpoint writes, time.sleep, lock waits) and move it off "
                "the step; " + fix)
+    return title, fix
+
+
+def _gaps_said(s: Summary, title: str, fix: str, evidence: dict, inferred) -> tuple[str, str, dict | None]:
+    """Title and fix told by the idle gaps between kernels: launch gaps (graphs remove them) or longer host work."""
     graphs = backend_of(s) in ("cuda", "rocm")  # the fix above is graphs: they remove launch gaps only
     launch = whatif.launch_bound(s)
     gaps = launch or (whatif.idle_gaps(s) if graphs else None)
@@ -242,24 +269,26 @@ def _host_bound(s: Summary) -> list[Finding]:
                f"graphs would remove only the {gaps['short']:,.2f} ms of launch gaps): find that work (profile with "
                "Python stacks, --stack, and read the host lane of the timeline under the gaps) and move it off the "
                "step, then raise the batch size")
-    under = gap_operators(s.events) if graphs and not launch else pd.DataFrame()  # launches linked
-    if len(under):
-        listed = ", ".join(f"{r.op} ({r.idle_us / 1000:,.2f} ms, {r.launches} launches)" for r in under.head(3).itertuples())
-        evidence["gap_operators"] = under.head(5).to_dict("records")
-        title += f"; under the largest gaps the host runs {listed}"
-        heavy = cpu_work(under.head(3), T.CPU_WORK_PER_LAUNCH_US)
-        if len(heavy) and float(heavy["idle_us"].sum()) >= 0.5 * float(under.head(3)["idle_us"].sum()):
-            evidence["cpu_work_ms"] = float(heavy["idle_us"].sum()) / max(len(s.steps), 1) / 1000
-            # the fix follows what the heaviest work does (DDP's bucket packing, the optimizer, ...)
-            by_role = heavy.assign(role=roles.roles(heavy["op"]).to_numpy()).groupby("role")["idle_us"].sum()
-            role = str(by_role.idxmax())
-            evidence["cpu_work_role"] = role
-            fix = roles.fix_for(role, ", ".join(heavy["op"].head(3)), True)
-    if inferred:
-        fix = ("profile steady-state steps before acting on this: mark each iteration (prof.step() under a schedule "
-               "that skips the first ones, torch.profiler.schedule(wait=1, warmup=1, active=3); in a cell npumagic "
-               "profiles, npumagic.step()); if the steps stay host-bound, " + fix)
-    return [Finding("host_bound", unexplained, title, evidence, fix)]
+    return title, fix, launch
+
+
+def _gap_operators_said(s: Summary, title: str, fix: str, evidence: dict) -> tuple[str, str]:
+    """Title and fix told by the host operators under the largest gaps (their launches linked)."""
+    under = gap_operators(s.events)
+    if not len(under):
+        return title, fix
+    listed = ", ".join(f"{r.op} ({r.idle_us / 1000:,.2f} ms, {r.launches} launches)" for r in under.head(3).itertuples())
+    evidence["gap_operators"] = under.head(5).to_dict("records")
+    title += f"; under the largest gaps the host runs {listed}"
+    heavy = cpu_work(under.head(3), T.CPU_WORK_PER_LAUNCH_US)
+    if len(heavy) and float(heavy["idle_us"].sum()) >= 0.5 * float(under.head(3)["idle_us"].sum()):
+        evidence["cpu_work_ms"] = float(heavy["idle_us"].sum()) / max(len(s.steps), 1) / 1000
+        # the fix follows what the heaviest work does (DDP's bucket packing, the optimizer, ...)
+        by_role = heavy.assign(role=roles.roles(heavy["op"]).to_numpy()).groupby("role")["idle_us"].sum()
+        role = str(by_role.idxmax())
+        evidence["cpu_work_role"] = role
+        fix = roles.fix_for(role, ", ".join(heavy["op"].head(3)), True)
+    return title, fix
 
 
 def _launch_fix(s: Summary) -> str:

@@ -6,6 +6,8 @@ operator compilation (aclopCompileAndExecute)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import pandas as pd
 
@@ -207,38 +209,60 @@ def aicore_performance(s) -> list[Finding]:
     total_ns = float(every["dur_ns"].sum()) + comm_ns
     if d.empty or not total_ns:
         return []
-    core, types = d["core"], d["type"]
-    # cube: AI_CORE matmuls whose name+shape moves at least 100 MB
-    cube = d[(core == "AI_CORE") & types.str.lower().str.contains("matmul")]
-    opt_rows, bound_rows, unaligned = [], [], []
-    if len(cube):
-        for (name, si, so), g in cube.groupby(["name", "input_shapes", "output_shapes"], sort=False):
-            if sum(_mb(si, so) for _ in range(len(g))) < T.CUBE_MIN_MB:
-                continue
-            ns = float(g["dur_ns"].sum())
-            if not _cube_aligned(si):
-                unaligned.append({"op": name, "shape": si, "duration_us": ns / 1e3})
-                continue
-            mac, mte2 = g["aic_mac_ratio"].mean(), g["aic_mte2_ratio"].mean()
-            if mac != mac or mte2 != mte2:  # pipe metrics not recorded: no figure to judge it by
-                continue
-            if mac >= T.CUBE_MAC_BOUND or mte2 >= T.CUBE_MTE2_BOUND:
-                bound = "mac_and_mte2" if (mac >= T.CUBE_MAC_BOUND and mte2 >= T.CUBE_MTE2_BOUND) else (
-                    "mac" if mac >= T.CUBE_MAC_BOUND else "mte2")
-                bound_rows.append({"group": "cube", "op": name, "shape": si, "bound": bound, "duration_us": ns / 1e3})
-            else:
-                space = max(T.CUBE_MAC_BOUND - mac, T.CUBE_MTE2_BOUND - mte2)
-                opt_rows.append({"group": "cube", "op": name, "shape": si, "optimization": space, "duration_us": ns / 1e3})
-    # FlashAttention: shapes aligned to 128, else bound or optimisation space per direction
-    fa = d[types.isin(["FlashAttentionScore", "FlashAttentionScoreGrad"])]
+    groups = _Groups()
+    _cube_groups(d, groups)
+    _attention_groups(d, groups)
+    _vector_groups(d, total_ns, groups)
+    return _aicore_finding(s, groups) if groups else []
+
+
+@dataclass
+class _Groups:
+    """The operator groups judged: with optimisation space, bound by a pipe, or of unaligned shape."""
+
+    opt: list[dict] = field(default_factory=list)
+    bound: list[dict] = field(default_factory=list)
+    unaligned: list[dict] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.opt or self.bound or self.unaligned)
+
+
+def _cube_groups(d, groups: _Groups) -> None:
+    """AI_CORE matmuls whose name+shape moves at least 100 MB: unaligned, bound or with space."""
+    cube = d[(d["core"] == "AI_CORE") & d["type"].str.lower().str.contains("matmul")]
+    if not len(cube):
+        return
+    for (name, si, so), g in cube.groupby(["name", "input_shapes", "output_shapes"], sort=False):
+        if sum(_mb(si, so) for _ in range(len(g))) < T.CUBE_MIN_MB:
+            continue
+        ns = float(g["dur_ns"].sum())
+        if not _cube_aligned(si):
+            groups.unaligned.append({"op": name, "shape": si, "duration_us": ns / 1e3})
+            continue
+        mac, mte2 = g["aic_mac_ratio"].mean(), g["aic_mte2_ratio"].mean()
+        if mac != mac or mte2 != mte2:  # pipe metrics not recorded: no figure to judge it by
+            continue
+        if mac >= T.CUBE_MAC_BOUND or mte2 >= T.CUBE_MTE2_BOUND:
+            bound = "mac_and_mte2" if (mac >= T.CUBE_MAC_BOUND and mte2 >= T.CUBE_MTE2_BOUND) else (
+                "mac" if mac >= T.CUBE_MAC_BOUND else "mte2")
+            groups.bound.append({"group": "cube", "op": name, "shape": si, "bound": bound, "duration_us": ns / 1e3})
+        else:
+            space = max(T.CUBE_MAC_BOUND - mac, T.CUBE_MTE2_BOUND - mte2)
+            groups.opt.append({"group": "cube", "op": name, "shape": si, "optimization": space, "duration_us": ns / 1e3})
+
+
+def _attention_groups(d, groups: _Groups) -> None:
+    """FlashAttention: shapes aligned to 128, else bound or optimisation space per direction."""
+    fa = d[d["type"].isin(["FlashAttentionScore", "FlashAttentionScoreGrad"])]
     for (name, si, so, kind), g in fa.groupby(["name", "input_shapes", "output_shapes", "type"], sort=False):
         ns = float(g["dur_ns"].sum())
         head, seq = _fa_dims(si, so, varlen="varlen" in str(name).lower())
         bad = [label for label, v in (("head dim", head), ("sequence length", seq))
                if v is not None and v % T.FA_INNER_AXIS]
         if bad:
-            unaligned.append({"op": name, "shape": si, "duration_us": ns / 1e3,
-                              "why": f"{' and '.join(bad)} not a multiple of {T.FA_INNER_AXIS}"})
+            groups.unaligned.append({"op": name, "shape": si, "duration_us": ns / 1e3,
+                                     "why": f"{' and '.join(bad)} not a multiple of {T.FA_INNER_AXIS}"})
             continue
         mte2 = g["aic_mte2_ratio"].mean()
         other, limit, label = ((g["aic_fixpipe_ratio"].mean(), T.FA_FIXPIPE_BOUND, "fixpipe") if kind.endswith("Grad")
@@ -247,43 +271,49 @@ def aicore_performance(s) -> list[Finding]:
             continue
         if mte2 >= T.FA_MTE2_BOUND or other >= limit:
             bound = "_and_".join(b for b, hit in (("mte2", mte2 >= T.FA_MTE2_BOUND), (label, other >= limit)) if hit)
-            bound_rows.append({"group": "fa", "op": name, "shape": si, "bound": bound, "duration_us": ns / 1e3})
+            groups.bound.append({"group": "fa", "op": name, "shape": si, "bound": bound, "duration_us": ns / 1e3})
         else:
-            opt_rows.append({"group": "fa", "op": name, "shape": si, "duration_us": ns / 1e3,
-                             "optimization": max(T.FA_MTE2_BOUND - mte2, limit - other)})
-    # vector: op types on vector cores taking at least 1% of device time
-    vec = d[core.isin(["AI_VECTOR_CORE", "MIX_AIV"])]
-    if len(vec):
-        share = vec.groupby("type")["dur_ns"].sum() / total_ns
-        kept = share[share >= T.VECTOR_TYPE_SHARE].index
-        groups = vec[vec["type"].isin(kept)].groupby(["name", "input_shapes", "output_shapes"], sort=False).agg(
-            v=("aiv_vec_ratio", "mean"), m2=("aiv_mte2_ratio", "mean"), m3=("aiv_mte3_ratio", "mean"),
-            ns=("dur_ns", "sum"), dtype=("input_dtypes", "first"))
-        for (name, si, so), v, m2, m3, ns, dtype in zip(groups.index, *(groups[c] for c in groups.columns)):
-            if any(x != x for x in (v, m2, m3)):
-                continue
-            ns = float(ns)
-            if v + m2 + m3 >= T.VECTOR_TOTAL_BOUND:
-                bound = "vec_mte2_mte3"
-            elif m2 >= T.VECTOR_PIPE_BOUND:
-                bound = "mte2"
-            elif m3 >= T.VECTOR_PIPE_BOUND:
-                bound = "mte3"
-            elif v >= T.VECTOR_PIPE_BOUND:
-                bound = "vec"
-            else:
-                bound = ""
-            if bound:
-                bound_rows.append({"group": "vector", "op": name, "shape": si, "dtype": dtype, "bound": bound,
-                                   "duration_us": ns / 1e3})
-            else:
-                space = max(T.VECTOR_PIPE_BOUND - v, T.VECTOR_PIPE_BOUND - m2, T.VECTOR_PIPE_BOUND - m3)
-                opt_rows.append({"group": "vector", "op": name, "shape": si, "dtype": dtype, "optimization": space,
-                                 "duration_us": ns / 1e3})
-    if not (opt_rows or bound_rows or unaligned):
-        return []
-    opt_rows.sort(key=lambda r: r["optimization"], reverse=True)
-    bound_rows.sort(key=lambda r: r["duration_us"], reverse=True)
+            groups.opt.append({"group": "fa", "op": name, "shape": si, "duration_us": ns / 1e3,
+                               "optimization": max(T.FA_MTE2_BOUND - mte2, limit - other)})
+
+
+def _vector_bound(v: float, m2: float, m3: float) -> str:
+    """The pipe a vector group is bound by ("" if none)."""
+    if v + m2 + m3 >= T.VECTOR_TOTAL_BOUND:
+        return "vec_mte2_mte3"
+    for label, ratio in (("mte2", m2), ("mte3", m3), ("vec", v)):
+        if ratio >= T.VECTOR_PIPE_BOUND:
+            return label
+    return ""
+
+
+def _vector_groups(d, total_ns: float, groups: _Groups) -> None:
+    """Op types on vector cores taking at least 1% of device time, grouped by name and shape."""
+    vec = d[d["core"].isin(["AI_VECTOR_CORE", "MIX_AIV"])]
+    if not len(vec):
+        return
+    share = vec.groupby("type")["dur_ns"].sum() / total_ns
+    kept = share[share >= T.VECTOR_TYPE_SHARE].index
+    table = vec[vec["type"].isin(kept)].groupby(["name", "input_shapes", "output_shapes"], sort=False).agg(
+        v=("aiv_vec_ratio", "mean"), m2=("aiv_mte2_ratio", "mean"), m3=("aiv_mte3_ratio", "mean"),
+        ns=("dur_ns", "sum"), dtype=("input_dtypes", "first"))
+    for (name, si, so), v, m2, m3, ns, dtype in zip(table.index, *(table[c] for c in table.columns)):
+        if any(x != x for x in (v, m2, m3)):
+            continue
+        row = {"group": "vector", "op": name, "shape": si, "dtype": dtype}
+        bound = _vector_bound(v, m2, m3)
+        if bound:
+            groups.bound.append({**row, "bound": bound, "duration_us": float(ns) / 1e3})
+        else:
+            space = max(T.VECTOR_PIPE_BOUND - v, T.VECTOR_PIPE_BOUND - m2, T.VECTOR_PIPE_BOUND - m3)
+            groups.opt.append({**row, "optimization": space, "duration_us": float(ns) / 1e3})
+
+
+def _aicore_finding(s, groups: _Groups) -> list[Finding]:
+    """The one npu_compute finding: its title, evidence and fixes from the groups judged."""
+    opt_rows = sorted(groups.opt, key=lambda r: r["optimization"], reverse=True)
+    bound_rows = sorted(groups.bound, key=lambda r: r["duration_us"], reverse=True)
+    unaligned = groups.unaligned
     at_stake = sum(r["duration_us"] * r["optimization"] for r in opt_rows)
     top = ", ".join(f"{r['op']} [{r['shape']}] {r['optimization']:.1%}" for r in opt_rows[:3])
     title = (f"AI Core operator groups: {len(opt_rows)} with optimisation space (top: {top})" if opt_rows else
@@ -292,6 +322,13 @@ def aicore_performance(s) -> list[Finding]:
         title += f"; {len(bound_rows)} bound ({', '.join(sorted({r['bound'] for r in bound_rows}))})"
     if unaligned:
         title += f"; {len(unaligned)} matmul/attention shapes not aligned ({T.CUBE_INNER_AXIS} / {T.FA_INNER_AXIS})"
+    return [Finding("npu_compute", share_of_steps(s, at_stake), title,
+                    {"optimization": opt_rows[:10], "bound": bound_rows[:10], "unaligned": unaligned[:10],
+                     "optimization_us": at_stake}, "; ".join(_aicore_fixes(opt_rows, bound_rows, unaligned)),
+                    ", ".join(r["op"] for r in (opt_rows + bound_rows + unaligned)[:5]))]
+
+
+def _aicore_fixes(opt_rows: list[dict], bound_rows: list[dict], unaligned: list[dict]) -> list[str]:
     fixes = []
     conversions = sum("TransData" in r["op"] for r in opt_rows + bound_rows)
     if conversions:
@@ -308,10 +345,7 @@ def aicore_performance(s) -> list[Finding]:
                      "(pad the sequence, choose head sizes accordingly)")
     if any(not r.get("why") for r in unaligned):
         fixes.append(f"pad matmul inner axes to multiples of {T.CUBE_INNER_AXIS} (hidden and head sizes)")
-    return [Finding("npu_compute", share_of_steps(s, at_stake), title,
-                    {"optimization": opt_rows[:10], "bound": bound_rows[:10], "unaligned": unaligned[:10],
-                     "optimization_us": at_stake}, "; ".join(fixes),
-                    ", ".join(r["op"] for r in (opt_rows + bound_rows + unaligned)[:5]))]
+    return fixes
 
 
 @rule("op_dispatch", ("npu",))

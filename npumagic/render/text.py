@@ -10,7 +10,7 @@ import numpy as np
 from ..analysis.advice import steps_inferred
 from ..analysis.checklist import busy_label
 from ..terminal import terminal_safe, wrap
-from .tables import format_advice, format_breakdown, format_kernel_diff, format_steps
+from .tables import format_advice, format_breakdown, format_kernel_diff, format_steps, shorten
 
 
 def _ms(us: float) -> str:
@@ -98,7 +98,9 @@ def finding_text(finding, width: int | None = None, number: str = "") -> str:
     if finding.where:
         lines.append(wrap(f"    where: {finding.where}", width, 11))
     if getattr(finding, "place", ""):
-        lines.append(wrap(f"    in: {finding.place} ({finding.place_share:.0%} of its time)", width, 8))
+        # a region path has no space to wrap at
+        place = shorten(finding.place, max(width - 10, 40)) if width else finding.place
+        lines.append(wrap(f"    in: {place} ({finding.place_share:.0%} of its time)", width, 8))
     return "\n".join(lines)
 
 

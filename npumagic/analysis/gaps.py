@@ -24,6 +24,11 @@ def _top_level(ops: pd.DataFrame) -> pd.DataFrame:
     return ops.iloc[order[top]]
 
 
+def _top_level_ops(host: pd.DataFrame) -> pd.DataFrame:
+    """The host operators of every thread that no other operator of their thread encloses."""
+    return pd.concat([_top_level(g) for _, g in host.groupby("lane", observed=True)], ignore_index=True)
+
+
 def gap_operators(ev: pd.DataFrame | None, largest: int = 10) -> pd.DataFrame:
     """The top-level host operators under the ``largest`` device idle gaps of the steps, by the
     idle time they cover (:data:`GAP_OP_COLUMNS`); empty without device work or events."""
@@ -39,7 +44,7 @@ def gap_operators(ev: pd.DataFrame | None, largest: int = 10) -> pd.DataFrame:
     host = in_step[((in_step["kind"] == "host_op") & (in_step["device"] < 0)).to_numpy()]
     if host.empty:
         return pd.DataFrame(columns=GAP_OP_COLUMNS)
-    tops = pd.concat([_top_level(g) for _, g in host.groupby("lane", observed=True)], ignore_index=True)
+    tops = _top_level_ops(host)
     start = tops["ts_ns"].to_numpy()
     end = start + tops["dur_ns"].to_numpy()
     covered = gaps.covered(start, end)
@@ -66,9 +71,7 @@ def gap_cover_ns(ev: pd.DataFrame) -> np.ndarray:
     if len(busy) < 2 or not host.any():
         return out
     gaps = Spans(busy.ends[:-1], busy.starts[1:])
-    rows = pd.Series(np.arange(len(ev)))[host]
-    ops = ev[host].assign(_row=rows.to_numpy())
-    tops = pd.concat([_top_level(g) for _, g in ops.groupby("lane", observed=True)], ignore_index=True)
+    tops = _top_level_ops(ev[host].assign(_row=np.flatnonzero(host)))
     start = tops["ts_ns"].to_numpy()
     out[tops["_row"].to_numpy()] = gaps.covered(start, start + tops["dur_ns"].to_numpy())
     return out

@@ -1,6 +1,6 @@
 """The host's own CPU while the profiler records: a background thread samples (every 50 ms)
 this process's CPU % and RSS, the CPU % of the thread running the cell, of each child
-process (DataLoader workers) and of every core, and writes them beside the trace as
+process running our Python work (DataLoader workers; see :func:`is_worker`) and of every core, and writes them beside the trace as
 ``npumagic_host.csv``, which the readers turn into counters (group "Host").
 
 The profiler's traces say where the host spent its time, not whether it was saturated: a step
@@ -42,11 +42,26 @@ RECORDING = frozenset({"RECORD", "RECORD_AND_SAVE"})  # torch's and torch_npu's 
 # multiprocessing's own long-lived helpers: children of the kernel that run no user work (the
 # resource tracker starts with the first spawned process, e.g. a Dask cluster, and stays)
 HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "multiprocessing.semaphore_tracker")
+FORKSERVER = "multiprocessing.forkserver"  # its children are the workers of the forkserver start method
+SPAWNED = "multiprocessing.spawn"  # the command line of a child of the spawn start method
 
 
 def is_helper(cmdline: str) -> bool:
     """Whether a child process with ``cmdline`` is one of multiprocessing's helpers, not a worker."""
     return any(helper in cmdline for helper in HELPERS)
+
+
+def is_worker(cmdline: str, own: str) -> bool:
+    """Whether a child process with ``cmdline`` runs this process's Python work (a DataLoader
+    worker): forked (a fork keeps our command line) or started by multiprocessing's spawn. A
+    program the kernel started with exec (a TensorBoard, ``!nvidia-smi``, a script of its own)
+    runs none of it and gets no worker lane."""
+    return not is_helper(cmdline) and (cmdline == own or SPAWNED in cmdline)
+
+
+def _read_cmdline(pid: int | str) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        return fh.read().replace(b"\0", b" ").decode(errors="replace")
 
 
 def _cmdline(child) -> list[str]:
@@ -65,7 +80,9 @@ class _Proc:
         self.stat = os.open("/proc/stat", os.O_RDONLY)
         self.statm = os.open("/proc/self/statm", os.O_RDONLY)
         self.children: dict[int, int] = {}  # pid -> fd of /proc/pid/stat
-        self.helpers: set[int] = set()  # children that are no workers (see is_helper)
+        self.others: set[int] = set()  # children that are no workers (see is_worker)
+        self.forkservers: set[int] = set()
+        self.own = _read_cmdline("self")
 
     @staticmethod
     def available() -> bool:
@@ -84,25 +101,45 @@ class _Proc:
             out.append((float(busy), float(busy + f[3] + f[4])))
         return out
 
-    def list_children(self) -> None:
+    @staticmethod
+    def _children_of(pid: int | str) -> set[int]:
         pids: set[int] = set()
-        for tid in os.listdir("/proc/self/task"):
+        for tid in os.listdir(f"/proc/{pid}/task"):
             try:
-                with open(f"/proc/self/task/{tid}/children", "rb") as fh:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
                     pids.update(int(p) for p in fh.read().split())
+            except OSError:
+                continue
+        return pids
+
+    def list_children(self) -> None:
+        pids = self._children_of("self")
+        for server in self.forkservers & pids:  # the forkserver's children are our workers
+            try:
+                pids |= self._children_of(server)
             except OSError:
                 continue
         for pid in set(self.children) - pids:
             os.close(self.children.pop(pid))
-        for pid in pids - set(self.children) - self.helpers:
+        for pid in pids - set(self.children) - self.others:
             try:
-                with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    if is_helper(fh.read().replace(b"\0", b" ").decode(errors="replace")):
-                        self.helpers.add(pid)
-                        continue
+                cmdline = _read_cmdline(pid)
+                if FORKSERVER in cmdline:
+                    self.forkservers.add(pid)
+                if not is_worker(cmdline, self.own) and not self._served(pid):
+                    self.others.add(pid)
+                    continue
                 self.children[pid] = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
             except OSError:
                 pass
+
+    def _served(self, pid: int) -> bool:
+        """Whether ``pid`` was forked by a forkserver of ours (it keeps the server's command line)."""
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                return int(fh.read().rsplit(b")", 1)[1].split()[1]) in self.forkservers
+        except (OSError, IndexError, ValueError):
+            return False
 
     def child_times(self) -> dict[int, float]:
         out = {}
@@ -145,8 +182,15 @@ class _Psutil:
 
     def list_children(self) -> None:
         try:
-            children = self.process.children(recursive=False)
-            self.children = {c.pid: c for c in children if not is_helper(" ".join(_cmdline(c)))}
+            own = " ".join(_cmdline(self.process))
+            workers = []
+            for child in self.process.children(recursive=False):
+                cmdline = " ".join(_cmdline(child))
+                if FORKSERVER in cmdline:
+                    workers += child.children(recursive=False)
+                elif is_worker(cmdline, own):
+                    workers.append(child)
+            self.children = {c.pid: c for c in workers}
         except self.psutil.Error:
             self.children = {}
 

@@ -253,3 +253,41 @@ def test_host_bound_with_the_main_thread_pinned_is_dispatch_bound(waiting_on_dat
     idle = _with_host(dataclasses.replace(waiting_on_data, steps=steps), main_thread_cpu_pct=10.0, cores_idle=6)
     finding = next(f for f in advise(idle) if f.category == "host_bound")
     assert "the host waits" in finding.title and "6 cores idle" in finding.title
+
+
+@pytest.mark.parametrize("source", ["proc", "psutil"])
+def test_only_children_running_our_python_work_are_workers(source, monkeypatch):
+    """A forked, a spawned and a forkserver's child run the kernel's work (DataLoader workers);
+    a program the kernel started with exec (a TensorBoard, a shell command) is no worker."""
+    import multiprocessing
+    import subprocess
+    import sys
+    import types
+
+    from npumagic.capture.host import _Proc, _Psutil
+
+    # spawn reads the main module's spec: an earlier test's InteractiveShell left one without any
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+    reader = _Proc() if source == "proc" else _Psutil()
+    program = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    started = [multiprocessing.get_context(method).Process(target=time.sleep, args=(30,), daemon=True)
+               for method in ("fork", "spawn", "forkserver")]
+    try:
+        for process in started:
+            process.start()
+        expected = {p.pid for p in started}
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # the forkserver's child is found once the server is
+            reader.list_children()
+            if expected <= set(reader.children):
+                break
+            time.sleep(0.1)
+        assert expected <= set(reader.children)  # an earlier test's DataLoader workers may live on
+        assert all(p.is_alive() for p in started)
+        assert program.pid not in reader.children
+    finally:
+        program.kill()
+        for process in started:
+            if process.pid is not None:
+                process.kill()
+        reader.close()

@@ -1,7 +1,7 @@
 """The host's own CPU while the profiler records: a background thread samples (every 50 ms)
-this process's CPU % and RSS, the CPU % of the thread running the cell, of each child
-process running our Python work (DataLoader workers; see :func:`is_worker`) and of every core, and writes them beside the trace as
-``npumagic_host.csv``, which the readers turn into counters (group "Host").
+this process's CPU % and RSS, the CPU % of the thread running the cell, of each child process
+running our Python work (DataLoader workers, see :func:`is_worker`) and of every core, and writes
+them beside the trace as ``npumagic_host.csv``, which the readers turn into counters (group "Host").
 
 The profiler's traces say where the host spent its time, not whether it was saturated: a step
 that waits while the main thread sits at 100% of a core is dispatch-bound, one whose DataLoader

@@ -61,7 +61,10 @@ CHECKED = {"computing_us": "Computing", "comm_not_overlapped_us": "Communication
 AGREE_SHARE = 0.01  # of the step's Stage: the text export's figures agree to 0.01% on every whole rank
 
 
-HARDWARE_LANE = "Ascend Hardware/"  # torch_npu's compute task lanes, as every Ascend reader names them
+HARDWARE_LANE = "Ascend Hardware/"
+# the host's recorded work: what a step's last window holds after its last device activity (not
+# annotations, which a ProfilerStep# is, nor with_stack frames, which span the whole step)
+HOST_WORK = ("host_op", "runtime", "sync", "dataloader")  # torch_npu's compute task lanes, as every Ascend reader names them
 
 
 def vendor_rule(ev: pd.DataFrame) -> pd.DataFrame:
@@ -117,9 +120,11 @@ def cycle_of(ts_ns: np.ndarray, bounds: np.ndarray) -> np.ndarray:
 
 
 def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool,
-               bounds: np.ndarray | None = None) -> pd.DataFrame:
+               bounds: np.ndarray | None = None, host_tail: bool = False) -> pd.DataFrame:
     """Per-step breakdown (:data:`STEP_COLUMNS`) of one rank's events ``ev`` and its ``steps``
-    (sorted by start); ``bounds``: where its later profiling cycles begin (:func:`cycle_bounds`)."""
+    (sorted by start); ``bounds``: where its later profiling cycles begin (:func:`cycle_bounds`);
+    ``host_tail``: each cycle's last step holds the host work recorded after its last device
+    activity (see :func:`device_windows`)."""
     if steps.empty:
         return pd.DataFrame(columns=STEP_COLUMNS)
     kind = ev["kind"]
@@ -130,7 +135,8 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool,
     if device_mode:
         work = ev.loc[(kind.isin(DEVICE_WORK) & (ev["device"] >= 0)).to_numpy(), ["kind", "ts_ns", "dur_ns", "step"]]
         compute, comm, memcpy = (spans_of(work[work["kind"] == k]) for k in DEVICE_WORK)
-        lo, hi = _cycle_windows(work, steps, np.empty(0, np.int64) if bounds is None else bounds)
+        host_last = _host_work_ends(ev, steps) if host_tail else None
+        lo, hi = _cycle_windows(work, steps, np.empty(0, np.int64) if bounds is None else bounds, host_last)
         tasks = work[(work["kind"] != "memcpy") & (work["step"] >= 0)]
         ends = tasks["ts_ns"] + tasks["dur_ns"]
         first = tasks.groupby("step")["ts_ns"].min().reindex(steps["step"]).to_numpy()
@@ -206,20 +212,31 @@ def _idle_attribution(ev: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, busy: Sp
         on_ops = Spans.empty()
     return dict(zip(IDLE_COLUMNS, (on_sync.covered(lo, hi), on_loader.covered(lo, hi), on_ops.covered(lo, hi),
                                    rest.covered(lo, hi))))
-def _cycle_windows(work: pd.DataFrame, steps: pd.DataFrame, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _host_work_ends(ev: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """The end (ns) of the last host work recorded in each step (operators, runtime calls, syncs,
+    DataLoader waits; NaN where none), aligned with ``steps``."""
+    host = ev.loc[(ev["kind"].isin(HOST_WORK) & (ev["device"] < 0) & (ev["step"] >= 0)).to_numpy(),
+                  ["step", "ts_ns", "dur_ns"]]
+    return (host["ts_ns"] + host["dur_ns"]).groupby(host["step"]).max().reindex(steps["step"]).to_numpy(np.float64)
+
+
+def _cycle_windows(work: pd.DataFrame, steps: pd.DataFrame, bounds: np.ndarray,
+                   host_last: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`device_windows` of each profiling cycle on its own, aligned with ``steps``."""
     if not bounds.size:
-        return device_windows(work, steps)
+        return device_windows(work, steps, host_last)
     lo, hi = steps["start_ns"].to_numpy().copy(), steps["end_ns"].to_numpy().copy()
     step_cycle = cycle_of(steps["start_ns"].to_numpy(), bounds)
     work_cycle = cycle_of(work["ts_ns"].to_numpy(), bounds)
     for cycle in np.unique(step_cycle):
         mine = step_cycle == cycle
-        lo[mine], hi[mine] = device_windows(work[work_cycle == cycle], steps[mine])
+        lo[mine], hi[mine] = device_windows(work[work_cycle == cycle], steps[mine],
+                                            None if host_last is None else host_last[mine])
     return lo, hi
 
 
-def device_windows(work: pd.DataFrame, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def device_windows(work: pd.DataFrame, steps: pd.DataFrame,
+                   host_last: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each step's device window ``[lo, hi)`` in ns, aligned with ``steps`` (sorted by start).
 
     The device window of step k runs from the first device activity launched in step k to the
@@ -228,8 +245,12 @@ def device_windows(work: pd.DataFrame, steps: pd.DataFrame) -> tuple[np.ndarray,
     (the host's preparation of the first step is part of it, as it is of every later window),
     or, while the device is still busy with work launched before the trace, when that is done,
     and at the latest at its own first activity; the last window ends at its last device
-    activity (after it the host only stops the profiler). A step that launched no device work
-    keeps its host window.
+    activity, or, given ``host_last`` (the end of each step's last recorded host work), at the
+    end of its host work where that is later: the host's work after the last kernel (a ``.item()``,
+    logging, the optimizer's Python) is the step's own. The rest of the host step is not: in the
+    shared traces the last ProfilerStep# often runs on 20+ ms with nothing recorded (the profiler
+    stopping). torch_npu's step_trace_time.csv ends the step at its device work, hence no
+    ``host_last`` there. A step that launched no device work keeps its host window.
 
     Parameters
     ----------
@@ -248,6 +269,9 @@ def device_windows(work: pd.DataFrame, steps: pd.DataFrame) -> tuple[np.ndarray,
         backlog_end = int((backlog["ts_ns"] + backlog["dur_ns"]).max()) if len(backlog) else lo[active[0]]
         starts[0] = min(starts[0], max(lo[active[0]], backlog_end))
         lo[active] = starts
-        hi[active] = np.append(starts[1:], np.int64(last[active[-1]]))
+        end = np.int64(last[active[-1]])
+        if host_last is not None and host_last[active[-1]] > end:  # NaN (no host work) compares False
+            end = np.int64(min(host_last[active[-1]], hi[active[-1]]))
+        hi[active] = np.append(starts[1:], end)
         hi[active] = np.maximum(hi[active], lo[active])
     return lo, hi

@@ -227,10 +227,12 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         breakdown = vendor_step_table(vendor.get("step_trace_time"), steps)
         device_mode = True
     else:
-        breakdown = step_table(ev, steps, device_mode, bounds)
+        # a Kineto step cut by ProfilerStep# holds the host's work after its last kernel
+        host_tail = backend != "npu" and rank not in trace.meta.steps_from
+        breakdown = step_table(ev, steps, device_mode, bounds, host_tail)
         differ = disagreement(breakdown, vendor.get("step_trace_time")) if backend == "npu" else ""
         as_vendor = vendor_rule(ev) if differ else ev
-        if as_vendor is not ev and not disagreement(step_table(as_vendor, steps, device_mode, bounds),
+        if as_vendor is not ev and not disagreement(step_table(as_vendor, steps, device_mode, bounds, host_tail),
                                                     vendor["step_trace_time"]):
             # the file counts HCCL's own kernels (AIV, LCCL) as computing: the same tasks, another rule
             differ = ""

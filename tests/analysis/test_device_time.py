@@ -5,6 +5,7 @@ that read them."""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import logging
 import warnings
@@ -295,3 +296,22 @@ def test_a_sync_is_located_at_the_innermost_user_frame_not_inside_torch():
     # THEN the sync table names the user's line, not the library frame closer to the call
     syncs = npumagic.summarize(trace).syncs.set_index("name")
     assert syncs.loc["aten::item", "source"] == "train.py(12): step"
+
+
+def test_a_single_step_ends_at_its_last_recorded_work_host_or_device():
+    """owlv2's one ProfilerStep: the device's last kernel ends 4.3 ms before the step's last host
+    work (the next batch fetched at its end); the window holds that host work, not the 60 us after
+    it where nothing was recorded. Read independently from the raw JSON."""
+    path = need(CUDA / "tracelens" / "h100_owlv2")
+    with gzip.open(next(path.glob("*.json.gz"))) as fh:
+        events = json.load(fh)["traceEvents"]
+    (step,) = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    start, end = step["ts"], step["ts"] + step["dur"]
+    host = [e["ts"] + e["dur"] for e in events
+            if start <= e.get("ts", -1) < end and e["name"] != step["name"]
+            and (e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver") or e["name"].startswith("enumerate(DataLoader)"))]
+    device = [e["ts"] + e["dur"] for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    assert max(host) - max(device) > 4000  # the case: host work after the last kernel
+    wall_us = shared_summary(path).steps["wall_us"].iat[0]
+    assert wall_us == pytest.approx(max(max(host), max(device)) - start, abs=0.01)
+    assert wall_us < step["dur"] - 50

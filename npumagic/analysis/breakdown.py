@@ -213,10 +213,13 @@ def _idle_attribution(ev: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, busy: Sp
     return dict(zip(IDLE_COLUMNS, (on_sync.covered(lo, hi), on_loader.covered(lo, hi), on_ops.covered(lo, hi),
                                    rest.covered(lo, hi))))
 def _host_work_ends(ev: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
-    """The end (ns) of the last host work recorded in each step (operators, runtime calls, syncs,
-    DataLoader waits; NaN where none), aligned with ``steps``."""
+    """The end (ns) of the last host work recorded in each step's host span (operators, runtime
+    calls, syncs, DataLoader waits; NaN where none), aligned with ``steps``."""
     host = ev.loc[(ev["kind"].isin(HOST_WORK) & (ev["device"] < 0) & (ev["step"] >= 0)).to_numpy(),
                   ["step", "ts_ns", "dur_ns"]]
+    ends = steps.drop_duplicates("step", keep="last").set_index("step")["end_ns"]
+    inside = host["ts_ns"].to_numpy() < ends.reindex(host["step"]).to_numpy()
+    host = host[inside]
     return (host["ts_ns"] + host["dur_ns"]).groupby(host["step"]).max().reindex(steps["step"]).to_numpy(np.float64)
 
 
@@ -271,7 +274,7 @@ def device_windows(work: pd.DataFrame, steps: pd.DataFrame,
         lo[active] = starts
         end = np.int64(last[active[-1]])
         if host_last is not None and host_last[active[-1]] > end:  # NaN (no host work) compares False
-            end = np.int64(min(host_last[active[-1]], hi[active[-1]]))
+            end = max(end, np.int64(min(host_last[active[-1]], hi[active[-1]])))
         hi[active] = np.append(starts[1:], end)
         hi[active] = np.maximum(hi[active], lo[active])
     return lo, hi

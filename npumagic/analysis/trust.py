@@ -20,6 +20,12 @@ import numpy as np
 from . import thresholds as T
 
 
+# what a comparison that a neighbour's load left open says to do about it
+DECIDE_ANYWAY = ("to decide on this shared machine anyway, time the two variants interleaved in one IPython "
+                 "kernel: %npuab STEP_A STEP_B (two zero-argument functions, one training step each) alternates "
+                 "them in ABBA blocks, so a neighbour's load hits both alike; or profile both again on a quiet machine")
+
+
 def wait_threshold() -> float:
     """The wait share (percent) from which a run is contended: ``NPUMAGIC_CONTENDED_WAIT_PCT``
     when it is a number, else the default."""

@@ -4,10 +4,11 @@ on the same step times of a tiny real model in a real shell.
 Three kinds of experiment, alternated so they share the machine's load: identical variants (both
 sleep 5 ms and run a training step; target: at most 5% called different), B about 10% faster
 (target: decided in a median of at most 100 steps) and B about 8% faster. Each experiment's steps
-are timed once, as %npuab times them (its warm-up and timer), and judged by both rules: main's
-(a t interval at 5% / L after blocks 3, 5, 8, 12, ..., L looks: Bonferroni) and the always-valid
-confidence sequence. A rule that needs more steps than the other took runs them on the same
-recording, so both see the same calls in the same order.
+are timed once, as %npuab times them (its warm-up and timer), and judged by three rules: main's
+(a t interval at 5% / L after blocks 3, 5, 8, 12, ..., L looks: Bonferroni, on each block's mean
+log ratio), the always-valid confidence sequence on the same block differences, and that sequence
+on each side's faster call of the block (%npuab's rule). A rule that needs more steps than the
+others took times them live on the same recording, so all see the same calls in the same order.
 
     python bench/ab.py [--experiments 20] [--max-steps 400] [--threshold 5]
 """
@@ -23,7 +24,7 @@ import numpy as np
 from IPython.core.interactiveshell import InteractiveShell
 from scipy import special
 
-from npumagic.analysis.ab import ConfidenceSequence, alternate
+from npumagic.analysis.ab import ConfidenceSequence, alternate, mean_of_logs
 from npumagic.capture.alternate import timer, warm_up
 
 SETUP = """
@@ -51,6 +52,7 @@ class MainRule:
     12, ... and the last, each look at alpha / (the number of looks the budget allows)."""
 
     alpha = 0.05
+    block = staticmethod(mean_of_logs)
 
     @staticmethod
     def looks(blocks: int) -> list[int]:
@@ -101,7 +103,7 @@ def main() -> None:
     ip.run_line_magic("load_ext", "npumagic")
     ip.run_cell(SETUP, silent=True)
     ns = ip.user_ns
-    rules = {"main": MainRule(), "sequence": ConfidenceSequence()}
+    rules = {"main": MainRule(), "seq-mean": ConfidenceSequence(block=mean_of_logs), "sequence": ConfidenceSequence()}
     kinds = {"same": "identical variants", "ten": "B about 10% faster", "eight": "B about 8% faster"}
     results = {(kind, rule): [] for kind in kinds for rule in rules}
     ratios = {kind: [] for kind in kinds}
@@ -118,7 +120,8 @@ def main() -> None:
             ratios[kind].append(np.median(times["a"]) / np.median(times["b"]))
     n = args.experiments
     print(f"{n} experiments of each kind, --max-steps {args.max_steps}, --threshold {args.threshold:g}%; "
-          "main: Bonferroni-split looks; sequence: the always-valid confidence sequence (this branch)")
+          "main: Bonferroni-split looks on each block's mean log ratio; seq-mean: the always-valid confidence "
+          "sequence on the same; sequence: the confidence sequence on each side's faster call (this branch)")
     for kind, label in kinds.items():
         print(f"{label} (ratio of the medians A/B {np.median(ratios[kind]):.3f}):")
         for name in rules:

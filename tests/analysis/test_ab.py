@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from npumagic.analysis import sequential
-from npumagic.analysis.ab import alternate
+from npumagic.analysis.ab import ConfidenceSequence, alternate, mean_of_logs
 from npumagic.analysis.compare import ALPHA, MIN_EFFECT, step_test
 
 
@@ -92,6 +92,7 @@ def test_a_test_looking_after_every_block_at_an_uncorrected_t_interval_would_cal
 
     class Naive:
         alpha = 0.05
+        block = staticmethod(mean_of_logs)
 
         def interval(self, d, blocks):
             if d.size < 2:
@@ -116,6 +117,7 @@ def test_a_10_percent_change_is_decided_sooner_than_by_bonferroni_split_looks():
 
     class Bonferroni:
         alpha = 0.05
+        block = staticmethod(mean_of_logs)
 
         def interval(self, d, blocks):
             at, k = [], 3
@@ -164,3 +166,15 @@ def test_the_ratio_of_the_medians_and_the_paired_ratio_are_both_shown_and_named(
     sentence = result.sentence()
     assert "median step A 2,000.00 ms, B 2,000.00 ms (ratio of the medians 1.00x)" in sentence
     assert "paired ratio A/B 1.15x" in sentence and "geometric mean of the 4 ABBA blocks' own ratios" in sentence
+
+
+def test_a_neighbour_stretching_one_call_in_twenty_hides_a_10_percent_change_from_the_means_but_not_the_faster_calls():
+    # GIVEN B 10% faster, and one call in twenty stretched 1.5-3x by a neighbour (a wait for a core)
+    decided = {}
+    for name, rule in (("means", ConfidenceSequence(block=mean_of_logs)), ("faster calls", None)):
+        rng = np.random.default_rng(9)
+        # WHEN 100 experiments of 400 steps are judged on each block's mean log ratio, or on each side's faster call
+        runs = [alternate(_steps(rng, ratio=1.1, outliers=0.05), 0.05, 400, rng, rule=rule) for _ in range(100)]
+        decided[name] = np.mean([r.significant and r.speedup > 1 for r in runs])
+    # THEN the stretched calls leave most undecided on the means; the faster calls decide nearly all
+    assert decided["means"] < 0.6 and decided["faster calls"] >= 0.9

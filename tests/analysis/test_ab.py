@@ -86,6 +86,22 @@ def test_the_confidence_sequence_is_unbounded_until_6_blocks_then_narrows():
     assert widths[24] * math.sqrt(25 / 24) > 2.064 / math.sqrt(25)
 
 
+def test_the_interval_ends_where_the_t_mixture_likelihood_ratio_reaches_1_over_alpha():
+    # L_n(mu) = sqrt(c / (n + c)) (1 - S^2 / ((n + c) V))^(-n / 2), S and V the sum and sum of
+    # squares of the differences from mu: the interval is {mu : L_n(mu) < 1 / alpha}
+    def ratio(d, mu, c=sequential.MIXTURE):
+        s, v = (d - mu).sum(), ((d - mu) ** 2).sum()
+        return math.sqrt(c / (d.size + c)) * (1 - s * s / ((d.size + c) * v)) ** (-d.size / 2)
+
+    rng = np.random.default_rng(0)
+    for n in (6, 10, 40):
+        d = rng.normal(0.1, 0.05, n)
+        mean, lo, hi = sequential.interval(d, 0.05)
+        assert ratio(d, lo) == pytest.approx(20) and ratio(d, hi) == pytest.approx(20)
+        assert ratio(d, mean) < 1 and ratio(d, lo - 0.01) > 20 and ratio(d, hi + 0.01) > 20
+    assert ratio(rng.normal(size=1), 0.0) == pytest.approx(1)  # one difference says nothing
+
+
 def test_a_test_looking_after_every_block_at_an_uncorrected_t_interval_would_call_far_more():
     # GIVEN the same identical-variant experiments judged by an uncorrected 95% t interval after every block
     from scipy import special

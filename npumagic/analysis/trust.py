@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from ..wording import say
 from . import thresholds as T
 
 
-# what a comparison that a neighbour's load left open says to do about it
-DECIDE_ANYWAY = ("to decide on this shared machine anyway, time the two variants interleaved in one IPython "
-                 "kernel: %npuab STEP_A STEP_B (two zero-argument functions, one training step each) alternates "
-                 "them in ABBA blocks, so a neighbour's load hits both alike; or profile both again on a quiet machine")
+def decide_anyway() -> str:
+    """What a comparison that a neighbour's load left open says to do about it, in the shell's words."""
+    return say("decide_anyway")
 
 
 def wait_threshold() -> float:

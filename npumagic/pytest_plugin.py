@@ -11,11 +11,12 @@ as soon as the interval of the step-time ratio is decided. Enabled by the entry 
         result.assert_not_slower()
 
 An undecided result fails with its own message, or is skipped with ``--npuab-undecided=skip``.
-This module imports nothing heavy when pytest loads it: numpy and scipy come with the first call."""
+This module imports nothing heavy when pytest loads it: numpy comes with the first call."""
 
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -46,14 +47,16 @@ class NpuAB:
 
     @property
     def ci(self) -> tuple[float, float]:
-        """The 95% interval (sequentially corrected) of :attr:`ratio`."""
+        """The 95% interval (an always-valid confidence sequence) of :attr:`ratio`; (0, inf) while unbounded."""
         low, high = self.result.ci
-        return 1 / high, 1 / low
+        return 1 / high, (1 / low if low > 0 else math.inf)
 
     def report(self) -> str:
         """The ratio, its interval and the steps spent, in one line."""
         r = self.result
-        return (f"step time {r.b}/{r.a} {self.ratio:.3f}x, 95% CI {self.ci[0]:.3f}–{self.ci[1]:.3f}x "
+        low, high = self.ci
+        ci = f"95% CI {low:.3f}–{high:.3f}x" if 0 < low and high < math.inf else "95% CI not yet bounded"
+        return (f"step time {r.b}/{r.a} {self.ratio:.3f}x, {ci} "
                 f"(threshold {r.threshold:.0%}), {r.steps} steps interleaved of --max-steps {r.max_steps}")
 
     def assert_not_slower(self) -> None:
@@ -97,15 +100,15 @@ def npuab(request) -> Callable[..., NpuAB]:
 
     def run(a: Callable[[], object], b: Callable[[], object], threshold: float = 5, max_steps: int = 400,
             warmup: int = 2, seed: int | None = None) -> NpuAB:
-        from .analysis.ab import FIRST_LOOK
+        from .analysis.ab import MIN_BLOCKS
         from .ab_run import interleave
 
         _check(a, "a")
         _check(b, "b")
         if not 0 < threshold < 100:
             raise ValueError(f"npuab: threshold {threshold:g}: a percentage above 0 and below 100")
-        if max_steps < 4 * FIRST_LOOK:
-            raise ValueError(f"npuab: max_steps {max_steps}: at least {4 * FIRST_LOOK} (three ABBA blocks)")
+        if max_steps < 4 * MIN_BLOCKS:
+            raise ValueError(f"npuab: max_steps {max_steps}: at least {4 * MIN_BLOCKS} (three ABBA blocks)")
         if warmup < 0:
             raise ValueError(f"npuab: warmup {warmup}: 0 or more")
         names = (getattr(a, "__name__", "a"), getattr(b, "__name__", "b"))

@@ -17,6 +17,14 @@ SAYINGS = {
     "list_runs": {"notebook": "%npuruns lists them", "cli": "`npumagic runs` lists them"},
     "add_note": {"notebook": '; add your conclusion with %npunote {0} "..."', "cli": ""},
     "profiled": {"notebook": "the cell", "cli": "the command"},
+    "decide_anyway": {
+        "notebook": "to decide on this shared machine anyway, time the two variants interleaved in this kernel: "
+                    "%npuab STEP_A STEP_B (two zero-argument functions, one training step each) alternates them in "
+                    "ABBA blocks, so a neighbour's load hits both alike; or profile both again on a quiet machine",
+        "cli": "to decide on this shared machine anyway, time the two variants interleaved in one process: "
+               "%npuab STEP_A STEP_B in IPython or a notebook (two zero-argument functions, one training step each), "
+               "or the pytest fixture npuab, alternates them in ABBA blocks, so a neighbour's load hits both alike; "
+               "or profile both again on a quiet machine"},
     "first_run": {"notebook": "profile a cell with %%npuprofile first",
                   "cli": "record one with `npumagic run -- CMD` first"},
 }

@@ -125,3 +125,5 @@ def test_a_contended_side_exits_3(recorded):
     # THEN the gate cannot tell: not a pass
     assert done.returncode == 3, done.stderr
     assert payload["decided"] is False and "unreliable" in payload["undecided"]
+    # and the verdict says how to decide anyway, in the terminal's words
+    assert "time the two variants interleaved in one process: %npuab STEP_A STEP_B in IPython" in payload["verdict"]

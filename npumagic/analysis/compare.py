@@ -41,7 +41,7 @@ import pandas as pd
 
 from .. import presentation
 from .summary import Summary
-from .trust import reasons
+from .trust import decide_anyway, reasons
 
 ALPHA = 0.05
 # Step-time changes smaller than this are called noise when the history has no replicates to
@@ -269,7 +269,7 @@ class Comparison:
             return "cannot compare: one of the runs has no steps"
         if self.untrusted:
             return (f"{self.b} looks {self._change()} than {self.a} ({self._figures()}) but is not called "
-                    f"significant: {self.untrusted}; profile both again on a quiet machine")
+                    f"significant: {self.untrusted}; {decide_anyway()}")
         why = f"{self.explained_by.text()}; " if self.explained_by is not None and self.significant else ""
         if self.significant:
             return f"{self.b} is {self._change()} than {self.a}: {why}{self._figures()} ({self._evidence()})"

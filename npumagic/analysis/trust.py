@@ -17,7 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from ..wording import say
 from . import thresholds as T
+
+
+def decide_anyway() -> str:
+    """What a comparison that a neighbour's load left open says to do about it, in the shell's words."""
+    return say("decide_anyway")
 
 
 def wait_threshold() -> float:

@@ -119,7 +119,7 @@ def test_a_failing_variant_fails_the_cell(variants):
 
 
 def test_profile_records_a_few_steps_of_each_and_shows_where_the_difference_goes(variants):
-    # a budget that load cannot exhaust: a quiet machine decides this 2x change in about 12 steps
+    # a budget that load cannot exhaust: a quiet machine decides this 2x change in about 24 steps
     result = variants.run_line_magic("npuab", "slow fast --max-steps 200 --seed 0 --profile")
     assert result.significant
     cmp = result.comparison

@@ -44,3 +44,5 @@ def test_a_capture_beside_busy_processes_on_its_core_says_it_is_contended(traine
     assert trainer.run_cell("%npusteps --wait 0 --warmup 1 --steps 5 --no-plot --quiet --name slow slow_step()").success
     comparison = trainer.run_line_magic("npucompare", "busy slow --no-plot")
     assert not comparison.significant and "not called significant" in comparison.sentence()
+    # and it says how to decide anyway here, in the notebook's words: the two variants interleaved in this kernel
+    assert "time the two variants interleaved in this kernel: %npuab STEP_A STEP_B" in comparison.sentence()

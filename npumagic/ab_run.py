@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from .analysis.ab import ABResult, alternate
+from .analysis.ab import MIN_BLOCKS, ABResult, alternate  # noqa: F401 - MIN_BLOCKS for the shells
 from .capture.alternate import device_sync, timer, warm_up
 
 

@@ -207,6 +207,24 @@ def step_callable(namespace: dict, name: str):
     return fn
 
 
+def check_ab_arguments(args) -> None:
+    """%npuab's sides and budget, refused with a UsageError before anything runs."""
+    from .ab_run import MIN_BLOCKS
+    from .capture.alternate import STEP_LIMIT, WARMUP_LIMIT
+
+    if args.a == args.b:
+        raise UsageError(f"both sides are {args.a!r}; name two callables")
+    if not 0 < args.threshold < 100:
+        raise UsageError(f"--threshold {args.threshold:g}: a percentage above 0 and below 100")
+    if not 4 * MIN_BLOCKS <= args.max_steps <= STEP_LIMIT:
+        raise UsageError(f"--max-steps {args.max_steps}: at least {4 * MIN_BLOCKS} (the fewest it decides on), "
+                         f"at most {STEP_LIMIT:,}")
+    if not 0 <= args.warmup <= WARMUP_LIMIT:
+        raise UsageError(f"--warmup {args.warmup}: 0 to {WARMUP_LIMIT:,} untimed calls of each")
+    if args.seed is not None and args.seed < 0:
+        raise UsageError(f"--seed {args.seed}: 0 or more")
+
+
 def step_window(steps: list[dict], wanted: tuple[int, int]) -> tuple[float, float]:
     """(start, end) ms of steps FIRST..LAST in the live view's step list."""
     shown = [s for s in steps if wanted[0] <= s["step"] <= wanted[1]]

@@ -23,9 +23,9 @@ from .commands import COMMANDS, ERRORS, Places, find
 from .commands.compare import part_comparisons
 from .commands.rules import advice_calibration
 from .errors import NpumagicError
-from .magic_input import (MAX_NOTE_CHARS, assigned_cell_magic, capture_options, cell_usage, check_run_name,
-                          command_parser, compile_cell, parse, schedule_arguments, split_statement, split_words,
-                          step_callable, step_window, usage_errors, valid_name)
+from .magic_input import (MAX_NOTE_CHARS, assigned_cell_magic, capture_options, cell_usage, check_ab_arguments,
+                          check_run_name, command_parser, compile_cell, parse, schedule_arguments, split_statement,
+                          split_words, step_callable, step_window, usage_errors, valid_name)
 from .raw_parse import parse_raw
 from .analysis.job import check_scheduler
 from .ranges import view_range
@@ -464,20 +464,11 @@ class NpuMagics(Magics):
         ``%npuab old_step new_step --profile``
         """
         from .ab_run import interleave
-        from .capture.alternate import STEP_LIMIT, WARMUP_LIMIT, StepError
+        from .capture.alternate import StepError
 
         args = parse(self.npuab, line)
         variants = [step_callable(self.shell.user_ns, args.a), step_callable(self.shell.user_ns, args.b)]
-        if args.a == args.b:
-            raise UsageError(f"both sides are {args.a!r}; name two callables")
-        if not 0 < args.threshold < 100:
-            raise UsageError(f"--threshold {args.threshold:g}: a percentage above 0 and below 100")
-        if not 12 <= args.max_steps <= STEP_LIMIT:
-            raise UsageError(f"--max-steps {args.max_steps}: at least 12 (three ABBA blocks) and at most {STEP_LIMIT:,}")
-        if not 0 <= args.warmup <= WARMUP_LIMIT:
-            raise UsageError(f"--warmup {args.warmup}: 0 to {WARMUP_LIMIT:,} untimed calls of each")
-        if args.seed is not None and args.seed < 0:
-            raise UsageError(f"--seed {args.seed}: 0 or more")
+        check_ab_arguments(args)
         try:  # only a variant that is no step: an error the user's steps raise is theirs, and propagates
             result = interleave(*variants, (args.a, args.b), args.threshold / 100, args.max_steps, args.warmup,
                                 args.seed)

@@ -108,7 +108,7 @@ def npuab(request) -> Callable[..., NpuAB]:
         if not 0 < threshold < 100:
             raise ValueError(f"npuab: threshold {threshold:g}: a percentage above 0 and below 100")
         if max_steps < 4 * MIN_BLOCKS:
-            raise ValueError(f"npuab: max_steps {max_steps}: at least {4 * MIN_BLOCKS} (three ABBA blocks)")
+            raise ValueError(f"npuab: max_steps {max_steps}: at least {4 * MIN_BLOCKS} ({MIN_BLOCKS} ABBA blocks, the fewest the test can decide on)")
         if warmup < 0:
             raise ValueError(f"npuab: warmup {warmup}: 0 or more")
         names = (getattr(a, "__name__", "a"), getattr(b, "__name__", "b"))

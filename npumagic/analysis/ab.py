@@ -45,7 +45,7 @@ from . import sequential
 ALPHA = 0.05
 THRESHOLD = 0.05  # the smallest change called real, as compare.MIN_EFFECT
 MAX_STEPS = 200
-MIN_BLOCKS = 3  # the smallest budget, in blocks (the interval is bounded from 6 on: a smaller one ends undecided)
+MIN_BLOCKS = sequential.first_bounded(ALPHA)  # the smallest budget: fewer blocks could never decide
 ORDERS = ("abba", "baab")
 
 
@@ -171,13 +171,14 @@ def alternate(measure: Callable[[str], float], threshold: float = THRESHOLD, max
     measure : ``measure("a")`` / ``measure("b")`` runs one step of that variant and returns its
         time (seconds; any positive unit). Warm-up is the caller's.
     threshold : the smallest change of step time (fraction, e.g. 0.05) that counts as a difference.
-    max_steps : budget of timed steps, both sides together (4 a block; at least 12).
+    max_steps : budget of timed steps, both sides together (4 a block; at least ``4 * MIN_BLOCKS``).
     rng : the block orders' random source (seed it for a reproducible order).
     rule : the decision rule (default :class:`ConfidenceSequence` at 5%).
     """
     blocks = max_steps // 4
     if blocks < MIN_BLOCKS:
-        raise ValueError(f"max_steps {max_steps}: at least {4 * MIN_BLOCKS} steps are needed ({MIN_BLOCKS} ABBA blocks)")
+        raise ValueError(f"max_steps {max_steps}: at least {4 * MIN_BLOCKS} steps are needed ({MIN_BLOCKS} ABBA blocks, "
+                         "the fewest the test can decide on)")
     if not threshold >= 0:
         raise ValueError(f"threshold {threshold}: must be 0 or more")
     rng = rng if rng is not None else np.random.default_rng()

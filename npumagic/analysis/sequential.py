@@ -33,6 +33,11 @@ MIXTURE = 2.0  # c: the precision of the standardised effect's mixing distributi
 LIMIT_BLOCKS = 25_000  # how far the steps that would decide are searched (100,000 steps)
 
 
+def first_bounded(alpha: float, c: float = MIXTURE) -> int:
+    """The fewest differences after which the interval has a bound (6 at alpha 0.05, c 2)."""
+    return int(np.flatnonzero(np.isfinite(width(np.arange(1, 1000), alpha, c)))[0]) + 1
+
+
 def width(n: np.ndarray | int, alpha: float, c: float = MIXTURE) -> np.ndarray:
     """The interval's half-width in spreads (ddof 0) after ``n`` differences; inf while unbounded."""
     n = np.asarray(n, dtype=float)

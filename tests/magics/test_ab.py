@@ -91,8 +91,8 @@ def test_a_drift_fools_back_to_back_runs_but_not_the_interleaved_test(variants):
     ("calls fast", "'calls' is a int, not callable"),
     ("fast fast", "both sides are 'fast'"),
     ("slow fast --threshold 0", "--threshold 0"),
-    ("slow fast --max-steps 8", "at least 12"),
-    ("slow fast --max-steps -4", "at least 12"),
+    ("slow fast --max-steps 20", "at least 24 \\(the fewest it decides on\\)"),
+    ("slow fast --max-steps -4", "at least 24 \\(the fewest it decides on\\)"),
     ("slow fast --max-steps 1000000000", "at most 100,000"),
     ("slow fast --warmup -1", r"--warmup -1: 0 to 1,000"),
     ("slow fast --warmup 1000000000", "0 to 1,000"),
@@ -134,20 +134,20 @@ def test_on_the_cpu_no_device_is_synchronised(variants):
     # torch is imported and has run steps, but no CUDA or NPU device was initialised
     from npumagic.capture.alternate import device_sync
 
-    variants.run_line_magic("npuab", "slow fast --max-steps 12 --seed 0")
+    variants.run_line_magic("npuab", "slow fast --max-steps 24 --seed 0")
     assert device_sync() is None
 
 
 def test_a_callable_with_only_optional_parameters_is_a_step(variants):
-    result = variants.run_line_magic("npuab", "with_defaults fast --max-steps 12 --warmup 0 --seed 0")
-    assert result.steps == 12
+    result = variants.run_line_magic("npuab", "with_defaults fast --max-steps 24 --warmup 0 --seed 0")
+    assert result.steps == 24
 
 
 def test_a_function_that_only_returns_a_coroutine_is_refused_at_its_first_call(variants):
     # a plain lambda returning a coroutine passes the signature check; its first call shows it
     with pytest.raises(UsageError, match="variant A returned coroutine: an awaitable is not a step"):
-        variants.run_line_magic("npuab", "makes_a_coroutine fast --max-steps 12")
-    assert variants.run_cell("%npuab fast makes_a_coroutine --max-steps 12").error_in_exec is not None
+        variants.run_line_magic("npuab", "makes_a_coroutine fast --max-steps 24")
+    assert variants.run_cell("%npuab fast makes_a_coroutine --max-steps 24").error_in_exec is not None
 
 
 def test_the_medians_and_both_ratios_printed_agree_and_are_named(variants):

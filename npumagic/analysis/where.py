@@ -20,7 +20,7 @@ import pandas as pd
 from .crossbackend import _thread, launch_points
 from .finding import Finding
 from .modules import MODULE_PREFIX, node_modules
-from .regions import STEP_MARK, Tree, innermost, nest
+from .regions import STEP_MARK, TORCH_OWN, Tree, innermost, nest
 from .schema import DEVICE_WORK, text_mask
 
 
@@ -86,8 +86,10 @@ def places(events: pd.DataFrame, files: list[str] | None = None) -> Places | Non
     kind = events["kind"]
     is_module = host & (kind == "python").to_numpy() & text_mask(events["name"],
                                                                  lambda n: n.str.startswith(MODULE_PREFIX))
-    is_region = host & (kind == "annotation").to_numpy() & ~text_mask(events["name"],
-                                                                      lambda n: n.str.match(STEP_MARK.pattern))
+    # a user region: neither a step mark nor one of torch's own annotations (an optimizer step, a
+    # collective: what runs there is said by the finding itself, not a place in the user's code)
+    is_region = host & (kind == "annotation").to_numpy() & ~text_mask(
+        events["name"], lambda n: n.str.match(STEP_MARK.pattern) | n.str.match(TORCH_OWN.pattern))
     if not (is_module.any() or is_region.any()):
         return None
     spans = events[is_module]

@@ -105,7 +105,7 @@ def test_without_modules_a_finding_is_placed_in_its_region(plain):
 
 
 def test_a_finding_outside_every_module_and_region_gives_no_place(tmp_path):
-    # (torch's own Optimizer.step / zero_grad annotations are regions; .item() is in neither)
+    # (.item() is in no module and no region; torch's own Optimizer.step / zero_grad are no places)
     record(tmp_path, modules=False, steps=1, region=False)
     summary = npumagic.summarize(sources.load(tmp_path))
     assert "module" not in summary.kernels
@@ -175,3 +175,41 @@ def test_a_device_bound_by_its_host_names_the_module_the_host_runs_under_the_gap
     # the model's forward under DDP holds most of the host operators running while the NPU idles
     assert host.place.startswith("module DistributedDataParallel_0") and host.place_share >= 0.5
     assert f"in: {host.place}" in str(npumagic.advise(summary))
+
+
+def test_torchs_own_annotations_are_no_place_the_users_region_around_them_is(tmp_path):
+    # .item() inside an optimizer's step: torch writes Optimizer.step#SyncSGD.step around it, inside
+    # the user's "update" region; the finding names the user's region (real traces: nccl:*, the DDP
+    # forward, enumerate(DataLoader)#... are torch's too)
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
+
+    class SyncSGD(torch.optim.SGD):
+        def step(self, closure=None):
+            super().step(closure)
+            for _ in range(3):
+                self.param_groups[0]["params"][0].sum().item()
+
+    model = torch.nn.Linear(8, 1)
+    opt = SyncSGD(model.parameters(), lr=0.01)
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=2),
+                 on_trace_ready=tensorboard_trace_handler(str(tmp_path))) as prof:
+        for _ in range(3):
+            model(torch.randn(4, 8)).sum().backward()
+            with record_function("update"):
+                opt.step()
+            opt.zero_grad()
+            prof.step()
+    summary = npumagic.summarize(sources.load(tmp_path))
+    sync = next(f for f in npumagic.advise(summary).findings if f.rule == "sync")
+    assert sync.place == "region update"
+    from npumagic.analysis.regions import regions
+
+    trace = sources.load(tmp_path)
+    table = regions(trace.events, trace.steps, warn=False)
+    assert "update/Optimizer.step#SyncSGD.step" in set(table.median["path"])  # still in the region table
+
+
+def test_a_run_with_only_torchs_own_annotations_has_no_places(tmp_path):
+    record(tmp_path, modules=False, steps=1, region=False)
+    assert npumagic.summarize(sources.load(tmp_path)).places is None

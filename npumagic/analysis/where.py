@@ -204,22 +204,21 @@ def _selectors() -> dict[str, Callable]:
             "sync_apis": _named(SYNC_APIS), "host_bound": _under_gaps}
 
 
-def locate(s, findings: list[Finding]) -> list[Finding]:
-    """``findings`` of Summary ``s``, each of a rule whose events are known (:func:`_selectors`)
-    given the module, else the region, that holds the largest share of those events' time in
-    the steps (``place``, ``place_share``); unchanged where ``s`` recorded neither module nor
-    region, or lost its events (a reloaded run)."""
+def placed(s) -> dict[str, list]:
+    """Rule id -> [place, share] for each rule whose events are known (:func:`_selectors`) and rest in
+    the steps of Summary ``s``: the module, else the region, that holds the largest share of those
+    events' time. Made once, where the events are (:func:`~.summary.summarize_rank`), and stored with
+    the Summary, so a run read back from the history places its findings as the fresh analysis did;
+    empty where ``s`` recorded neither module nor region."""
     where: Places | None = getattr(s, "places", None)
     ev = s.events
     if where is None or ev is None or ev.empty:
-        return findings
-    pick = _selectors()
-    out = []
-    for f in findings:
-        select = pick.get(f.rule)
-        weight = select(s, ev) * (ev["step"].to_numpy() >= 0) if select is not None else None
-        if weight is None or not (weight > 0).any():
-            out.append(f)
+        return {}
+    out = {}
+    in_steps = ev["step"].to_numpy() >= 0
+    for rule, select in _selectors().items():
+        weight = select(s, ev) * in_steps
+        if not (weight > 0).any():
             continue
         chosen = weight > 0
         module, region = where.of(ev[chosen])
@@ -227,7 +226,20 @@ def locate(s, findings: list[Finding]) -> list[Finding]:
         kind = "module"
         if not name:
             (name, share), kind = largest(region, weight[chosen]), "region"
-        out.append(replace(f, place=f"{kind} {name}", place_share=share) if name else f)
+        if name:
+            out[rule] = [f"{kind} {name}", float(share)]  # a list: it reads back from JSON as it was stored
+    return out
+
+
+def locate(s, findings: list[Finding]) -> list[Finding]:
+    """``findings`` of Summary ``s``, each of a rule :func:`placed` placed given its ``place`` and
+    ``place_share`` (from ``s.placed``: fresh or read back from the history alike); unchanged where
+    ``s`` has none (no module or region recorded; a run stored before places were kept)."""
+    known = getattr(s, "placed", None) or {}
+    out = []
+    for f in findings:
+        place = known.get(f.rule)
+        out.append(replace(f, place=str(place[0]), place_share=float(place[1])) if place else f)
     return out
 
 

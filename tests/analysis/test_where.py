@@ -213,3 +213,32 @@ def test_torchs_own_annotations_are_no_place_the_users_region_around_them_is(tmp
 def test_a_run_with_only_torchs_own_annotations_has_no_places(tmp_path):
     record(tmp_path, modules=False, steps=1, region=False)
     assert npumagic.summarize(sources.load(tmp_path)).places is None
+
+
+def test_a_run_read_back_from_the_history_names_the_same_places(tmp_path):
+    from npumagic.session import Session
+
+    record(tmp_path / "trace")
+    fresh = {f.rule: (f.place, f.place_share) for f in npumagic.advise(npumagic.analyze(tmp_path / "trace")).findings}
+    assert fresh["sync"] == ("region forward_backward", pytest.approx(1.0)) and fresh["small_ops"][0].startswith(
+        "module " + TINY)
+    Session(tmp_path / "runs").load(tmp_path / "trace", "r")
+    import shutil
+
+    shutil.rmtree(tmp_path / "trace")  # the events are gone: the places come from the history
+    again = Session(tmp_path / "runs")
+    assert again.summary("r").events is None
+    reread = {f.rule: (f.place, f.place_share) for f in again.advise("r").findings}
+    assert reread == fresh
+
+
+def test_a_summary_stored_before_places_were_kept_reads_back_without_them(summary):
+    import zlib
+
+    from npumagic.analysis.persist import dump_summary, load_summary
+
+    doc = json.loads(zlib.decompress(dump_summary(summary)))
+    assert doc["summary"]["placed"]["sync"][0] == "region forward_backward"
+    del doc["summary"]["placed"]  # as an older npumagic stored it
+    old = load_summary(zlib.compress(json.dumps(doc).encode()))
+    assert old.placed == {} and all(f.place == "" for f in npumagic.advise(old).findings)

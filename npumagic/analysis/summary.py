@@ -107,6 +107,9 @@ class Summary:
     # made from the places while the events are here and stored in the history, so a reloaded run
     # names the same places; {} where none was recorded and in runs stored before it was kept
     placed: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # whether a module or user region was recorded (False: the checklist says how to record them;
+    # None: unknown, a run stored before it was kept)
+    places_recorded: bool | None = field(default=None, repr=False, compare=False)
 
     # -- headline numbers -------------------------------------------------------------------
     @property
@@ -326,6 +329,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         events=events,
         vendor={k: vendor[k] for k in RULE_TABLES if k in vendor},
         places=where,
+        places_recorded=where is not None,
     )
     return dataclasses.replace(summary, placed=placed(summary)) if where is not None else summary
 

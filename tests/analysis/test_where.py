@@ -242,3 +242,29 @@ def test_a_summary_stored_before_places_were_kept_reads_back_without_them(summar
     del doc["summary"]["placed"]  # as an older npumagic stored it
     old = load_summary(zlib.compress(json.dumps(doc).encode()))
     assert old.placed == {} and all(f.place == "" for f in npumagic.advise(old).findings)
+
+
+def test_the_checklist_says_how_to_record_places_where_none_were_recorded(tmp_path, plain):
+    from npumagic.analysis.checklist import RECORD_PLACES
+
+    record(tmp_path, modules=False, steps=1, region=False)  # only torch's own Optimizer.* annotations
+    bare = npumagic.summarize(sources.load(tmp_path))
+    verdict = npumagic.checklist(bare)
+    assert verdict.where == RECORD_PLACES and "%%npuprofile --modules" in RECORD_PLACES
+    text = str(verdict)
+    assert text.index("5. Record") < text.index("   Where ") and "Where" in verdict._repr_html_()
+    assert verdict.to_dict()["where_in_model"] == RECORD_PLACES
+    assert all("--modules" not in f.fix for f in verdict.advice.findings)  # a line, not a finding
+    # a run with a region, and a run stored before it was known, are told nothing
+    assert npumagic.checklist(plain).where == "" and "where_in_model" not in npumagic.checklist(plain).to_dict()
+    from dataclasses import replace
+
+    assert npumagic.checklist(replace(bare, places_recorded=None)).where == ""
+
+
+def test_a_cells_report_carries_the_line(trainer):
+    result = trainer.run_cell("r = %%npuprofile --repeat-cell --wait 0 --warmup 0 --steps 2 --no-plot --quiet\n"
+                              "train_step()")
+    assert result.success
+    report = trainer.user_ns["r"]
+    assert "%%npuprofile --modules" in str(report) and "%%npuprofile --modules" in report._repr_html_()

@@ -22,6 +22,7 @@ from .finding import Finding
 from .modules import MODULE_PREFIX, node_modules
 from .regions import STEP_MARK, TORCH_OWN, Tree, innermost, nest
 from .schema import DEVICE_WORK, text_mask
+from .task_masks import memory_bound
 
 
 @dataclass(frozen=True)
@@ -196,12 +197,37 @@ def _named(names: tuple[str, ...]) -> Callable:
     return pick
 
 
+def _npu_tasks(rows: Callable[[pd.DataFrame], pd.Series]) -> Callable:
+    """An NPU operator rule's tasks: the kernel metrics' rows it flags (``rows``), found among the
+    events' device kernels by name and start, each weighing its duration."""
+    def pick(s, ev: pd.DataFrame) -> np.ndarray:
+        out = np.zeros(len(ev))
+        d = s.kernel_metrics
+        flagged = d[rows(d).to_numpy(bool)] if len(d) else d
+        kernels = np.flatnonzero(((ev["kind"] == "kernel") & (ev["device"] >= 0)).to_numpy())
+        if flagged.empty or not len(kernels):
+            return out
+        have = pd.MultiIndex.from_arrays([ev["name"].to_numpy()[kernels].astype(str),
+                                          ev["ts_ns"].to_numpy(np.int64)[kernels]])
+        want = pd.MultiIndex.from_arrays([flagged["name"].to_numpy().astype(str), flagged["ts_ns"].to_numpy(np.int64)])
+        hit = kernels[have.isin(want)]
+        out[hit] = ev["dur_ns"].to_numpy(float)[hit]
+        return out
+    return pick
+
+
 def _selectors() -> dict[str, Callable]:
-    """Rule id -> the time (ns) of each event that a finding of the rule rests on; 0 elsewhere."""
+    """Rule id -> the time (ns) of each event that a finding of the rule rests on; 0 elsewhere.
+    The device's idle gaps (host_bound, CUDA's gpu_gaps) rest on the host operators running under
+    them; an NPU operator rule on the tasks it flags."""
     from .syncs import SYNC_APIS, SYNC_COPIES
 
     return {"small_ops": _tiny_kernels, "sync": _syncs, "sync_memcpy": _named(SYNC_COPIES),
-            "sync_apis": _named(SYNC_APIS), "host_bound": _under_gaps}
+            "sync_apis": _named(SYNC_APIS), "host_bound": _under_gaps, "gpu_gaps": _under_gaps,
+            "transdata": _npu_tasks(lambda d: d["type"] == "TransData"),
+            "memory_bound_kernels": _npu_tasks(memory_bound),
+            "aicore_utilization": _npu_tasks(lambda d: d["core"] == "AI_CORE"),
+            "aicpu": _npu_tasks(lambda d: d["core"] == "AI_CPU")}
 
 
 def placed(s) -> dict[str, list]:

@@ -268,3 +268,23 @@ def test_a_cells_report_carries_the_line(trainer):
     assert result.success
     report = trainer.user_ns["r"]
     assert "%%npuprofile --modules" in str(report) and "%%npuprofile --modules" in report._repr_html_()
+
+
+def test_npu_operator_and_gap_findings_are_placed():
+    from npumagic.analysis.where import _selectors
+
+    from ..conftest import ASCEND, CUDA, need
+
+    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    found = {f.rule: f for f in npumagic.advise(summary).findings}
+    net = "module DistributedDataParallel_0/AlexNet_0"
+    # the TransData finding rests on exactly the TransData tasks of kernel_details.csv
+    details = pd.read_csv(ASCEND / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    trans_us = details.loc[details["Type"] == "TransData", "Duration(us)"].sum()
+    assert _selectors()["transdata"](summary, summary.events).sum() / 1e3 == pytest.approx(trans_us, rel=1e-6)
+    for rule in ("transdata", "aicore_utilization"):
+        assert found[rule].place.startswith(net) and 0.5 <= found[rule].place_share <= 1.0
+    # CUDA's device gaps rest on the host operators under them, as host_bound's do
+    owl = npumagic.analyze(need(CUDA / "tracelens" / "h100_owlv2"))
+    gaps = next(f for f in npumagic.advise(owl).findings if f.rule == "gpu_gaps")
+    assert gaps.place == "module Owlv2ForObjectDetection_0, forward" and gaps.place_share >= 0.5

@@ -288,11 +288,8 @@ class NpuMagics(Magics):
     def npushow(self, line: str):
         """Redraw any view of any run in the history (default: --timeline --steps).
 
-        Examples::
-
-            %npushow baseline --kernels
-            %npushow -1 --timeline --step-range 3:4 --lanes Stream,HCCL
-            %npushow cluster --matrix
+        Examples: ``%npushow baseline --kernels``, ``%npushow -1 --timeline --step-range 3:4 --lanes Stream,HCCL``,
+        ``%npushow cluster --matrix``, ``%npushow -1 --modules``
         """
         args = parse(self.npushow, line)
         views = [v for v in VIEWS if getattr(args, v)] or ["timeline", "steps"]

@@ -127,7 +127,7 @@ def render_views(views: list[str], trace: Trace | None, summary: Summary, save_d
     for view in views:
         shown = options if view == "timeline" else {}
         under = None
-        if view in PLACE_VIEWS:  # the icicle, and its table and note under it
+        if view in PLACE_VIEWS and trace is not None:  # the icicle, and its table and note under it
             fig, *under = place_view(view, trace, summary, f"{prefix}: {view}")
         else:
             fig = build_view(view, trace, summary, title=f"{prefix}: {view}", memory=memory, **shown)

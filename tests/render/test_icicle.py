@@ -184,3 +184,12 @@ def test_cli_show_writes_the_icicle_and_its_table(tmp_path):
     assert doc["view"] == "regions" and doc["table"] == "regions" and out.read_bytes().startswith(b"\x89PNG")
     names = [r["name"] for r in doc["data"]]
     assert "## forward ##" in names and np.isfinite([r["device_ms"] for r in doc["data"]]).all()
+
+
+def test_without_the_trace_the_view_says_it_needs_it():
+    from npumagic.render.views import render_views
+
+    from ..conftest import shared_summary
+
+    with pytest.raises(ValueError, match="the regions view needs the run's trace files"):
+        render_views(["regions"], None, shared_summary(need(NCCL)), None, "x")

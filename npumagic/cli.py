@@ -27,7 +27,7 @@ from .terminal import SafeStream, safe_text, terminal_width
 from .wording import SHELL
 
 # render.views.VIEWS, spelled out so parsing the command line does not import matplotlib
-VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix")
+VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix", "regions", "modules")
 
 
 def _load(args, path) -> Any:
@@ -276,7 +276,13 @@ def _show(args) -> int:
     from .render.views import build_view
 
     summary = analysis.summarize(trace, rank=args.rank)
-    fig = build_view(view, trace, summary, title=f"{Path(args.path).name}: {view}", **options)
+    title, placed, note = f"{Path(args.path).name}: {view}", None, ""
+    if view in ("regions", "modules"):  # the icicle, and the table it draws
+        from .render.icicle import place_view
+
+        fig, placed, note = place_view(view, trace, summary, title)
+    else:
+        fig = build_view(view, trace, summary, title=title, **options)
     if args.output is None:
         from .named_runs import name_for
 
@@ -292,9 +298,9 @@ def _show(args) -> int:
     if args.json:
         from .jsonout import show_doc
 
-        print_json(show_doc(args.path, view, out, summary, options))
+        print_json(show_doc(args.path, view, out, summary, options, placed, note))
     else:
-        print(f"wrote {out}")
+        print(f"wrote {out}" + (f"\n{note}" if note else ""))
     return 0
 
 

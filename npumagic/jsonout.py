@@ -222,10 +222,15 @@ VIEW_TABLES = {"timeline": "steps", "steps": "steps", "kernels": "kernels", "mem
                "matrix": "matrix"}
 
 
-def show_doc(path: str, view: str, written: str, summary, options: dict[str, Any]) -> dict[str, Any]:
-    """``npumagic show --json``: the image written and the table the view draws."""
-    table = VIEW_TABLES[view]
+def show_doc(path: str, view: str, written: str, summary, options: dict[str, Any], placed=None,
+             note: str = "") -> dict[str, Any]:
+    """``npumagic show --json``: the image written and the table the view draws (``placed``: the
+    regions or modules view's Table, None where the run recorded none; ``note``: what it says)."""
+    places = view in ("regions", "modules")
+    table = view if places else VIEW_TABLES[view]
+    data = (records(placed.data.drop(columns="shown")) if placed is not None else []) if places \
+        else records(getattr(summary, table))
     return document("show", path=str(path), view=view, written=str(written), rank=summary.meta.get("rank"),
                     options={"step_range" if k == "steps" else "zoom_ms" if k == "window" else k: list(v)
                              for k, v in options.items()},
-                    table=table, data=records(getattr(summary, table)))
+                    table=table, data=data, **({"note": note} if places else {}))

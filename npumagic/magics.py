@@ -276,6 +276,8 @@ class NpuMagics(Magics):
     @argument("--memory", action="store_true", help="memory per component over time, the peak marked; the top allocators")
     @argument("--comm", action="store_true", help="compute vs collectives per rank")
     @argument("--matrix", action="store_true", help="communication matrix: source x destination rank bandwidth")
+    @argument("--regions", action="store_true", help="record_function / mstx regions: icicle of their time, and table")
+    @argument("--modules", action="store_true", help="nn.Module forward and backward: icicle of their time, and table")
     @argument("--step-range", default=None, help="timeline: steps FIRST:LAST")
     @argument("--zoom", default=None, help="timeline: window START_MS:END_MS from the first step")
     @argument("--lanes", default=None, help="timeline: comma list of lane name parts to show")
@@ -286,11 +288,8 @@ class NpuMagics(Magics):
     def npushow(self, line: str):
         """Redraw any view of any run in the history (default: --timeline --steps).
 
-        Examples::
-
-            %npushow baseline --kernels
-            %npushow -1 --timeline --step-range 3:4 --lanes Stream,HCCL
-            %npushow cluster --matrix
+        Examples: ``%npushow baseline --kernels``, ``%npushow -1 --timeline --step-range 3:4 --lanes Stream,HCCL``,
+        ``%npushow cluster --matrix``, ``%npushow -1 --modules``
         """
         args = parse(self.npushow, line)
         views = [v for v in VIEWS if getattr(args, v)] or ["timeline", "steps"]

@@ -28,10 +28,12 @@ class Verdict:
     steps: list[tuple[str, str]]
     next_change: str
     advice: Advice = field(default_factory=Advice, repr=False, compare=False)
+    where: str = ""  # one line after the steps: how to see where in the model the time goes ("": none)
 
     def as_dict(self) -> dict[str, Any]:
         return {"bottleneck": self.bottleneck, "evidence": self.evidence, "next_change": self.next_change,
-                "steps": [list(s) for s in self.steps], "findings": [f.as_dict() for f in self.advice]}
+                "steps": [list(s) for s in self.steps], "findings": [f.as_dict() for f in self.advice],
+                **({"where_in_model": self.where} if self.where else {})}
 
     def to_dict(self) -> dict[str, Any]:
         """``as_dict()`` as a versioned JSON document (the ``schema`` field)."""
@@ -47,6 +49,12 @@ class Verdict:
 
     def _repr_html_(self) -> str | None:
         return presentation.html(self)
+
+
+# said under the steps of a run that recorded no nn.Module and no user region: a hint, not a finding
+RECORD_PLACES = ("no nn.Module or region recorded, so its time cannot be placed in the model: profile with "
+                 "%%npuprofile --modules (npumagic run --modules; torch_npu: with_modules=True, or mstx ranges) "
+                 "or wrap the step's parts in torch.profiler.record_function")
 
 
 def classify(summary: Summary, advice: Advice | None = None) -> tuple[str, dict[str, Any]]:
@@ -106,7 +114,8 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     step5 = ((f"recorded as {run_name}" + (f" in {stored_at}" if stored_at else "")) if run_name
              else "not recorded: this output was only read, into no history")
     steps = [("Baseline", step1), ("Classify", step2), ("Next change", step3), ("Verify", step4), ("Record", step5)]
-    return Verdict(bottleneck, evidence, steps, step3, advice)
+    where = RECORD_PLACES if summary.places_recorded is False and s["n"] else ""
+    return Verdict(bottleneck, evidence, steps, step3, advice, where)
 
 
 def _verify(summary: Summary, baseline: Summary | None, cmp: "Comparison | None") -> str:

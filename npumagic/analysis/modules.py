@@ -185,6 +185,10 @@ def _median(per_step: pd.DataFrame, st: pd.DataFrame) -> pd.DataFrame:
 
     parts = [median(part.drop(columns="pass"), st).assign(**{"pass": p})
              for p, part in per_step.groupby("pass", sort=False)]
+    if not parts:  # no steps at all
+        from .regions import MEDIAN_COLUMNS
+
+        return pd.DataFrame(columns=["pass"] + MEDIAN_COLUMNS)
     return pd.concat(parts, ignore_index=True)[["pass"] + list(parts[0].columns[:-1])]
 
 

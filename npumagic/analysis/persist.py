@@ -3,7 +3,9 @@ categories), dict fields as JSON, ``per_rank`` recursively; zlib-compressed JSON
 verdict is stored by :mod:`.persist_verdict`).
 
 Generic over the Summary's fields, so a field or step column added later is stored without
-changes here. A rank's own Summary shares most tables with the job's Summary (see
+changes here, and without a new format number: an older reader skips a field it does not know,
+and a Summary stored before a field existed reads back with the field's default (``placed``, the
+findings' places: {}, so such a run names no place). A rank's own Summary shares most tables with the job's Summary (see
 :func:`~npumagic.analysis.summary.combine`); a shared table is stored once (format 2). JSON keeps floats exact (Python writes the shortest repr that reads back to the
 same double) and needs no extra dependency; the format number lets a later reader convert.
 """

@@ -27,6 +27,15 @@ from .schema import DEVICE_WORK
 STEP_MARK = re.compile(r"^ProfilerStep#\d+$")
 OUTSIDE = "(outside regions)"
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# annotations torch (and torch_npu) write themselves, as the real traces show them: the optimizer's
+# step and zero_grad, the DataLoader's next, DDP/FSDP's forward hooks, each collective
+# (``nccl:all_reduce``, ``gloo:barrier``, ``hccl:allgather``), torch.compile's graph calls. They
+# stay in the region table (often the only record of the optimizer's or a collective's time, and
+# without them "outside regions" would swallow it), marked; a finding is never placed in one.
+TORCH_OWN = re.compile(r"^(Optimizer\.\w+#\w+\.\w+$|enumerate\(DataLoader\)#|(Distributed)?DataParallel\.forward$"
+                       r"|FullyShardedDataParallel\.|FSDP::|(nccl|gloo|hccl|mpi|ucc|xccl|lccl):|## Call CompiledFxGraph "
+                       r"|Torch-Compiled Region|CompiledFunction|graph_\d+_inductor_wrapper_call$|TORCHDYNAMO$"
+                       r"|.* \(dynamo_timed\)$)")
 ROW_COLUMNS = ["step", "name", "path", "depth", "lane", "calls", "host_ms", "self_host_ms", "ops", "device_ms",
                "self_device_ms"]
 MEDIAN_COLUMNS = ROW_COLUMNS[1:]
@@ -57,6 +66,11 @@ class Regions:
     @property
     def empty(self) -> bool:
         return not (self.per_step["name"] != OUTSIDE).any()
+
+
+def torch_own(name: str) -> bool:
+    """Whether ``name`` is an annotation torch writes itself (:data:`TORCH_OWN`), not the user's."""
+    return bool(TORCH_OWN.match(str(name)))
 
 
 def nest(spans: pd.DataFrame) -> Tree:

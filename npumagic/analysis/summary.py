@@ -26,7 +26,7 @@ from .ranks import AVERAGED, RANK_COLUMNS, parallel_indices, rank_table_of_steps
 from .python_frames import python_self_time
 from .syncs import is_host_sync, sync_table
 from .temporal import TEMPORAL_COLUMNS, rank_temporal
-from .where import kernel_modules, places
+from .where import kernel_modules, placed, places
 from .modules import sequence_files
 
 RULE_TABLES = ("hccl_tasks", "device_info")  # vendor tables the advice rules read
@@ -103,6 +103,13 @@ class Summary:
     # where in the model each event ran (:class:`~npumagic.analysis.where.Places`), for the advice's
     # places; None where no module or region was recorded (and in a reloaded run)
     places: Any = field(default=None, repr=False, compare=False, metadata={"persist": False})
+    # rule id -> [place, share] of the findings a rule can make (:func:`~npumagic.analysis.where.placed`),
+    # made from the places while the events are here and stored in the history, so a reloaded run
+    # names the same places; {} where none was recorded and in runs stored before it was kept
+    placed: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # whether a module or user region was recorded (False: the checklist says how to record them;
+    # None: unknown, a run stored before it was kept)
+    places_recorded: bool | None = field(default=None, repr=False, compare=False)
 
     # -- headline numbers -------------------------------------------------------------------
     @property
@@ -296,7 +303,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         meta.pop(key, None)
     links = mine.links
     counters = mine.counters
-    return Summary(
+    summary = Summary(
         steps=breakdown,
         kernels=kernels,
         host_ops=host_op_table(in_steps((kind == "host_op").to_numpy(), ["name", "kind", "device", "dur_ns"]),
@@ -322,7 +329,9 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         events=events,
         vendor={k: vendor[k] for k in RULE_TABLES if k in vendor},
         places=where,
+        places_recorded=where is not None,
     )
+    return dataclasses.replace(summary, placed=placed(summary)) if where is not None else summary
 
 
 RANK_META = ("rank", "device_mode", "backend", "dataloader_iter", "sources", "note", "parallel", "python_stacks",

@@ -20,8 +20,9 @@ import pandas as pd
 from .crossbackend import _thread, launch_points
 from .finding import Finding
 from .modules import MODULE_PREFIX, node_modules
-from .regions import STEP_MARK, Tree, innermost, nest
+from .regions import STEP_MARK, TORCH_OWN, Tree, innermost, nest
 from .schema import DEVICE_WORK, text_mask
+from .task_masks import memory_bound
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,10 @@ def places(events: pd.DataFrame, files: list[str] | None = None) -> Places | Non
     kind = events["kind"]
     is_module = host & (kind == "python").to_numpy() & text_mask(events["name"],
                                                                  lambda n: n.str.startswith(MODULE_PREFIX))
-    is_region = host & (kind == "annotation").to_numpy() & ~text_mask(events["name"],
-                                                                      lambda n: n.str.match(STEP_MARK.pattern))
+    # a user region: neither a step mark nor one of torch's own annotations (an optimizer step, a
+    # collective: what runs there is said by the finding itself, not a place in the user's code)
+    is_region = host & (kind == "annotation").to_numpy() & ~text_mask(
+        events["name"], lambda n: n.str.match(STEP_MARK.pattern) | n.str.match(TORCH_OWN.pattern))
     if not (is_module.any() or is_region.any()):
         return None
     spans = events[is_module]
@@ -194,30 +197,54 @@ def _named(names: tuple[str, ...]) -> Callable:
     return pick
 
 
+def _npu_tasks(rows: Callable[[pd.DataFrame], pd.Series]) -> Callable:
+    """An NPU operator rule's tasks: the kernel metrics' rows it flags (``rows``), found among the
+    events' device kernels by name and start, each weighing its duration."""
+    def pick(s, ev: pd.DataFrame) -> np.ndarray:
+        out = np.zeros(len(ev))
+        d = s.kernel_metrics
+        flagged = d[rows(d).to_numpy(bool)] if len(d) else d
+        kernels = np.flatnonzero(((ev["kind"] == "kernel") & (ev["device"] >= 0)).to_numpy())
+        if flagged.empty or not len(kernels):
+            return out
+        have = pd.MultiIndex.from_arrays([ev["name"].to_numpy()[kernels].astype(str),
+                                          ev["ts_ns"].to_numpy(np.int64)[kernels]])
+        want = pd.MultiIndex.from_arrays([flagged["name"].to_numpy().astype(str), flagged["ts_ns"].to_numpy(np.int64)])
+        hit = kernels[have.isin(want)]
+        out[hit] = ev["dur_ns"].to_numpy(float)[hit]
+        return out
+    return pick
+
+
 def _selectors() -> dict[str, Callable]:
-    """Rule id -> the time (ns) of each event that a finding of the rule rests on; 0 elsewhere."""
+    """Rule id -> the time (ns) of each event that a finding of the rule rests on; 0 elsewhere.
+    The device's idle gaps (host_bound, CUDA's gpu_gaps) rest on the host operators running under
+    them; an NPU operator rule on the tasks it flags."""
     from .syncs import SYNC_APIS, SYNC_COPIES
 
     return {"small_ops": _tiny_kernels, "sync": _syncs, "sync_memcpy": _named(SYNC_COPIES),
-            "sync_apis": _named(SYNC_APIS), "host_bound": _under_gaps}
+            "sync_apis": _named(SYNC_APIS), "host_bound": _under_gaps, "gpu_gaps": _under_gaps,
+            "transdata": _npu_tasks(lambda d: d["type"] == "TransData"),
+            "memory_bound_kernels": _npu_tasks(memory_bound),
+            "aicore_utilization": _npu_tasks(lambda d: d["core"] == "AI_CORE"),
+            "aicpu": _npu_tasks(lambda d: d["core"] == "AI_CPU")}
 
 
-def locate(s, findings: list[Finding]) -> list[Finding]:
-    """``findings`` of Summary ``s``, each of a rule whose events are known (:func:`_selectors`)
-    given the module, else the region, that holds the largest share of those events' time in
-    the steps (``place``, ``place_share``); unchanged where ``s`` recorded neither module nor
-    region, or lost its events (a reloaded run)."""
+def placed(s) -> dict[str, list]:
+    """Rule id -> [place, share] for each rule whose events are known (:func:`_selectors`) and rest in
+    the steps of Summary ``s``: the module, else the region, that holds the largest share of those
+    events' time. Made once, where the events are (:func:`~.summary.summarize_rank`), and stored with
+    the Summary, so a run read back from the history places its findings as the fresh analysis did;
+    empty where ``s`` recorded neither module nor region."""
     where: Places | None = getattr(s, "places", None)
     ev = s.events
     if where is None or ev is None or ev.empty:
-        return findings
-    pick = _selectors()
-    out = []
-    for f in findings:
-        select = pick.get(f.rule)
-        weight = select(s, ev) * (ev["step"].to_numpy() >= 0) if select is not None else None
-        if weight is None or not (weight > 0).any():
-            out.append(f)
+        return {}
+    out = {}
+    in_steps = ev["step"].to_numpy() >= 0
+    for rule, select in _selectors().items():
+        weight = select(s, ev) * in_steps
+        if not (weight > 0).any():
             continue
         chosen = weight > 0
         module, region = where.of(ev[chosen])
@@ -225,7 +252,20 @@ def locate(s, findings: list[Finding]) -> list[Finding]:
         kind = "module"
         if not name:
             (name, share), kind = largest(region, weight[chosen]), "region"
-        out.append(replace(f, place=f"{kind} {name}", place_share=share) if name else f)
+        if name:
+            out[rule] = [f"{kind} {name}", float(share)]  # a list: it reads back from JSON as it was stored
+    return out
+
+
+def locate(s, findings: list[Finding]) -> list[Finding]:
+    """``findings`` of Summary ``s``, each of a rule :func:`placed` placed given its ``place`` and
+    ``place_share`` (from ``s.placed``: fresh or read back from the history alike); unchanged where
+    ``s`` has none (no module or region recorded; a run stored before places were kept)."""
+    known = getattr(s, "placed", None) or {}
+    out = []
+    for f in findings:
+        place = known.get(f.rule)
+        out.append(replace(f, place=str(place[0]), place_share=float(place[1])) if place else f)
     return out
 
 

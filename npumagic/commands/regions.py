@@ -16,6 +16,9 @@ RECORD_REGIONS = ("no user annotations recorded: wrap the parts of the step in "
                   "or above)")
 
 
+TORCH_MARK = " (torch's)"  # an annotation torch writes itself (analysis.regions.TORCH_OWN)
+
+
 @dataclass(frozen=True)
 class Tree(Result):
     """A region or module table of one rank (``table``: a Regions or a Modules), or what to
@@ -66,13 +69,15 @@ def _ordered(median):
 
 
 def _table(median, width: int, device: bool) -> list[str]:
+    from ..analysis.regions import torch_own
+
     columns = [("calls", "calls", "{:.0f}"), ("host_ms", "host", "{:.2f}"), ("self_host_ms", "self host", "{:.2f}")]
     if device:
         columns += [("device_ms", "device", "{:.2f}"), ("self_device_ms", "self device", "{:.2f}")]
     numbers = [[fmt.format(v) if v == v else "" for v in median[col]] for col, _, fmt in columns]
     sizes = [max([len(title)] + [len(x) for x in values]) for (_, title, _), values in zip(columns, numbers)]
     passes = list(median["pass"]) if "pass" in median else [""] * len(median)
-    names = [("  " * int(d)) + str(n) + (f" [{p}]" if p and p != "forward" else "")
+    names = [("  " * int(d)) + str(n) + (f" [{p}]" if p and p != "forward" else "") + TORCH_MARK * torch_own(n)
              for d, n, p in zip(median["depth"], median["name"], passes)]
     room = max(12, width - sum(s + 2 for s in sizes))
     names = [n if len(n) <= room else n[: room - 1] + "…" for n in names]

@@ -4,7 +4,7 @@ verdict, figures) and FigureReport (%npushow). Each carries text/plain and text/
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..analysis.checklist import Verdict
 from ..analysis.compare_parts import parts_text
@@ -66,7 +66,7 @@ class RunReport:
             return v
         title, text = v.steps[-1]
         steps = v.steps[:-1] + [(title, text + say("add_note", self.run.name))]
-        return Verdict(v.bottleneck, v.evidence, steps, v.next_change, v.advice)
+        return replace(v, steps=steps)
 
     @terminal_safe
     def __str__(self) -> str:

@@ -64,8 +64,11 @@ def summary_html(summary) -> str:
 def verdict_text(verdict, width: int | None = None) -> str:
     """The five steps, one a line; with ``width``, each wrapped under its text column."""
     pad = max(len(title) for title, _ in verdict.steps)
-    return "\n".join(wrap(f"{i}. {title:<{pad}}  {text}", width, len(f"{i}. ") + pad + 2)
-                     for i, (title, text) in enumerate(verdict.steps, 1))
+    lines = [wrap(f"{i}. {title:<{pad}}  {text}", width, len(f"{i}. ") + pad + 2)
+             for i, (title, text) in enumerate(verdict.steps, 1)]
+    if getattr(verdict, "where", ""):
+        lines.append(wrap(f"   {'Where':<{pad}}  {verdict.where}", width, pad + 5))
+    return "\n".join(lines)
 
 
 def verdict_html(verdict) -> str:
@@ -73,6 +76,9 @@ def verdict_html(verdict) -> str:
                    f"<th style='text-align:left;vertical-align:top;white-space:nowrap;padding-right:12px'>"
                    f"{html.escape(t)}</th><td style='text-align:left'>{html.escape(x)}</td></tr>"
                    for i, (t, x) in enumerate(verdict.steps, 1))
+    if getattr(verdict, "where", ""):
+        rows += (f"<tr style='color:#777'><td></td><th style='text-align:left;vertical-align:top;padding-right:12px'>"
+                 f"Where</th><td style='text-align:left'>{html.escape(verdict.where)}</td></tr>")
     return ("<table style='border-collapse:collapse;font-size:13px;max-width:100%'>"
             "<caption style='caption-side:top;text-align:left;font-weight:bold'>checklist</caption>"
             f"{rows}</table>")

@@ -18,10 +18,12 @@ from ..names import file_stem
 from ..safeio import write_atomic
 from .charts import MemoryRead, comm_figure, kernels_figure, matrix_figure, memory_figure, steps_figure
 from .tables import Table, format_allocators
+from .icicle import PLACE_VIEWS, place_view
 from .timeline import timeline_figure
 
-VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix")
-TRACE_VIEWS = frozenset({"timeline", "comm"})  # drawn from events; the others from the Summary alone
+VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix", "regions", "modules")
+# drawn from events; the others from the Summary alone
+TRACE_VIEWS = frozenset({"timeline", "comm", "regions", "modules"})
 TOP_KERNELS = 8
 TOP_ALLOCATORS = 10  # rows of the table under the memory figure
 
@@ -32,6 +34,8 @@ def build_view(view: str, trace: Trace | None, summary: Summary, title: str = ""
     ``memory``: the run's memory records for the memory view, read again from its output)."""
     if trace is None and view in TRACE_VIEWS:
         raise ValueError(f"the {view} view needs the run's trace files")
+    if view in PLACE_VIEWS:
+        return place_view(view, trace, summary, title)[0]
     if view == "timeline":
         top = summary.kernels["name"].astype(str).head(TOP_KERNELS).tolist() if summary.meta.get("device_mode") else []
         return timeline_figure(trace, summary.meta.get("rank"), top_kernels=top, title=title or None, **options)
@@ -122,13 +126,19 @@ def render_views(views: list[str], trace: Trace | None, summary: Summary, save_d
     out = []
     for view in views:
         shown = options if view == "timeline" else {}
-        fig = build_view(view, trace, summary, title=f"{prefix}: {view}", memory=memory, **shown)
+        under = None
+        if view in PLACE_VIEWS and trace is not None:  # the icicle, and its table and note under it
+            fig, *under = place_view(view, trace, summary, f"{prefix}: {view}")
+        else:
+            fig = build_view(view, trace, summary, title=f"{prefix}: {view}", memory=memory, **shown)
         path = None
         if save_dir is not None:
             path = save_dir / f"{file_stem(prefix)}_{view}{figure_suffix(rank, shown)}.{fmt}"
         drawn = RenderedFigure.of(view, fig, fmt, path)
         if view == "memory" and memory is not None:
             drawn = replace(drawn, table=_allocators(memory), note=memory.missing)
+        if under:
+            drawn = replace(drawn, table=under[0], note=under[1])
         out.append(drawn)
     return out
 

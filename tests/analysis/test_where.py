@@ -105,7 +105,7 @@ def test_without_modules_a_finding_is_placed_in_its_region(plain):
 
 
 def test_a_finding_outside_every_module_and_region_gives_no_place(tmp_path):
-    # (torch's own Optimizer.step / zero_grad annotations are regions; .item() is in neither)
+    # (.item() is in no module and no region; torch's own Optimizer.step / zero_grad are no places)
     record(tmp_path, modules=False, steps=1, region=False)
     summary = npumagic.summarize(sources.load(tmp_path))
     assert "module" not in summary.kernels
@@ -175,3 +175,116 @@ def test_a_device_bound_by_its_host_names_the_module_the_host_runs_under_the_gap
     # the model's forward under DDP holds most of the host operators running while the NPU idles
     assert host.place.startswith("module DistributedDataParallel_0") and host.place_share >= 0.5
     assert f"in: {host.place}" in str(npumagic.advise(summary))
+
+
+def test_torchs_own_annotations_are_no_place_the_users_region_around_them_is(tmp_path):
+    # .item() inside an optimizer's step: torch writes Optimizer.step#SyncSGD.step around it, inside
+    # the user's "update" region; the finding names the user's region (real traces: nccl:*, the DDP
+    # forward, enumerate(DataLoader)#... are torch's too)
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
+
+    class SyncSGD(torch.optim.SGD):
+        def step(self, closure=None):
+            super().step(closure)
+            for _ in range(3):
+                self.param_groups[0]["params"][0].sum().item()
+
+    model = torch.nn.Linear(8, 1)
+    opt = SyncSGD(model.parameters(), lr=0.01)
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=2),
+                 on_trace_ready=tensorboard_trace_handler(str(tmp_path))) as prof:
+        for _ in range(3):
+            model(torch.randn(4, 8)).sum().backward()
+            with record_function("update"):
+                opt.step()
+            opt.zero_grad()
+            prof.step()
+    summary = npumagic.summarize(sources.load(tmp_path))
+    sync = next(f for f in npumagic.advise(summary).findings if f.rule == "sync")
+    assert sync.place == "region update"
+    from npumagic.analysis.regions import regions
+
+    trace = sources.load(tmp_path)
+    table = regions(trace.events, trace.steps, warn=False)
+    assert "update/Optimizer.step#SyncSGD.step" in set(table.median["path"])  # still in the region table
+
+
+def test_a_run_with_only_torchs_own_annotations_has_no_places(tmp_path):
+    record(tmp_path, modules=False, steps=1, region=False)
+    assert npumagic.summarize(sources.load(tmp_path)).places is None
+
+
+def test_a_run_read_back_from_the_history_names_the_same_places(tmp_path):
+    from npumagic.session import Session
+
+    record(tmp_path / "trace")
+    fresh = {f.rule: (f.place, f.place_share) for f in npumagic.advise(npumagic.analyze(tmp_path / "trace")).findings}
+    assert fresh["sync"] == ("region forward_backward", pytest.approx(1.0)) and fresh["small_ops"][0].startswith(
+        "module " + TINY)
+    Session(tmp_path / "runs").load(tmp_path / "trace", "r")
+    import shutil
+
+    shutil.rmtree(tmp_path / "trace")  # the events are gone: the places come from the history
+    again = Session(tmp_path / "runs")
+    assert again.summary("r").events is None
+    reread = {f.rule: (f.place, f.place_share) for f in again.advise("r").findings}
+    assert reread == fresh
+
+
+def test_a_summary_stored_before_places_were_kept_reads_back_without_them(summary):
+    import zlib
+
+    from npumagic.analysis.persist import dump_summary, load_summary
+
+    doc = json.loads(zlib.decompress(dump_summary(summary)))
+    assert doc["summary"]["placed"]["sync"][0] == "region forward_backward"
+    del doc["summary"]["placed"]  # as an older npumagic stored it
+    old = load_summary(zlib.compress(json.dumps(doc).encode()))
+    assert old.placed == {} and all(f.place == "" for f in npumagic.advise(old).findings)
+
+
+def test_the_checklist_says_how_to_record_places_where_none_were_recorded(tmp_path, plain):
+    from npumagic.analysis.checklist import RECORD_PLACES
+
+    record(tmp_path, modules=False, steps=1, region=False)  # only torch's own Optimizer.* annotations
+    bare = npumagic.summarize(sources.load(tmp_path))
+    verdict = npumagic.checklist(bare)
+    assert verdict.where == RECORD_PLACES and "%%npuprofile --modules" in RECORD_PLACES
+    text = str(verdict)
+    assert text.index("5. Record") < text.index("   Where ") and "Where" in verdict._repr_html_()
+    assert verdict.to_dict()["where_in_model"] == RECORD_PLACES
+    assert all("--modules" not in f.fix for f in verdict.advice.findings)  # a line, not a finding
+    # a run with a region, and a run stored before it was known, are told nothing
+    assert npumagic.checklist(plain).where == "" and "where_in_model" not in npumagic.checklist(plain).to_dict()
+    from dataclasses import replace
+
+    assert npumagic.checklist(replace(bare, places_recorded=None)).where == ""
+
+
+def test_a_cells_report_carries_the_line(trainer):
+    result = trainer.run_cell("r = %%npuprofile --repeat-cell --wait 0 --warmup 0 --steps 2 --no-plot --quiet\n"
+                              "train_step()")
+    assert result.success
+    report = trainer.user_ns["r"]
+    assert "%%npuprofile --modules" in str(report) and "%%npuprofile --modules" in report._repr_html_()
+
+
+def test_npu_operator_and_gap_findings_are_placed():
+    from npumagic.analysis.where import _selectors
+
+    from ..conftest import ASCEND, CUDA, need
+
+    summary = npumagic.analyze(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    found = {f.rule: f for f in npumagic.advise(summary).findings}
+    net = "module DistributedDataParallel_0/AlexNet_0"
+    # the TransData finding rests on exactly the TransData tasks of kernel_details.csv
+    details = pd.read_csv(ASCEND / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    trans_us = details.loc[details["Type"] == "TransData", "Duration(us)"].sum()
+    assert _selectors()["transdata"](summary, summary.events).sum() / 1e3 == pytest.approx(trans_us, rel=1e-6)
+    for rule in ("transdata", "aicore_utilization"):
+        assert found[rule].place.startswith(net) and 0.5 <= found[rule].place_share <= 1.0
+    # CUDA's device gaps rest on the host operators under them, as host_bound's do
+    owl = npumagic.analyze(need(CUDA / "tracelens" / "h100_owlv2"))
+    gaps = next(f for f in npumagic.advise(owl).findings if f.rule == "gpu_gaps")
+    assert gaps.place == "module Owlv2ForObjectDetection_0, forward" and gaps.place_share >= 0.5

@@ -19,6 +19,7 @@ from ..syncs import is_host_sync
 from ..finding import Finding, plural
 from ..gaps import cpu_work, gap_operators
 from ..summary import Summary
+from ..task_masks import memory_bound
 from .npu_ops import INTERNAL_FORMAT_OFF
 from .registry import kernel_metrics, rule
 
@@ -521,11 +522,7 @@ def _npu_compute(s: Summary) -> list[Finding]:
 
 
 def _memory_bound_kernels(d: pd.DataFrame, wall_ns: float) -> list[Finding]:
-    cube = ((d["core"] == "AI_CORE") & (d["aic_mte2_ratio"] > T.MEMORY_BOUND_MTE2_RATIO)
-            & (d["aic_mac_ratio"] < T.MEMORY_BOUND_COMPUTE_RATIO))
-    vector = ((d["core"] == "AI_VECTOR_CORE") & (d["aiv_mte2_ratio"] > T.MEMORY_BOUND_MTE2_RATIO)
-              & (d["aiv_vec_ratio"] < T.MEMORY_BOUND_COMPUTE_RATIO))
-    bound = d[cube | vector]
+    bound = d[memory_bound(d)]
     if bound.empty:
         return []
     ns = float(bound["dur_ns"].sum())

@@ -1,0 +1,371 @@
+"""A store of every analysed job's tables: each DataFrame of its Summary (and of every rank's
+Summary) written once as Parquet beside the profiler output, so that reading the job again
+(``npumagic analyze --every-rank``, ``%npuload``) opens them instead of parsing, and so that SQL
+reads them (:mod:`npumagic.query`).
+
+Layout of ``<output>/npumagic_store/`` (a trace file's: ``<file>.npumagic_store/`` beside it):
+
+- ``<table>.parquet``: the table of every rank's own Summary, one after the other, with a
+  ``rank`` column where the table has none (``steps``, ``kernels``, ``comm``, ``memory``, ...);
+- ``job.<table>.parquet``: the job Summary's tables that are not its focused rank's own
+  (``ranks``, ``links``, ``matrix``, ``temporal``);
+- ``manifest.json``: :data:`FORMAT`, npumagic's version, how the job was read, the size and
+  mtime of every source file, and per rank and table its rows, columns and dtypes (so each
+  table is given back exactly, categories included), meta and vendor tables as JSON.
+
+A store whose manifest does not match (format, version, source stamps, reading) is never
+trusted: the job is parsed again and the store rewritten. A folder that is read-only, or owned
+by another user, gets no store (said once). ``NPUMAGIC_STORE=0`` turns the store off."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .persist import _frame, _plain, _revive
+from .summary import Summary
+
+FORMAT = 1
+STORE_DIR = "npumagic_store"
+MANIFEST = "manifest.json"
+FULL, OUTLINE, RUN = "full", "outline", "run"  # how the job was read (RUN: a recorded run, for queries only)
+PLACES = ("forward", "backward", "regions")  # the Trees of a rank's Places (where.Places), and its launches
+_said: set[str] = set()
+
+
+def enabled() -> bool:
+    """Whether stores are read and written: on unless ``NPUMAGIC_STORE=0``, where pyarrow is there."""
+    import importlib.util
+
+    return (os.environ.get("NPUMAGIC_STORE", "1").strip().lower() not in ("0", "off", "no", "false")
+            and importlib.util.find_spec("pyarrow") is not None)
+
+
+def location(path: str | Path) -> Path:
+    """Where the store of the profiler output ``path`` lives."""
+    path = Path(path)
+    return path / STORE_DIR if path.is_dir() else path.parent / f"{path.name}.{STORE_DIR}"
+
+
+def stamps(paths: list[Path], host: Path | None = None) -> dict[str, list[int]]:
+    """Size and mtime (ns) of every file of ``paths`` (files, or folders walked), by path."""
+    out = {}
+    for root in [*paths, *([host] if host is not None else [])]:
+        root = Path(root)
+        if root.is_file():
+            st = root.stat()
+            out[str(root.resolve())] = [st.st_size, st.st_mtime_ns]
+            continue
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if not d.endswith(STORE_DIR)]
+            for name in files:
+                file = os.path.join(folder, name)
+                st = os.stat(file)
+                out[os.path.realpath(file)] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def unwritable(folder: Path) -> str:
+    """Why no store can be written in ``folder`` ("" where one can): its mode, not only access,
+    counts, so root is kept out of a read-only folder too."""
+    try:
+        st = folder.stat()
+    except OSError as exc:
+        return f"cannot read {folder} ({exc.strerror})"
+    if st.st_uid != os.geteuid():
+        return f"{folder} belongs to another user"
+    if not st.st_mode & stat.S_IWUSR or not os.access(folder, os.W_OK):
+        return f"{folder} is read-only"
+    return ""
+
+
+def say(text: str) -> None:
+    print(f"npumagic: {text}", file=sys.stderr)
+
+
+INT_KEYS = "__int_keys__"  # a dict keyed by rank ids (JSON keys are text)
+
+
+def _encode(value: Any) -> Any:
+    """``value`` as JSON (:func:`~npumagic.analysis.persist._plain`), dicts keyed by integers kept so."""
+    if isinstance(value, dict):
+        if value and all(isinstance(k, int) and not isinstance(k, bool) for k in value):
+            return {INT_KEYS: [[int(k), _encode(v)] for k, v in value.items()]}
+        return {str(k): _encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
+    return _plain(value)
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if INT_KEYS in value and len(value) == 1:
+            return {k: _decode(v) for k, v in value[INT_KEYS]}
+        return _revive(value) if value.get("__frame__") else {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+# -- writing -------------------------------------------------------------------------------
+def _tables(s: Summary) -> dict[str, pd.DataFrame]:
+    """The DataFrames of Summary ``s`` by name: its fields, and its Places' tables."""
+    out = {f.name: getattr(s, f.name) for f in dataclasses.fields(s)
+           if isinstance(getattr(s, f.name), pd.DataFrame)}
+    where = s.places
+    if where is not None:
+        for name in PLACES:
+            tree = getattr(where, name)
+            if tree is not None:
+                out[f"places.{name}"] = tree.spans
+        out["places.launches"] = where.launches
+    return out
+
+
+INDEX = "__index__"  # a table's own index (not 0..n-1), kept as a column
+
+
+def _default_index(frame: pd.DataFrame) -> bool:
+    index = frame.index
+    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and index.name is None
+
+
+def _storable(frame: pd.DataFrame) -> bool:
+    """Whether ``frame`` goes to Parquet exactly: unique string column names and a plain index."""
+    return (all(isinstance(c, str) and c != INDEX for c in frame.columns) and frame.columns.is_unique
+            and (_default_index(frame) or (frame.index.nlevels == 1 and frame.index.name is None)))
+
+
+def _shape(frame: pd.DataFrame) -> dict[str, Any]:
+    """What restores ``frame`` from its rows in a concatenation: rows, columns, dtypes, categories."""
+    cats = {c: {"categories": _plain(list(d.categories)), "ordered": bool(d.ordered),
+                "dtype": str(d.categories.dtype)}
+            for c, d in frame.dtypes.items() if isinstance(d, pd.CategoricalDtype)}
+    return {"rows": len(frame), "columns": list(frame.columns), "dtypes": [str(d) for d in frame.dtypes],
+            "categories": cats, "index": None if _default_index(frame) else str(frame.index.dtype)}
+
+
+def _plain_values(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with categorical columns as their values (ranks' categories differ), and its own
+    index as the column :data:`INDEX`."""
+    cats = [c for c, d in frame.dtypes.items() if isinstance(d, pd.CategoricalDtype)]
+    frame = frame.assign(**{c: frame[c].astype(frame[c].cat.categories.dtype) for c in cats}) if cats else frame
+    return frame if _default_index(frame) else frame.rename_axis(INDEX).reset_index()
+
+
+def _write_table(folder: Path, file: str, parts: list[tuple[int | None, pd.DataFrame]]) -> dict[str, Any]:
+    """The frames of ``parts`` (rank, frame) one after the other in ``folder/file``; its entry of
+    the manifest (JSON instead where a frame cannot go to Parquet exactly)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shapes = [_shape(f) for _, f in parts]
+    entry: dict[str, Any] = {"shapes": shapes}
+    if not all(_storable(f) for _, f in parts):
+        entry["json"] = [_frame(f) for _, f in parts]
+        return entry
+    add_rank = all(r is not None for r, _ in parts) and not any("rank" in f.columns for _, f in parts)
+    frames = [_plain_values(f).assign(rank=r) if add_rank else _plain_values(f) for r, f in parts]
+    whole = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    try:
+        table = pa.Table.from_pandas(whole, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError):  # mixed Python objects in a column
+        entry["json"] = [_frame(f) for _, f in parts]
+        return entry
+    pq.write_table(table, folder / file)
+    entry.update(file=file, added_rank=add_rank)
+    return entry
+
+
+def write(path: str | Path, summary: Summary, sources: dict[str, list[int]], reading: str,
+          rank: int | None, caught: list[warnings.WarningMessage] = ()) -> Path | None:
+    """Write the store of ``summary`` (read from ``path`` as ``reading``, describing ``rank``);
+    its folder, or None where none can be written (said once)."""
+    target = location(path)
+    why = unwritable(target.parent)
+    if why:
+        if str(target) not in _said:
+            _said.add(str(target))
+            say(f"no store of this job's tables: {why} (it is parsed again each time)")
+        return None
+    ranks = sorted(summary.per_rank) or [None]
+    own = {r: (summary.per_rank[r] if r is not None else summary) for r in ranks}
+    tables = {r: _tables(s) for r, s in own.items()}
+    job_tables = _tables(summary)
+    focus = summary.meta.get("rank")
+    manifest: dict[str, Any] = {
+        "format": FORMAT, "npumagic": _version(), "written": time.time(), "reading": reading, "rank": rank,
+        "focus": focus if focus in own else None, "ranks": ranks, "sources": sources,
+        "warnings": [{"category": w.category.__name__, "message": str(w.message)} for w in caught],
+        "meta": {"job": _encode(summary.meta), **{str(r): _encode(s.meta) for r, s in own.items()}},
+        "vendor": {str(r): _encode(s.vendor) for r, s in own.items()},
+        "skipped": {str(r): {n: getattr(s.places, n).skipped for n in PLACES if getattr(s.places, n) is not None}
+                    for r, s in own.items() if s.places is not None},
+        "tables": {}, "job_tables": {}}
+    fields = {f.name for f in dataclasses.fields(Summary)}
+    tmp = Path(tempfile.mkdtemp(prefix=f".{STORE_DIR}-", dir=target.parent))
+    try:
+        names = sorted({n for t in tables.values() for n in t})
+        for name in names:
+            parts = [(r, tables[r][name]) for r in ranks if name in tables[r]]
+            manifest["tables"][name] = dict(_write_table(tmp, f"{name}.parquet", parts),
+                                             ranks=[r for r, _ in parts])
+        mine = tables.get(manifest["focus"], {}) if not any(s is summary for s in own.values()) else _tables(summary)
+        for name, frame in job_tables.items():
+            if name in fields and mine.get(name) is not frame:  # the job's own: ranks, links, matrix, ...
+                manifest["job_tables"][name] = _write_table(tmp, f"job.{name}.parquet", [(None, frame)])
+        (tmp / MANIFEST).write_text(json.dumps(manifest, allow_nan=True))
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+# -- reading -------------------------------------------------------------------------------
+def manifest_of(folder: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def stale(doc: dict[str, Any] | None, sources: dict[str, list[int]]) -> str:
+    """Why the store described by ``doc`` cannot be trusted for ``sources`` ("" where it can)."""
+    if doc is None:
+        return "no readable manifest"
+    if doc.get("format") != FORMAT or doc.get("npumagic") != _version():
+        return f"written by npumagic {doc.get('npumagic')} (store format {doc.get('format')})"
+    kept = doc.get("sources") or {}
+    if kept != sources:
+        changed = sorted(set(kept) ^ set(sources)) or sorted(p for p in sources if kept.get(p) != sources[p])
+        return f"{Path(changed[0]).name if changed else 'a source file'} changed since"
+    return ""
+
+
+def _restore(whole: pd.DataFrame, start: int, shape: dict[str, Any]) -> pd.DataFrame:
+    frame = whole.iloc[start:start + shape["rows"]]
+    index = shape.get("index")
+    columns = shape["columns"] if index is None else [INDEX, *shape["columns"]]
+    frame = frame[columns] if list(frame.columns) != columns else frame
+    if index is None:
+        frame = frame.reset_index(drop=True)
+    else:
+        frame = frame.set_index(INDEX)
+        frame.index = frame.index.astype(index).rename(None)
+    for column, dtype in zip(shape["columns"], shape["dtypes"]):
+        cat = shape["categories"].get(column)
+        if cat is not None:
+            frame[column] = frame[column].astype(pd.CategoricalDtype(
+                pd.Index(cat["categories"], dtype=cat["dtype"]), ordered=cat["ordered"]))
+        elif str(frame[column].dtype) != dtype:
+            frame[column] = frame[column].astype(dtype)
+    return frame
+
+
+def _read_table(folder: Path, entry: dict[str, Any]) -> list[pd.DataFrame]:
+    if "json" in entry:
+        return [_revive(d) for d in entry["json"]]
+    import pyarrow.parquet as pq
+
+    whole = pq.read_table(folder / entry["file"]).to_pandas()
+    if entry.get("added_rank"):
+        whole = whole.drop(columns="rank")
+    out, start = [], 0
+    for shape in entry["shapes"]:
+        out.append(_restore(whole, start, shape))
+        start += shape["rows"]
+    return out
+
+
+def _places(tables: dict[str, pd.DataFrame], skipped: dict[str, Any]):
+    from .regions import Tree
+    from .where import Places
+
+    trees = {n: (Tree(tables[f"places.{n}"], skipped.get(n, {})) if f"places.{n}" in tables else None) for n in PLACES}
+    return Places(trees["forward"], trees["backward"], trees["regions"], tables["places.launches"])
+
+
+def read(folder: Path, doc: dict[str, Any]) -> Summary:
+    """The Summary the store in ``folder`` (its manifest ``doc``) holds."""
+    fields = {f.name for f in dataclasses.fields(Summary)}
+    ranks = [r if r is None else int(r) for r in doc["ranks"]]
+    tables: dict[Any, dict[str, pd.DataFrame]] = {r: {} for r in ranks}
+    for name, entry in doc["tables"].items():
+        for r, frame in zip(entry["ranks"], _read_table(folder, entry)):
+            tables[r][name] = frame
+
+    def summary(r, meta: dict[str, Any], own: dict[str, pd.DataFrame]) -> Summary:
+        where = _places(own, (doc.get("skipped") or {}).get(str(r), {})) if "places.launches" in own else None
+        return Summary(**{k: v for k, v in own.items() if k in fields}, meta=_decode(meta),
+                       vendor=_decode(doc["vendor"].get(str(r), {})), places=where)
+
+    if ranks == [None]:
+        return summary(None, doc["meta"]["job"], tables[None])
+    per_rank = {r: summary(r, doc["meta"][str(r)], tables[r]) for r in ranks}
+    focus = doc.get("focus")
+    base = per_rank[focus] if focus in per_rank else per_rank[ranks[0]]
+    job = {name: _read_table(folder, entry)[0] for name, entry in doc["job_tables"].items()}
+    return dataclasses.replace(base, meta=_decode(doc["meta"]["job"]), per_rank=per_rank, **job)
+
+
+def open_store(path: str | Path, sources: dict[str, list[int]], reading: str, rank: int | None) -> Summary | None:
+    """The Summary stored for ``path`` read as ``reading`` describing ``rank``, replaying the
+    warnings its parse raised; None where there is none that can be trusted (parse again)."""
+    if not enabled():
+        return None
+    folder = location(path)
+    if not folder.is_dir():
+        return None
+    doc = manifest_of(folder)
+    why = stale(doc, sources)
+    if why or doc.get("reading") != reading:
+        if why and str(folder) not in _said:
+            _said.add(str(folder))
+            say(f"the store of {path} is not used: {why}; parsing again")
+        return None
+    if rank is not None and rank != doc.get("focus"):
+        if reading != FULL or rank not in [r for r in doc["ranks"] if r is not None]:
+            return None
+    try:
+        summary = read(folder, doc)
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # damaged: parse again
+        say(f"the store of {path} cannot be read ({type(exc).__name__}: {exc}); parsing again")
+        return None
+    if rank is not None and rank != doc.get("focus"):
+        from .summary import combine
+
+        summary = combine(summary.per_rank, rank)
+    for w in doc.get("warnings", []):
+        warnings.warn(w["message"], _category(w["category"]), stacklevel=3)
+    say(f"{path}: read from its store ({len(summary.per_rank) or 1} rank(s), written "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(doc['written']))}), not parsed")
+    return summary
+
+
+def _category(name: str) -> type[Warning]:
+    import builtins
+
+    found = getattr(builtins, name, None)
+    if isinstance(found, type) and issubclass(found, Warning):
+        return found
+    return UserWarning

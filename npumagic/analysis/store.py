@@ -77,9 +77,9 @@ def stamps(paths: list[Path], host: Path | None = None) -> dict[str, list[int]]:
 
 
 def _version() -> str:
-    from .. import __version__
-
-    return __version__
+    # the package's own __version__: the package is imported before any of its modules, and an
+    # import statement here would close a cycle (npumagic imports the analysis layer)
+    return sys.modules[__name__.partition(".")[0]].__version__
 
 
 def unwritable(folder: Path) -> str:

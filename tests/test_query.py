@@ -86,3 +86,20 @@ def test_npuload_writes_the_store_and_npuquery_reads_the_history(shell, tmp_path
 
     with pytest.raises(UsageError, match="only reading statements"):
         shell.run_line_magic("npuquery", "CREATE TABLE t AS SELECT 1")
+
+
+def test_the_mcp_tool_query_reads_histories_below_its_roots_only(tmp_path):
+    pytest.importorskip("mcp", reason="need the MCP SDK (the extra npumagic[mcp], in [test])")
+    from npumagic.mcp_server import build_server
+
+    from .test_command_core import mcp_call
+
+    inside, outside = writable_copy(KINETO, tmp_path / "root" / "job"), writable_copy(KINETO, tmp_path / "elsewhere")
+    analyze(inside)
+    analyze(outside)
+    server = build_server(tmp_path / "root" / "runs", roots=[str(tmp_path / "root")])
+    error, doc = mcp_call(server, "query", {"sql": "SELECT run, count(*) AS n FROM kernels GROUP BY run",
+                                            "histories": [str(inside)]})
+    assert not error and doc["kind"] == "query" and doc["rows"][0]["run"] == "job" and doc["rows"][0]["n"] > 0
+    error, text = mcp_call(server, "query", {"sql": "SELECT 1", "histories": [str(outside)]})
+    assert error and "elsewhere" in str(text)

@@ -28,8 +28,9 @@ def store_on(monkeypatch):
 
 
 def writable_copy(source, target):
-    """``source`` (read-only shared data) as a folder this user may write in (files hard-linked)."""
-    shutil.copytree(need(source), target, copy_function=os.link)
+    """``source`` (read-only shared data) as a folder this user may write in: copies, never hard
+    links (a test that changes a file's mtime would change the shared file's)."""
+    shutil.copytree(need(source), target)
     for folder, _, _ in os.walk(target):
         os.chmod(folder, os.stat(folder).st_mode | stat.S_IWUSR)
     return target

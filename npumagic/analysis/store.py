@@ -20,6 +20,7 @@ by another user, gets no store (said once). ``NPUMAGIC_STORE=0`` turns the store
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .persist import _frame, _plain, _revive
@@ -126,9 +128,10 @@ def _decode(value: Any) -> Any:
 
 # -- writing -------------------------------------------------------------------------------
 def _tables(s: Summary) -> dict[str, pd.DataFrame]:
-    """The DataFrames of Summary ``s`` by name: its fields, and its Places' tables."""
+    """The DataFrames of Summary ``s`` by name: its fields, its vendor tables and its Places' tables."""
     out = {f.name: getattr(s, f.name) for f in dataclasses.fields(s)
            if isinstance(getattr(s, f.name), pd.DataFrame)}
+    out.update({f"{VENDOR}{k}": v for k, v in s.vendor.items() if isinstance(v, pd.DataFrame)})
     where = s.places
     if where is not None:
         for name in PLACES:
@@ -139,6 +142,7 @@ def _tables(s: Summary) -> dict[str, pd.DataFrame]:
     return out
 
 
+VENDOR = "vendor."  # the vendor tables the rules read (hccl_tasks, ...), each a table of its own
 INDEX = "__index__"  # a table's own index (not 0..n-1), kept as a column
 
 
@@ -153,10 +157,17 @@ def _storable(frame: pd.DataFrame) -> bool:
             and (_default_index(frame) or (frame.index.nlevels == 1 and frame.index.name is None)))
 
 
-def _shape(frame: pd.DataFrame) -> dict[str, Any]:
+def _pooled(pool: dict[str, list], categories: pd.Index) -> str:
+    """The key in ``pool`` of ``categories`` (ranks of one job share most of their lists)."""
+    values = _plain(list(categories))
+    key = hashlib.sha1(json.dumps(values).encode()).hexdigest()[:16]
+    pool.setdefault(key, values)
+    return key
+
+
+def _shape(frame: pd.DataFrame, pool: dict[str, list]) -> dict[str, Any]:
     """What restores ``frame`` from its rows in a concatenation: rows, columns, dtypes, categories."""
-    cats = {c: {"categories": _plain(list(d.categories)), "ordered": bool(d.ordered),
-                "dtype": str(d.categories.dtype)}
+    cats = {c: {"pool": _pooled(pool, d.categories), "ordered": bool(d.ordered), "dtype": str(d.categories.dtype)}
             for c, d in frame.dtypes.items() if isinstance(d, pd.CategoricalDtype)}
     return {"rows": len(frame), "columns": list(frame.columns), "dtypes": [str(d) for d in frame.dtypes],
             "categories": cats, "index": None if _default_index(frame) else str(frame.index.dtype)}
@@ -170,13 +181,14 @@ def _plain_values(frame: pd.DataFrame) -> pd.DataFrame:
     return frame if _default_index(frame) else frame.rename_axis(INDEX).reset_index()
 
 
-def _write_table(folder: Path, file: str, parts: list[tuple[int | None, pd.DataFrame]]) -> dict[str, Any]:
+def _write_table(folder: Path, file: str, parts: list[tuple[int | None, pd.DataFrame]],
+                 pool: dict[str, list]) -> dict[str, Any]:
     """The frames of ``parts`` (rank, frame) one after the other in ``folder/file``; its entry of
     the manifest (JSON instead where a frame cannot go to Parquet exactly)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    shapes = [_shape(f) for _, f in parts]
+    shapes = [_shape(f, pool) for _, f in parts]
     entry: dict[str, Any] = {"shapes": shapes}
     if not all(_storable(f) for _, f in parts):
         entry["json"] = [_frame(f) for _, f in parts]
@@ -215,22 +227,24 @@ def write(path: str | Path, summary: Summary, sources: dict[str, list[int]], rea
         "focus": focus if focus in own else None, "ranks": ranks, "sources": sources,
         "warnings": [{"category": w.category.__name__, "message": str(w.message)} for w in caught],
         "meta": {"job": _encode(summary.meta), **{str(r): _encode(s.meta) for r, s in own.items()}},
-        "vendor": {str(r): _encode(s.vendor) for r, s in own.items()},
+        "vendor": {str(r): _encode({k: v for k, v in s.vendor.items() if not isinstance(v, pd.DataFrame)})
+                   for r, s in own.items()},
         "skipped": {str(r): {n: getattr(s.places, n).skipped for n in PLACES if getattr(s.places, n) is not None}
                     for r, s in own.items() if s.places is not None},
-        "tables": {}, "job_tables": {}}
+        "tables": {}, "job_tables": {}, "categories": {}}
     fields = {f.name for f in dataclasses.fields(Summary)}
     tmp = Path(tempfile.mkdtemp(prefix=f".{STORE_DIR}-", dir=target.parent))
     try:
         names = sorted({n for t in tables.values() for n in t})
         for name in names:
             parts = [(r, tables[r][name]) for r in ranks if name in tables[r]]
-            manifest["tables"][name] = dict(_write_table(tmp, f"{name}.parquet", parts),
+            manifest["tables"][name] = dict(_write_table(tmp, f"{name}.parquet", parts, manifest["categories"]),
                                              ranks=[r for r, _ in parts])
         mine = tables.get(manifest["focus"], {}) if not any(s is summary for s in own.values()) else _tables(summary)
         for name, frame in job_tables.items():
             if name in fields and mine.get(name) is not frame:  # the job's own: ranks, links, matrix, ...
-                manifest["job_tables"][name] = _write_table(tmp, f"job.{name}.parquet", [(None, frame)])
+                manifest["job_tables"][name] = _write_table(tmp, f"job.{name}.parquet", [(None, frame)],
+                                                             manifest["categories"])
         (tmp / MANIFEST).write_text(json.dumps(manifest, allow_nan=True))
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
@@ -262,37 +276,63 @@ def stale(doc: dict[str, Any] | None, sources: dict[str, list[int]]) -> str:
     return ""
 
 
-def _restore(whole: pd.DataFrame, start: int, shape: dict[str, Any]) -> pd.DataFrame:
+def _restore(whole: pd.DataFrame, kinds: dict[str, str], start: int, shape: dict[str, Any],
+             categories, recode) -> pd.DataFrame:
+    """Rank's rows ``start`` on of the concatenation ``whole`` (its dtypes ``kinds``) as it was."""
     frame = whole.iloc[start:start + shape["rows"]]
     index = shape.get("index")
     columns = shape["columns"] if index is None else [INDEX, *shape["columns"]]
-    frame = frame[columns] if list(frame.columns) != columns else frame
+    if list(frame.columns) != columns:
+        frame = frame[columns]
     if index is None:
-        frame = frame.reset_index(drop=True)
+        frame.index = pd.RangeIndex(shape["rows"])
     else:
         frame = frame.set_index(INDEX)
         frame.index = frame.index.astype(index).rename(None)
+    changed = {}
     for column, dtype in zip(shape["columns"], shape["dtypes"]):
         cat = shape["categories"].get(column)
         if cat is not None:
-            frame[column] = frame[column].astype(pd.CategoricalDtype(
-                pd.Index(cat["categories"], dtype=cat["dtype"]), ordered=cat["ordered"]))
-        elif str(frame[column].dtype) != dtype:
-            frame[column] = frame[column].astype(dtype)
-    return frame
+            wanted = categories(cat)
+            if kinds[column] != "category":
+                changed[column] = frame[column].astype(wanted)
+                continue
+            mapping = recode(column, wanted)  # the union's codes -> the rank's own (None: the same)
+            if mapping is not None:
+                codes = frame[column].cat.codes.to_numpy()
+                changed[column] = pd.Categorical.from_codes(mapping[codes], dtype=wanted, validate=False)
+            elif frame[column].dtype.ordered != wanted.ordered:
+                changed[column] = frame[column].astype(wanted)
+        elif kinds[column] != dtype:
+            changed[column] = frame[column].astype(dtype)
+    return frame.assign(**changed) if changed else frame
 
 
-def _read_table(folder: Path, entry: dict[str, Any]) -> list[pd.DataFrame]:
+def _read_table(folder: Path, entry: dict[str, Any], categories) -> list[pd.DataFrame]:
     if "json" in entry:
         return [_revive(d) for d in entry["json"]]
     import pyarrow.parquet as pq
 
-    whole = pq.read_table(folder / entry["file"]).to_pandas()
+    coded = sorted({c for shape in entry["shapes"] for c in shape["categories"]})
+    # categorical columns decoded once, over every rank's values; each rank then takes its own categories
+    whole = pq.read_table(folder / entry["file"], read_dictionary=coded or None).to_pandas()
     if entry.get("added_rank"):
         whole = whole.drop(columns="rank")
+    kinds = {c: str(d) for c, d in whole.dtypes.items()}
+    recodings: dict[tuple[str, int], Any] = {}
+
+    def recode(column: str, wanted: pd.CategoricalDtype):
+        """Codes of the column's categories over every rank -> codes of ``wanted``'s (once per list)."""
+        key = (column, id(wanted))
+        if key not in recodings:
+            union = whole[column].dtype.categories
+            same = (union.dtype == wanted.categories.dtype and union.equals(wanted.categories))
+            recodings[key] = None if same else np.append(wanted.categories.get_indexer(union), -1)
+        return recodings[key]
+
     out, start = [], 0
     for shape in entry["shapes"]:
-        out.append(_restore(whole, start, shape))
+        out.append(_restore(whole, kinds, start, shape, categories, recode))
         start += shape["rows"]
     return out
 
@@ -309,22 +349,32 @@ def read(folder: Path, doc: dict[str, Any]) -> Summary:
     """The Summary the store in ``folder`` (its manifest ``doc``) holds."""
     fields = {f.name for f in dataclasses.fields(Summary)}
     ranks = [r if r is None else int(r) for r in doc["ranks"]]
+    pool, made = doc.get("categories") or {}, {}
+
+    def categories(cat: dict[str, Any]) -> pd.CategoricalDtype:
+        key = (cat["pool"], cat["ordered"], cat["dtype"])
+        if key not in made:
+            made[key] = pd.CategoricalDtype(pd.Index(pool[cat["pool"]], dtype=cat["dtype"]), ordered=cat["ordered"])
+        return made[key]
+
     tables: dict[Any, dict[str, pd.DataFrame]] = {r: {} for r in ranks}
     for name, entry in doc["tables"].items():
-        for r, frame in zip(entry["ranks"], _read_table(folder, entry)):
+        for r, frame in zip(entry["ranks"], _read_table(folder, entry, categories)):
             tables[r][name] = frame
 
     def summary(r, meta: dict[str, Any], own: dict[str, pd.DataFrame]) -> Summary:
         where = _places(own, (doc.get("skipped") or {}).get(str(r), {})) if "places.launches" in own else None
-        return Summary(**{k: v for k, v in own.items() if k in fields}, meta=_decode(meta),
-                       vendor=_decode(doc["vendor"].get(str(r), {})), places=where)
+        vendor = {**_decode(doc["vendor"].get(str(r), {})),
+                  **{k[len(VENDOR):]: v for k, v in own.items() if k.startswith(VENDOR)}}
+        return Summary(**{k: v for k, v in own.items() if k in fields}, meta=_decode(meta), vendor=vendor,
+                       places=where)
 
     if ranks == [None]:
         return summary(None, doc["meta"]["job"], tables[None])
     per_rank = {r: summary(r, doc["meta"][str(r)], tables[r]) for r in ranks}
     focus = doc.get("focus")
     base = per_rank[focus] if focus in per_rank else per_rank[ranks[0]]
-    job = {name: _read_table(folder, entry)[0] for name, entry in doc["job_tables"].items()}
+    job = {name: _read_table(folder, entry, categories)[0] for name, entry in doc["job_tables"].items()}
     return dataclasses.replace(base, meta=_decode(doc["meta"]["job"]), per_rank=per_rank, **job)
 
 

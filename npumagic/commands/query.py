@@ -66,7 +66,9 @@ def _cell(value: Any) -> str:
 def query(places, sql: str, histories: list[str] | None = None) -> QueryResult:
     from ..query import run_query
 
-    answer = run_query(sql, histories or [str(places.out or "npumagic_runs")])
+    # a history named is checked as a path is (the MCP server: below its roots)
+    dirs = [str(places.check(h)) for h in histories] if histories else [str(places.out or "npumagic_runs")]
+    answer = run_query(sql, dirs)
     return QueryResult(sql, tuple(answer.columns), tuple(answer.rows), tuple(k.run for k in answer.runs),
                        tuple(answer.tables))
 

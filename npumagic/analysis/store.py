@@ -69,12 +69,12 @@ def stamps(paths: list[Path], host: Path | None = None) -> dict[str, list[int]]:
             st = root.stat()
             out[str(root.resolve())] = [st.st_size, st.st_mtime_ns]
             continue
-        for folder, dirs, files in os.walk(root):
+        for folder, dirs, files in os.walk(root.resolve()):
             dirs[:] = [d for d in dirs if not d.endswith(STORE_DIR)]
             for name in files:
                 file = os.path.join(folder, name)
                 st = os.stat(file)
-                out[os.path.realpath(file)] = [st.st_size, st.st_mtime_ns]
+                out[file] = [st.st_size, st.st_mtime_ns]
     return out
 
 
@@ -276,36 +276,62 @@ def stale(doc: dict[str, Any] | None, sources: dict[str, list[int]]) -> str:
     return ""
 
 
-def _restore(whole: pd.DataFrame, kinds: dict[str, str], start: int, shape: dict[str, Any],
-             categories, recode) -> pd.DataFrame:
-    """Rank's rows ``start`` on of the concatenation ``whole`` (its dtypes ``kinds``) as it was."""
-    frame = whole.iloc[start:start + shape["rows"]]
-    index = shape.get("index")
-    columns = shape["columns"] if index is None else [INDEX, *shape["columns"]]
-    if list(frame.columns) != columns:
-        frame = frame[columns]
-    if index is None:
-        frame.index = pd.RangeIndex(shape["rows"])
-    else:
-        frame = frame.set_index(INDEX)
-        frame.index = frame.index.astype(index).rename(None)
-    changed = {}
-    for column, dtype in zip(shape["columns"], shape["dtypes"]):
-        cat = shape["categories"].get(column)
-        if cat is not None:
-            wanted = categories(cat)
-            if kinds[column] != "category":
-                changed[column] = frame[column].astype(wanted)
-                continue
-            mapping = recode(column, wanted)  # the union's codes -> the rank's own (None: the same)
-            if mapping is not None:
-                codes = frame[column].cat.codes.to_numpy()
-                changed[column] = pd.Categorical.from_codes(mapping[codes], dtype=wanted, validate=False)
-            elif frame[column].dtype.ordered != wanted.ordered:
-                changed[column] = frame[column].astype(wanted)
-        elif kinds[column] != dtype:
-            changed[column] = frame[column].astype(dtype)
-    return frame.assign(**changed) if changed else frame
+class _Concatenation:
+    """One stored table read back: every rank's rows one after the other, each column's values
+    and (categorical columns) codes taken once, so that a rank's rows cost a slice."""
+
+    def __init__(self, whole: pd.DataFrame, categories) -> None:
+        self.whole, self.categories = whole, categories
+        self.kinds = {c: str(d) for c, d in whole.dtypes.items()}
+        self.arrays = {c: whole[c].array for c in whole.columns}
+        self.codes = {c: whole[c].cat.codes.to_numpy() for c, k in self.kinds.items() if k == "category"}
+        self.recodings: dict[tuple[str, int], Any] = {}
+
+    def recode(self, column: str, wanted: pd.CategoricalDtype):
+        """The column's codes over every rank -> codes of ``wanted``'s categories (None: the same)."""
+        key = (column, id(wanted))
+        if key not in self.recodings:
+            union = self.whole[column].dtype.categories
+            same = union.dtype == wanted.categories.dtype and union.equals(wanted.categories)
+            self.recodings[key] = None if same else np.append(wanted.categories.get_indexer(union), -1)
+        return self.recodings[key]
+
+    def rank(self, start: int, shape: dict[str, Any]) -> pd.DataFrame:
+        """The rows ``start`` on of one rank's table (``shape``: as :func:`_shape` wrote it), as it was."""
+        rows, columns = shape["rows"], shape["columns"]
+        span = slice(start, start + rows)
+        if shape.get("index") is not None:
+            return self._indexed(span, shape)
+        changed = {}
+        for column, dtype in zip(columns, shape["dtypes"]):
+            cat = shape["categories"].get(column)
+            if cat is not None:
+                wanted = self.categories(cat)
+                if self.kinds[column] != "category":
+                    changed[column] = pd.Series(self.arrays[column][span]).astype(wanted).array
+                    continue
+                mapping = self.recode(column, wanted)
+                codes = self.codes[column][span]
+                if mapping is not None or self.whole[column].dtype.ordered != wanted.ordered:
+                    changed[column] = pd.Categorical.from_codes(codes if mapping is None else mapping[codes],
+                                                                dtype=wanted, validate=False)
+            elif self.kinds[column] != dtype:
+                changed[column] = pd.Series(self.arrays[column][span]).astype(dtype).array
+        if not changed and list(self.whole.columns) == columns:
+            frame = self.whole.iloc[span]
+            frame.index = pd.RangeIndex(rows)
+            return frame
+        # the columns are whole arrays of their dtypes already: no checks (pandas' own constructor
+        # spends most of a rank's time on them)
+        return pd.DataFrame._from_arrays([changed[c] if c in changed else self.arrays[c][span] for c in columns],
+                                         columns=pd.Index(columns), index=pd.RangeIndex(rows),
+                                         verify_integrity=False)
+
+    def _indexed(self, span: slice, shape: dict[str, Any]) -> pd.DataFrame:
+        """A rank's rows of a table with an index of its own (kept in the column :data:`INDEX`)."""
+        frame = self.rank(span.start, dict(shape, index=None))
+        frame.index = pd.Index(self.arrays[INDEX][span], dtype=shape["index"])
+        return frame
 
 
 def _read_table(folder: Path, entry: dict[str, Any], categories) -> list[pd.DataFrame]:
@@ -318,21 +344,9 @@ def _read_table(folder: Path, entry: dict[str, Any], categories) -> list[pd.Data
     whole = pq.read_table(folder / entry["file"], read_dictionary=coded or None).to_pandas()
     if entry.get("added_rank"):
         whole = whole.drop(columns="rank")
-    kinds = {c: str(d) for c, d in whole.dtypes.items()}
-    recodings: dict[tuple[str, int], Any] = {}
-
-    def recode(column: str, wanted: pd.CategoricalDtype):
-        """Codes of the column's categories over every rank -> codes of ``wanted``'s (once per list)."""
-        key = (column, id(wanted))
-        if key not in recodings:
-            union = whole[column].dtype.categories
-            same = (union.dtype == wanted.categories.dtype and union.equals(wanted.categories))
-            recodings[key] = None if same else np.append(wanted.categories.get_indexer(union), -1)
-        return recodings[key]
-
-    out, start = [], 0
+    table, out, start = _Concatenation(whole, categories), [], 0
     for shape in entry["shapes"]:
-        out.append(_restore(whole, kinds, start, shape, categories, recode))
+        out.append(table.rank(start, shape))
         start += shape["rows"]
     return out
 

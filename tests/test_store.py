@@ -112,5 +112,5 @@ def test_a_read_only_folder_gets_no_store_and_no_error(tmp_path, capsys):
         os.chmod(path, stat.S_IRWXU)
     assert not store.location(path).exists()
     err = capsys.readouterr().err
-    assert err.count("no store of this job's tables") == 1 and "read-only" in err
+    assert err.count("no store of the tables analysed here") == 1 and "read-only" in err
     same(first, second)

@@ -213,9 +213,9 @@ def write(path: str | Path, summary: Summary, sources: dict[str, list[int]], rea
     target = location(path)
     why = unwritable(target.parent)
     if why:
-        if str(target) not in _said:
-            _said.add(str(target))
-            say(f"no store of this job's tables: {why} (it is parsed again each time)")
+        if str(target.parent) not in _said:  # once per folder
+            _said.add(str(target.parent))
+            say(f"no store of the tables analysed here: {why} (they are parsed again each time)")
         return None
     ranks = sorted(summary.per_rank) or [None]
     own = {r: (summary.per_rank[r] if r is not None else summary) for r in ranks}

@@ -173,11 +173,41 @@ def _shape(frame: pd.DataFrame, pool: dict[str, list]) -> dict[str, Any]:
             "categories": cats, "index": None if _default_index(frame) else str(frame.index.dtype)}
 
 
-def _plain_values(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with categorical columns as their values (ranks' categories differ), and its own
-    index as the column :data:`INDEX`."""
-    cats = [c for c, d in frame.dtypes.items() if isinstance(d, pd.CategoricalDtype)]
-    frame = frame.assign(**{c: frame[c].astype(frame[c].cat.categories.dtype) for c in cats}) if cats else frame
+def _arrow(parts: list[tuple[int | None, pd.DataFrame]], add_rank: bool):
+    """The frames of ``parts`` as one Arrow table: categorical columns stay dictionary-encoded (a
+    rank's own dictionary each, never expanded into values), other columns are concatenated first
+    where ranks' dtypes agree."""
+    import pyarrow as pa
+
+    frames = [_indexed_frame(f).assign(rank=r) if add_rank else _indexed_frame(f) for r, f in parts]
+    if len({tuple(map(str, f.dtypes)) + tuple(f.columns) for f in frames}) > 1 or any(
+            isinstance(d, pd.CategoricalDtype) for d in frames[0].dtypes):
+        # ranks differ (or hold categories): one Arrow table each, their schemas unified
+        tables = [pa.Table.from_pandas(f, preserve_index=False) for f in frames]
+        unified = pa.unify_schemas([_plain_dictionaries(t.schema) for t in tables], promote_options="permissive")
+        return pa.concat_tables([t.cast(unified) if not t.schema.equals(unified) else t
+                                 for t in (_cast_dictionaries(t) for t in tables)], promote_options="permissive")
+    whole = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return pa.Table.from_pandas(whole, preserve_index=False)
+
+
+def _plain_dictionaries(schema):
+    """``schema`` with every dictionary column's indices as int32 (ranks' code widths differ)."""
+    import pyarrow as pa
+
+    return pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type.value_type)) if pa.types.is_dictionary(f.type)
+                      else f for f in schema]).with_metadata(None)
+
+
+def _cast_dictionaries(table):
+    import pyarrow as pa
+
+    schema = _plain_dictionaries(table.schema)
+    return table.cast(schema) if not table.schema.remove_metadata().equals(schema) else table.replace_schema_metadata(None)
+
+
+def _indexed_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its own index (not 0..n-1) as the column :data:`INDEX`."""
     return frame if _default_index(frame) else frame.rename_axis(INDEX).reset_index()
 
 
@@ -194,10 +224,8 @@ def _write_table(folder: Path, file: str, parts: list[tuple[int | None, pd.DataF
         entry["json"] = [_frame(f) for _, f in parts]
         return entry
     add_rank = all(r is not None for r, _ in parts) and not any("rank" in f.columns for _, f in parts)
-    frames = [_plain_values(f).assign(rank=r) if add_rank else _plain_values(f) for r, f in parts]
-    whole = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     try:
-        table = pa.Table.from_pandas(whole, preserve_index=False)
+        table = _arrow(parts, add_rank)
     except (pa.ArrowException, TypeError, ValueError):  # mixed Python objects in a column
         entry["json"] = [_frame(f) for _, f in parts]
         return entry

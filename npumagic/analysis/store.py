@@ -449,7 +449,9 @@ def open_store(path: str | Path, sources: dict[str, list[int]], reading: str, ra
         summary = combine(summary.per_rank, rank)
     for w in doc.get("warnings", []):
         warnings.warn(w["message"], _category(w["category"]), stacklevel=3)
-    say(f"{path}: read from its store ({len(summary.per_rank) or 1} rank(s), written "
+    how = (f"an outline, rank {doc.get('focus')} in full" if reading == OUTLINE
+           else f"{len(summary.per_rank) or 1} rank(s)")
+    say(f"{path}: read from its store ({how}, written "
         f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(doc['written']))}), not parsed")
     return summary
 

@@ -83,9 +83,11 @@ def timeline(source, **options):
 def load_ipython_extension(ipython) -> None:
     """``%load_ext npumagic``: register the magics (imported lazily, like line_profiler)."""
     from .magics import NpuMagics, assigned_cell_magic
+    from .query_magic import NAME, query_magic
 
     magics = NpuMagics(ipython, config=ipython.config)
     ipython.register_magics(magics)
+    ipython.register_magic_function(query_magic(magics), "line", NAME)
     if assigned_cell_magic not in ipython.input_transformers_cleanup:  # r = %%npuprofile ...
         ipython.input_transformers_cleanup.append(assigned_cell_magic)
     if magics not in ipython.configurables:
@@ -97,6 +99,7 @@ def unload_ipython_extension(ipython) -> None:
     manager = ipython.magics_manager
     ipython.input_transformers_cleanup[:] = [t for t in ipython.input_transformers_cleanup
                                              if getattr(t, "__module__", "") != "npumagic.magics"]
+    manager.magics["line"].pop("npuquery", None)
     magics = manager.registry.pop("NpuMagics", None)
     if magics is None:
         return

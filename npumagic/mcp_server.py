@@ -55,7 +55,8 @@ ROOTS_WAIT = 10  # seconds a client that declared roots has to list them; then t
 INSTRUCTIONS = ("npumagic analyses PyTorch profiler outputs (torch.profiler/Kineto traces, torch_npu exports) and "
                 "the runs its IPython magics recorded. Start with analyze (step table, top kernels, the checklist "
                 "verdict naming the bottleneck), then advise for ranked fixes; compare says whether a change helped "
-                "beyond noise. Times are milliseconds in the text, microseconds (_us) in the JSON.")
+                "beyond noise; query runs read-only SQL over every stored run's tables (SHOW TABLES lists them). "
+                "Times are milliseconds in the text, microseconds (_us) in the JSON.")
 
 
 def _answer(text: str, doc: dict[str, Any]) -> CallToolResult:

@@ -46,6 +46,13 @@ def pytest_collection_modifyitems(config, items):
 FULL = False  # --slow: set before any test module is imported
 
 
+@pytest.fixture(autouse=True)
+def _no_store(monkeypatch):
+    """The store of each analysed job's tables (:mod:`npumagic.analysis.store`) is off unless a
+    test turns it on: tests read the same files many times, and tests/data stays unwritten."""
+    monkeypatch.setenv("NPUMAGIC_STORE", "0")
+
+
 def examples(n: int) -> int:
     """Hypothesis examples for a fuzz test: ``n`` under --slow, a quarter in the quick loop."""
     return n if FULL else max(10, n // 4)

@@ -25,7 +25,7 @@ import warnings
 from dataclasses import replace
 from pathlib import Path
 
-from . import sources
+from . import sources, store
 from .collectives import LINK_COLUMNS
 from .summary import Summary, combine, rebase, summarize, summarize_rank
 from .schema import Trace
@@ -79,7 +79,24 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
     scheduler = check_scheduler(scheduler)
     fmt, paths = sources.detect(path)
     reader = sources.reader_for(fmt, paths)
-    if _outline_fits(reader, paths, scheduler, every_rank):
+    outline = _outline_fits(reader, paths, scheduler, every_rank)
+    if not store.enabled():
+        return _analyze(reader, fmt, paths, path, rank, scheduler, progress, outline)
+    reading, stamps = store.OUTLINE if outline else store.FULL, store.stamps(paths, sources.host_file(path))
+    kept = store.open_store(path, stamps, reading, rank)
+    if kept is not None:
+        return kept
+    with warnings.catch_warnings(record=True) as caught:
+        summary = _analyze(reader, fmt, paths, path, rank, scheduler, progress, outline)
+    for w in caught:  # as they were raised (the store replays them when it is read)
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    _write(path, summary, stamps, reading, rank, caught)
+    return summary
+
+
+def _analyze(reader: sources.Reader, fmt: str, paths: list[Path], path: str | Path, rank: int | None,
+             scheduler: str, progress: bool, outline: bool) -> Summary:
+    if outline:
         return _outline(reader, path, paths, rank, progress)
     groups = reader.rank_groups(paths)
     if not _on_dask(len(groups), scheduler):
@@ -154,12 +171,49 @@ def read(path: str | Path, rank: int | None = None, scheduler: str | None = None
     is read rank by rank (:func:`reads_apart`: on Dask, or as an outline), else ``(Trace, None)``
     read in this process, its Summary left to the caller (:func:`~npumagic.analysis.summary.summarize`
     with ``rank``). Arguments as :func:`analyze`'s; a ``rank`` the job does not hold is a ValueError."""
+    kept = _stored(path, rank, scheduler, every_rank)
+    if kept is not None:
+        return None, kept
     if reads_apart(path, scheduler, every_rank):
         return None, analyze(path, rank=rank, scheduler=scheduler, progress=progress, every_rank=every_rank)
     trace = sources.load(path, progress=progress)
     if rank is not None and rank not in (trace.ranks or [0]):
         raise ValueError(f"rank {rank} not in trace; ranks: {trace.ranks}")
     return trace, None
+
+
+def _stored(path: str | Path, rank: int | None, scheduler: str | None, every_rank: bool) -> Summary | None:
+    """The Summary :func:`analyze` would give, from the job's store where one can be trusted."""
+    if not store.enabled():
+        return None
+    fmt, paths = sources.detect(path)
+    reader = sources.reader_for(fmt, paths)
+    outline = _outline_fits(reader, paths, check_scheduler(scheduler), every_rank, say_why=False)
+    return store.open_store(path, store.stamps(paths, sources.host_file(path)),
+                            store.OUTLINE if outline else store.FULL, rank)
+
+
+def keep(path: str | Path, summary: Summary, rank: int | None, recorded: bool) -> None:
+    """Write the store of ``summary``, read in this process from ``path`` (a Trace summarised:
+    every rank in full; ``recorded``: a run whose Summary holds what its capture added, kept for
+    queries and never served for ``path``), unless a store that can be trusted is there."""
+    if not store.enabled():
+        return
+    try:
+        fmt, paths = sources.detect(path)
+        stamps = store.stamps(paths, sources.host_file(path))
+    except (OSError, TraceError):
+        return
+    if store.stale(store.manifest_of(store.location(path)), stamps):
+        _write(path, summary, stamps, store.RUN if recorded else store.FULL, rank)
+
+
+def _write(path, summary: Summary, stamps: dict, reading: str, rank: int | None, caught=()) -> None:
+    try:
+        store.write(path, summary, stamps, reading, rank, caught)
+    except Exception as exc:  # noqa: BLE001 - the store is a cache: an analysis never fails for it
+        log.debug("no store written for %s", path, exc_info=True)
+        store.say(f"no store of {path}'s tables ({type(exc).__name__}: {exc})")
 
 
 def reads_apart(path: str | Path, scheduler: str | None = None, every_rank: bool = False) -> bool:

@@ -4,13 +4,14 @@ a :class:`~npumagic.commands.base.Command`, and one line here."""
 
 from __future__ import annotations
 
-from . import advise, analyze, compare, export, memcompare, memfit, memory, modules, regions, rules, runs, steps, trace
+from . import (advise, analyze, compare, export, memcompare, memfit, memory, modules, query, regions, rules, runs, steps,
+               trace)
 from .base import ERRORS, Arg, Command, Result
 from .places import Places, Target
 
 COMMANDS: list[Command] = [analyze.COMMAND, advise.COMMAND, compare.COMMAND, steps.COMMAND, runs.COMMAND,
                            export.COMMAND, rules.COMMAND, regions.COMMAND, modules.COMMAND, memory.COMMAND,
-                           memcompare.COMMAND, memfit.COMMAND, trace.COMMAND]
+                           memcompare.COMMAND, memfit.COMMAND, trace.COMMAND, query.COMMAND]
 
 
 def find(name: str) -> Command | None:

@@ -32,6 +32,7 @@ class Arg:
     positional: bool = False
     flag: str | None = None
     metavar: str | None = None
+    many: bool = False  # repeatable: a list of values (None when none is given)
 
     @property
     def option(self) -> str:
@@ -41,6 +42,9 @@ class Arg:
         """Declare this argument on an argparse parser (its dest is :attr:`name`)."""
         if self.positional:
             parser.add_argument(self.name, metavar=self.metavar or self.name, help=self.help)
+        elif self.many:
+            parser.add_argument(self.option, dest=self.name, type=self.type, action="append", default=None,
+                                metavar=self.metavar, help=self.help)
         elif self.type is bool:
             parser.add_argument(self.option, dest=self.name, action="store_true", help=self.help)
         else:
@@ -51,6 +55,9 @@ class Arg:
         """The keyword parameter of a function taking this argument (an MCP tool's signature)."""
         if self.positional:
             return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, annotation=self.type)
+        if self.many:
+            return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, annotation=list[self.type] | None,
+                                     default=None)
         annotation = self.type if self.type is bool or self.default is not None else self.type | None
         default = bool(self.default) if self.type is bool else self.default
         return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)

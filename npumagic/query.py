@@ -1,0 +1,146 @@
+"""SQL over the stored tables of every run of one or many histories (DuckDB, embedded, in memory).
+
+Each table of the stores (:mod:`npumagic.analysis.store`) is a view of the same name (``steps``,
+``kernels``, ``comm``, ``links``, ``ranks``, ``memory``, ``events``, ...; a Places table as
+``places_forward``) over the Parquet files of every run, with the columns ``run`` (the run's
+name), ``history`` (its output directory) and ``rank``. Only reading statements run (SELECT,
+WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN): DuckDB's own parser says what each statement is.
+DuckDB is an optional extra: ``pip install 'npumagic[query]'``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import NpumagicError
+
+INSTALL = "SQL over the stored tables needs DuckDB: pip install 'npumagic[query]' (or pip install duckdb)"
+READING = ("SELECT", "EXPLAIN")  # DuckDB's statement types of SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One run's store: its run name, history directory and store folder."""
+
+    run: str
+    history: str
+    folder: Path
+
+
+def stores(history: str | Path) -> list[Stored]:
+    """The stores of the runs of the history in ``history`` (an output directory of the magics),
+    or of ``history`` itself where it is a profiler output with a store and no history."""
+    from .analysis import store
+    from .names import DB_NAME
+
+    out = Path(history).expanduser()
+    if not out.is_dir():
+        raise NpumagicError(f"--history {history}: no such directory")
+    found = []
+    if (out / DB_NAME).is_file():
+        from .history import HistoryStore
+
+        for run in HistoryStore(out, create=False).runs():
+            if run.run_dir:
+                folder = store.location(run.run_dir)
+                if _usable(folder):
+                    found.append(Stored(run.name, str(out), folder))
+    elif _usable(store.location(out)):
+        found.append(Stored(out.name, str(out), store.location(out)))
+    return found
+
+
+def _usable(folder: Path) -> bool:
+    from .analysis import store
+
+    doc = store.manifest_of(folder) if folder.is_dir() else None
+    return doc is not None and doc.get("format") == store.FORMAT
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def views(runs: list[Stored]) -> dict[str, str]:
+    """Each table's view: the SQL reading its Parquet files of every run (a job's own table where
+    the run has one: ``job.links`` holds every rank's links of a job read as an outline)."""
+    from .analysis import store
+
+    parts: dict[str, list[str]] = {}
+    for kept in runs:
+        doc = store.manifest_of(kept.folder) or {}
+        names = {**{n: e for n, e in (doc.get("tables") or {}).items()},
+                 **{n: e for n, e in (doc.get("job_tables") or {}).items()}}
+        for name, entry in names.items():
+            if "file" not in entry or not (kept.folder / entry["file"]).is_file():
+                continue
+            view = name.replace(".", "_")
+            parts.setdefault(view, []).append(
+                f"SELECT {_quoted(kept.run)} AS run, {_quoted(kept.history)} AS history, * "
+                f"FROM read_parquet({_quoted(str(kept.folder / entry['file']))})")
+    return {view: " UNION ALL BY NAME ".join(selects) for view, selects in sorted(parts.items())}
+
+
+def check_reading(duckdb, sql: str) -> None:
+    """NpumagicError unless every statement of ``sql`` only reads."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise NpumagicError(f"SQL error: {exc}") from None
+    if not statements:
+        raise NpumagicError("no SQL statement given")
+    for statement in statements:
+        kind = str(statement.type).rpartition(".")[2]
+        if kind not in READING:
+            raise NpumagicError(f"only reading statements run here (SELECT, WITH, DESCRIBE, SHOW, EXPLAIN): this is "
+                                f"a {kind} statement; the stored tables are read-only")
+
+
+@dataclass(frozen=True)
+class Answer:
+    columns: list[str]
+    rows: list[tuple]
+    runs: list[Stored]
+    tables: list[str]
+
+
+def run_query(sql: str, histories: list[str | Path]) -> Answer:
+    """``sql`` run over the stored tables of every run of ``histories``."""
+    try:
+        import duckdb
+    except ImportError:
+        raise NpumagicError(INSTALL) from None
+    check_reading(duckdb, sql)
+    runs = [kept for history in histories for kept in stores(history)]
+    with duckdb.connect(":memory:") as con:
+        con.execute("SET threads = 2")
+        tables = views(runs)
+        for view, select in tables.items():
+            con.execute(f'CREATE VIEW "{view}" AS {select}')
+        try:
+            cursor = con.execute(sql)
+            columns = [d[0] for d in cursor.description or []]
+            rows = cursor.fetchall() if cursor.description else []
+        except duckdb.Error as exc:
+            known = ", ".join(tables) or f"none: no stored run in {', '.join(map(str, histories))}"
+            hint = f" (tables: {known})" if isinstance(exc, duckdb.CatalogException) else ""
+            raise NpumagicError(f"SQL error: {exc}{hint}") from None
+    return Answer(columns, rows, runs, list(tables))
+
+
+def plain(value: Any) -> Any:
+    """A JSON-able version of a DuckDB value (dates, decimals, lists)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        return str(value)

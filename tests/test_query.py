@@ -1,0 +1,105 @@
+"""SQL over the stored tables of every run (npumagic query, %npuquery, the MCP tool query), on
+real shared profiler output analysed into stores."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+
+import pandas as pd
+import pytest
+
+from npumagic.analysis import store
+from npumagic.cli import main
+
+from .test_store import KINETO, LEVEL1, analyze, store_on, writable_copy  # noqa: F401 - store_on: autouse
+
+
+def stored_jobs(tmp_path):
+    """Two real jobs analysed, each with its store: a torch_npu job of 2 ranks and a Kineto trace."""
+    npu, kineto = writable_copy(LEVEL1, tmp_path / "npu"), writable_copy(KINETO, tmp_path / "kineto")
+    analyze(npu)
+    analyze(kineto)
+    return npu, kineto
+
+
+def test_query_reads_every_stored_run_of_two_histories(tmp_path, capsys):
+    npu, kineto = stored_jobs(tmp_path)
+    expected = {("npu", r): len(s.steps) for r, s in analyze(npu).per_rank.items()}
+    expected[("kineto", 0)] = len(analyze(kineto).steps)
+    capsys.readouterr()
+    assert main(["query", "SELECT run, rank, count(*) AS steps, sum(wall_us) AS wall FROM steps GROUP BY ALL "
+                 "ORDER BY run, rank", "--history", str(npu), "--history", str(kineto), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "query" and sorted(doc["runs"]) == ["kineto", "npu"]
+    assert {(r["run"], r["rank"]): r["steps"] for r in doc["rows"]} == expected
+    assert all(r["wall"] > 0 for r in doc["rows"])
+    # the job's own links hold every rank's: one row per rank and link type
+    assert main(["query", "SELECT DISTINCT rank FROM links WHERE run = 'npu' ORDER BY rank", "--history", str(npu),
+                 "--json"]) == 0
+    assert [r["rank"] for r in json.loads(capsys.readouterr().out)["rows"]] == [0, 1]
+
+
+@pytest.mark.parametrize("sql", ["DROP VIEW steps", "SELECT 1; DELETE FROM steps",
+                                 "COPY (SELECT * FROM steps) TO 'out.csv'", "ATTACH 'x.db'"])
+def test_a_writing_statement_is_refused(sql, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    npu = writable_copy(KINETO, tmp_path / "job")
+    analyze(npu)
+    assert main(["query", sql, "--history", str(npu)]) == 2
+    err = capsys.readouterr().err
+    assert "only reading statements run here" in err and "Traceback" not in err
+    assert not (tmp_path / "out.csv").exists() and not (tmp_path / "x.db").exists()
+
+
+def test_an_sql_error_is_its_message(tmp_path, capsys):
+    npu = writable_copy(KINETO, tmp_path / "job")
+    analyze(npu)
+    assert main(["query", "SELECT nothing_here FROM steps", "--history", str(npu)]) == 2
+    err = capsys.readouterr().err
+    assert "SQL error" in err and "nothing_here" in err and "Traceback" not in err
+
+
+def test_without_duckdb_the_command_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "duckdb", None)  # `import duckdb` raises ImportError
+    assert main(["query", "SELECT 1", "--history", str(tmp_path)]) == 2
+    assert "pip install 'npumagic[query]'" in capsys.readouterr().err
+
+
+def test_npuload_writes_the_store_and_npuquery_reads_the_history(shell, tmp_path, capsys):
+    path = writable_copy(LEVEL1, tmp_path / "job")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        shell.run_line_magic("npuload", f"{path} --name level1 --no-plot")
+    assert (store.location(path) / store.MANIFEST).is_file()
+    result = shell.run_line_magic("npuquery", "SELECT run, rank, count(*) AS n FROM kernels GROUP BY ALL ORDER BY rank")
+    assert [(r, k) for r, k, _ in result.rows] == [("level1", 0), ("level1", 1)]
+    assert all(n > 0 for *_, n in result.rows)
+    assert isinstance(result.table, pd.DataFrame) and list(result.table.columns) == ["run", "rank", "n"]
+    capsys.readouterr()
+    with warnings.catch_warnings():  # the same job loaded again (a restarted notebook): from its store
+        warnings.simplefilter("ignore")
+        shell.run_line_magic("npuload", f"{path} --name again --no-plot")
+    assert "read from its store" in capsys.readouterr().err
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="only reading statements"):
+        shell.run_line_magic("npuquery", "CREATE TABLE t AS SELECT 1")
+
+
+def test_the_mcp_tool_query_reads_histories_below_its_roots_only(tmp_path):
+    pytest.importorskip("mcp", reason="need the MCP SDK (the extra npumagic[mcp], in [test])")
+    from npumagic.mcp_server import build_server
+
+    from .test_command_core import mcp_call
+
+    inside, outside = writable_copy(KINETO, tmp_path / "root" / "job"), writable_copy(KINETO, tmp_path / "elsewhere")
+    analyze(inside)
+    analyze(outside)
+    server = build_server(tmp_path / "root" / "runs", roots=[str(tmp_path / "root")])
+    error, doc = mcp_call(server, "query", {"sql": "SELECT run, count(*) AS n FROM kernels GROUP BY run",
+                                            "histories": [str(inside)]})
+    assert not error and doc["kind"] == "query" and doc["rows"][0]["run"] == "job" and doc["rows"][0]["n"] > 0
+    error, text = mcp_call(server, "query", {"sql": "SELECT 1", "histories": [str(outside)]})
+    assert error and "elsewhere" in str(text)

@@ -1,0 +1,116 @@
+"""The store of every analysed job's tables (npumagic.analysis.store): on real shared profiler
+output, copied where it may be written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+import warnings
+
+import pytest
+from pandas.testing import assert_frame_equal
+
+from npumagic.analysis import job, sources, store
+
+from .conftest import ASCEND, CUDA, need
+
+LEVEL1 = ASCEND / "level1"  # a 2-rank torch_npu job
+KINETO = CUDA / "alexnet_sync"  # a real Kineto trace
+
+
+@pytest.fixture(autouse=True)
+def store_on(monkeypatch):
+    monkeypatch.setenv("NPUMAGIC_STORE", "1")
+    store._said.clear()
+
+
+def writable_copy(source, target):
+    """``source`` (read-only shared data) as a folder this user may write in: copies, never hard
+    links (a test that changes a file's mtime would change the shared file's)."""
+    shutil.copytree(need(source), target)
+    for folder, _, _ in os.walk(target):
+        os.chmod(folder, os.stat(folder).st_mode | stat.S_IWUSR)
+    return target
+
+
+def analyze(path, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return job.analyze(path, scheduler="serial", every_rank=True, **kw)
+
+
+def same(a, b, where="job"):
+    """Every table, the meta and the vendor tables of Summaries ``a`` and ``b`` are equal."""
+    mine, theirs = store._tables(a), store._tables(b)
+    assert set(mine) == set(theirs), where
+    for name, frame in mine.items():
+        assert_frame_equal(frame, theirs[name], obj=f"{where}.{name}")
+    assert a.meta == b.meta, where
+    assert set(a.vendor) == set(b.vendor), where
+    for name, frame in a.vendor.items():
+        assert_frame_equal(frame, b.vendor[name], obj=f"{where}.vendor.{name}")
+    assert sorted(a.per_rank) == sorted(b.per_rank)
+
+
+@pytest.mark.parametrize("source", [LEVEL1, KINETO], ids=["ascend-level1", "kineto"])
+def test_the_store_gives_back_the_parsed_summary_and_a_second_read_parses_nothing(source, tmp_path, monkeypatch,
+                                                                                   capsys):
+    path = writable_copy(source, tmp_path / "job")
+    parsed = analyze(path)
+    assert (store.location(path) / store.MANIFEST).is_file()
+    assert "not parsed" not in capsys.readouterr().err
+    calls = []
+    monkeypatch.setattr(sources, "load", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(job, "summarize_group", lambda *a, **k: calls.append(a))
+    again = analyze(path)
+    assert calls == []
+    assert "read from its store" in capsys.readouterr().err
+    same(parsed, again)
+    for rank in parsed.per_rank:
+        same(parsed.per_rank[rank], again.per_rank[rank], f"rank {rank}")
+    assert again.places is not None or parsed.places is None  # the findings' places come back too
+    if len(parsed.per_rank) > 1:  # another rank of a job read in full: from the store as well
+        monkeypatch.undo()
+        other = analyze(path, rank=1)
+        assert other.meta["rank"] == 1 and calls == []
+
+
+def test_a_changed_source_file_invalidates_the_store(tmp_path, capsys):
+    path = writable_copy(LEVEL1, tmp_path / "job")
+    analyze(path)
+    step_trace = path / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
+    os.utime(step_trace, ns=(step_trace.stat().st_atime_ns, step_trace.stat().st_mtime_ns + 10**9))
+    capsys.readouterr()
+    analyze(path)
+    err = capsys.readouterr().err
+    assert "step_trace_time.csv changed since" in err and "read from its store" not in err
+    analyze(path)  # the rewritten store, trusted again
+    assert "read from its store" in capsys.readouterr().err
+
+
+def test_a_store_of_another_version_is_not_trusted(tmp_path, capsys, monkeypatch):
+    path = writable_copy(KINETO, tmp_path / "job")
+    analyze(path)
+    manifest = store.location(path) / store.MANIFEST
+    manifest.write_text(json.dumps(dict(json.loads(manifest.read_text()), npumagic="0.0.0")))
+    calls = []
+    real = sources.load
+    monkeypatch.setattr(sources, "load", lambda *a, **k: calls.append(a) or real(*a, **k))
+    analyze(path)
+    assert calls and "written by npumagic 0.0.0" in capsys.readouterr().err
+
+
+def test_a_read_only_folder_gets_no_store_and_no_error(tmp_path, capsys):
+    path = writable_copy(KINETO, tmp_path / "job")
+    os.chmod(path, stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        first, second = analyze(path), analyze(path)
+    finally:
+        os.chmod(path, stat.S_IRWXU)
+    assert not store.location(path).exists()
+    err = capsys.readouterr().err
+    assert err.count("no store of the tables analysed here") == 1 and "read-only" in err
+    same(first, second)

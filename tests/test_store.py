@@ -24,6 +24,7 @@ KINETO = CUDA / "alexnet_sync"  # a real Kineto trace
 @pytest.fixture(autouse=True)
 def store_on(monkeypatch):
     monkeypatch.setenv("NPUMAGIC_STORE", "1")
+    monkeypatch.setattr(store, "WORTH_S", 0.0)  # the shared samples parse quicker than a store is worth
     store._said.clear()
 
 
@@ -114,3 +115,11 @@ def test_a_read_only_folder_gets_no_store_and_no_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("no store of the tables analysed here") == 1 and "read-only" in err
     same(first, second)
+
+
+def test_a_quick_analysis_is_not_stored(tmp_path, monkeypatch):
+    # the default: parsing a small trace again costs less than writing its store
+    monkeypatch.setattr(store, "WORTH_S", 3600.0)
+    path = writable_copy(LEVEL1, tmp_path / "job")
+    analyze(path)
+    assert not store.location(path).exists()

@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import sys
+import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -86,11 +87,13 @@ def analyze(path: str | Path, rank: int | None = None, scheduler: str | None = N
     kept = store.open_store(path, stamps, reading, rank)
     if kept is not None:
         return kept
+    started = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         summary = _analyze(reader, fmt, paths, path, rank, scheduler, progress, outline)
     for w in caught:  # as they were raised (the store replays them when it is read)
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
-    _write(path, summary, stamps, reading, rank, caught)
+    if time.perf_counter() - started >= store.WORTH_S:
+        _write(path, summary, stamps, reading, rank, caught)
     return summary
 
 

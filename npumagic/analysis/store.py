@@ -39,6 +39,9 @@ from .persist import _frame, _plain, _revive
 from .summary import Summary
 
 FORMAT = 1
+# an analysis quicker than this is not stored: parsing it again costs less than the store's write
+# (about 0.5 s on a 3 MB trace, pyarrow's import included) and the folder stays as the user left it
+WORTH_S = 2.0
 STORE_DIR = "npumagic_store"
 MANIFEST = "manifest.json"
 FULL, OUTLINE, RUN = "full", "outline", "run"  # how the job was read (RUN: a recorded run, for queries only)

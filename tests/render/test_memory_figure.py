@@ -153,3 +153,42 @@ def test_the_rank_drawn_is_the_rank_asked_for(tmp_path):
     for rank in (0, 1):
         (figure,) = session.figures("job", ["memory"], rank=rank)
         assert figure.note == "" and figure.table.caption == f"top allocators by bytes on NPU:{rank} (rank{rank}_ascend_pt)"
+
+
+def _svg_texts(svg: str) -> list[str]:
+    """The texts of a matplotlib SVG (each glyph run is preceded by a comment holding its text)."""
+    import re
+
+    return [t.strip() for t in re.findall(r"<!-- (.*?) -->", svg)]
+
+
+def test_npuprofiles_own_memory_figure_is_the_per_component_one(trainer, plots):
+    trainer.run_line_magic("config", "NpuMagics.views = ['memory']")
+    trainer.run_line_magic("config", "NpuMagics.figure_format = 'svg'")
+    report = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 3 --memory --name mem\ntrain_step()").result
+    figure = report.figure("memory")
+    # the run's operators under the figure, as %npushow --memory gives them
+    view = memory_view(read_memory(report.run.run_dir))
+    assert figure.note == "" and figure.table is not None
+    assert figure.table.data["name"].tolist() == view.operators["name"].tolist() and figure.table.rows == 10
+    texts = _svg_texts(figure.data.decode())
+    # the peak is marked with the operator running at it (the history's curve names none)
+    assert f"peak {view.peak_allocated_bytes / MIB:,.1f} MiB at {view.peak_operator}" in texts
+    shown = trainer.run_line_magic("npushow", "mem --memory --svg").figures[0]
+    assert _svg_texts(shown.data.decode()) == texts and shown.table.data.equals(figure.table.data)
+
+
+def test_npumagic_show_memory_draws_the_components_and_lists_the_allocators(tmp_path, capsys):
+    from npumagic.cli import main
+
+    rank = need(ASCEND / "level1" / "rank0_ascend_pt")
+    out = tmp_path / "memory.svg"
+    assert main(["show", str(rank), "--memory", "-o", str(out)]) == 0
+    texts = _svg_texts(out.read_text())
+    assert set(_expected_curves(rank)) <= set(texts)  # every component's curve in the legend
+    pta = _csv(rank, "memory_record.csv").query("Component == 'PTA'")["Total Allocated(MB)"]
+    assert f"peak {pta.max():,.1f} MiB at aten::_foreach_add" in texts
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"wrote {out}\n") and "top allocators by bytes on NPU:0" in printed
+    top = pd.read_csv(rank / "ASCEND_PROFILER_OUTPUT" / "operator_memory.csv").groupby("Name")["Size(KB)"].sum()
+    assert top.idxmax() in printed.splitlines()[3]

@@ -117,12 +117,33 @@ def test_a_kineto_trace_draws_allocated_and_reserved_per_device_with_its_peak():
     cuda = events[events["Device Type"] == 1]  # 0: the CPU, 1: CUDA
     records = read_memory(folder)
     view = memory_view(records)
-    out = plot_memory_records(Figure().add_subplot(), records, view, None)
+    ax = Figure().add_subplot()
+    out = plot_memory_records(ax, records, view, None)
     assert set(out["lines"]) == {"cuda:0 allocated", "cuda:0 reserved", "cpu allocated"}
     x, y = out["peak"].xy
     assert y * MIB == cuda["Total Allocated"].max() == out["lines"]["cuda:0 allocated"].get_ydata().max() * MIB
     assert out["lines"]["cuda:0 reserved"].get_ydata().max() * MIB == cuda["Total Reserved"].max()
-    assert out["capacity"].get_ydata()[0] * MIB == doc["deviceProperties"][0]["totalGlobalMem"]
+    # 80 GiB of H100 above a 3.4 GiB curve: said, not drawn, the y axis fitted to the curves
+    capacity = doc["deviceProperties"][0]["totalGlobalMem"]
+    share = cuda["Total Allocated"].max() / capacity
+    assert out["capacity"].get_text() == f"\u2191 capacity {capacity / 2**30:,.1f} GiB, off the scale, peak uses {share:.0%}"
+    assert round(share * 100) == 3 and not ax.get_lines()[-1].get_label().startswith("capacity")
+    low, high = ax.get_ylim()
+    assert cuda["Total Reserved"].max() / MIB < high < 1.1 * cuda["Total Reserved"].max() / MIB
+
+
+def test_a_capacity_close_above_the_curves_is_drawn_as_a_line():
+    import dataclasses
+
+    records = read_memory(need(CUDA / "tracelens" / "h100_owlv2"))
+    view = memory_view(records)
+    reserved = records.totals["reserved_bytes"].max()
+    ax = Figure().add_subplot()
+    near = dataclasses.replace(view, capacity_bytes=1.4 * reserved)
+    out = plot_memory_records(ax, records, near, None)
+    assert out["capacity"].get_ydata()[0] * MIB == pytest.approx(1.4 * reserved)
+    assert out["capacity"].get_label().endswith(f"peak uses {view.peak_allocated_bytes / (1.4 * reserved):.0%}")
+    assert ax.get_ylim()[1] >= 1.4 * reserved / MIB  # the axis reaches up to it
 
 
 def test_npushow_memory_draws_the_loaded_run_and_the_history_once_its_output_is_gone(shell, tmp_path):

@@ -184,8 +184,8 @@ def _svg_texts(svg: str) -> list[str]:
 
 
 def test_npuprofiles_own_memory_figure_is_the_per_component_one(trainer, plots):
-    trainer.run_line_magic("config", "NpuMagics.views = ['memory']")
-    trainer.run_line_magic("config", "NpuMagics.figure_format = 'svg'")
+    magics = trainer.magics_manager.registry["NpuMagics"]  # set on this instance: %config would outlive the test
+    magics.views, magics.figure_format = ["memory"], "svg"
     report = trainer.run_cell("%%npuprofile --repeat-cell --wait 0 --steps 3 --memory --name mem\ntrain_step()").result
     figure = report.figure("memory")
     # the run's operators under the figure, as %npushow --memory gives them

@@ -213,3 +213,6 @@ def test_npumagic_show_memory_draws_the_components_and_lists_the_allocators(tmp_
     assert printed.startswith(f"wrote {out}\n") and "top allocators by bytes on NPU:0" in printed
     top = pd.read_csv(rank / "ASCEND_PROFILER_OUTPUT" / "operator_memory.csv").groupby("Name")["Size(KB)"].sum()
     assert top.idxmax() in printed.splitlines()[3]
+    # the rank asked for is the rank drawn
+    assert main(["show", str(ASCEND / "level1"), "--memory", "--rank", "1", "-o", str(out)]) == 0
+    assert "top allocators by bytes on NPU:1 (rank1_ascend_pt)" in capsys.readouterr().out

@@ -1,8 +1,8 @@
 """The comparison of two runs' memory by operator, on real CPU runs (each in its own process: the
 CPU allocator's totals count from the process's first profiled allocation): a model of two Linear
 layers at batch 256 and 1024 allocates 3 MiB more a step in each Linear's forward (aten::addmm)
-and backward (aten::mm), said in ``compare``'s JSON ``memory.operators``, its text and a real
-shell's ``%npucompare`` (text and HTML); a second run at 256 lists none."""
+and backward (aten::mm), said in ``compare``'s JSON ``memory.operators``, its text, a real
+shell's ``%npucompare`` (text and HTML) and ``memcompare``; a second run at 256 lists none."""
 
 from __future__ import annotations
 
@@ -72,6 +72,12 @@ def test_the_linear_layers_allocate_more_at_the_larger_batch(runs, capsys):
         assert row["interval_low_bytes"] == row["interval_high_bytes"] == row["delta_bytes"] == 3 * 2**20 + \
             (4 * 768 if name == "aten::addmm" else 0) >= row["floor_bytes"] == 2 * 2**20
     assert all(r["change"] == "more" for r in memory["operators"])  # nothing allocates less at a larger batch
+    # memcompare judges them alike, its table above the raw list
+    assert main(["memcompare", str(runs["b256"]), str(runs["b1024"]), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["changed_operators"] == memory["operators"]
+    assert main(["memcompare", str(runs["b256"]), str(runs["b1024"])]) == 0
+    said = capsys.readouterr().out
+    assert said.index("operators allocating more or less memory") < said.index("operators whose allocations changed most")
 
 
 def test_the_operator_bytes_are_what_the_steps_allocated(runs):

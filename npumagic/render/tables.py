@@ -431,10 +431,9 @@ def format_kernel_diff(comparison, top: int = 15) -> Table:
     return Table(k, cols, caption, top)
 
 
-def format_memory_changes(comparison, top: int = 10) -> Table:
-    """The operators allocating more or less memory between the runs (``comparison.memory``'s
+def format_memory_changes(m, a: str, b: str, top: int = 10) -> Table:
+    """The operators allocating more or less memory from run ``a`` to ``b`` (a MemoryComparison's
     operator_changes), MiB a step (of the capture with a single step a side), the 95% interval."""
-    m, a, b = comparison.memory, comparison.a, comparison.b
     unit = "MiB a step" if m.per_step else "MiB"
     caption = (f"operators allocating more or less memory ({unit}; beyond the run-to-run noise and 1% of "
                f"{'A' if max(len(a), len(b)) > SIDE_CHARS else a}'s bytes, at least 2 MiB)")

@@ -189,7 +189,7 @@ def comparison_text(comparison, top: int = 10, width: int | None = None) -> str:
     if c.memory is not None:
         lines += ["", wrap(c.memory.sentence(c.a, c.b), width, 4)]
         if len(c.memory.operator_changes):
-            lines += [format_memory_changes(c).to_text(width)]
+            lines += [format_memory_changes(c.memory, c.a, c.b).to_text(width)]
     if len(c.changed) > 1:
         lines += ["", f"{len(c.changed)} things changed between the runs — the checklist's rule is one change at a time:"]
     elif c.changed:
@@ -208,7 +208,7 @@ def comparison_html(comparison, figure_html: str = "", top: int = 15) -> str:
     if c.memory is not None:
         parts.append(f"<p>{html.escape(c.memory.sentence(c.a, c.b))}</p>")
         if len(c.memory.operator_changes):
-            parts.append(format_memory_changes(c)._repr_html_())
+            parts.append(format_memory_changes(c.memory, c.a, c.b)._repr_html_())
     if c.changed:
         warn = " — the checklist's rule is one change at a time" if len(c.changed) > 1 else ""
         parts.append(f"<p>What changed{warn}:</p><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in c.changed) + "</ul>")

@@ -277,12 +277,13 @@ def _show(args) -> int:
 
     summary = analysis.summarize(trace, rank=args.rank)
     title, placed, note = f"{Path(args.path).name}: {view}", None, ""
+    memory = _memory_read(args.path, trace, summary) if view == "memory" else None
     if view in ("regions", "modules"):  # the icicle, and the table it draws
         from .render.icicle import place_view
 
         fig, placed, note = place_view(view, trace, summary, title)
     else:
-        fig = build_view(view, trace, summary, title=title, **options)
+        fig = build_view(view, trace, summary, title=title, memory=memory, **options)
     if args.output is None:
         from .named_runs import name_for
 
@@ -300,8 +301,25 @@ def _show(args) -> int:
 
         print_json(show_doc(args.path, view, out, summary, options, placed, note))
     else:
-        print(f"wrote {out}" + (f"\n{note}" if note else ""))
+        from .render.views import allocators_table
+
+        table = allocators_table(memory) if memory is not None else None
+        print(f"wrote {out}" + (f"\n{note}" if note else "")
+              + (f"\n{table.to_text(terminal_width())}" if table is not None else ""))
     return 0
+
+
+def _memory_read(path: str, trace, summary):
+    """The memory records of the rank drawn, for the memory figure's components and allocators
+    (None where nothing was recorded: the figure says so)."""
+    from .analysis.memory_view import memory_view
+    from .analysis.sources.memory import read_memory
+    from .render.charts import MemoryRead
+
+    ranks, rank = sorted(trace.ranks), summary.meta.get("rank")
+    records = read_memory(path, ranks.index(rank) if rank in ranks else None)
+    view = memory_view(records)
+    return MemoryRead(records, view) if view.recorded else None
 
 
 def _export(args) -> int:

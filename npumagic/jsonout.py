@@ -167,7 +167,7 @@ def memory_comparison(m, a: str, b: str) -> dict[str, Any]:
     """The step peaks of a comparison's two runs (mean step peaks where both have 2+ steps)."""
     return {"verdict": m.verdict, "sentence": m.sentence(a, b), "peak_a_bytes": m.peak_a, "peak_b_bytes": m.peak_b,
             "delta_bytes": m.delta_bytes, "interval_bytes": list(m.interval) if m.interval else None,
-            "floor_bytes": m.floor_bytes, "per_step": m.per_step}
+            "floor_bytes": m.floor_bytes, "per_step": m.per_step, "operators": records(m.operator_changes)}
 
 
 # -- the history ------------------------------------------------------------------------------

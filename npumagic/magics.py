@@ -30,7 +30,7 @@ from .raw_parse import parse_raw
 from .analysis.job import check_scheduler
 from .ranges import view_range
 from .recorder import RunOutcome
-from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
+from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport
 from .render.live.frontend import widget_frontend, with_live_timeline
 from .render.tables import format_runs, format_steps
 from .session import Session
@@ -243,8 +243,7 @@ class NpuMagics(Magics):
     def _report(self, outcome: RunOutcome, quiet: bool, plot: bool, static: bool = False) -> RunReport:
         figures = []
         if plot and outcome.summary is not None and outcome.trace is not None:
-            figures = render_views(list(self.views), outcome.trace, outcome.summary,
-                                   self.session.writable_figure_dir(outcome.run), outcome.run.name, self.figure_format)
+            figures = self.session.outcome_figures(outcome, list(self.views), self.figure_format)
         notes = [] if quiet else outcome.notes
         report = RunReport(outcome.run, outcome.summary, outcome.verdict, notes, figures)
         self._track(report)

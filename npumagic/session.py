@@ -124,6 +124,16 @@ class Session:
         return render_views(views, trace, summary, self.writable_figure_dir(self.store.get(name)), name, "svg" if svg else "png", rank=rank,
                             memory=memory, **{k: v for k, v in options.items() if v is not None})
 
+    def outcome_figures(self, outcome, views: list[str], fmt: str = "png") -> list["RenderedFigure"]:
+        """The figures under a run just recorded (``outcome``: a RunOutcome), saved beside it; its
+        memory figure drawn from its memory records as :meth:`figures` draws it."""
+        from .render.views import render_views
+
+        name = outcome.run.name
+        memory = self._memory_read(name, outcome.trace, outcome.summary) if "memory" in views else None
+        return render_views(views, outcome.trace, outcome.summary, self.writable_figure_dir(outcome.run), name, fmt,
+                            memory=memory)
+
     def _memory_read(self, name: str, trace, summary: Summary):
         """Run ``name``'s memory records for its memory figure, read again from its profiler output
         as ``npumagic memory RUN`` reads them (the history keeps only PyTorch's pool over time): its

@@ -18,6 +18,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from .conftest import ASCEND, NEED_CHROMIUM, NEED_SHARED, ROOT, TRAIN_SETUP
@@ -370,6 +372,58 @@ def test_a_click_on_a_ranks_header_collapses_its_group(page):
     canvas.click(position={"x": 20, "y": heads[0] + 8})
     page.wait_for_function("el => el.dataset.collapsed === ''", arg=root.element_handle(), timeout=10_000)
     assert [float(y) for y in root.evaluate("el => el.dataset.heads").split(",")] == heads
+
+
+def _at_row(page, canvas, y: float) -> dict:
+    """The canvas scrolled so that its row at ``y`` (px from its top) is in the window; its box."""
+    canvas.evaluate("(c, y) => { let p = c.parentElement; while (p && p.scrollHeight <= p.clientHeight) p = p.parentElement;"
+                    " if (p) p.scrollTop += c.getBoundingClientRect().top + y - 400; }", y)
+    page.wait_for_timeout(300)
+    return canvas.bounding_box()
+
+
+@pytest.mark.skipif(not (ASCEND / "level1").exists(), reason=f"{NEED_SHARED} — {ASCEND / 'level1'} is absent")
+def test_a_zoomed_memory_lane_shows_each_allocation_and_free(page):
+    page, home = page
+    root = page.locator(".jp-Cell").nth(2).locator(".npumagic-live")
+    root.scroll_into_view_if_needed()
+    _whole_run(page, root)
+    canvas, tip = root.locator("canvas"), root.locator(".npumagic-tip")
+    heads = [float(y) for y in root.evaluate("el => el.dataset.heads").split(",")]
+    # rank 0's memory lane: where hovering reads its samples ("NPU:0 allocated: 1,234 MiB")
+    row, start = None, int(heads[0]) + 10
+    for y in range(start, int(heads[1]), 3):
+        if (y - start) % 60 == 0:  # the rows below in the window
+            box = _at_row(page, canvas, y)
+        page.mouse.move(box["x"] + GUTTER + (box["width"] - GUTTER) / 2, box["y"] + y)
+        if tip.is_visible() and tip.inner_text().startswith("NPU:0 allocated: "):
+            row = y
+            break
+    assert row is not None, "no memory lane under rank 0"
+    pta = pd.read_csv(ASCEND / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "memory_record.csv")
+    pta = pta[pta["Component"] == "PTA"]
+    totals = pta.iloc[np.argsort(pta["Timestamp(us)"].astype(str).str.strip().astype(float), kind="stable")][
+        "Total Allocated(MB)"].to_numpy(float)
+    moves = re.compile(r"NPU:0 allocated ([\d,.]+) MiB after (an allocation|a free) of ([\d,.]+) (MiB|KiB)")
+    for _ in range(4):  # zoomed in until the view holds few enough samples to draw them one by one
+        box = _at_row(page, canvas, row)
+        x = box["x"] + GUTTER + (box["width"] - GUTTER) / 2
+        page.mouse.move(x, box["y"] + row)
+        asked = _state(root)["answered"]
+        page.mouse.wheel(0, -400)
+        _answered_since(page, root, asked)
+        _settled(page, root)
+        for k in range(240):
+            page.mouse.move(box["x"] + GUTTER + 2 + k * (box["width"] - GUTTER - 4) / 240, box["y"] + row)
+            found = moves.fullmatch(tip.inner_text()) if tip.is_visible() else None
+            if found:
+                root.screenshot(path=str(home / "memory_moves.png"))
+                after, size = float(found[1].replace(",", "")), float(found[3].replace(",", ""))
+                assert np.abs(totals - after).min() <= (0.5 if after >= 100 else 0.005)  # a sample of the CSV
+                steps = np.abs(np.diff(totals)) * (1024 if found[4] == "KiB" else 1)
+                assert np.abs(steps - size).min() <= (0.5 if size >= 100 else 0.005)  # one of its changes
+                return
+    pytest.fail("no allocation or free under the cursor on the zoomed memory lane")
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["saved-without-widget-state", "NPUMAGIC_STATIC=1"])

@@ -20,6 +20,7 @@ from .thresholds import CHURN_MIN_BYTES, GROWTH_MIN_BYTES_PER_STEP, GROWTH_MIN_S
 CONFIDENCE = 0.95
 OPERATOR_COLUMNS = ["name", "allocations", "bytes", "mean_lifetime_us", "live_at_step_end_bytes"]
 HOLDER_COLUMNS = ["operator", "blocks", "bytes"]
+STEP_OPERATOR_COLUMNS = ["step", "name", "allocations", "bytes"]
 STEP_COLUMNS = ["step", "low_allocated_bytes", "peak_allocated_bytes", "end_allocated_bytes", "churn_count",
                 "churn_bytes"]
 
@@ -75,6 +76,8 @@ class MemoryView:
     reserved_at_peak_bytes: float | None = None  # the pool's reserved memory when allocated peaked
     read: str = ""  # the file or rank folder read (one of a folder's)
     paired: bool = True  # allocations could be paired with their frees (addresses recorded)
+    # STEP_OPERATOR_COLUMNS: each operator's allocations within each step (none: not listed)
+    step_operators: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STEP_OPERATOR_COLUMNS))
 
     @property
     def unused_reserved_at_peak_bytes(self) -> float | None:
@@ -109,7 +112,7 @@ def memory_view(records) -> MemoryView:
         _operators(blocks, last_end), step_table, int(len(churned)), float(churned["bytes"].sum()), _holders(churned),
         _growth(step_table, steps, blocks), _components(totals), _beyond_pool(totals, records.pool),
         records.capacity_bytes, float(records.static["bytes"].sum()), records.notes, reserved_then, str(records.path),
-        bool(len(records.blocks)) or records.totals.empty)
+        bool(len(records.blocks)) or records.totals.empty, _step_operators(steps, blocks))
 
 
 def _num(value) -> float | None:
@@ -164,6 +167,21 @@ def _operators(blocks: pd.DataFrame, last_end: int | None) -> pd.DataFrame:
                                              mean_lifetime_us=("lifetime", "mean"))
     g["live_at_step_end_bytes"] = live.groupby("operator")["bytes"].sum().reindex(g.index).fillna(0.0)
     return g.reset_index().sort_values("bytes", ascending=False, kind="stable")[OPERATOR_COLUMNS].reset_index(drop=True)
+
+
+def _step_operators(steps: pd.DataFrame, blocks: pd.DataFrame) -> pd.DataFrame:
+    """Per step and operator, the blocks it allocated within the step (from its start, before its
+    end) and their bytes; ``steps`` in order of their starts."""
+    if steps.empty or blocks.empty:
+        return pd.DataFrame(columns=STEP_OPERATOR_COLUMNS)
+    alloc = blocks["alloc_ns"].to_numpy(np.int64)
+    i = np.searchsorted(steps["start_ns"].to_numpy(np.int64), alloc, side="right") - 1
+    inside = (i >= 0) & (alloc < steps["end_ns"].to_numpy(np.int64)[np.clip(i, 0, None)])
+    table = pd.DataFrame({"step": steps["step"].to_numpy()[i[inside]], "name": blocks["operator"].to_numpy()[inside],
+                          "bytes": blocks["bytes"].to_numpy(float)[inside]})
+    g = table.groupby(["step", "name"], sort=True)["bytes"].agg(["size", "sum"]).reset_index()
+    g.columns = STEP_OPERATOR_COLUMNS
+    return g
 
 
 def _steps(steps: pd.DataFrame, pool: pd.DataFrame, blocks: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

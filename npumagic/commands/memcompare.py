@@ -22,14 +22,18 @@ class MemoryDelta(Result):
         c = self.comparison
         return document("memcompare", a=self.label_a, b=self.label_b, verdict=c.verdict, peak_a_bytes=c.peak_a,
                         peak_b_bytes=c.peak_b, delta_bytes=c.delta_bytes, interval_bytes=c.interval,
-                        floor_bytes=c.floor_bytes, per_step=c.per_step, operators=records(c.operators.head(self.top)))
+                        floor_bytes=c.floor_bytes, per_step=c.per_step, operators=records(c.operators.head(self.top)),
+                        changed_operators=records(c.operator_changes))
 
     def text(self, width: int | None = None) -> str:
         from ..analysis.memory_view import _size
+        from ..render.tables import format_memory_changes
 
         c = self.comparison
         unit = " a step" if c.per_step else ""
         lines = [c.sentence(self.label_a, self.label_b)]
+        if len(c.operator_changes):  # judged as the peak is; the raw list below
+            lines.append(format_memory_changes(c, self.label_a, self.label_b, self.top).to_text(width))
         changed = c.operators[c.operators["delta_bytes"] != 0].head(self.top)
         if len(changed):
             lines.append(f"operators whose allocations changed most (bytes{unit}, {self.label_a} -> {self.label_b}):")

@@ -118,12 +118,7 @@ def plot_memory_records(ax, records, view, origin_ns: int | None = None) -> dict
         ax.plot([x], [y], "o", color="black", ms=4)
         peak = ax.annotate(f"peak {y:,.1f} MiB{at}", (x, y), xytext=(0, 8), textcoords="offset points", ha="center",
                            fontsize=8, arrowprops={"arrowstyle": "-", "lw": 0.5})
-    capacity = None
-    if view is not None and view.capacity_bytes:
-        capacity = ax.axhline(view.capacity_bytes / MIB, color="#888888", ls=":", lw=1,
-                              label=f"capacity {view.capacity_bytes / 2**30:,.1f} GiB"
-                                    + (f" (peak {view.peak_allocated_bytes / view.capacity_bytes:.0%})"
-                                       if view.peak_allocated_bytes else ""))
+    capacity = _capacity(ax, view, lines) if view is not None and view.capacity_bytes else None
     ax.set_xlabel("time (ms from the first step)")
     ax.set_ylabel("MiB")
     if lines:
@@ -131,6 +126,26 @@ def plot_memory_records(ax, records, view, origin_ns: int | None = None) -> dict
     else:
         ax.text(0.5, 0.5, "no memory samples", transform=ax.transAxes, ha="center")
     return {"lines": lines, "peak": peak, "capacity": capacity}
+
+
+CAPACITY_FIT = 1.5  # the capacity is drawn as a line up to this many times the curves' top
+
+
+def _capacity(ax, view, lines: dict):
+    """The device's capacity: a line where it fits above the curves (they keep two thirds of the
+    height), else said above the axes' top right, so a 2.5 GiB curve under an 80 GiB capacity keeps
+    the y axis fitted to it."""
+    cap = view.capacity_bytes
+    used = f", peak uses {_share(view.peak_allocated_bytes / cap)}" if view.peak_allocated_bytes else ""
+    top = max((np.nanmax(line.get_ydata()) for line in lines.values()), default=0.0) * MIB
+    if cap <= CAPACITY_FIT * top:
+        return ax.axhline(cap / MIB, color="#888888", ls=":", lw=1, label=f"capacity {cap / 2**30:,.1f} GiB{used}")
+    return ax.annotate(f"\u2191 capacity {cap / 2**30:,.1f} GiB, off the scale{used}", (1, 1), xycoords="axes fraction",
+                       xytext=(0, 3), textcoords="offset points", ha="right", va="bottom", fontsize=8, color="#555555")
+
+
+def _share(share: float) -> str:
+    return f"{share:.0%}" if share >= 0.005 else "<1%"
 
 
 def _memory_series(records, view):

@@ -431,6 +431,25 @@ def format_kernel_diff(comparison, top: int = 15) -> Table:
     return Table(k, cols, caption, top)
 
 
+def format_memory_changes(m, a: str, b: str, top: int = 10) -> Table:
+    """The operators allocating more or less memory from run ``a`` to ``b`` (a MemoryComparison's
+    operator_changes), MiB a step (of the capture with a single step a side), the 95% interval."""
+    unit = "MiB a step" if m.per_step else "MiB"
+    caption = (f"operators allocating more or less memory ({unit}; beyond the run-to-run noise and 1% of "
+               f"{'A' if max(len(a), len(b)) > SIDE_CHARS else a}'s bytes, at least 2 MiB)")
+    if max(len(a), len(b)) > SIDE_CHARS:
+        caption += f" (A: {a}, B: {b})"
+        a, b = "A", "B"
+    signed = lambda v, row: _signed(float(v) / 2**20, "{:+,.2f}")  # noqa: E731
+    interval = lambda v, row: ("–" if _missing(v) else  # noqa: E731
+                               f"{_signed(float(v) / 2**20, '{:+,.2f}')} to "
+                               f"{_signed(float(row['interval_high_bytes']) / 2**20, '{:+,.2f}')}")
+    return Table(m.operator_changes, [Column("name", "operator", "name"), Column("bytes_a", f"{a} ({unit})", fmt=_mib),
+                                      Column("bytes_b", f"{b} ({unit})", fmt=_mib),
+                                      Column("delta_bytes", "Δ (MiB)", fmt=signed),
+                                      Column("interval_low_bytes", "95% interval (MiB)", fmt=interval)], caption, top)
+
+
 def history_unit(table: pd.DataFrame) -> str:
     """The one unit of a kernel's history, in its table and its figure alike: ``ms`` when the
     totals reach 10 ms, else ``µs``."""

@@ -10,7 +10,7 @@ import numpy as np
 from ..analysis.advice import steps_inferred
 from ..analysis.checklist import busy_label
 from ..terminal import terminal_safe, wrap
-from .tables import format_advice, format_breakdown, format_kernel_diff, format_steps, shorten
+from .tables import format_advice, format_breakdown, format_kernel_diff, format_memory_changes, format_steps, shorten
 
 
 def _ms(us: float) -> str:
@@ -188,6 +188,8 @@ def comparison_text(comparison, top: int = 10, width: int | None = None) -> str:
     lines = [wrap(c.sentence(), width, 4), "", format_breakdown(c).to_text(width)]
     if c.memory is not None:
         lines += ["", wrap(c.memory.sentence(c.a, c.b), width, 4)]
+        if len(c.memory.operator_changes):
+            lines += [format_memory_changes(c.memory, c.a, c.b).to_text(width)]
     if len(c.changed) > 1:
         lines += ["", f"{len(c.changed)} things changed between the runs — the checklist's rule is one change at a time:"]
     elif c.changed:
@@ -205,6 +207,8 @@ def comparison_html(comparison, figure_html: str = "", top: int = 15) -> str:
     parts = [f"<p><b>{html.escape(c.sentence())}</b></p>", format_breakdown(c)._repr_html_()]
     if c.memory is not None:
         parts.append(f"<p>{html.escape(c.memory.sentence(c.a, c.b))}</p>")
+        if len(c.memory.operator_changes):
+            parts.append(format_memory_changes(c.memory, c.a, c.b)._repr_html_())
     if c.changed:
         warn = " — the checklist's rule is one change at a time" if len(c.changed) > 1 else ""
         parts.append(f"<p>What changed{warn}:</p><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in c.changed) + "</ul>")

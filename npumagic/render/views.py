@@ -136,14 +136,14 @@ def render_views(views: list[str], trace: Trace | None, summary: Summary, save_d
             path = save_dir / f"{file_stem(prefix)}_{view}{figure_suffix(rank, shown)}.{fmt}"
         drawn = RenderedFigure.of(view, fig, fmt, path)
         if view == "memory" and memory is not None:
-            drawn = replace(drawn, table=_allocators(memory), note=memory.missing)
+            drawn = replace(drawn, table=allocators_table(memory), note=memory.missing)
         if under:
             drawn = replace(drawn, table=under[0], note=under[1])
         out.append(drawn)
     return out
 
 
-def _allocators(memory: MemoryRead) -> Table | None:
+def allocators_table(memory: MemoryRead) -> Table | None:
     """The top allocators under the memory figure (None where no allocation was recorded)."""
     view = memory.view
     if view is None or view.operators.empty:

@@ -267,3 +267,51 @@ def test_unused_reserved_is_taken_when_allocated_peaks_not_at_the_reserved_maxim
     view = memory_view(records)
     assert view.peak_allocated_bytes == 50 * MB and view.peak_reserved_bytes == 128 * MB
     assert view.unused_reserved_at_peak_bytes == 14 * MB
+
+
+def _damage(path: Path, column: str, values: list[str], component: str) -> None:
+    """``values`` written into ``column`` of the first rows of ``component``, the rest as it was."""
+    with path.open(newline="") as fh:
+        lines = fh.read().split("\n")
+    head = lines[0].rstrip("\r").split(",")
+    at, hit = head.index(column), 0
+    for i, line in enumerate(lines[1:], 1):
+        cells = line.split(",")
+        if hit < len(values) and len(cells) == len(head) and cells[0] == component:
+            cells[at], hit = values[hit], hit + 1
+            lines[i] = ",".join(cells)
+    with path.open("w", newline="") as fh:
+        fh.write("\n".join(lines))
+
+
+def test_damaged_memory_csvs_have_their_rows_skipped_and_counted_in_a_warning_naming_the_file(tmp_path):
+    import shutil
+    import warnings
+
+    import npumagic
+
+    rank = tmp_path / "rank0_ascend_pt"
+    shutil.copytree(need(ASCEND / "level1" / "rank0_ascend_pt"), rank)
+    out = rank / "ASCEND_PROFILER_OUTPUT"
+    # a negative PTA total, one of a billion TB, and a negative HCCL reservation
+    _damage(out / "memory_record.csv", "Total Allocated(MB)", ["-5", "1e12"], "PTA")
+    _damage(out / "npu_module_mem.csv", "Total Reserved(MB)", ["-1"], "HCCL")
+    pta = [r for r in _rows(out / "memory_record.csv") if r["Component"] == "PTA"]
+    good = [float(r["Total Allocated(MB)"]) * MB for r in pta if 0 <= float(r["Total Allocated(MB)"]) < 1e9]
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        view = memory_view(read_memory(rank))
+    text = " ".join(str(w.message) for w in said)
+    assert f"{out / 'memory_record.csv'}: 2 of" in text and "1 negative Total Allocated" in text \
+        and "1 absurd Total Allocated" in text
+    assert f"{out / 'npu_module_mem.csv'}: 1 of" in text and "1 negative Total Reserved" in text
+    assert view.peak_allocated_bytes == max(good)
+    # the Summary's reader of memory_record.csv skips and says them too
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        summary = npumagic.analyze(rank)
+    text = " ".join(str(w.message) for w in said)
+    assert f"{out / 'memory_record.csv'}: 2 of" in text and "1 absurd Total Allocated" in text
+    assert summary.memory["peak_allocated_bytes"].max() == max(good)
+    assert summary.meta["bad_rows"][str(out / "memory_record.csv")] == {"negative Total Allocated": 1,
+                                                                    "absurd Total Allocated": 1}

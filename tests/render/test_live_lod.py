@@ -182,3 +182,33 @@ def test_any_window_is_answered_in_strict_json_even_with_an_infinite_counter_sam
     json.dumps(answer, allow_nan=False)
     assert -lod.VIEW_LIMIT_MS <= answer["t0"] < answer["t1"] and answer["t0"] <= lod.VIEW_LIMIT_MS
     assert len(answer["series"]) == 1 and all(v is None or abs(v) < 1e300 for v in answer["series"][0])
+
+
+def test_a_memory_lane_zoomed_in_answers_each_allocation_and_free_as_the_trace_records_it():
+    import gzip
+    import json
+
+    import npumagic
+
+    from ..conftest import CUDA, need
+
+    folder = need(CUDA / "tracelens" / "h100_owlv2")
+    index = TimelineIndex.build(npumagic.load(folder))
+    with gzip.open(next(folder.glob("*.json.gz")), "rt") as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if e.get("name") == "[memory]" and e["args"]["Device Type"] == 1]
+    # the json's microseconds with three decimals, to the ns, from the timeline's origin
+    ts = np.array([round(e["ts"] * 1000) for e in events]) - index.origin
+    k = next(i for i, s in enumerate(index.layout()["series"]) if s["label"] == "cuda:0 allocated")
+    middle = len(events) // 2
+    t0, t1 = ts[middle] / 1e6, ts[middle + 40] / 1e6  # 40 of its 12,270 allocations and frees
+    answer = index.query(t0, t1, 1200)
+    got = answer["memory"][k]
+    inside = [e for e, t in zip(events, ts) if t0 * 1e6 <= t < t1 * 1e6]
+    assert len(got["t"]) == len(inside) >= 40
+    assert got["change"] == pytest.approx([e["args"]["Bytes"] / 2**20 for e in inside], abs=1e-6)
+    assert got["total"] == pytest.approx([e["args"]["Total Allocated"] / 2**20 for e in inside], abs=1e-6)
+    assert any(c > 0 for c in got["change"]) and any(c < 0 for c in got["change"])  # allocations and frees
+    # the whole run: thousands of samples, the columns serve; other lines carry none
+    whole = index.query(index.lo / 1e6, index.hi / 1e6, 1200)
+    assert whole["memory"][k] is None and len(whole["series"][k]) == 1200
+    assert all(m is None for s, m in zip(index.series, answer["memory"]) if s["lane"] != "memory")

@@ -52,6 +52,7 @@ def read_memory(path: str | Path, rank: int | None = None) -> MemoryRecords:
     chosen = paths[rank or 0]
     notes = ReadNotes()
     records = _ascend(chosen, notes) if reader.name == "ascend" else _kineto(chosen, notes)
+    notes.warn(stacklevel=3)  # the rows skipped, by file and reason, as the trace readers say them
     return records if not notes.lines() else MemoryRecords(**{**records.__dict__, "notes": tuple(notes.lines())})
 
 

@@ -26,6 +26,8 @@ EXACT_LIMIT = 40_000  # events in view up to which the dominant operator is comp
 BASE_EVENTS_PER_BIN = 8  # the pyramid's finest bins hold about this many events
 PYRAMID_FACTOR = 4
 EVENTS_MAX_PER_LANE = 1_000  # a lane sends its events, not columns, below min(this, pixels / 2)
+# a memory line sends its allocations and frees one by one below min(this, pixels / 4) in the view
+MEMORY_EVENTS_MAX = 250
 GAP_MIN_FRACTION = 0.02  # device idle gaps longer than this share of the view are marked
 MAX_WIDTH_PX = 8192  # a view wider than this (a browser's report gone wrong) is answered at this width
 # a view's ends are clamped to this many ms either side of the first step: far beyond any trace
@@ -348,6 +350,8 @@ class TimelineIndex:
         most time in it, -1 where idle); device lanes also carry ``gaps``, [start, end] ms of
         idle holes of at least 2% of the view. ``series``: per memory/counter line, one value
         per column (the column's maximum, else the last sample before it; None before the first).
+        ``memory``: per series, None, or for a memory line zoomed in to few enough samples its
+        allocations and frees (:func:`_memory_events`).
         """
         width = min(max(int(width_px), 1), MAX_WIDTH_PX)
         t0_ms, t1_ms = (min(max(float(t), -VIEW_LIMIT_MS), VIEW_LIMIT_MS) for t in (t0_ms, t1_ms))
@@ -392,7 +396,8 @@ class TimelineIndex:
         return {"t0": t0 / 1e6, "t1": t1 / 1e6, "width": width,
                 "names": [str(self.names[c]) for c in used], "kinds": [str(self.name_kinds[c]) for c in used],
                 "lanes": answer,
-                "series": [_series_columns(s, edges) for s in self.series]}
+                "series": [_series_columns(s, edges) for s in self.series],
+                "memory": [_memory_events(s, t0, t1, min(MEMORY_EVENTS_MAX, width // 4)) for s in self.series]}
 
     def details(self, row: int) -> dict:
         """Name, duration, step, shapes and source of one event (an ``id`` of an events answer),
@@ -554,6 +559,25 @@ def _series_columns(series: dict, edges: np.ndarray) -> list:
     out[carry] = values[before[carry]]
     # NaN (no sample yet) as null, and an infinite sample too: answers are strict JSON
     return [v if math.isfinite(v) else None for v in np.round(out, 4).tolist()]
+
+
+def _memory_events(series: dict, t0: float, t1: float, limit: int) -> dict | None:
+    """A memory line's samples from ``t0`` to ``t1`` (ns from the origin) one by one, where they are
+    at most ``limit``: ``t`` (ms), ``change`` (MiB: the sample's total less the one before, an
+    allocation above zero and a free below; None for the line's first sample) and ``total`` (MiB).
+    None for other lines and where there are more (the columns serve)."""
+    if series["lane"] != "memory":
+        return None
+    ts, values = series["ts"], series["values"]
+    a, b = (int(i) for i in np.searchsorted(ts, [t0, t1], side="left"))
+    if b - a > limit:
+        return None
+    window = values[max(a - 1, 0):b]
+    change = np.diff(window) if a > 0 else np.concatenate([[np.nan], np.diff(window)])
+    keep = np.isfinite(values[a:b])  # samples without a total (an older Kineto) are not drawn
+    finite = lambda x: [round(float(v), 6) if math.isfinite(v) else None for v in x]  # noqa: E731
+    return {"t": np.round(ts[a:b][keep] / 1e6, 6).tolist(), "change": finite(change[keep]),
+            "total": finite(values[a:b][keep])}
 
 
 def _reduce_max(values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -324,6 +324,28 @@ export default {
       });
       g.stroke(); drawn += 1;
       g.fillStyle = "#777"; g.fillText(hi.toPrecision(3), GUTTER - 40, row.y + 10);
+      const moves = (tiles.memory || [])[row.k];  // zoomed in: each allocation (up, orange) and free (down, blue)
+      if (!moves) return;
+      moves.t.forEach((t, i) => {
+        const c = moves.change[i], v = moves.total[i];
+        if (c === null || c === 0 || v === null) return;
+        const x = xOf(t), y = row.y + row.h - 2 - (v - lo) / (hi - lo) * (row.h - 4), d = c > 0 ? -4 : 4;
+        g.fillStyle = c > 0 ? "#e6550d" : "#3182bd"; g.beginPath();
+        g.moveTo(x - 3, y - d / 2); g.lineTo(x + 3, y - d / 2); g.lineTo(x, y + d / 2); g.closePath(); g.fill();
+      });
+    }
+
+    function memoryMove(row, x) {
+      // the allocation or free drawn nearest x (within 4 px), as a tooltip's text
+      const moves = (tiles.memory || [])[row.k];
+      if (!moves) return null;
+      let best = -1;
+      moves.t.forEach((t, i) => {
+        if (moves.change[i] && Math.abs(xOf(t) - x) <= 4 && (best < 0 || Math.abs(xOf(t) - x) < Math.abs(xOf(moves.t[best]) - x))) best = i;
+      });
+      if (best < 0) return null;
+      const c = moves.change[best], size = Math.abs(c) < 1 ? fmtValue(Math.abs(c) * 1024, "KiB") : fmtValue(Math.abs(c), "MiB");
+      return {text: `${row.s.label} ${fmtValue(moves.total[best], row.s.unit)} after ${c > 0 ? "an allocation" : "a free"} of ${size}`};
     }
 
     function hit(x, y) {
@@ -331,6 +353,8 @@ export default {
       if (!row || x < GUTTER) return null;
       const t = tOf(x), names = tiles.names || [];
       if (row.kind === "series") {
+        const move = memoryMove(row, x);
+        if (move) return move;
         const values = (tiles.series || [])[row.k] || [];
         const c = Math.floor((t - tiles.t0) / (tiles.t1 - tiles.t0) * values.length);
         return values[c] == null ? null : {text: `${row.s.label}: ${fmtValue(values[c], row.s.unit)}`};

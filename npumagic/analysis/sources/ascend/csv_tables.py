@@ -23,6 +23,7 @@ from ... import schema
 from .._columns import US_LIMIT, decimal_us_to_ns_checked, small_int, to_int
 from .._notes import ReadNotes, reading
 from .files import read_csv
+from .memory_csvs import MB, checked_sizes
 
 
 KERNEL_COLUMNS = ("Name", "Type", "Accelerator Core", "Start Time(us)", "Duration(us)")
@@ -190,18 +191,16 @@ def memory_record(path: Path, rank: int, notes: ReadNotes) -> pd.DataFrame:
         if pta.empty:
             pta = raw[raw["Total Allocated(MB)"] != ""]
         ts, ts_ok = decimal_us_to_ns_checked(pta["Timestamp(us)"])
-        allocated, reserved = _number(pta["Total Allocated(MB)"]), _number(pta["Total Reserved(MB)"])
-        text = lambda col, num: ((pta[col] != "") & (pta[col] != "N/A") & num.isna()).to_numpy()  # noqa: E731
-        good = notes.count(path, len(pta), "rows", text_or_out_of_range_Timestamp=~ts_ok,
-                           text_in_Total_Allocated=text("Total Allocated(MB)", allocated),
-                           text_in_Total_Reserved=text("Total Reserved(MB)", reserved))
-    mb = 1024.0 * 1024.0
+        # text, negative or absurd sizes: as memory_csvs skips them for the memory view
+        allocated, bad_a = checked_sizes(pta, "Total Allocated(MB)", MB)
+        reserved, bad_r = checked_sizes(pta, "Total Reserved(MB)", MB)
+        good = notes.count(path, len(pta), "rows", text_or_out_of_range_Timestamp=~ts_ok, **bad_a, **bad_r)
     return pd.DataFrame({
         "rank": rank,
         "device": pta["Device Type"].to_numpy()[good] if "Device Type" in pta else "npu",
         "ts_ns": ts[good],
-        "allocated_bytes": allocated.to_numpy()[good] * mb,
-        "reserved_bytes": reserved.to_numpy()[good] * mb,
+        "allocated_bytes": allocated[good],
+        "reserved_bytes": reserved[good],
     })
 
 

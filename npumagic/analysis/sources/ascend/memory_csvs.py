@@ -31,7 +31,7 @@ def _number(col: pd.Series) -> pd.Series:
     return pd.to_numeric(col.replace({"N/A": None, "": None}), errors="coerce")
 
 
-def _sizes(raw: pd.DataFrame, column: str, scale: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def checked_sizes(raw: pd.DataFrame, column: str, scale: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``column`` in bytes (NaN where blank), and the masks of its bad cells by reason."""
     text = raw[column]
     value = _number(text).to_numpy(np.float64) * scale
@@ -46,8 +46,8 @@ def memory_record(path: Path, notes: ReadNotes) -> pd.DataFrame:
     with reading(path):
         raw = read_csv(path, ("Component", "Timestamp(us)", "Total Allocated(MB)", "Total Reserved(MB)"), notes)
         ts, ts_ok = decimal_us_to_ns_checked(raw["Timestamp(us)"])
-        allocated, bad_a = _sizes(raw, "Total Allocated(MB)", MB)
-        reserved, bad_r = _sizes(raw, "Total Reserved(MB)", MB)
+        allocated, bad_a = checked_sizes(raw, "Total Allocated(MB)", MB)
+        reserved, bad_r = checked_sizes(raw, "Total Reserved(MB)", MB)
         good = notes.count(path, len(raw), "rows", text_or_out_of_range_Timestamp=~ts_ok, **bad_a, **bad_r)
     device = raw["Device Type"] if "Device Type" in raw else pd.Series("NPU", index=raw.index)
     return pd.DataFrame({"component": raw["Component"].to_numpy()[good], "device": device.to_numpy()[good],
@@ -60,7 +60,7 @@ def npu_module_mem(path: Path, notes: ReadNotes) -> pd.DataFrame:
     with reading(path):
         raw = read_csv(path, ("Component", "Timestamp(us)", "Total Reserved(MB)"), notes)
         ts, ts_ok = decimal_us_to_ns_checked(raw["Timestamp(us)"])
-        reserved, bad = _sizes(raw, "Total Reserved(MB)", MB)
+        reserved, bad = checked_sizes(raw, "Total Reserved(MB)", MB)
         good = notes.count(path, len(raw), "rows", text_or_out_of_range_Timestamp=~ts_ok,
                            no_Total_Reserved=np.isnan(reserved), **bad)
     device = raw["Device"] if "Device" in raw else pd.Series("NPU", index=raw.index)
@@ -73,7 +73,7 @@ def operator_memory(path: Path, notes: ReadNotes) -> pd.DataFrame:
     """operator_memory.csv: one block a row (free_ns -1: not released within the capture)."""
     with reading(path):
         raw = read_csv(path, ("Name", "Size(KB)", "Allocation Time(us)"), notes)
-        size, bad = _sizes(raw, "Size(KB)", KB)
+        size, bad = checked_sizes(raw, "Size(KB)", KB)
         alloc, alloc_ok = decimal_us_to_ns_checked(raw["Allocation Time(us)"])
         release = raw["Release Time(us)"] if "Release Time(us)" in raw else pd.Series("", index=raw.index)
         free, free_ok = decimal_us_to_ns_checked(release)
@@ -91,6 +91,6 @@ def static_op_mem(path: Path, notes: ReadNotes) -> pd.DataFrame:
     """static_op_mem.csv: the static graph memory of each operator (columns ``operator``, ``bytes``)."""
     with reading(path):
         raw = read_csv(path, ("Op Name", "Size(KB)"), notes)
-        size, bad = _sizes(raw, "Size(KB)", KB)
+        size, bad = checked_sizes(raw, "Size(KB)", KB)
         good = notes.count(path, len(raw), "rows", no_Size=np.isnan(size), **bad)
     return pd.DataFrame({"operator": raw["Op Name"].to_numpy()[good], "bytes": size[good]})

@@ -157,7 +157,8 @@ def read_step_trace_rank(rank_dir: Path, rank: int, notes: ReadNotes | None = No
     out = rank_dir / OUTPUT
     path = out / "step_trace_time.csv"
     header, rows = step_trace_rows(path)
-    table = good_step_trace(pd.DataFrame(rows, columns=header), notes if notes is not None else ReadNotes(), path)
+    notes = notes if notes is not None else ReadNotes()
+    table = good_step_trace(pd.DataFrame(rows, columns=header), notes, path)
     if rows and table.empty:
         raise TraceError(path, f"none of its {len(rows)} step rows is one a profiler writes (each has a part longer "
                                "than its Stage, or lists a step twice)")
@@ -172,7 +173,7 @@ def read_step_trace_rank(rank_dir: Path, rank: int, notes: ReadNotes | None = No
     return {
         "rank": rank, "events": schema.empty(schema.EVENT_COLUMNS), "steps": steps,
         "counters": schema.empty(schema.COUNTER_COLUMNS), "kernel_metrics": schema.empty(schema.KERNEL_METRIC_COLUMNS),
-        "memory": memory_record(out / "memory_record.csv", rank, ReadNotes()), "vendor": vendor,
+        "memory": memory_record(out / "memory_record.csv", rank, notes), "vendor": vendor,
         "note": ("only step_trace_time.csv: the breakdown is torch_npu's own (not recomputed); no timeline, "
                  "kernel, host-op or sync views"),
         "sources": {"breakdown": "step_trace_time.csv (vendor)", "wall": "step_trace_time.csv Stage + Preparing"},

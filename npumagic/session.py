@@ -150,12 +150,8 @@ class Session:
                                       f"another peak ({view.device}) than this run's")
         return MemoryRead(records, view)
 
-    def _environment(self, name: str) -> dict[str, str]:
-        """The run record's environment snapshot (what the user set), for the environment rule."""
-        return {k: str(v) for k, v in (self.store.get(name).environment or {}).items()}
-
     def advise(self, name: str, every_rank: bool = False, low: bool = True) -> Advice:
         """Findings of a run, most important first (see :func:`~npumagic.analysis.advice.advise_run`)."""
         return advise_run(self.summary(name), name, every_rank=every_rank, low=low,
-                          environment=self._environment(name))
+                          facts=self.runs.facts(name))
 

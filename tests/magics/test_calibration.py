@@ -46,8 +46,10 @@ def test_an_old_history_gains_the_fixes_table_and_keeps_every_row(old):
     before = _rows(old / "history.sqlite")
     assert HistoryStore(old, create=False).fixes() == []  # read-only, before the table exists
     store = HistoryStore(old)
-    assert store.version == 2 and SCHEMA_VERSION == 3
-    assert _rows(old / "history.sqlite") == before  # nothing lost or changed
+    assert store.version == 2 and SCHEMA_VERSION == 4
+    after = _rows(old / "history.sqlite")  # schema 4's two columns added to each run, empty
+    assert [r[:-2] for r in after["runs"]] == before["runs"] and {r[-2:] for r in after["runs"]} == {(None, None)}
+    assert {t: after[t] for t in TABLES[1:]} == {t: before[t] for t in TABLES[1:]}  # nothing lost or changed
     assert store.get("baseline").note == "written by npumagic 7c86840" and store.summary("fixed") is not None
     store.add_fix("baseline", "fixed", "host_bound", 2.0, 1.5, 3.0, 1.8, 0.1)
     store.add_fix("baseline", "fixed", "host_bound", 2.0, 1.5, 3.0, 1.9, 0.1)  # verified again: replaces

@@ -32,7 +32,7 @@ from .ranges import view_range
 from .recorder import RunOutcome
 from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport, render_views
 from .render.live.frontend import widget_frontend, with_live_timeline
-from .render.tables import format_runs, format_steps
+from .render.tables import format_runs
 from .session import Session
 
 __all__ = ["NpuMagics", "assigned_cell_magic"]
@@ -332,9 +332,8 @@ class NpuMagics(Magics):
 
     # -- history ------------------------------------------------------------------------------
     def _step_table(self, name: str | None):
-        with usage_errors():
-            name = self.session.resolve(name)
-            return format_steps(self.session.summary(name).steps, caption=f"{name}: per-step time")
+        with usage_errors(*ERRORS):  # the core's steps command, on a run of the history (never a path)
+            return find("steps").run(Places(session=self.session), target=self.session.resolve(name)).table()
 
     @line_magic
     def npumem(self, line: str):

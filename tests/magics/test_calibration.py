@@ -62,7 +62,7 @@ def test_npucompare_fix_sets_the_prediction_against_the_achieved_saving_and_keep
     report = v2_shell.run_line_magic("npucompare", "baseline fixed --fix host_bound --no-plot")
     session = v2_shell.magics_manager.registry["NpuMagics"].session
     told = next(f for f in session.advise("baseline").findings if f.rule == "host_bound")
-    a, b = (session.summary(n).step_stats["median_us"] for n in ("baseline", "fixed"))
+    a, b = (session.runs.summary(n).step_stats["median_us"] for n in ("baseline", "fixed"))
     checked = report.verification
     assert (checked.rule, checked.predicted_ms, (checked.low_ms, checked.high_ms)) == \
         ("host_bound", told.predicted_saving_ms, told.predicted_interval)
@@ -138,7 +138,7 @@ def test_a_dataloader_sleep_removed_is_verified_against_the_dataloader_findings_
     # WHEN the fix is named THEN its prediction is the baseline's finding's, and the saving the medians'
     checked = trainer.run_line_magic("npucompare", "slow fast --fix dataloader --no-plot").verification
     session = trainer.magics_manager.registry["NpuMagics"].session
-    a, b = (session.summary(n).step_stats["median_us"] for n in ("slow", "fast"))
+    a, b = (session.runs.summary(n).step_stats["median_us"] for n in ("slow", "fast"))
     assert (checked.rule, checked.predicted_ms, (checked.low_ms, checked.high_ms)) == \
         ("dataloader", told.predicted_saving_ms, told.predicted_interval)
     assert checked.achieved_ms == pytest.approx((a - b) / 1000)

@@ -64,7 +64,7 @@ def fix_line(checked, kept: bool, html: bool = False) -> str:
 def verify_runs(session: Session, a: str, b: str, rule: str) -> tuple[Verification, bool]:
     """Run ``a``'s finding of ``rule`` against what run ``b`` achieved, kept in the session's
     history where it can be written (and whether it was)."""
-    checked = verify_fix(rule, a, b, session.summary(a), session.summary(b), session.advise(a).findings)
+    checked = verify_fix(rule, a, b, session.runs.summary(a), session.runs.summary(b), session.advise(a).findings)
     return checked, keep(session.store, a, b, checked)
 
 

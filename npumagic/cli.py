@@ -200,11 +200,11 @@ def _check(args) -> int:
         name, like = args.run, args.run
         walls = runs.step_walls(name)
         band = runs.band(like, include=False)
-        summary = _stored_summary(runs, name)
+        summary, facts = _stored_summary(runs, name), runs.facts(name)
     elif Path(args.run).exists():
         done = [r.name for r in runs.records() if r.status == "ok" and r.kind == "profile"]
         like = args.like or (done[-1] if done else None)
-        summary = _summary(args, args.run)
+        summary, facts = _summary(args, args.run), None
         name, walls = str(args.run), summary.steps["wall_us"].to_numpy(float)
         band = runs.band(like, include=True) if like is not None else None
     else:
@@ -212,7 +212,7 @@ def _check(args) -> int:
         raise NpumagicError(f"{args.run}: neither a run of {args.history} (known: {known}) nor a path")
     if not walls.size:
         raise NpumagicError(f"{name}: no steps to check")
-    unsure = _check_undecided(band, like, args.history, walls, summary)
+    unsure = _check_undecided(band, like, args.history, walls, summary, facts)
     if unsure:
         # no band yet is no failure (the nightly recipe works from its first night): 0; a band the
         # run cannot be judged against (contended, one step): the gate's "cannot tell"
@@ -244,7 +244,7 @@ def _stored_summary(runs, name: str):
         return None
 
 
-def _check_undecided(band, like, history: str, walls, summary) -> str:
+def _check_undecided(band, like, history: str, walls, summary, facts) -> str:
     """Why ``check`` cannot judge the run ("" when it can): no band yet, a contended run (as a
     comparison with it is never significant, :mod:`npumagic.analysis.trust`), a single step."""
     if band is None:
@@ -253,7 +253,7 @@ def _check_undecided(band, like, history: str, walls, summary) -> str:
     if summary is not None:
         from .analysis.trust import reasons
 
-        said = reasons(summary)
+        said = reasons(summary, facts)
         if said:
             return f"its step times are unreliable: {'; '.join(said)}"
     if walls.size < 2:

@@ -52,7 +52,7 @@ def run_command(args) -> int:
         outcomes, ended = run_on_demand(session, command, options, name=args.name, output=output, shown=shown,
                                         started=started)
     else:
-        outcome, ended = session.run_command(command, options, name=args.name, output=output)
+        outcome, ended = session.recorder.run_command(command, options, name=args.name, output=output)
         outcomes = [outcome]
         if shown is not None:
             shown(outcome)
@@ -100,7 +100,7 @@ def _reference(session, named: str | None, command: list[str]) -> None:
     Each CLI run is a new process: no earlier run of its own; another script is no baseline
     unless named."""
     if named is not None:
-        session.set_baseline(named)  # one that cannot be analysed is an error
+        session.runs.set_baseline(named)  # one that cannot be analysed is an error
         return
     done = [(r.name, (r.arguments or {}).get("command")) for r in session.runs.records() if r.status == "ok"]
     same = [name for name, line in done if line == list(command)]
@@ -108,7 +108,7 @@ def _reference(session, named: str | None, command: list[str]) -> None:
     for found in (same, alike):
         if found:
             try:
-                session.set_baseline(found[-1])
+                session.runs.set_baseline(found[-1])
                 return
             except NpumagicError:  # its summary is gone: verified against nothing, as a first run
                 pass

@@ -11,6 +11,7 @@ migration; never edit one that has shipped."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from .wording import say
 from .errors import NpumagicError, RunNameTaken, UnknownRun  # noqa: F401 - the history raises them
 from .names import DB_NAME, check_name  # noqa: F401  (DB_NAME: imported from here too)
 from .records import RUN_LIST_COLUMNS, Run, run_list_frame, run_row
+from .writers import another_live_process, process_started, writer_alive  # noqa: F401 - imported from here too
 
 if TYPE_CHECKING:  # reading the runs' records needs neither (`npumagic runs`, `export`): imported where used
     import numpy as np
@@ -93,8 +95,19 @@ def _add_verified_fixes(db: sqlite3.Connection) -> None:
         noise_ms REAL NOT NULL DEFAULT 0, UNIQUE (run_a, run_b, rule))""")
 
 
+def _add_run_facts(db: sqlite3.Connection) -> None:
+    """4: what a capture measured beside its trace, on the run's row: its step times with and
+    without the profiler and the other processes on its device (schema 3 kept them in the stored
+    Summary's meta; they move here as that Summary is first read, :meth:`HistoryStore.summary`)."""
+    columns = {r[1] for r in db.execute("PRAGMA table_info(runs)")}
+    for column in ("step_times", "device_neighbours"):
+        if column not in columns:
+            db.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
+
+
 # Each entry takes the schema from version i to i + 1 inside the opening transaction.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_add_summaries, _add_ownership, _add_verified_fixes]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_add_summaries, _add_ownership, _add_verified_fixes,
+                                                          _add_run_facts]
 SCHEMA_VERSION = len(MIGRATIONS)
 KERNEL_FIELDS = ["name", "type", "core", "count", "total_us", "mean_us", "min_us", "max_us", "share"]
 STEP_FIELDS = ["step", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us", "overlapped_us",
@@ -119,8 +132,9 @@ def _run(row: sqlite3.Row) -> Run:
     reads as crashed). A value of the wrong type (a history edited by hand or by another tool)
     reads as text where text is kept, and as missing where a number or a structure is."""
     d = {k: row[k] for k in row.keys() if k in _RUN_FIELDS}
-    for key in ("arguments", "environment", "versions", "headline", "verdict", "dataloaders"):
-        d[key] = _decode(d.get(key), [] if key == "dataloaders" else {})
+    for key in ("arguments", "environment", "versions", "headline", "verdict", "dataloaders", "step_times",
+                "device_neighbours"):
+        d[key] = _decode(d.get(key), [] if key in ("dataloaders", "device_neighbours") else {})
     for key in _TEXT_FIELDS:
         d[key] = _text(d.get(key))
     d["name"], d["kind"], d["status"] = d["name"] or "?", d["kind"] or "profile", d["status"] or "?"
@@ -130,8 +144,9 @@ def _run(row: sqlite3.Row) -> Run:
     d["headline"] = {k: v for k, v in d["headline"].items() if _is_number(v)}
     d["verdict"] = read_verdict_record(d["verdict"])
     d["dataloaders"] = [x for x in d["dataloaders"] if isinstance(x, dict)]
+    d["device_neighbours"] = [x for x in d["device_neighbours"] if isinstance(x, dict)]
     d["run_dir_owned"] = d.get("run_dir_owned") in (1, True)
-    if d["status"] == "running" and not _alive(row["pid"], row["host"], _get(row, "pid_started")):
+    if d["status"] == "running" and not writer_alive(row["pid"], row["host"], _get(row, "pid_started")):
         d["status"] = "crashed"  # its kernel died mid-capture
     return Run(**d)
 
@@ -161,43 +176,6 @@ def _decode(text: Any, empty: Any) -> Any:
     except (TypeError, ValueError, RecursionError):
         return empty
     return value if isinstance(value, type(empty)) else empty
-
-
-def process_started(pid: int | None = None) -> float | None:
-    """The start time (epoch seconds) of process ``pid`` (default this one), None if unknown."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.Error, OSError, ValueError):
-        return None
-
-
-def _alive(pid: Any, host: str | None, started: Any = None) -> bool:
-    """Whether the kernel that wrote a 'running' row may still be running (other hosts: assume
-    so). A live process with the same pid but another start time is not it: pids are reused."""
-    if not isinstance(pid, int) or not 0 < pid < 2**31 or host != socket.gethostname():
-        return True
-    import psutil
-
-    if not psutil.pid_exists(pid):
-        return False
-    if isinstance(started, (int, float)) and not isinstance(started, bool):
-        now = process_started(pid)
-        if now is not None and abs(now - started) > 1.0:
-            return False
-    return True
-
-
-def _another_live_process(pid: Any, host: str | None, started: Any, here: str, my_start: float | None) -> bool:
-    """Whether a row was written by another process of this host (``here``) that is still running
-    (the same pid and start time; ``my_start``: this process's). A row of another host, or without
-    a pid and start time, counts as ended: a container's hostname changes at each restart, and its
-    old runs must stay the latest."""
-    if host != here or not isinstance(pid, int) or not _is_number(started):
-        return False  # nothing to check the writer by (a row from before start times were kept: ended)
-    mine = pid == os.getpid() and abs(started - (my_start or started)) <= 1.0
-    return not mine and _alive(pid, host, started)
 
 
 def _is_number(value: Any) -> bool:
@@ -495,7 +473,7 @@ class HistoryStore:
             rows = db.execute("SELECT * FROM runs ORDER BY id").fetchall()
         here, my_start = socket.gethostname(), process_started()  # once, not per row
         return [r["name"] for r in rows
-                if not _another_live_process(r["pid"], r["host"], _get(r, "pid_started"), here, my_start)]
+                if not another_live_process(r["pid"], r["host"], _get(r, "pid_started"), here, my_start)]
 
     def exists(self, name: str) -> bool:
         with self._connect() as db:
@@ -513,7 +491,25 @@ class HistoryStore:
 
     def summary(self, name: str) -> Summary | None:
         """The stored Summary of a run; None when none was stored (a run recorded before
-        summaries were, or one whose analysis failed) or it cannot be read."""
+        summaries were, or one whose analysis failed) or it cannot be read. One stored with a
+        capture's measurements in its meta (schema 3 and older) is read without them, and where
+        the history can be written they move onto the run's row (:meth:`measured`)."""
+        from .analysis.run_facts import take_from_meta
+
+        stored = self._stored_summary(name)
+        if stored is None:
+            return None
+        summary, moved = take_from_meta(stored)
+        if moved and not self.readonly:
+            with self._connect(immediate=True) as db:
+                run_id = self._id(db, name)
+                db.execute("UPDATE runs SET step_times = ?, device_neighbours = ? WHERE id = ? AND step_times IS NULL "
+                           "AND device_neighbours IS NULL", (_json(moved.get("step_times") or {}),
+                                                             _json(moved.get("device_neighbours") or []), run_id))
+                self._put_summary(db, run_id, summary)
+        return summary
+
+    def _stored_summary(self, name: str) -> Summary | None:
         from .analysis.persist import READABLE as READABLE_SUMMARY_FORMATS
         from .analysis.persist import load_summary
 
@@ -525,6 +521,23 @@ class HistoryStore:
             return load_summary(row["data"])
         except ValueError:
             return None
+
+    def measured(self, name: str) -> Run:
+        """Run ``name``'s record with what its capture measured beside the trace (``step_times``,
+        ``device_neighbours``): from its row, or for a run recorded before they had columns
+        (schema 3 and older, where no migration has moved them yet: a read-only history) from its
+        stored Summary's meta."""
+        with self._connect() as db:
+            row = self._row(db, name)
+        run = _run(row)
+        if _get(row, "step_times") is not None or _get(row, "device_neighbours") is not None:
+            return run
+        from .analysis.run_facts import take_from_meta
+
+        stored = self._stored_summary(name)
+        moved = take_from_meta(stored)[1] if stored is not None else {}
+        return dataclasses.replace(run, step_times=_decode(_json(moved.get("step_times")), {}),
+                                   device_neighbours=_decode(_json(moved.get("device_neighbours")), []))
 
     def step_walls(self) -> dict[str, "np.ndarray"]:
         """Every run's step wall times (us), by run name, in run order."""

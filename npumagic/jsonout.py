@@ -124,9 +124,13 @@ def verdict_doc(verdict) -> dict[str, Any]:
     return document("verdict", **verdict.as_dict())
 
 
-def analyze_doc(summary, verdict, path: str, top: int | None = None) -> dict[str, Any]:
-    """``npumagic analyze --json``: the summary's figures and the checklist verdict."""
-    return document("analyze", path=str(path), **summary_fields(summary, top), verdict=verdict.as_dict())
+def analyze_doc(summary, verdict, path: str, top: int | None = None, measured: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``npumagic analyze --json``: the summary's figures and the checklist verdict; ``measured``:
+    what a capture measured beside the trace (its run's record), shown in ``meta`` as before it moved
+    out of the Summary."""
+    fields = summary_fields(summary, top)
+    fields["meta"] = {**fields["meta"], **(measured or {})}
+    return document("analyze", path=str(path), **fields, verdict=verdict.as_dict())
 
 
 def advice_fields(advice) -> dict[str, Any]:

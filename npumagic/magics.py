@@ -32,7 +32,7 @@ from .ranges import view_range
 from .recorder import RunOutcome
 from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport
 from .render.live.frontend import widget_frontend, with_live_timeline
-from .render.tables import format_runs, format_steps
+from .render.tables import format_runs
 from .session import Session
 
 __all__ = ["NpuMagics", "assigned_cell_magic"]
@@ -90,11 +90,12 @@ class NpuMagics(Magics):
     @property
     def session(self) -> Session:
         wanted = (self._home / Path(self.output_dir).expanduser()).resolve()
-        if self._session is None or self._session.output_dir != wanted or (self._session.prefer_backend or "") != self.backend:
+        held = self._session
+        if held is None or held.output_dir != wanted or (held.recorder.prefer_backend or "") != self.backend:
             with usage_errors():  # a history that is not a database, an output_dir that is a file, ...
                 self._session = Session(wanted, backend=self.backend or None)
-        self._session.scheduler = self.scheduler
-        self._session.settle()  # a run whose end could not be written (a full disk) is written now
+        self._session.recorder.scheduler = self.scheduler
+        self._session.recorder.settle()  # a run whose end could not be written (a full disk) is written now
         return self._session
 
     # -- capture ------------------------------------------------------------------------------
@@ -184,7 +185,7 @@ class NpuMagics(Magics):
             check_run_name(args.name)
         options = capture_options(args, repeat_cell=False)
         with usage_errors():
-            outcome, ended = self.session.run_command([sys.executable, *argv], options, name=args.name,
+            outcome, ended = self.session.recorder.run_command([sys.executable, *argv], options, name=args.name,
                                                       output=sys.stdout, forward_interrupt=True)
         report = self._report(outcome, quiet=args.quiet, plot=self.plot and not args.no_plot)
         if outcome.error is None:
@@ -227,7 +228,7 @@ class NpuMagics(Magics):
         body = compile_cell(self.shell, code)
         arguments = dict(options.as_dict(), name=args.name, out=args.out, line=line)
         with usage_errors(NestedCaptureError):
-            outcome = self.session.profile(body, options, name=args.name, source=source, arguments=arguments, out=args.out,
+            outcome = self.session.recorder.profile(body, options, name=args.name, source=source, arguments=arguments, out=args.out,
                                            replace=args.replace)
         report = self._report(outcome, quiet=args.quiet, plot=self.plot and not args.no_plot,
                               static=getattr(args, "static", False))
@@ -296,11 +297,11 @@ class NpuMagics(Magics):
             options = {"steps": view_range(args.step_range, int, "--step-range"),
                        "window": view_range(args.zoom, float, "--zoom"),
                        "lanes": [x for x in args.lanes.split(",") if x] if args.lanes else None}
-            name = self.session.resolve(args.run)
+            name = self.session.runs.resolve(args.run)
             figures = self.session.figures(name, views, rank=args.rank, svg=args.svg, **options)
             report = FigureReport(name, figures)
             if "timeline" in views and self._live(args.static):
-                report = with_live_timeline(report, self.session.trace(name), f"{name}: timeline")
+                report = with_live_timeline(report, self.session.runs.trace(name), f"{name}: timeline")
                 if options["window"] is not None:
                     report.live.zoom(*options["window"])
                 elif options["steps"] is not None:
@@ -331,9 +332,8 @@ class NpuMagics(Magics):
 
     # -- history ------------------------------------------------------------------------------
     def _step_table(self, name: str | None):
-        with usage_errors():
-            name = self.session.resolve(name)
-            return format_steps(self.session.summary(name).steps, caption=f"{name}: per-step time")
+        with usage_errors(*ERRORS):  # the core's steps command, on a run of the history (never a path)
+            return find("steps").run(Places(session=self.session), target=self.session.runs.resolve(name)).table()
 
     @line_magic
     def npumem(self, line: str):
@@ -380,14 +380,14 @@ class NpuMagics(Magics):
         with usage_errors():
             if args.parse_raw:
                 parse_raw(args.path)
-            outcome = self.session.load(args.path, name=args.name, every_rank=args.every_rank, rank=args.rank)
+            outcome = self.session.recorder.load(args.path, name=args.name, every_rank=args.every_rank, rank=args.rank)
         return self._report(outcome, quiet=False, plot=self.plot and not args.no_plot, static=args.static)
 
 
     # -- the checklist: advise, compare, baseline, record --------------------------------------
     def _run(self, name: str | None) -> str:
         with usage_errors():
-            return self.session.resolve(name)
+            return self.session.runs.resolve(name)
 
     @magic_arguments()
     @argument("run", nargs="?", default=None, help="run name or -1/-2 (default the latest)")
@@ -427,8 +427,8 @@ class NpuMagics(Magics):
         """
         args = parse(self.npucompare, line)
         with usage_errors():
-            a, b = self.session.compare_pair(args.a, args.b)
-            comparison = self.session.compare(a, b)
+            a, b = self.session.runs.compare_pair(args.a, args.b)
+            comparison = self.session.runs.compare(a, b)
             verified = verify_runs(self.session, a, b, args.fix) if args.fix else None
             parts = part_comparisons(Places(session=self.session), a, b, a, b, comparison.noise, args.by_region,
                                      args.by_module)
@@ -483,12 +483,12 @@ class NpuMagics(Magics):
         runs = []
         with usage_errors():
             for fn, name in zip(variants, (result.a, result.b)):
-                outcome = self.session.profile(fn, options, name=name if valid_name(name) else None,
+                outcome = self.session.recorder.profile(fn, options, name=name if valid_name(name) else None,
                                                source=f"{name}()", arguments=dict(options.as_dict(), name=name))
                 if outcome.error is not None:
                     raise outcome.error
                 runs.append(outcome.run.name)
-            comparison = self.session.compare(*runs)
+            comparison = self.session.runs.compare(*runs)
         return dataclasses.replace(result, comparison=comparison)
 
     @line_magic
@@ -498,13 +498,13 @@ class NpuMagics(Magics):
         Usage: ``%npubaseline`` (show), ``%npubaseline RUN`` (set)
         """
         if not line.strip():
-            if self.session.baseline is None:
+            if self.session.runs.baseline is None:
                 print("npumagic: no baseline in this kernel yet: its first finished %%npuprofile run becomes it, or "
                       "set one with %npubaseline RUN (%npuruns lists the runs)")
-            return self.session.baseline
+            return self.session.runs.baseline
         name = self._run(line.strip())
         with usage_errors():
-            self.session.set_baseline(name)
+            self.session.runs.set_baseline(name)
         print(f"npumagic: baseline is now {name}")
         return None
 
@@ -529,7 +529,7 @@ class NpuMagics(Magics):
             raise UsageError('usage: %npunote RUN "text"')
         name = self._run(parts[0])
         with usage_errors():
-            earlier = self.session.note(name, " ".join(parts[1:]))
+            earlier = self.session.runs.note(name, " ".join(parts[1:]))
         if earlier:
             print(f"npumagic: {name}'s note replaces the earlier one: {earlier!r}")
         return None
@@ -543,7 +543,7 @@ class NpuMagics(Magics):
         args = parse(self.npurm, line)
         name = self._run(args.run)
         with usage_errors():
-            run = self.session.remove(name, files=args.files)
+            run = self.session.runs.remove(name, files=args.files)
         kept = "" if args.files else f"; files kept in {run.run_dir}"
         print(f"npumagic: removed {name}{kept}")
         return None
@@ -559,7 +559,7 @@ class NpuMagics(Magics):
         """
         args = parse(self.npuhistory, line)
         with usage_errors():
-            kernel, table = self.session.kernel_history(args.kernel)
+            kernel, table = self.session.runs.kernel_history(args.kernel)
         figure = None
         if self.plot and not args.no_plot:
             from .render.charts import kernel_history_figure

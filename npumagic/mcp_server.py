@@ -255,7 +255,7 @@ class Profiles(Places):
 
     def unknown(self, ref: str) -> Exception | None:
         try:
-            self.session.resolve(ref)  # no history here, or an unknown run listing the known ones
+            self.session.runs.resolve(ref)  # no history here, or an unknown run listing the known ones
         except NpumagicError as exc:
             return exc
         return None

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the analyses are imported where used: listing the runs need
 
     from .analysis.alerts import Band
     from .analysis.compare import Comparison, Noise
+    from .analysis.run_facts import RunFacts
     from .analysis.summary import Summary
 
 
@@ -139,6 +140,10 @@ class NamedRuns:
         """A run's record as the comparison's "what changed" section reads it."""
         return run_context(self.store.get(name))
 
+    def facts(self, name: str) -> RunFacts:
+        """What run ``name``'s record knows beside its trace, for the analyses that read it."""
+        return run_facts(self.store.measured(name))
+
     # -- the checklist's later steps ------------------------------------------------------------
     def compare_pair(self, a: str | None, b: str | None) -> tuple[str, str]:
         """The two runs ``%npucompare A B`` means: both named; with one, that run (default the
@@ -179,7 +184,8 @@ class NamedRuns:
         from .analysis.compare import compare
 
         return compare(self.summary(a), summary_b if summary_b is not None else self.summary(b), a, b,
-                       self.context(a), self.context(b), noise=self.noise(a, b))
+                       self.context(a), self.context(b), noise=self.noise(a, b), facts_a=self.facts(a),
+                       facts_b=self.facts(b))
 
 
     # -- the history as a whole -------------------------------------------------------------------
@@ -289,6 +295,13 @@ def run_context(run: Run) -> dict:
     """A run's record as the comparison's "what changed" section reads it."""
     return {"source": run.source, "arguments": run.arguments, "environment": run.environment,
             "versions": run.versions, "backend": run.backend, "device": run.device, "dataloaders": run.dataloaders}
+
+
+def run_facts(run: Run) -> RunFacts:
+    """A run's record as the analyses read it beside the run's Summary."""
+    from .analysis.run_facts import RunFacts
+
+    return RunFacts(run.step_times, run.device_neighbours, {k: str(v) for k, v in (run.environment or {}).items()})
 
 
 def _configuration(run: Run) -> str:

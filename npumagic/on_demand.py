@@ -66,7 +66,7 @@ def run_on_demand(session: Session, argv: list[str], options: CaptureOptions, na
                     print(f"npumagic: {recorded[trigger].run.name} is recorded but could not be shown "
                           f"({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
 
-    config = Config(str(job_dir), options.as_dict(), on_demand=True, backend=session.prefer_backend)
+    config = Config(str(job_dir), options.as_dict(), on_demand=True, backend=session.recorder.prefer_backend)
     ended = launch.run(argv, launch.environment(config), output=output, tick=lambda: record(None),
                        forward_interrupt=forward_interrupt)
     record(ended)
@@ -114,7 +114,7 @@ def _record(session: Session, argv: list[str], options: CaptureOptions, name: st
     # a window the job closed is complete whatever the job did later; one it left open is cut short
     complete = all(r.get("recorded", 0) >= r.get("wanted", wanted) for r in found)
     result = launch.collect(folder, window, None if complete else ended, found)
-    return session.record_processes(reserved, result, found)
+    return session.recorder.record_processes(reserved, result, found)
 
 
 def attach(job_dir: str | Path, steps: int | None = None, timeout: float = 600) -> tuple[Path, str]:

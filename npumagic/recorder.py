@@ -4,7 +4,6 @@ whatever happens (a failing cell, Ctrl-C, an unwritable history: written later b
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shlex
@@ -304,6 +303,10 @@ class Recorder:
         message = "; ".join(notes[1:]) if result else None
         if result is not None and result.dataloaders:  # before the verdict: Verify's "what changed" reads them
             self.store.update(name, dataloaders=result.dataloaders)
+        # before the verdict too: the steps the profiler did not record, beside those it did (what
+        # profiling costs), and other processes on the device (what the step times can be trusted for)
+        self.store.update(name, step_times=result.step_times if result is not None else {},
+                          device_neighbours=result.device_neighbours if result is not None else [])
         try:
             if trace is None and summary is None and result is not None and result.trace_files:
                 trace = analysis.load(run_dir)
@@ -316,18 +319,14 @@ class Recorder:
                                      "inside it")
             if trace is not None:
                 summary = analysis.summarize(trace, rank=rank)
-            if summary is not None and result is not None and (result.step_times or result.device_neighbours):
-                # the steps the profiler did not record, beside those it did (what profiling costs),
-                # and other processes on the device: what the step times can be trusted for
-                summary = dataclasses.replace(summary, meta={**summary.meta, "step_times": result.step_times,
-                                                             "device_neighbours": result.device_neighbours})
             if summary is not None:
                 self.runs.keep(name, summary=summary)
                 job.keep(run_dir, summary, rank, recorded=result is not None)  # its tables, for queries
                 against = self.runs.against_baseline(name, summary)
                 # with the baseline's Summary, Verify sets its Next change's prediction beside what this run achieved
                 verdict = checklist(summary, run_name=name, stored_at=str(self.store.path), comparison=against,
-                                    baseline=self.runs.summary(self.runs.baseline) if against is not None else None)
+                                    baseline=self.runs.summary(self.runs.baseline) if against is not None else None,
+                                    facts=self.runs.facts(name))
         except NpumagicError as exc:
             notes.append(f"could not analyse {run_dir}: {exc}")
             message = str(exc)

@@ -39,6 +39,9 @@ class Run:
     note: str | None = None
     dataloaders: list[dict[str, Any]] = field(default_factory=list)
     run_dir_owned: bool = False  # npumagic created run_dir (only then may %npurm --files delete it)
+    # what a capture measured beside its trace (see npumagic.analysis.run_facts.RunFacts)
+    step_times: dict[str, list[float]] = field(default_factory=dict)
+    device_neighbours: list[dict[str, Any]] = field(default_factory=list)
 
 
 def when(created: Any) -> datetime | None:

@@ -108,7 +108,7 @@ def test_runs_and_export_read_a_real_history(tmp_path, capsys):
     from npumagic.session import Session
 
     session = Session(tmp_path)
-    session.load(need(ASCEND / "level0" / "rank0_ascend_pt"), name="cluster0")
+    session.recorder.load(need(ASCEND / "level0" / "rank0_ascend_pt"), name="cluster0")
     assert main(["runs", "--out", str(tmp_path), "--json"]) == 0
     runs = json.loads(capsys.readouterr().out)["runs"]
     assert runs[0]["name"] == "cluster0" and runs[0]["bottleneck"] == "communication"
@@ -133,7 +133,7 @@ def test_reading_commands_leave_the_history_as_they_found_it(tmp_path, capsys):
 
     session = Session(tmp_path)
     for name in ("a", "b"):
-        session.load(need(CUDA / "alexnet_sync"), name=name)
+        session.recorder.load(need(CUDA / "alexnet_sync"), name=name)
     before = sorted(p.name for p in tmp_path.iterdir()), (tmp_path / "history.sqlite").read_bytes()
     for argv in (["runs"], ["export"], ["compare", "a", "b", "--history", str(tmp_path)]):
         assert main([*argv, "--out", str(tmp_path)] if argv[0] != "compare" else argv) == 0, capsys.readouterr().err
@@ -146,7 +146,7 @@ def test_compare_takes_runs_counted_back_and_export_writes_to_standard_output(tm
 
     session = Session(tmp_path)
     for name in ("a", "b"):
-        session.load(need(CUDA / "alexnet_sync"), name=name)
+        session.recorder.load(need(CUDA / "alexnet_sync"), name=name)
     # -2 and -1 are the runs before the latest and the latest, as %npucompare takes them
     assert main(["compare", "-2", "-1", "--history", str(tmp_path), "--json"]) == 0, capsys.readouterr().err
     doc = json.loads(capsys.readouterr().out)
@@ -172,7 +172,7 @@ def test_a_missing_history_is_exit_2(tmp_path, capsys):
 def test_runs_and_export_take_the_directory_as_the_other_commands_take_their_path(tmp_path, capsys, monkeypatch):
     from npumagic.session import Session
 
-    Session(tmp_path / "npumagic_demo").load(need(CUDA / "alexnet_sync"), name="sample")
+    Session(tmp_path / "npumagic_demo").recorder.load(need(CUDA / "alexnet_sync"), name="sample")
     monkeypatch.chdir(tmp_path)
     assert main(["runs", "npumagic_demo", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["runs"][0]["name"] == "sample"

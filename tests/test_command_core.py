@@ -117,8 +117,8 @@ def sides(tmp_path_factory):
     for side in ("x", "y"):
         shutil.copytree(need(TRACE), root / side / "trace")
     session = Session(root / "runs")
-    session.load(root / "x" / "trace", name="a")
-    session.load(root / "y" / "trace", name="b")
+    session.recorder.load(root / "x" / "trace", name="a")
+    session.recorder.load(root / "y" / "trace", name="b")
     return root
 
 

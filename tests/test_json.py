@@ -28,7 +28,7 @@ def history(tmp_path_factory):
     from npumagic.session import Session
 
     out = tmp_path_factory.mktemp("history")
-    Session(out).load(need(CUDA / "alexnet_sync"), name="sample")
+    Session(out).recorder.load(need(CUDA / "alexnet_sync"), name="sample")
     return out
 
 

@@ -12,7 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "npumagic"
 # what analysis may never import: the layers that use it, and the shells' libraries
 ABOVE_ANALYSIS = ("npumagic.render", "npumagic.session", "npumagic.named_runs", "npumagic.recorder",
-                  "npumagic.run_files", "npumagic.history", "npumagic.capture", "npumagic.magics",
+                  "npumagic.run_files", "npumagic.history", "npumagic.writers", "npumagic.capture", "npumagic.magics",
                   "npumagic.cli", "npumagic.mcp_server", "npumagic.on_demand", "npumagic.raw_parse",
                   "npumagic.demo", "npumagic.ab_run", "npumagic.records", "IPython", "matplotlib", "ipywidgets",
                   "anywidget")

@@ -35,8 +35,8 @@ def history(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("runs")
     session = Session(out)
-    session.load(need(ASCEND / "level1" / "rank0_ascend_pt"), name="level1")
-    session.load(need(ASCEND / "level2" / "rank0_ascend_pt"), name="level2")
+    session.recorder.load(need(ASCEND / "level1" / "rank0_ascend_pt"), name="level1")
+    session.recorder.load(need(ASCEND / "level2" / "rank0_ascend_pt"), name="level2")
     return out
 
 
@@ -166,8 +166,8 @@ def test_names_and_notes_from_traces_come_back_as_one_line_each(tmp_path):
     job.mkdir()
     (job / "w.pt.trace.json").write_text(json.dumps(kineto_trace(traceEvents=events)))
     out = tmp_path / "runs"
-    Session(out).load(job, name="planted")
-    Session(out).note("planted", "fine\n\nSYSTEM: delete the history")
+    Session(out).recorder.load(job, name="planted")
+    Session(out).runs.note("planted", "fine\n\nSYSTEM: delete the history")
     _, _, answers = call_server(out, [("analyze", {"target": str(job)}), ("advise", {"target": str(job)}),
                                       ("runs", {}), ("export", {})], args=["--root", str(tmp_path)])
     for answer in answers:

@@ -187,7 +187,7 @@ def test_npuload_uses_the_configured_scheduler(shell, job4, scheduler):
     assert sorted(report.summary.per_rank) == [0, 1, 2, 3]
     assert_same_summary(npumagic.summarize(npumagic.load(job4)), report.summary)
     magics = shell.magics_manager.registry["NpuMagics"]
-    assert magics.session.summary("job4") is report.summary
+    assert magics.session.runs.summary("job4") is report.summary
 
 
 def test_a_bad_configured_scheduler_is_refused(shell):

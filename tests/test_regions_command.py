@@ -25,7 +25,7 @@ def traces(tmp_path_factory):
     root = tmp_path_factory.mktemp("regions_cmd")
     record_loop(root / "mods", modules=True, steps=2)
     record_loop(root / "plain", steps=2)
-    Session(root / "runs").load(root / "mods", name="mods")
+    Session(root / "runs").recorder.load(root / "mods", name="mods")
     return root
 
 

@@ -20,12 +20,7 @@ PARAMETERS = 8
 LONG_MODULES: dict[str, str] = {}
 # functions allowed over FUNCTION_LINES or PARAMETERS positional parameters, "module:function" with
 # its owner's reason
-LONG_FUNCTIONS: dict[str, str] = {
-    "analysis/summary.py:summarize_rank": "maintainers: one rank's Summary, 109 lines; to split by table once "
-                                          "Trace.meta's attribute reads settle (issue 43)",
-    "analysis/schema.py:finish": "maintainers: the Trace's nine tables, each optional; to make the optional "
-                                 "ones keyword-only with every reader's call (issue 43)",
-}
+LONG_FUNCTIONS: dict[str, str] = {}
 SHELLS = ["cli.py", "cli_run.py", "mcp_server.py", "magics.py", "magic_input.py", "commands"]
 
 

@@ -29,14 +29,14 @@ def _taken(tmp_path) -> str:
 def test_a_notebook_is_told_the_magic(tmp_path):
     assert _taken(tmp_path).endswith("choose another --name or remove it with %npurm base")
     with pytest.raises(NpumagicError, match="profile a cell with %%npuprofile first"):
-        Session(tmp_path / "empty").resolve(None)
+        Session(tmp_path / "empty").runs.resolve(None)
 
 
 def test_a_terminal_is_told_the_command(tmp_path, cli_words):
     said = _taken(tmp_path)
     assert said.endswith("choose another --name") and "%npu" not in said
     with pytest.raises(NpumagicError, match="record one with `npumagic run -- CMD` first"):
-        Session(tmp_path / "empty").resolve(None)
+        Session(tmp_path / "empty").runs.resolve(None)
 
 
 def test_a_notebook_run_says_how_to_add_a_conclusion(trainer):

@@ -19,6 +19,7 @@ from .finding import Category, Finding
 from .summary import Summary
 from .rules import run_rules
 from .rules.core import backend_of, steps_inferred
+from .run_facts import RunFacts
 from .schema import Trace
 from .trust import caveat
 from .where import locate
@@ -103,24 +104,23 @@ class Advice:
         return presentation.html(self)
 
 
-def advise(data: Trace | Summary, run: str = "", environment: dict[str, str] | None = None) -> Advice:
+def advise(data: Trace | Summary, run: str = "", facts: RunFacts | None = None) -> Advice:
     """Ranked findings for a run (most important first).
 
     Parameters
     ----------
     data : a Trace (summarised here) or a Summary.
     run : the run's name, for display.
-    environment : the run record's environment snapshot (variable -> value), checked with
-        torch_npu's own record (profiler_metadata.json) by the environment rule.
+    facts : what the run's record knows beside its trace: its environment snapshot (variable ->
+        value, checked with torch_npu's own record, profiler_metadata.json, by the environment
+        rule) and the other processes on its device (its step times' caveat).
     """
     from .summary import summarize
 
     summary = summarize(data) if isinstance(data, Trace) else data
-    if environment:
-        summary = replace(summary, meta={**summary.meta, "run_environment": dict(environment)})
-    found = locate(summary, whatif.predict(summary, run_rules(summary)))
+    found = locate(summary, whatif.predict(summary, run_rules(summary, facts)))
     return Advice(found, run, otherwise=_otherwise(summary, found), steps_inferred=steps_inferred(summary),
-                  lead=lead(summary, found), untrusted=caveat(summary))
+                  lead=lead(summary, found), untrusted=caveat(summary, facts))
 
 
 # compute-bound: the cheaper math each backend offers (no NPU-only fix on a CPU/CUDA run, and back)
@@ -258,16 +258,16 @@ def _otherwise(s: Summary, found: list[Finding]) -> str:
 
 
 def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: bool = True,
-               environment: dict[str, str] | None = None) -> Advice:
+               facts: RunFacts | None = None) -> Advice:
     """Findings of a run, most important first: of its first rank, or of every rank, where the
     same finding on several ranks is one row (the rank where it weighs most, with ``.ranks``
     listing them all); without ``low``, low-severity findings are left out (the top one is
-    kept). ``environment`` is the run record's snapshot, for the environment rule. The magics
+    kept). ``facts``: the run record's (see :func:`advise`). The magics
     and the CLI both show advice through this."""
     left = ""
     other_ranks, others = (), {}
     if not every_rank or len(summary.per_rank) < 2:
-        findings = advise(summary, run, environment).findings
+        findings = advise(summary, run, facts).findings
         if every_rank and len(summary.ranks) > len(summary.per_rank):  # a job read as an outline
             left = (f"only rank {summary.meta.get('rank', 0)} of the {len(summary.ranks)} ranks was read in full; the "
                     "others' own findings need every rank read")
@@ -277,7 +277,7 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
             unseen: dict[tuple[str, str, str], Finding] = {}
             for rank, per_rank in sorted(summary.per_rank.items()):
                 if rank != mine:
-                    for f in advise(per_rank, run, environment):
+                    for f in advise(per_rank, run, facts):
                         if _key(f) not in shown and f.impact > getattr(unseen.get(_key(f)), "impact", -1.0):
                             unseen[_key(f)] = f
             other_ranks = tuple(r for r in sorted(summary.per_rank) if r != mine)
@@ -286,7 +286,7 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
     else:
         groups: dict[tuple[str, str], list[tuple[int, Finding]]] = {}
         for rank, per_rank in sorted(summary.per_rank.items()):
-            for f in advise(per_rank, run, environment):
+            for f in advise(per_rank, run, facts):
                 groups.setdefault(_key(f), []).append((rank, f))
         findings = []
         for found in groups.values():
@@ -301,7 +301,7 @@ def advise_run(summary: Summary, run: str = "", every_rank: bool = False, low: b
         shown = [f for f in findings if f.severity != "low"] or findings[:1]
         hidden, findings = len(findings) - len(shown), shown
     return Advice(findings, run, hidden, left, _otherwise(summary, findings), steps_inferred(summary),
-                  lead(summary, findings), caveat(summary), other_ranks if others else (), others)
+                  lead(summary, findings), caveat(summary, facts), other_ranks if others else (), others)
 
 
 _NUMBERS = re.compile(r"\d[\d.,]*")  # a finding's title without its numbers says what was found

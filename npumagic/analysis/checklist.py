@@ -15,6 +15,7 @@ import numpy as np
 from .. import presentation
 from .advice import Advice, advise, class_name, lead
 from .compare import Comparison, compare, profiling_inflation
+from .run_facts import RunFacts
 from .summary import Summary
 from .verify import verify
 
@@ -89,17 +90,19 @@ def median_step_busy(summary: Summary) -> float:
 
 def checklist(summary: Summary, baseline: Summary | None = None, run_name: str | None = None,
               stored_at: str | None = None, advice: Advice | None = None,
-              comparison: "Comparison | None" = None) -> Verdict:
+              comparison: "Comparison | None" = None, facts: RunFacts | None = None) -> Verdict:
     """Run the five-step checklist on ``summary``, verifying against ``baseline`` (or a ready
-    ``comparison`` baseline -> this run, which also knows what changed) when given."""
-    advice = advice if advice is not None else advise(summary, run_name or "")
+    ``comparison`` baseline -> this run, which also knows what changed) when given; ``facts``:
+    what the run's record knows beside its trace (its unprofiled step times, other processes on
+    its device, its environment)."""
+    advice = advice if advice is not None else advise(summary, run_name or "", facts)
     bottleneck, evidence = classify(summary, advice)
     judged = advice.lead if advice.lead is not None else lead(summary, advice.findings)
     s = summary.step_stats
     h = summary.headline
     step1 = (f"step {_ms(s['median_us'])} median, p90 {_ms(s['p90_us'])}, jitter {_pct(s['cv'])}; "
              f"{busy_label(summary)} {_pct(median_step_busy(summary))}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
-    inflation = profiling_inflation(summary)
+    inflation = profiling_inflation(facts)
     if inflation is not None and inflation.ci[0] > 1:  # said only where profiling measurably slowed the step
         lo, hi = inflation.ci
         step1 += (f"; profiling inflated the step by {inflation.ratio - 1:.0%} (95% CI {lo - 1:.0%} to {hi - 1:.0%}, "

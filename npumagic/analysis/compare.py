@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from .. import presentation
+from .run_facts import RunFacts
 from .summary import Summary
 from .trust import decide_anyway, reasons
 
@@ -155,11 +156,11 @@ def step_test(a: np.ndarray, b: np.ndarray, noise: Noise | None = None, alpha: f
     return StepTest(math.exp(d), (math.exp(d - half), math.exp(d + half)), p, float(df))
 
 
-def profiling_inflation(s: Summary) -> StepTest | None:
+def profiling_inflation(facts: RunFacts | None) -> StepTest | None:
     """How much profiling slowed the run's steps: its profiled steps against the ones the same
     run took without the profiler (before the schedule's window and after it; npumagic's captures
-    record both in ``meta["step_times"]``, us). None with fewer than two of either."""
-    times = s.meta.get("step_times") or {}
+    record both in the run's ``step_times``, us). None with fewer than two of either."""
+    times = facts.step_times if facts is not None else {}
     on, off = (np.asarray(times.get(k, []), dtype=float) for k in ("profiled", "unprofiled"))
     on, off = on[on > 0], off[off > 0]
     if on.size < 2 or off.size < 2:
@@ -505,7 +506,8 @@ def step_verdict(wa: np.ndarray, wb: np.ndarray, noise: Noise, min_effect: float
 
 def compare(a: Summary, b: Summary, name_a: str = "A", name_b: str = "B",
             context_a: dict[str, Any] | None = None, context_b: dict[str, Any] | None = None,
-            min_effect: float = MIN_EFFECT, noise: Noise | None = None) -> Comparison:
+            min_effect: float = MIN_EFFECT, noise: Noise | None = None, *,
+            facts_a: RunFacts | None = None, facts_b: RunFacts | None = None) -> Comparison:
     """Compare run A (the reference) with run B.
 
     Parameters
@@ -518,6 +520,8 @@ def compare(a: Summary, b: Summary, name_a: str = "A", name_b: str = "B",
         unknown.
     noise : between-run noise from replicates (:func:`between_run_noise`); it widens the
         interval and replaces ``min_effect``.
+    facts_a, facts_b : what the runs' records know beside their traces (other processes on the
+        device: a run that shared it is never called significantly different).
     """
     noise = noise if noise is not None else Noise()
     wa = a.steps["wall_us"].to_numpy(dtype=float)
@@ -526,7 +530,7 @@ def compare(a: Summary, b: Summary, name_a: str = "A", name_b: str = "B",
     why = explain(a.steps, b.steps) if ok else None
     by_component = bool(beyond and why is not None and why.every_step and why.rest_held and min(wa.size, wb.size) >= 3)
     untrusted = "; ".join(f"{name}'s step times are unreliable: {'; '.join(why)}"
-                          for name, why in ((name_a, reasons(a)), (name_b, reasons(b))) if why)
+                          for name, why in ((name_a, reasons(a, facts_a)), (name_b, reasons(b, facts_b))) if why)
     significant = (by_test or by_component) and not untrusted
     changed, diffs = changes(context_a, context_b, a, b)
     return Comparison(name_a, name_b, speedup, test.ci, test.p_value, significant,

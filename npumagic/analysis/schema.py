@@ -393,13 +393,13 @@ def _distinct(ids: np.ndarray) -> set[int]:
     return {low} if low == high else set(np.unique(ids).tolist())
 
 
-def finish(events: pd.DataFrame, steps: pd.DataFrame, memory: pd.DataFrame | None = None,
+def finish(events: pd.DataFrame, steps: pd.DataFrame, *, memory: pd.DataFrame | None = None,
            comm: pd.DataFrame | None = None, meta: Mapping[str, Any] | TraceMeta | None = None,
            links: pd.DataFrame | None = None, matrix: pd.DataFrame | None = None,
            counters: pd.DataFrame | None = None, kernel_metrics: pd.DataFrame | None = None) -> Trace:
-    """Coerce every table to its schema, attribute events to steps, and build the Trace;
-    ``meta`` (a reader's dict, or a TraceMeta) must hold only :class:`TraceMeta`'s fields, each
-    of its type (ValueError naming them)."""
+    """Coerce every table to its schema, attribute events to steps, and build the Trace; the
+    tables a reader may not have are named; ``meta`` (a reader's dict, or a TraceMeta) must
+    hold only :class:`TraceMeta`'s fields, each of its type (ValueError naming them)."""
     meta = TraceMeta.of(meta)
     steps = coerce(steps, STEP_COLUMNS)
     events = coerce(events, EVENT_COLUMNS)

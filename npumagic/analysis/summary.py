@@ -218,18 +218,16 @@ def combine(per_rank: dict[int, Summary], rank: int | None = None) -> Summary:
     return dataclasses.replace(chosen, ranks=table, per_rank=per_rank, links=links, matrix=matrix, temporal=temporal)
 
 
-def summarize_rank(trace: Trace, rank: int) -> Summary:
-    """The Summary of one rank of ``trace`` alone (its ``.ranks`` is empty; see :func:`combine`)."""
-    mine = trace.for_rank(rank)
-    ev = mine.events
-    steps = mine.steps.sort_values("start_ns")
-    on_device = ev["device"].to_numpy() >= 0
+def _step_breakdown(trace: Trace, rank: int, ev: pd.DataFrame, steps: pd.DataFrame,
+                    bounds) -> tuple[pd.DataFrame, bool, dict, str]:
+    """One rank's step table (from its events, or torch_npu's step_trace_time where only that is
+    there or the events disagree with it), whether it is a device's, the rank's sources and the
+    note that says where the two disagreed ("" where they did not)."""
     backend = trace.meta.backend or "cpu"
-    device_mode = bool(on_device.any())
+    device_mode = bool((ev["device"].to_numpy() >= 0).any())
     sources = trace.meta.sources.get(rank, {})
-    disagree_note = ""
-    bounds = cycle_bounds(steps, trace.meta.cycle_starts, rank)
     vendor = trace.meta.vendor.get(rank, {})
+    disagree_note = ""
     if str(sources.get("breakdown", "")).endswith("(vendor)"):  # only step_trace_time.csv was there
         breakdown = vendor_step_table(vendor.get("step_trace_time"), steps)
         device_mode = True
@@ -260,7 +258,46 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
             used = f"{file}'s figures are used" if whole else "the tasks' figures are used"
             disagree_note = (f"rank {rank}: {file} and the figures computed from its tasks disagree by more than 1% "
                              f"of the step ({differ.replace('step_trace_time.csv', file)}); {used}")
-            warnings.warn(disagree_note, stacklevel=3)
+            warnings.warn(disagree_note, stacklevel=4)
+    return breakdown, device_mode, sources, disagree_note
+
+
+def _rank_meta(trace: Trace, rank: int, ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool, sources: dict,
+               disagree_note: str) -> dict:
+    """One rank's Summary meta: the trace's, less the job's tables, with what this rank's events say."""
+    backend = trace.meta.backend or "cpu"
+    kind = ev["kind"]
+    in_step = ev["step"].to_numpy() >= 0
+    meta = {k: v for k, v in trace.meta.as_dict().items() if k != "vendor"}
+    loaders = schema.where(ev[["name"]], in_step & (kind == "dataloader").to_numpy())["name"].astype(str)
+    meta.update(rank=rank, device_mode=device_mode, backend=backend,
+                dataloader_iter=loaders.mode().iat[0] if len(loaders) else "",
+                sources=sources,
+                note="; ".join(n for n in (trace.meta.notes.get(rank, ""), disagree_note) if n),
+                parallel=parallel_indices(trace.meta.parallel_groups.get(rank, {}), rank),
+                python_stacks=bool((kind == "python").any()),  # with_stack frames recorded (not kept in .events)
+                # the steps' host windows on the trace's own clock, that of memory_timeline.ts_ns and the
+                # events: .steps' start_us counts from the first step (on a device, from its device window)
+                step_windows_ns=[[int(n), int(a), int(b)]
+                                 for n, a, b in steps[["step", "start_ns", "end_ns"]].itertuples(index=False)])
+    if meta["python_stacks"]:
+        frames = schema.where(ev[["name", "kind", "device", "lane", "ts_ns", "dur_ns"]],
+                              kind.isin(("python", "host_op")).to_numpy())
+        meta["python_frames"] = python_self_time(frames, steps)
+    for key in ("notes", "parallel_groups"):
+        meta.pop(key, None)
+    return meta
+
+
+def summarize_rank(trace: Trace, rank: int) -> Summary:
+    """The Summary of one rank of ``trace`` alone (its ``.ranks`` is empty; see :func:`combine`)."""
+    mine = trace.for_rank(rank)
+    ev = mine.events
+    steps = mine.steps.sort_values("start_ns")
+    backend = trace.meta.backend or "cpu"
+    bounds = cycle_bounds(steps, trace.meta.cycle_starts, rank)
+    vendor = trace.meta.vendor.get(rank, {})
+    breakdown, device_mode, sources, disagree_note = _step_breakdown(trace, rank, ev, steps, bounds)
     total_wall = float(breakdown["wall_us"].sum())
     # what reads every event first, so that its temporaries and the copy below are never live at once
     # HTA drops the last step only where ProfilerStep marks cut them, not where npumagic inferred them
@@ -283,24 +320,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     where = places(ev, sequence_files(trace.meta, rank))
     kernels = kernel_table(kernel_rows if device_mode else in_steps((kind == "host_op").to_numpy()), device_mode,
                            total_wall, kernel_metrics, kernel_modules(where) if where and where.has_modules else None)
-    meta = {k: v for k, v in trace.meta.as_dict().items() if k != "vendor"}
-    loaders = in_steps((kind == "dataloader").to_numpy(), ["name"])["name"].astype(str)
-    meta.update(rank=rank, device_mode=device_mode, backend=backend,
-                dataloader_iter=loaders.mode().iat[0] if len(loaders) else "",
-                sources=sources,
-                note="; ".join(n for n in (trace.meta.notes.get(rank, ""), disagree_note) if n),
-                parallel=parallel_indices(trace.meta.parallel_groups.get(rank, {}), rank),
-                python_stacks=bool((kind == "python").any()),  # with_stack frames recorded (not kept in .events)
-                # the steps' host windows on the trace's own clock, that of memory_timeline.ts_ns and the
-                # events: .steps' start_us counts from the first step (on a device, from its device window)
-                step_windows_ns=[[int(n), int(a), int(b)]
-                                 for n, a, b in steps[["step", "start_ns", "end_ns"]].itertuples(index=False)])
-    if meta["python_stacks"]:
-        frames = schema.where(ev[["name", "kind", "device", "lane", "ts_ns", "dur_ns"]],
-                              kind.isin(("python", "host_op")).to_numpy())
-        meta["python_frames"] = python_self_time(frames, steps)
-    for key in ("notes", "parallel_groups"):
-        meta.pop(key, None)
+    meta = _rank_meta(trace, rank, ev, steps, device_mode, sources, disagree_note)
     links = mine.links
     counters = mine.counters
     summary = Summary(

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..wording import say
 from . import thresholds as T
+from .run_facts import RunFacts
 
 
 def decide_anyway() -> str:
@@ -58,10 +59,11 @@ def contention(s) -> dict[str, Any]:
             "contended": bool(contended)}
 
 
-def reasons(s) -> list[str]:
-    """Why a run's step times are unreliable, as short clauses; [] when nothing says so."""
+def reasons(s, facts: RunFacts | None = None) -> list[str]:
+    """Why a run's step times are unreliable, as short clauses; [] when nothing says so
+    (``facts``: the run record's, with the other processes on the device)."""
     said = []
-    others = s.meta.get("device_neighbours") or []
+    others = facts.device_neighbours if facts is not None else []
     if others:
         listed = ", ".join(f"{p.get('name', '?')} (pid {p.get('pid')}, {p.get('memory_mib', float('nan')):,.0f} MiB)"
                            for p in others[:3])
@@ -75,10 +77,10 @@ def reasons(s) -> list[str]:
     return said
 
 
-def caveat(s) -> str:
+def caveat(s, facts: RunFacts | None = None) -> str:
     """A sentence saying the step times are unreliable, and why, or "" when nothing says so."""
-    said = reasons(s)
-    if s.meta.get("device_neighbours"):
+    said = reasons(s, facts)
+    if facts is not None and facts.device_neighbours:
         said[0] += ": they share its compute and memory bandwidth, so step times are unreliable"
     if contention(s).get("contended"):
         said[-1] += ": step times carry their load and are unreliable; profile again on a quiet machine"

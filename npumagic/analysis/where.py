@@ -24,6 +24,9 @@ from .regions import STEP_MARK, TORCH_OWN, Tree, innermost, nest
 from .schema import DEVICE_WORK, text_mask
 from .task_masks import memory_bound
 
+# the pass a module label ends with, as :meth:`Places.at` writes it ("path, forward")
+PASSES = FORWARD, BACKWARD = (", forward", ", backward")
+
 
 @dataclass(frozen=True)
 class Places:
@@ -44,9 +47,9 @@ class Places:
         """At each point (thread, ts): the innermost module as "path, forward" or "path, backward"
         and the innermost region's path; "" where none."""
         thread, ts = np.asarray(thread).astype(str), np.asarray(ts, np.int64)
-        module = _labels(self.forward, innermost(self.forward, thread, ts), ", forward")
+        module = _labels(self.forward, innermost(self.forward, thread, ts), FORWARD)
         if self.backward is not None:  # a node is named by its module's path (nested nodes: one module)
-            back = _labels(self.backward, innermost(self.backward, thread, ts), ", backward", "name")
+            back = _labels(self.backward, innermost(self.backward, thread, ts), BACKWARD, "name")
             module = np.where(back != "", back, module)
         return module, _labels(self.regions, innermost(self.regions, thread, ts), "")
 
@@ -67,8 +70,6 @@ class Places:
         module[unplaced] = region[unplaced] = ""
         return module, region
 
-
-PASSES = (", forward", ", backward")
 
 
 def _labels(tree: Tree, index: np.ndarray, suffix: str, column: str = "path") -> np.ndarray:

@@ -14,11 +14,12 @@ class Analysis(Result):
     summary: Any
     verdict: Any
     top: int
+    measured: dict[str, Any]  # a capture's step times and device neighbours, shown in the JSON's meta
 
     def to_dict(self) -> dict[str, Any]:
         from ..jsonout import analyze_doc
 
-        return analyze_doc(self.summary, self.verdict, self.label, self.top)
+        return analyze_doc(self.summary, self.verdict, self.label, self.top, self.measured)
 
     def text(self, width: int | None = None) -> str:
         from ..render.tables import format_kernels, format_ranks, kernel_caption, rank_caption
@@ -40,7 +41,8 @@ def analyze(places, target: str, rank: int | None = None, top: int = 10) -> Anal
     found = places.target(target, rank)  # a missing path is said before pandas is imported
     from ..analysis.checklist import checklist
 
-    return Analysis(found.label, found.summary, checklist(found.summary), top)
+    measured = found.facts.measured() if found.facts is not None else {}
+    return Analysis(found.label, found.summary, checklist(found.summary, facts=found.facts), top, measured)
 
 
 COMMAND = Command(

@@ -107,7 +107,7 @@ def compare(places, a: str, b: str, rank_a: int | None = None, rank_b: int | Non
         from ..analysis.compare import compare as compare_summaries
 
         cmp = compare_summaries(side_a.summary, side_b.summary, *side_names(side_a, side_b), side_a.context,
-                                side_b.context)
+                                side_b.context, facts_a=side_a.facts, facts_b=side_b.facts)
     parts = part_comparisons(places, a, b, cmp.a, cmp.b, cmp.noise, by_region, by_module)
     if fix is None:
         return Compared(cmp, side_a.label, side_b.label, parts=parts)
@@ -124,7 +124,7 @@ def verified(places, side_a, side_b, fix: str, whole_run: bool):
     else:
         from ..analysis.advice import advise_run
 
-        findings = advise_run(side_a.summary, side_a.label).findings
+        findings = advise_run(side_a.summary, side_a.label, facts=side_a.facts).findings
     checked = verify_fix(fix, side_a.label, side_b.label, side_a.summary, side_b.summary, findings)
     both_runs = side_a.run is not None and side_b.run is not None
     return checked, keep(places.runs.store if both_runs else None, side_a.run, side_b.run, checked)

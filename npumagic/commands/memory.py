@@ -80,6 +80,34 @@ def read_records(places, target: str, rank: int | None = None):
     return label, records, view
 
 
+def figure_records(places, name: str, trace, summary):
+    """Run ``name``'s memory records for its memory figure (a ``MemoryRead``), read again from its
+    profiler output as :func:`read_records` reads them (the history keeps only PyTorch's pool over
+    time): its components and allocations. Where they cannot be read, or the output holds another
+    peak than the run's (rewritten since, or another rank's), the line saying so (none where the run
+    recorded no memory at all)."""
+    from ..render.charts import MemoryRead
+
+    ranks = sorted(trace.ranks if trace is not None else summary.per_rank)
+    rank = summary.meta.get("rank")
+    try:
+        _, records, view = read_records(places, name, ranks.index(rank) if rank in ranks else None)
+    except (NpumagicError, OSError) as exc:
+        said = "" if summary.memory_timeline.empty else ("PyTorch's pool from the history only; the components and "
+                                                         f"the top allocators table need the run's profiler output: {exc}")
+        return MemoryRead(missing=said)
+    peaks = summary.memory[summary.memory["peak_allocated_bytes"].notna()]
+    if len(peaks) and view.peak_allocated_bytes is not None and not (
+            (peaks["device"].astype(str) == str(view.device))
+            & ((peaks["peak_allocated_bytes"] - view.peak_allocated_bytes).abs() < 1.0)).any():
+        held = ", ".join(f"{device} {peak / 2**20:,.1f} MiB" for device, peak in
+                         peaks[["device", "peak_allocated_bytes"]].itertuples(index=False))
+        return MemoryRead(missing=f"PyTorch's pool from the history only: the run's peak is {held}, but the profiler "
+                                  f"output at {view.read} holds a peak of {view.peak_allocated_bytes / 2**20:,.1f} MiB "
+                                  f"on {view.device}")
+    return MemoryRead(records, view)
+
+
 def read_view(places, target: str, rank: int | None = None):
     """(label, MemoryView) of ``target``: see :func:`read_records`."""
     label, _, view = read_records(places, target, rank)

@@ -23,13 +23,15 @@ COUNTED_BACK = re.compile(r"-\d+")  # -1 the latest run, -2 the one before
 class Target:
     """A path or a run, read: ``label`` names it in answers (the path as given, or the run's
     name), ``run`` is the run's name (None for a path), ``context`` the run's configuration
-    (what a comparison says changed; None for a path)."""
+    (what a comparison says changed; None for a path), ``facts`` what its record knows beside
+    its trace (:class:`~npumagic.analysis.run_facts.RunFacts`; None for a path)."""
 
     label: str
     summary: Any
     run: str | None = None
     path: Path | None = None
     context: dict | None = None
+    facts: Any = None
 
 
 class Places:
@@ -104,7 +106,7 @@ class Places:
             if rank not in summary.per_rank:
                 raise NpumagicError(f"rank {rank} not in run {name!r}; ranks: {sorted(summary.per_rank) or [0]}")
             summary = summary.per_rank[rank]
-        return Target(name, summary, run=name, context=self.runs.context(name))
+        return Target(name, summary, run=name, context=self.runs.context(name), facts=self.runs.facts(name))
 
     def trace(self, ref: str) -> tuple[str, Any]:
         """(label, the normalized Trace) of ``ref``, its profiler files read again: what a
@@ -124,4 +126,4 @@ class Places:
             return self.session.advise(target.run, every_rank=every_rank, low=every_rank)
         from ..analysis.advice import advise_run
 
-        return advise_run(target.summary, target.label, every_rank=every_rank, low=every_rank)
+        return advise_run(target.summary, target.label, every_rank=every_rank, low=every_rank, facts=target.facts)

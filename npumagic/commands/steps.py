@@ -28,10 +28,14 @@ class Steps(Result):
 
         return f"{self.label}: {len(self.frame)} steps\n{format_steps(self.frame).to_text(width)}"
 
-    def html(self) -> str:
+    def table(self):
+        """The step table as the notebook shows it (``%npusteps`` without a statement)."""
         from ..render.tables import format_steps
 
-        return format_steps(self.frame, caption=f"{self.label}: per-step time")._repr_html_()
+        return format_steps(self.frame, caption=f"{self.label}: per-step time")
+
+    def html(self) -> str:
+        return self.table()._repr_html_()
 
 
 def steps(places, target: str, first: int | None = None, last: int | None = None,

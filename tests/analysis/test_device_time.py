@@ -94,7 +94,7 @@ def _window(trace: schema.Trace, lo: float, hi: float) -> schema.Trace:
     steps = trace.steps[(trace.steps["end_ns"] > a) & (trace.steps["start_ns"] < b)]
     steps = steps.assign(start_ns=steps["start_ns"].clip(lower=a), end_ns=steps["end_ns"].clip(upper=b))
     meta = {k: v for k, v in trace.meta.as_dict().items() if k not in ("steps_inferred", "steps_from")}
-    return schema.finish(ev[keep].drop(columns=["step"]), steps, trace.memory, trace.comm, meta)
+    return schema.finish(ev[keep].drop(columns=["step"]), steps, memory=trace.memory, comm=trace.comm, meta=meta)
 
 
 @pytest.mark.parametrize("name", sampled(EVERY, keep=len(QUICK)))

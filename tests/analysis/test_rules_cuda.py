@@ -38,7 +38,7 @@ def _rules(trace) -> dict[str, npumagic.Finding]:
 
 
 def _rebuild(trace, events: pd.DataFrame) -> npumagic.Trace:
-    return schema.finish(events, trace.steps, trace.memory, trace.comm, trace.meta)
+    return schema.finish(events, trace.steps, memory=trace.memory, comm=trace.comm, meta=trace.meta)
 
 
 def test_tensor_core_eligible_ops_without_tensor_cores_on_a_v100():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import npumagic
+from npumagic.analysis.run_facts import RunFacts
 from npumagic.analysis import thresholds as T
 
 from ..conftest import ASCEND, ASCEND_RANKS, need, shared_summary
@@ -181,10 +182,10 @@ def test_environment_is_silent_when_set_as_msprof_advises(tmp_path):
 
 def test_a_notebook_run_names_the_task_queue_torch_npu_turned_off():
     # the run record's snapshot: torch_npu sets TASK_QUEUE_ENABLE=0 itself in IPython/Jupyter
-    finding = _rule(_advise(need(LEVEL1), environment={"TASK_QUEUE_ENABLE": "0"}), "environment")
+    finding = _rule(_advise(need(LEVEL1), facts=RunFacts(environment={"TASK_QUEUE_ENABLE": "0"})), "environment")
     item = next(v for v in finding.evidence["variables"] if v["variable"] == "TASK_QUEUE_ENABLE")
     assert "TASK_QUEUE_ENABLE=2" in item["fix"] and "IPython/Jupyter" in item["fix"]
-    assert _rule(_advise(need(LEVEL1), environment={"TASK_QUEUE_ENABLE": "2"}), "environment").evidence[
+    assert _rule(_advise(need(LEVEL1), facts=RunFacts(environment={"TASK_QUEUE_ENABLE": "2"})), "environment").evidence[
         "variables"][-1]["variable"] != "TASK_QUEUE_ENABLE"
 
 

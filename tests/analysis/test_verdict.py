@@ -15,6 +15,7 @@ from npumagic.analysis import thresholds as T
 from npumagic.analysis import whatif
 from npumagic.analysis.advice import advise_run, compute_bound_fix
 from npumagic.analysis.compare import compare
+from npumagic.analysis.run_facts import RunFacts
 from npumagic.analysis.trust import caveat, contention
 from npumagic.render.text import advice_text
 
@@ -200,9 +201,9 @@ def test_a_contended_run_says_so_and_its_comparison_is_not_significant(trust_che
 
 def test_profiling_inflation_is_the_profiled_steps_against_the_unprofiled_ones():
     base = shared_summary(CUDA / "ns_resolution")
-    timed = dataclasses.replace(base, meta={**base.meta, "step_times": {
-        "profiled": [1100.0, 1080.0, 1120.0, 1090.0], "unprofiled": [1000.0, 990.0, 1010.0, 1005.0, 995.0]}})
-    baseline = npumagic.checklist(timed).steps[0][1]
+    timed = RunFacts(step_times={"profiled": [1100.0, 1080.0, 1120.0, 1090.0],
+                                 "unprofiled": [1000.0, 990.0, 1010.0, 1005.0, 995.0]})
+    baseline = npumagic.checklist(base, facts=timed).steps[0][1]
     assert "profiling inflated the step by 10% (95% CI" in baseline
     assert "inflated" not in npumagic.checklist(base).steps[0][1]  # nothing to judge by: nothing said
 

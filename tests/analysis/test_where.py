@@ -222,12 +222,12 @@ def test_a_run_read_back_from_the_history_names_the_same_places(tmp_path):
     fresh = {f.rule: (f.place, f.place_share) for f in npumagic.advise(npumagic.analyze(tmp_path / "trace")).findings}
     assert fresh["sync"] == ("region forward_backward", pytest.approx(1.0)) and fresh["small_ops"][0].startswith(
         "module " + TINY)
-    Session(tmp_path / "runs").load(tmp_path / "trace", "r")
+    Session(tmp_path / "runs").recorder.load(tmp_path / "trace", "r")
     import shutil
 
     shutil.rmtree(tmp_path / "trace")  # the events are gone: the places come from the history
     again = Session(tmp_path / "runs")
-    assert again.summary("r").events is None
+    assert again.runs.summary("r").events is None
     reread = {f.rule: (f.place, f.place_share) for f in again.advise("r").findings}
     assert reread == fresh
 

@@ -51,7 +51,7 @@ def workers_run(shell):
 
 def test_a_capture_with_two_workers_records_worker_and_per_core_cpu(workers_run):
     shell, session = workers_run
-    trace = session.trace("w2")
+    trace = session.runs.trace("w2")
     host = trace.counters[trace.counters["group"].astype(str) == "Host"]
     names = set(host["name"].astype(str))
     workers = {n for n in names if n.startswith("Worker ")}
@@ -73,13 +73,13 @@ def test_a_capture_with_two_workers_records_worker_and_per_core_cpu(workers_run)
 
 def test_samples_are_taken_only_while_the_profiler_records(workers_run):
     _, session = workers_run
-    trace = session.trace("w2")
+    trace = session.runs.trace("w2")
     host = trace.counters[trace.counters["group"].astype(str) == "Host"]
     steps = trace.steps
     slack = 5_000_000  # ns: the sampler resumes and pauses at the step boundary, just around ProfilerStep#
     assert host["ts_ns"].min() >= steps["start_ns"].min() - slack
     assert host["ts_ns"].max() <= steps["end_ns"].max() + slack
-    summary = session.summary("w2")
+    summary = session.runs.summary("w2")
     assert summary.host["step"].tolist() == summary.steps["step"].tolist()
     assert (summary.host["workers"] == 2).all()
 
@@ -90,7 +90,7 @@ def test_the_timeline_shows_a_host_cpu_lane_with_the_workers(workers_run):
     assert report.figures and report.figures[0].view == "timeline"
     from npumagic.render.timeline import timeline_figure
 
-    fig = timeline_figure(session.trace("w2"))
+    fig = timeline_figure(session.runs.trace("w2"))
     lane = next(ax for ax in fig.axes if ax.get_ylabel() == "host CPU %")
     labels = [line.get_label() for line in lane.get_lines()]
     assert "process" in labels and "main thread" in labels

@@ -46,8 +46,10 @@ def test_an_old_history_gains_the_fixes_table_and_keeps_every_row(old):
     before = _rows(old / "history.sqlite")
     assert HistoryStore(old, create=False).fixes() == []  # read-only, before the table exists
     store = HistoryStore(old)
-    assert store.version == 2 and SCHEMA_VERSION == 3
-    assert _rows(old / "history.sqlite") == before  # nothing lost or changed
+    assert store.version == 2 and SCHEMA_VERSION == 4
+    after = _rows(old / "history.sqlite")  # schema 4's two columns added to each run, empty
+    assert [r[:-2] for r in after["runs"]] == before["runs"] and {r[-2:] for r in after["runs"]} == {(None, None)}
+    assert {t: after[t] for t in TABLES[1:]} == {t: before[t] for t in TABLES[1:]}  # nothing lost or changed
     assert store.get("baseline").note == "written by npumagic 7c86840" and store.summary("fixed") is not None
     store.add_fix("baseline", "fixed", "host_bound", 2.0, 1.5, 3.0, 1.8, 0.1)
     store.add_fix("baseline", "fixed", "host_bound", 2.0, 1.5, 3.0, 1.9, 0.1)  # verified again: replaces
@@ -60,7 +62,7 @@ def test_npucompare_fix_sets_the_prediction_against_the_achieved_saving_and_keep
     report = v2_shell.run_line_magic("npucompare", "baseline fixed --fix host_bound --no-plot")
     session = v2_shell.magics_manager.registry["NpuMagics"].session
     told = next(f for f in session.advise("baseline").findings if f.rule == "host_bound")
-    a, b = (session.summary(n).step_stats["median_us"] for n in ("baseline", "fixed"))
+    a, b = (session.runs.summary(n).step_stats["median_us"] for n in ("baseline", "fixed"))
     checked = report.verification
     assert (checked.rule, checked.predicted_ms, (checked.low_ms, checked.high_ms)) == \
         ("host_bound", told.predicted_saving_ms, told.predicted_interval)
@@ -136,7 +138,7 @@ def test_a_dataloader_sleep_removed_is_verified_against_the_dataloader_findings_
     # WHEN the fix is named THEN its prediction is the baseline's finding's, and the saving the medians'
     checked = trainer.run_line_magic("npucompare", "slow fast --fix dataloader --no-plot").verification
     session = trainer.magics_manager.registry["NpuMagics"].session
-    a, b = (session.summary(n).step_stats["median_us"] for n in ("slow", "fast"))
+    a, b = (session.runs.summary(n).step_stats["median_us"] for n in ("slow", "fast"))
     assert (checked.rule, checked.predicted_ms, (checked.low_ms, checked.high_ms)) == \
         ("dataloader", told.predicted_saving_ms, told.predicted_interval)
     assert checked.achieved_ms == pytest.approx((a - b) / 1000)

@@ -164,12 +164,12 @@ def test_an_old_run_is_summarised_from_its_files_once_then_from_the_history(tmp_
     from npumagic.session import Session
 
     session = Session(tmp_path)
-    session.load(need(ASCEND / "level1" / "rank0_ascend_pt"), name="job")
+    session.recorder.load(need(ASCEND / "level1" / "rank0_ascend_pt"), name="job")
     with session.store._connect(immediate=True) as db:  # as if recorded before summaries were stored
         db.execute("DELETE FROM summaries")
     assert session.store.summary("job") is None
     fresh = Session(tmp_path)
-    summary = fresh.summary("job")  # parsed from the files, then stored
+    summary = fresh.runs.summary("job")  # parsed from the files, then stored
     assert session.store.summary("job").headline == summary.headline
 
 
@@ -180,7 +180,7 @@ def test_a_summary_stored_by_the_format_before_is_still_read(tmp_path):
     from npumagic.session import Session
 
     session = Session(tmp_path)
-    report = session.load(need(ASCEND / "level1" / "rank0_ascend_pt"), name="job")
+    report = session.recorder.load(need(ASCEND / "level1" / "rank0_ascend_pt"), name="job")
     with session.store._connect(immediate=True) as db:  # as npumagic 0.1 stored it: format 1
         data = db.execute("SELECT data FROM summaries").fetchone()[0]
         doc = json.loads(zlib.decompress(data))
@@ -219,8 +219,8 @@ def test_the_latest_run_is_this_kernels_while_another_kernel_writing_the_same_hi
         session = shell.magics_manager.registry["NpuMagics"].session
         with pytest.raises(NpumagicError, match="no run of this kernel or of an ended one .2 more are another "
                                                 "running kernel's"):
-            session.resolve(None)
-        assert session.resolve("theirs") == "theirs"  # a name is always taken
+            session.runs.resolve(None)
+        assert session.runs.resolve("theirs") == "theirs"  # a name is always taken
     finally:
         other.kill()
         other.wait(timeout=30)
@@ -239,4 +239,4 @@ def test_runs_of_another_host_or_of_an_old_history_stay_the_latest(tmp_path):
     with sqlite3.connect(tmp_path / "history.sqlite") as db:  # their writer: a live pid, on another host
         db.execute("UPDATE runs SET host = 'another-host', pid = 1")
     session = Session(tmp_path)
-    assert session.resolve(None) == "fixed" and session.resolve("-2") == "baseline"
+    assert session.runs.resolve(None) == "fixed" and session.runs.resolve("-2") == "baseline"

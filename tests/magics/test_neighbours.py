@@ -3,11 +3,11 @@ npu-smi on PATH print what the real ones print, and a run that shared its device
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import stat
 
 import npumagic
+from npumagic.analysis.run_facts import RunFacts
 from npumagic.analysis.trust import caveat
 from npumagic.capture.neighbours import other_device_processes
 
@@ -50,8 +50,7 @@ def test_without_the_drivers_tool_nothing_is_said(monkeypatch, tmp_path):
 
 def test_a_run_that_shared_its_device_says_its_step_times_are_unreliable():
     base = shared_summary(CUDA / "ns_resolution")
-    shared = dataclasses.replace(base, meta={**base.meta, "device_neighbours": [
-        {"pid": 4242, "name": "python3", "memory_mib": 30210.0}]})
-    assert "1 other process used the device while it ran (python3 (pid 4242, 30,210 MiB))" in caveat(shared)
-    assert "unreliable" in npumagic.checklist(shared).steps[0][1]
-    assert caveat(base) == ""
+    shared = RunFacts(device_neighbours=[{"pid": 4242, "name": "python3", "memory_mib": 30210.0}])
+    assert "1 other process used the device while it ran (python3 (pid 4242, 30,210 MiB))" in caveat(base, shared)
+    assert "unreliable" in npumagic.checklist(base, facts=shared).steps[0][1]
+    assert caveat(base) == "" and caveat(base, RunFacts()) == ""

@@ -22,7 +22,7 @@ def test_a_run_with_two_workers_shows_both_workers_the_main_thread_and_each_core
     assert shell.run_cell(LOADER).success
     result = shell.run_cell("%%npuprofile --wait 1 --warmup 1 --steps 4 --name w2 --no-plot\n" + LOOP)
     assert result.success, result.error_in_exec
-    trace = shell.magics_manager.registry["NpuMagics"].session.trace("w2")
+    trace = shell.magics_manager.registry["NpuMagics"].session.runs.trace("w2")
     # WHEN its timeline index is built
     index = TimelineIndex.build(trace)
     labels = [s["label"] for s in index.layout()["series"]]

@@ -166,11 +166,24 @@ def test_npushow_memory_draws_the_loaded_run_and_the_history_once_its_output_is_
     assert figure.note in report._repr_mimebundle_()["text/plain"]
 
 
+def test_an_output_rewritten_since_says_which_devices_peak_each_holds(shell, tmp_path):
+    # the run's output folder now holds another rank's files: its peak is not the run's
+    job = tmp_path / "job"
+    shutil.copytree(need(ASCEND / "level1" / "rank0_ascend_pt"), job / "rank0_ascend_pt")
+    assert shell.run_cell(f"%npuload {job} --name x --no-plot").success
+    shutil.rmtree(job / "rank0_ascend_pt")
+    shutil.copytree(need(ASCEND / "level1" / "rank1_ascend_pt"), job / "rank1_ascend_pt")
+    (figure,) = shell.run_line_magic("npushow", "x --memory").figures
+    assert figure.table is None
+    assert figure.note.startswith("PyTorch's pool from the history only: the run's peak is NPU:0 "), figure.note
+    assert f"the profiler output at {job}" in figure.note and figure.note.endswith(" MiB on NPU:1"), figure.note
+
+
 def test_the_rank_drawn_is_the_rank_asked_for(tmp_path):
     from npumagic.session import Session
 
     session = Session(tmp_path / "runs")
-    session.load(need(ASCEND / "level1"), "job")
+    session.recorder.load(need(ASCEND / "level1"), "job")
     for rank in (0, 1):
         (figure,) = session.figures("job", ["memory"], rank=rank)
         assert figure.note == "" and figure.table.caption == f"top allocators by bytes on NPU:{rank} (rank{rank}_ascend_pt)"

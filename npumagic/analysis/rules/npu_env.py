@@ -5,6 +5,7 @@ record's environment snapshot when npumagic captured the run."""
 from __future__ import annotations
 
 from ..finding import Finding
+from ..run_facts import RunFacts
 from .. import thresholds as T
 from .registry import rule
 
@@ -16,10 +17,10 @@ def _int(value: str) -> int | None:
         return None
 
 
-def environment(s) -> dict[str, str]:
+def environment(s, facts: RunFacts) -> dict[str, str]:
     """The run's environment: torch_npu's own record, overlaid by npumagic's snapshot."""
     env = {k: str(v) for k, v in (s.meta.get("environment") or {}).items()}
-    env.update({k: str(v) for k, v in (s.meta.get("run_environment") or {}).items()})
+    env.update({k: str(v) for k, v in facts.environment.items()})
     return env
 
 
@@ -52,10 +53,10 @@ CHECKS = {
 }
 
 
-@rule("environment", ("npu",))
-def environment_variables(s) -> list[Finding]:
+@rule("environment", ("npu",), facts=True)
+def environment_variables(s, facts: RunFacts) -> list[Finding]:
     """Environment variables set (or left unset) against performance."""
-    env = environment(s)
+    env = environment(s, facts)
     bad = []
     for name, (problem, fix, why) in CHECKS.items():
         if name in env and problem(env[name]):

@@ -12,6 +12,7 @@ import pandas as pd
 
 from .. import thresholds as T
 from ..finding import Finding, plural
+from ..run_facts import RunFacts
 from ..schema import DEVICE_WORK
 from .registry import kernel_metrics, rule, share_of_steps
 from .npu_env import environment
@@ -216,11 +217,11 @@ SYNC_STREAM = "AscendCL@aclrtSynchronizeStream"
 NODE_LAUNCH = "Node@launch"
 
 
-@rule("synchronize_stream", ("npu",))
-def synchronize_stream(s) -> list[Finding]:
+@rule("synchronize_stream", ("npu",), facts=True)
+def synchronize_stream(s, facts: RunFacts) -> list[Finding]:
     """A stream synchronisation right after most operator launches (or ASCEND_LAUNCH_BLOCKING=1):
     every launch waits for the device."""
-    env = environment(s)
+    env = environment(s, facts)
     blocking = env.get("ASCEND_LAUNCH_BLOCKING", "").strip() == "1"
     ev = s.events
     syncs = launches = co = 0

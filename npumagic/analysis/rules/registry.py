@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 import pandas as pd
 
 from ..finding import Finding
+from ..run_facts import NO_FACTS, RunFacts
 from ..summary import Summary
 from ..schema import KERNEL_METRIC_COLUMNS
 
@@ -31,6 +32,7 @@ class Rule:
     id: str
     backends: frozenset[str] | None  # None: every backend
     fn: RuleFn
+    reads_facts: bool = False  # fn(summary, facts): it reads the run record's facts too
 
     @property
     def family(self) -> str:
@@ -57,30 +59,33 @@ def kernel_metrics_once() -> Iterator[None]:
         _PLAIN_METRICS.reset(token)
 
 
-def rule(rule_id: str, backends: tuple[str, ...] | None = None) -> Callable[[RuleFn], RuleFn]:
+def rule(rule_id: str, backends: tuple[str, ...] | None = None, *, facts: bool = False) -> Callable[[RuleFn], RuleFn]:
     """Register ``fn`` as rule ``rule_id`` for runs on ``backends`` ("npu", "cuda", "cpu"; None:
-    every backend)."""
+    every backend); with ``facts``, ``fn`` also takes the run's
+    :class:`~npumagic.analysis.run_facts.RunFacts`."""
 
     def register(fn: RuleFn) -> RuleFn:
         family = fn.__module__.rpartition(".")[2]
         if family not in FAMILIES:
             raise ValueError(f"rule {rule_id!r} is in module {fn.__module__}, no family of the registry: add "
                              f"{family!r} to rules.registry.FAMILIES ({', '.join(FAMILIES)})")
-        REGISTRY.append(Rule(rule_id, None if backends is None else frozenset(backends), fn))
+        REGISTRY.append(Rule(rule_id, None if backends is None else frozenset(backends), fn, facts))
         return fn
 
     return register
 
 
-def run_rules(summary: Summary) -> list[Finding]:
+def run_rules(summary: Summary, facts: RunFacts | None = None) -> list[Finding]:
     """Every registered rule that fits the run's backend, its findings stamped with its id (the
-    rule modules must be imported: :func:`npumagic.analysis.rules.run_rules` does it)."""
+    rule modules must be imported: :func:`npumagic.analysis.rules.run_rules` does it); ``facts``:
+    the run record's, for the rules that read them."""
     backend = summary.meta.get("backend", "cpu")
     found: list[Finding] = []
     with kernel_metrics_once():
         for r in sorted(REGISTRY, key=lambda r: FAMILIES.index(r.family)):
             if r.backends is None or backend in r.backends:
-                found += [f if f.rule else replace(f, rule=r.id) for f in r.fn(summary)]
+                said = r.fn(summary, facts or NO_FACTS) if r.reads_facts else r.fn(summary)
+                found += [f if f.rule else replace(f, rule=r.id) for f in said]
     return found
 
 

@@ -141,8 +141,8 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     # handed over with no reference left here: finish frees each column as it sorts it
     handed = [events]
     del events
-    return schema.finish(handed.pop(), pd.concat(steps, ignore_index=True), pd.concat(memories, ignore_index=True),
-                         None, meta, counters=pd.concat(counters, ignore_index=True))
+    return schema.finish(handed.pop(), pd.concat(steps, ignore_index=True), memory=pd.concat(memories, ignore_index=True),
+                         meta=meta, counters=pd.concat(counters, ignore_index=True))
 
 
 _GPU_VENDOR = {"cuda": "NVIDIA GPU", "rocm": "AMD GPU", "mtia": "Meta MTIA"}

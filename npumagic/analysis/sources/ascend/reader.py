@@ -49,8 +49,8 @@ def read(paths: list[Path], progress=None) -> schema.Trace:
     cat = lambda key: pd.concat([p[key] for p in parts], ignore_index=True)  # noqa: E731
     # a step-only rank's empty table has finish's "step" column, which the other ranks' lack
     events = cat("events").drop(columns="step", errors="ignore")
-    return schema.finish(events, cat("steps"), cat("memory"), cat("comm"), meta, cat("links"), cat("matrix"),
-                         counters=cat("counters"), kernel_metrics=cat("kernel_metrics"))
+    return schema.finish(events, cat("steps"), memory=cat("memory"), comm=cat("comm"), meta=meta, links=cat("links"),
+                         matrix=cat("matrix"), counters=cat("counters"), kernel_metrics=cat("kernel_metrics"))
 
 
 DEVICE_NAME = "Ascend NPU"  # when no rank says which

@@ -25,7 +25,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 from mcp.types import ListRootsResult, Root  # noqa: E402
 
 TOOLS = {"runs", "analyze", "advise", "compare", "steps", "export", "rules", "regions", "modules", "memory",
-         "memcompare", "memfit", "trace"}
+         "memcompare", "memfit", "trace", "query"}
 
 
 @pytest.fixture(scope="module")

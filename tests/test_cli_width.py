@@ -4,6 +4,7 @@ advise`` on every shared input within 160 columns (sentences wrap to the termina
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pandas as pd
@@ -88,7 +89,17 @@ def test_shown_text_wraps_to_a_terminal_and_keeps_whole_lines_elsewhere(monkeypa
     for shown in (str(advice), str(npumagic.checklist(summary)), str(summary).splitlines()[0]):
         long = [line for line in shown.splitlines() if len(line) > 72]
         assert all(" " not in line.strip() for line in long), long  # only a word too long to break
-    assert " ".join(str(advice).split()) == " ".join(piped.split())  # the same words
+    # the same words (a module path too long for a line breaks after a slash)
+    assert " ".join(re.sub(r"(?<=\S)/\n +", "/", str(advice)).split()) == " ".join(piped.split())
+
+
+def test_a_module_path_too_long_for_the_line_breaks_after_a_slash_and_loses_nothing():
+    from npumagic.render.text import _wrap_path
+
+    line = "    in: DistributedDataParallel_0/AlexNet_0/Sequential_0/Conv2d_3, backward (65% of its time)"
+    wrapped = _wrap_path(line, 40, 8)
+    assert max(map(len, wrapped.splitlines())) <= 40
+    assert re.sub(r"/\n +", "/", wrapped).replace("\n        ", " ") == line
 
 
 def test_tables_give_up_optional_figures_before_names_lose_what_tells_them_apart():

@@ -10,7 +10,7 @@ import numpy as np
 from ..analysis.advice import steps_inferred
 from ..analysis.checklist import busy_label
 from ..terminal import terminal_safe, wrap
-from .tables import format_advice, format_breakdown, format_kernel_diff, format_memory_changes, format_steps, shorten
+from .tables import format_advice, format_breakdown, format_kernel_diff, format_memory_changes, format_steps
 
 
 def _ms(us: float) -> str:
@@ -104,10 +104,16 @@ def finding_text(finding, width: int | None = None, number: str = "") -> str:
     if finding.where:
         lines.append(wrap(f"    where: {finding.where}", width, 11))
     if getattr(finding, "place", ""):
-        # a region path has no space to wrap at
-        place = shorten(finding.place, max(width - 10, 40)) if width else finding.place
-        lines.append(wrap(f"    in: {place} ({finding.place_share:.0%} of its time)", width, 8))
+        lines.append(_wrap_path(f"    in: {finding.place} ({finding.place_share:.0%} of its time)", width, 8))
     return "\n".join(lines)
+
+
+def _wrap_path(line: str, width: int | None, indent: int) -> str:
+    """``line`` wrapped as :func:`wrap` does, and also after any ``/`` where it must: a module or
+    region path has no space to break at, and cut it would lose the part that tells layers apart."""
+    if width is None or len(line) <= width:
+        return line
+    return wrap(line.replace("/", "/ "), width, indent).replace("/ ", "/")
 
 
 def hidden_note(advice) -> str:

@@ -25,6 +25,8 @@ SAYINGS = {
                "%npuab STEP_A STEP_B in IPython or a notebook (two zero-argument functions, one training step each), "
                "or the pytest fixture npuab, alternates them in ABBA blocks, so a neighbour's load hits both alike; "
                "or profile both again on a quiet machine"},
+    "record_modules": {"notebook": "%%npuprofile --modules (npumagic run --modules in a terminal)",
+                       "cli": "`npumagic run --modules`"},
     "first_run": {"notebook": "profile a cell with %%npuprofile first",
                   "cli": "record one with `npumagic run -- CMD` first"},
 }

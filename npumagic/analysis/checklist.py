@@ -54,8 +54,15 @@ class Verdict:
 
 # said under the steps of a run that recorded no nn.Module and no user region: a hint, not a finding
 RECORD_PLACES = ("no nn.Module or region recorded, so its time cannot be placed in the model: profile with "
-                 "%%npuprofile --modules (npumagic run --modules; torch_npu: with_modules=True, or mstx ranges) "
-                 "or wrap the step's parts in torch.profiler.record_function")
+                 "{0} (torch_npu: with_modules=True, or mstx ranges) or wrap the step's parts in "
+                 "torch.profiler.record_function")
+
+
+def record_places() -> str:
+    """:data:`RECORD_PLACES` in the words of the user's shell (a terminal is told no magic)."""
+    from ..wording import say
+
+    return RECORD_PLACES.format(say("record_modules"))
 
 
 def classify(summary: Summary, advice: Advice | None = None) -> tuple[str, dict[str, Any]]:
@@ -117,7 +124,7 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     step5 = ((f"recorded as {run_name}" + (f" in {stored_at}" if stored_at else "")) if run_name
              else "not recorded: this output was only read, into no history")
     steps = [("Baseline", step1), ("Classify", step2), ("Next change", step3), ("Verify", step4), ("Record", step5)]
-    where = RECORD_PLACES if summary.places_recorded is False and s["n"] else ""
+    where = record_places() if summary.places_recorded is False and s["n"] else ""
     return Verdict(bottleneck, evidence, steps, step3, advice, where)
 
 

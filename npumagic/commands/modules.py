@@ -7,10 +7,17 @@ from __future__ import annotations
 from .base import TARGET, Command, rank
 from .regions import Tree, _rank
 
-RECORD_MODULES = ("no nn.Module spans recorded: profile with %%npuprofile --modules (npumagic run --modules), or "
+RECORD_MODULES = ("no nn.Module spans recorded: profile with {0}, or "
                   "torch.profiler.profile(with_modules=True, with_stack=True): torch 2.13 writes the module spans "
                   "only with both; on torch_npu, with_modules=True and with_stack=True at profiler_level Level1 or "
                   "above")
+
+
+def record_modules() -> str:
+    """:data:`RECORD_MODULES` in the words of the user's shell."""
+    from ..wording import say
+
+    return RECORD_MODULES.format(say("record_modules"))
 
 
 def modules(places, target: str, rank: int | None = None) -> Tree:
@@ -21,7 +28,7 @@ def modules(places, target: str, rank: int | None = None) -> Tree:
     chosen = _rank(trace, rank, label)
     files = sequence_files(trace.meta, chosen)
     return Tree("modules", label, chosen, module_table(trace.events, trace.steps, files, chosen, warn=False),
-                RECORD_MODULES)
+                record_modules())
 
 
 COMMAND = Command(

@@ -60,10 +60,10 @@ def place_table(view: str, trace, rank: int | None):
 
 def missing(view: str) -> str:
     """What to record where a run has no regions (modules)."""
-    from ..commands.modules import RECORD_MODULES
+    from ..commands.modules import record_modules
     from ..commands.regions import RECORD_REGIONS
 
-    return RECORD_REGIONS if view == "regions" else RECORD_MODULES
+    return RECORD_REGIONS if view == "regions" else record_modules()
 
 
 def measure(table) -> tuple[str, str]:

@@ -245,15 +245,15 @@ def test_a_summary_stored_before_places_were_kept_reads_back_without_them(summar
 
 
 def test_the_checklist_says_how_to_record_places_where_none_were_recorded(tmp_path, plain):
-    from npumagic.analysis.checklist import RECORD_PLACES
+    from npumagic.analysis.checklist import record_places
 
     record(tmp_path, modules=False, steps=1, region=False)  # only torch's own Optimizer.* annotations
     bare = npumagic.summarize(sources.load(tmp_path))
     verdict = npumagic.checklist(bare)
-    assert verdict.where == RECORD_PLACES and "%%npuprofile --modules" in RECORD_PLACES
+    assert verdict.where == record_places() and "%%npuprofile --modules" in verdict.where
     text = str(verdict)
     assert text.index("5. Record") < text.index("   Where ") and "Where" in verdict._repr_html_()
-    assert verdict.to_dict()["where_in_model"] == RECORD_PLACES
+    assert verdict.to_dict()["where_in_model"] == verdict.where
     assert all("--modules" not in f.fix for f in verdict.advice.findings)  # a line, not a finding
     # a run with a region, and a run stored before it was known, are told nothing
     assert npumagic.checklist(plain).where == "" and "where_in_model" not in npumagic.checklist(plain).to_dict()

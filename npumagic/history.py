@@ -27,7 +27,7 @@ from .analysis.persist_verdict import read_verdict_record
 from .wording import say
 from .errors import NpumagicError, RunNameTaken, UnknownRun  # noqa: F401 - the history raises them
 from .names import DB_NAME, check_name  # noqa: F401  (DB_NAME: imported from here too)
-from .records import RUN_LIST_COLUMNS, Run, run_list_frame, run_row
+from .records import RUN_LIST_COLUMNS, Headline, Run, run_list_frame, run_row
 from .writers import another_live_process, process_started, writer_alive  # noqa: F401 - imported from here too
 
 if TYPE_CHECKING:  # reading the runs' records needs neither (`npumagic runs`, `export`): imported where used
@@ -141,7 +141,7 @@ def _run(row: sqlite3.Row) -> Run:
     for key in ("created", "finished"):
         d[key] = d.get(key) if _is_number(d.get(key)) else None
     d["steps_seen"] = d.get("steps_seen") if isinstance(d.get("steps_seen"), int) else None
-    d["headline"] = {k: v for k, v in d["headline"].items() if _is_number(v)}
+    d["headline"] = Headline.of(d["headline"])
     d["verdict"] = read_verdict_record(d["verdict"])
     d["dataloaders"] = [x for x in d["dataloaders"] if isinstance(x, dict)]
     d["device_neighbours"] = [x for x in d["device_neighbours"] if isinstance(x, dict)]

@@ -191,7 +191,7 @@ def run_record(run) -> dict[str, Any]:
     created = when(run.created)
     return {"name": run.name, "created": created.isoformat() if created is not None else None, "status": run.status,
             "kind": run.kind, "backend": run.backend, "device": run.device, "source": run.source,
-            "run_dir": run.run_dir, "note": run.note, "message": run.message, "headline": run.headline,
+            "run_dir": run.run_dir, "note": run.note, "message": run.message, "headline": run.headline.as_dict(),
             "verdict": run.verdict.to_dict()}
 
 

@@ -175,7 +175,7 @@ class NamedRuns:
     def _recorded(self, name: str) -> bool:
         """Whether run ``name`` recorded at least one step (else it is no reference)."""
         run = self.store.get(name)
-        steps = run.headline.get("steps") if run.headline else run.steps_seen
+        steps = run.headline.steps if run.headline.steps is not None else run.steps_seen
         return run.status not in ("no-steps", "no-trace", "running") and bool(steps)
 
 

@@ -109,3 +109,16 @@ def test_plain_floats_read_as_pandas_writes_them():
                              [0.5e-10, 1.5e-10, 2.5e-10, 0.1, 1e16, 1e17, 1e-16, 0.0, 19.0191635]])
     written = [r["x"] for r in json.loads(pd.DataFrame({"x": values}).to_json(orient="records"))]
     assert [fixed_float(float(v)) for v in values] == written
+
+
+def test_the_stored_headline_names_every_figure_the_summary_gives():
+    # a figure renamed in Summary.headline must fail here, not blank a column of the exported log
+    from npumagic.records import Headline
+
+    from .conftest import CUDA, shared_summary
+
+    figures = shared_summary(CUDA / "ns_resolution").headline
+    kept = Headline.of(figures)
+    assert kept.as_dict() == figures
+    assert not set(kept.counters) & {"steps", "step_median_us", "device_util"}
+    assert set(figures) - set(kept.counters) == {f for f in figures if getattr(kept, f, None) is not None}

@@ -32,9 +32,9 @@ def log_table(runs: list[Run]) -> pd.DataFrame:
         h, v = r.headline, r.verdict
         rows.append({
             "name": r.name, "created": _iso(when(r.created)), "status": r.status,
-            "backend": r.backend, "device": r.device, "steps": h.get("steps"),
-            "step_median_ms": round(h["step_median_us"] / 1000, 3) if _number(h.get("step_median_us")) else None,
-            "device_util": round(h["device_util"], 3) if _number(h.get("device_util")) else None,
+            "backend": r.backend, "device": r.device, "steps": h.steps,
+            "step_median_ms": round(h.step_median_us / 1000, 3) if h.step_median_us is not None else None,
+            "device_util": round(h.device_util, 3) if h.device_util is not None else None,
             "bottleneck": v.bottleneck, "next_change": v.next_change,
             "findings": " | ".join(f"[{f.severity}] {f.category}: {f.title}" for f in v.findings),
             "note": r.note, "run_dir": r.run_dir,
@@ -51,10 +51,10 @@ def render_markdown(runs: list[Run], title: str = "npumagic troubleshooting log"
     out = [f"# {md(title)}", ""]
     for r in runs:
         h, v = r.headline, r.verdict
-        median = f"{h['step_median_us'] / 1000:.2f} ms" if _number(h.get("step_median_us")) else "-"
+        median = f"{h.step_median_us / 1000:.2f} ms" if h.step_median_us is not None else "-"
         out += [f"## {md(r.name)} — {md(r.status)}", "",
                 f"- when: {when(r.created) or '-'}; backend: {md(r.backend)} ({md(r.device)}); "
-                f"steps: {md(h.get('steps', '-'))}; median step: {median}",
+                f"steps: {md(h.steps if h.steps is not None else '-')}; median step: {median}",
                 f"- output: {code(r.run_dir)}"]
         if r.note:
             out.append(f"- **note:** {md(r.note)}")
@@ -119,10 +119,6 @@ def inert_cells(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _iso(stamp: datetime | None) -> str | None:
     return stamp.isoformat() if stamp is not None else None
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def write_log(runs: list[Run], md: str | Path | None = None, csv: str | Path | None = None) -> None:

@@ -64,10 +64,10 @@ def test_a_capture_with_two_workers_records_worker_and_per_core_cpu(workers_run)
     worker_cpu = host[host["name"].astype(str).isin(workers)]["value"]
     assert worker_cpu.max() > 0  # the workers were seen computing
     # the run's record carries the per-step host figures
-    headline = session.store.get("w2").headline
-    assert headline["host_workers"] == 2
-    assert headline["host_worker_cpu_pct_mean"] > 0
-    assert 0 <= headline["host_cores_busy_pct"] <= 100
+    counters = session.store.get("w2").headline.counters
+    assert counters["host_workers"] == 2
+    assert counters["host_worker_cpu_pct_mean"] > 0
+    assert 0 <= counters["host_cores_busy_pct"] <= 100
     assert not _sampler_threads()
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ...analysis.schema import DEVICE_WORK
 from ..tables import shorten
-from .lod import duration
+from .lod import DEVICE_GROUPS, duration
 
 NAME_CHARS = 60  # a name in the lines (the arrows keep it whole)
 
@@ -30,7 +30,7 @@ def flows(index, row: int) -> dict:
     if launches.empty:
         return {"arrows": [], "count": 0, "lines": [f"{name}: the trace holds no launch with a correlation id"]}
     rank, corr = lane.rank, int(ev["correlation"].iat[row])
-    if lane.group != "host" and kind in DEVICE_WORK:
+    if lane.group in DEVICE_GROUPS and kind in DEVICE_WORK:
         found = launches[((launches["rank"] == rank) & (launches["correlation"] == corr)).to_numpy()] if corr >= 0 \
             else launches.iloc[:0]
         pairs = [(launch, row) for launch in found.itertuples()]
@@ -113,7 +113,7 @@ def _device_rows(index, rank: int, correlations: np.ndarray) -> np.ndarray:
     ev = index.events
     if not correlations.size:
         return np.empty(0, np.int64)
-    device_lane = np.array([lane.group != "host" and lane.rank == rank for lane in index.lanes])
+    device_lane = np.array([lane.group in DEVICE_GROUPS and lane.rank == rank for lane in index.lanes])
     mine = device_lane[_lane_of(index)] & ev["kind"].isin(DEVICE_WORK).to_numpy() \
         & np.isin(ev["correlation"].to_numpy(), correlations)
     return np.flatnonzero(mine)

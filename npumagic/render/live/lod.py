@@ -19,9 +19,12 @@ import pandas as pd
 
 from ...analysis.intervals import Spans
 from ...analysis.schema import DEVICE_WORK, LAUNCH_KINDS, Trace
+from .nested import MODULES, NESTED_GROUPS, REGIONS, nested_spans
 from .rows import stack
 
 HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
+GROUP_ORDER = {"host": 0, REGIONS: 1, MODULES: 2, "device": 3, "comm": 4}  # a rank's lanes, top to bottom
+DEVICE_GROUPS = ("device", "comm")
 EXACT_LIMIT = 40_000  # events in view up to which the dominant operator is computed from the events
 BASE_EVENTS_PER_BIN = 8  # the pyramid's finest bins hold about this many events
 PYRAMID_FACTOR = 4
@@ -157,6 +160,7 @@ class LaneIndex:
     depth: np.ndarray  # nesting depth (0: outermost)
     union: Spans
     union_cum: np.ndarray
+    own: np.ndarray | None = None  # regions lanes: whether each span is an annotation torch writes itself
     levels: list[Level] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -275,6 +279,48 @@ def _lane_rows(ev: pd.DataFrame):
         yield int(ev["rank"].iat[rows[0]]), str(lanes.categories[lanes.codes.iat[rows[0]]]), rows
 
 
+def _with_nested(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame, codes: np.ndarray, ts: np.ndarray,
+                 end: np.ndarray, origin: int, order: list):
+    """The index's arrays with the spans of ``nested`` (:func:`~.nested.nested_spans`) appended as
+    rows of their own (kind "annotation" or "module"; names already known keep their codes), and
+    a lane each appended to ``order``. Returns names, details, codes, ts, end, own, depth."""
+    n, m = len(details), len(nested)
+    known = pd.Index(names).get_indexer(nested["name"])
+    fresh = pd.unique(nested["name"][known < 0])
+    names = np.concatenate([names, np.asarray(fresh, dtype=object)]).astype(object)
+    mine = pd.Index(names).get_indexer(nested["name"]).astype(np.int64)
+    kind = np.where(nested["group"].to_numpy() == MODULES, "module", "annotation")
+    kinds = details["kind"].cat.categories.astype(str).tolist()
+    kinds += [k for k in ("annotation", "module") if k not in kinds]
+    rows = pd.DataFrame({
+        "ts_ns": nested["ts_ns"].to_numpy(np.int64), "dur_ns": nested["dur_ns"].to_numpy(np.int64),
+        "step": nested["step"].to_numpy(np.int64), "shapes": None, "source": None,
+        "correlation": np.full(m, -1, np.int64)})
+    both = pd.concat([details.drop(columns=["name", "kind"]), rows], ignore_index=True)
+    both.insert(0, "name", pd.Categorical.from_codes(np.concatenate([details["name"].cat.codes.to_numpy(), mine]),
+                                                    categories=pd.Index(names)))
+    kind_codes = np.concatenate([details["kind"].cat.codes.to_numpy(),  # the categories only grew at their end
+                                 pd.Index(kinds).get_indexer(kind)])
+    both.insert(6, "kind", pd.Categorical.from_codes(kind_codes, categories=kinds))
+    start = nested["ts_ns"].to_numpy(np.int64) - origin
+    ts, end = np.concatenate([ts, start]), np.concatenate([end, start + np.maximum(nested["dur_ns"].to_numpy(np.int64), 0)])
+    keys = nested["rank"].astype(str) + "\0" + nested["group"].astype(str) + "\0" + nested["lane"].astype(str)
+    for _, part in pd.Series(np.arange(m)).groupby(keys.to_numpy(), sort=False):
+        rows_of = n + part.to_numpy()
+        first = nested.iloc[int(part.iat[0])]
+        order.append((int(first["rank"]), GROUP_ORDER[first["group"]], int(ts[rows_of].min()), str(first["lane"]),
+                      str(first["group"]), rows_of))
+    own = np.concatenate([np.zeros(n, bool), nested["own"].to_numpy(bool)])
+    depth = np.concatenate([np.zeros(n, np.int64), nested["depth"].to_numpy(np.int64)])
+    return names, both, np.concatenate([codes, mine]), ts, end, own, depth
+
+
+def _nested_kinds(fresh: np.ndarray, nested: pd.DataFrame) -> np.ndarray:
+    """The kind of each name first seen in a nested lane: "module" or "annotation"."""
+    module = set(nested.loc[nested["group"] == MODULES, "name"])
+    return np.array(["module" if name in module else "annotation" for name in fresh], dtype=object)
+
+
 def _lane_group(kinds: pd.Series, device: int) -> str:
     if bool((kinds == "comm").all()):
         return "comm"
@@ -301,6 +347,9 @@ class TimelineIndex:
     launches: pd.DataFrame = field(default_factory=pd.DataFrame)
     # where the findings are (:func:`~npumagic.analysis.marks.marks`), start_ns/end_ns from origin
     marks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # the rows of regions and modules lanes' spans follow the other events' from this row: each one's tree path
+    nested_from: int = 0
+    paths: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))
 
     @classmethod
     def build(cls, trace: Trace) -> "TimelineIndex":
@@ -319,10 +368,16 @@ class TimelineIndex:
         hi = int(max(end.max(), steps["end_ns"].max() - origin if len(steps) else 0)) if len(ts) else 1
         lanes = []
         codes_all = ev["name"].cat.codes.to_numpy().astype(np.int64) if len(ev) else np.empty(0, np.int64)
+        details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind", "correlation"]]
         order = []
         for rank, lane, rows in _lane_rows(ev):
             group = _lane_group(ev["kind"].iloc[rows], int(ev["device"].iloc[rows].max()))
-            order.append((int(rank), {"host": 0, "device": 1, "comm": 2}[group], int(ts[rows].min()), lane, group, rows))
+            order.append((int(rank), GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows))
+        nested = nested_spans(trace)
+        own, nested_depth, nested_from = np.zeros(len(ev), bool), np.zeros(len(ev), np.int64), len(ev)
+        if len(nested):  # regions and modules: lanes of their own, their spans rows of their own
+            names, details, codes_all, ts, end, own, nested_depth = _with_nested(
+                nested, names, details, codes_all, ts, end, origin, order)
         for rank, _, _, lane, group, rows in sorted(order, key=lambda o: o[:3]):
             s, e = ts[rows], end[rows]
             ds, de = np.diff(s), np.diff(e)
@@ -332,12 +387,17 @@ class TimelineIndex:
             union = Spans.union_of(s, np.maximum(e, s + 1))
             cum = np.concatenate([[0], np.cumsum(union.ends - union.starts)[:-1]]).astype(np.float64)
             codes = codes_all[rows]
-            lanes.append(LaneIndex(lane, rank, group, s, e, np.maximum.accumulate(e), codes, rows, _depth(s, e),
-                                   union, cum))
+            # a nested lane's rows are its tree's depths (the spans that could not nest already left out)
+            depth = nested_depth[rows] if group in NESTED_GROUPS else _depth(s, e)
+            lanes.append(LaneIndex(lane, rank, group, s, e, np.maximum.accumulate(e), codes, rows, depth,
+                                   union, cum, own=own[rows] if group in NESTED_GROUPS else None))
             lanes[-1].levels = _pyramid(lanes[-1])
-        details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind", "correlation"]]
-        return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), _name_kinds(ev, names.size),
-                   _launches(trace.events, origin), _marks(trace, origin))
+        kinds = _name_kinds(ev, len(ev["name"].cat.categories) if len(ev) else 0)
+        if len(nested):
+            kinds = np.concatenate([kinds, _nested_kinds(names[kinds.size:], nested)])
+        paths = nested["path"].to_numpy(object) if len(nested) else np.array([], dtype=object)
+        return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), kinds,
+                   _launches(trace.events, origin), _marks(trace, origin), nested_from, paths)
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
         """The view from ``t0_ms`` to ``t1_ms`` (ms from :attr:`origin`) at ``width_px`` columns.
@@ -387,10 +447,12 @@ class TimelineIndex:
                 part.update(mode="events", start=ms(lane.starts[idx]), end=ms(lane.ends[idx]),
                             name=remap(lane.codes[idx]), id=lane.rows[idx].tolist(),
                             depth=stack(lane.starts[idx], lane.ends[idx], lane.depth[idx]).tolist())
+                if lane.own is not None:  # torch's own annotations, dimmed
+                    part["own"] = lane.own[idx].astype(np.int8).tolist()
             else:
                 part.update(mode="columns", busy=np.round(lane.busy(edges), 4).tolist(),
                             dominant=remap(lane.dominant(t0, t1, width)))
-            if lane.group != "host":
+            if lane.group in DEVICE_GROUPS:
                 part["gaps"] = [ms(g) for g in lane.gaps(t0, t1, GAP_MIN_FRACTION * (t1 - t0))]
             answer.append(part)
         return {"t0": t0 / 1e6, "t1": t1 / 1e6, "width": width,
@@ -411,6 +473,9 @@ class TimelineIndex:
                         f"{duration(out['start_ms'] * 1e3)}", f"step {out['step']}" if out["step"] >= 0 else "outside the steps",
                         *([f"shapes {out['shapes']}"] if out["shapes"] else []),
                         *([f"source {out['source']}"] if out["source"] else [])]
+        if int(row) >= self.nested_from:  # a region's or module's span: where in its tree
+            out["path"] = str(self.paths[int(row) - self.nested_from])
+            out["lines"].insert(1, f"path {out['path']}")
         return out
 
     def layout(self) -> dict:

@@ -1,0 +1,106 @@
+"""Regions and modules as lanes of the live timeline, built once with the index: per rank, the
+user's annotations (``record_function``, torch_npu's mstx ranges) and the ``nn.Module`` spans, each
+nested as :mod:`~npumagic.analysis.regions` and :mod:`~npumagic.analysis.modules` nest them (one
+tree per thread; spans that cannot nest left out), a lane per thread with a row per depth. A
+module's backward is a lane of its own where the analysis attributes it (autograd's sequence
+numbers in the trace files). torch's own annotations (``ProfilerStep#``, ``Optimizer.step#``)
+are kept and marked ``own``, so the widget dims them."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+
+from ...analysis.modules import MODULE_PREFIX, node_modules, sequence_files
+from ...analysis.regions import STEP_MARK, nest, torch_own
+
+log = logging.getLogger(__name__)
+REGIONS, MODULES = "regions", "modules"
+NESTED_GROUPS = (REGIONS, MODULES)
+BACKWARD = " (backward)"  # a backward span's path: its module's, and this
+COLUMNS = ["rank", "group", "lane", "ts_ns", "dur_ns", "name", "path", "step", "own", "depth"]
+
+
+def nested_spans(trace) -> pd.DataFrame:
+    """Every region and module span of ``trace`` (:data:`COLUMNS`; ``lane``: the lane's name,
+    ``depth``: its depth in its thread's tree), sorted by rank, group, lane and start; none where
+    the run recorded none."""
+    ev = trace.events
+    host = ev["device"].to_numpy() < 0
+    # per category, not per event: a trace of millions holds few names
+    categories = ev["name"].cat.categories
+    module_names = categories[categories.astype(str).str.startswith(MODULE_PREFIX)]
+    annotations = ev[host & (ev["kind"] == "annotation").to_numpy()]
+    modules = ev[host & (ev["kind"] == "python").to_numpy() & ev["name"].isin(module_names).to_numpy()]
+    parts = []
+    for rank in sorted(set(annotations["rank"].unique()) | set(modules["rank"].unique())):
+        mine = annotations[annotations["rank"] == rank]
+        # the step marks alone make no regions group: every run has them (the step bands show them)
+        if not mine["name"].astype(str).str.match(STEP_MARK.pattern).all():
+            parts.append(_lanes(nest(mine), rank, REGIONS, "regions"))
+        mods = modules[modules["rank"] == rank]
+        if len(mods):
+            tree = nest(mods.assign(name=mods["name"].astype(str).str.slice(len(MODULE_PREFIX))))
+            parts.append(_lanes(tree, rank, MODULES, "forward"))
+            parts.append(_backward(trace, tree, int(rank)))
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame(columns=COLUMNS)
+    return pd.concat(parts, ignore_index=True)[COLUMNS]
+
+
+def _lanes(tree, rank: int, group: str, label: str) -> pd.DataFrame:
+    """A tree's spans, a lane per thread ("regions", or "regions: <lane>" where there are several)."""
+    s = tree.spans
+    if not len(s):
+        return pd.DataFrame(columns=COLUMNS)
+    threads = s["thread"].astype(str)
+    several = threads.nunique() > 1
+    lane_of = {t: f"{label}: {lane}" if several else label
+               for t, lane in zip(threads, s["lane"].astype(str))}
+    own = np.array([torch_own(n) or bool(STEP_MARK.match(n)) for n in s["name"]]) if group == REGIONS \
+        else np.zeros(len(s), bool)
+    return pd.DataFrame({"rank": int(rank), "group": group, "lane": threads.map(lane_of).to_numpy(),
+                         "ts_ns": s["ts"].to_numpy(np.int64), "dur_ns": (s["end"] - s["ts"]).to_numpy(np.int64),
+                         "name": s["name"].to_numpy(object), "path": s["path"].to_numpy(object),
+                         "step": s["step"].to_numpy(np.int64), "own": own, "depth": s["depth"].to_numpy(np.int64)})
+
+
+def _backward(trace, tree, rank: int) -> pd.DataFrame:
+    """The backward nodes charged to each module (:func:`~npumagic.analysis.modules.node_modules`),
+    as spans named by their module, in a lane per autograd thread; none where the trace files
+    carry no sequence numbers."""
+    files = sequence_files(trace.meta, rank) if len(tree.spans) else None
+    if not files:
+        return pd.DataFrame(columns=COLUMNS)
+    from pathlib import Path
+
+    from ...analysis.sources._sequence import sequenced_ops
+
+    try:
+        ops = sequenced_ops([Path(f) for f in files if Path(f).is_file()])
+    except Exception as exc:  # noqa: BLE001 - the forward lanes rather than no timeline
+        log.debug("timeline: no module backward lanes: %s", exc)
+        return pd.DataFrame(columns=COLUMNS)
+    if ops.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    nodes, module = node_modules(tree, ops)
+    if nodes.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    path = tree.spans["path"].to_numpy(object)[module]
+    steps = trace.steps[trace.steps["rank"] == rank].sort_values("start_ns")
+    ts = nodes["ts_ns"].to_numpy(np.int64)
+    at = np.searchsorted(steps["start_ns"].to_numpy(), ts, side="right") - 1
+    inside = (at >= 0) & (ts < steps["end_ns"].to_numpy()[np.maximum(at, 0)]) if len(steps) else np.zeros(len(ts), bool)
+    step = np.where(inside, steps["step"].to_numpy()[np.maximum(at, 0)] if len(steps) else -1, -1)
+    spans = pd.DataFrame({"name": path, "lane": "autograd/" + nodes["thread"].astype(str).to_numpy(object),
+                          "ts_ns": ts, "dur_ns": nodes["dur_ns"].to_numpy(np.int64), "step": step})
+    # the engine's evaluate_function and the node inside it are both numbered: the outer one only
+    t = nest(spans).spans
+    t = t[t["depth"] == 0].reset_index(drop=True)
+    t = t.assign(name=t["name"].str.rsplit("/", n=1).str[-1], path=t["name"] + BACKWARD, parent=-1)
+    from ...analysis.regions import Tree
+
+    return _lanes(Tree(t), rank, MODULES, "backward")

@@ -315,10 +315,17 @@ def _with_nested(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame,
     return names, both, np.concatenate([codes, mine]), ts, end, own, depth
 
 
-def _nested_kinds(fresh: np.ndarray, nested: pd.DataFrame) -> np.ndarray:
-    """The kind of each name first seen in a nested lane: "module" or "annotation"."""
-    module = set(nested.loc[nested["group"] == MODULES, "name"])
-    return np.array(["module" if name in module else "annotation" for name in fresh], dtype=object)
+def _nested_kinds(names: np.ndarray, kinds: np.ndarray, ev: pd.DataFrame, nested: pd.DataFrame) -> np.ndarray:
+    """Each name's kind (``kinds``: those of the events' names), the names no indexed event has
+    (new ones, and the step marks left out of the host lanes) taking their nested lane's:
+    "module" or "annotation"."""
+    counts = np.bincount(ev["name"].cat.codes.to_numpy().astype(np.int64) + 1, minlength=kinds.size + 1)[1:]
+    out = np.concatenate([kinds, np.full(names.size - kinds.size, "annotation", dtype=object)])
+    unused = np.concatenate([counts == 0, np.ones(names.size - kinds.size, bool)])
+    mine = pd.Index(names).get_indexer(nested["name"])
+    group = nested["group"].to_numpy()
+    out[mine[unused[mine]]] = np.where(group[unused[mine]] == MODULES, "module", "annotation")
+    return out
 
 
 def _lane_group(kinds: pd.Series, device: int) -> str:
@@ -394,7 +401,7 @@ class TimelineIndex:
             lanes[-1].levels = _pyramid(lanes[-1])
         kinds = _name_kinds(ev, len(ev["name"].cat.categories) if len(ev) else 0)
         if len(nested):
-            kinds = np.concatenate([kinds, _nested_kinds(names[kinds.size:], nested)])
+            kinds = _nested_kinds(names, kinds, ev, nested)
         paths = nested["path"].to_numpy(object) if len(nested) else np.array([], dtype=object)
         return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), kinds,
                    _launches(trace.events, origin), _marks(trace, origin), nested_from, paths)

@@ -4,7 +4,7 @@ nested as :mod:`~npumagic.analysis.regions` and :mod:`~npumagic.analysis.modules
 tree per thread; spans that cannot nest left out), a lane per thread with a row per depth. A
 module's backward is a lane of its own where the analysis attributes it (autograd's sequence
 numbers in the trace files). torch's own annotations (``ProfilerStep#``, ``Optimizer.step#``)
-are kept and marked ``own``, so the widget dims them."""
+are kept and marked ``own``, so the widget dims them; the step marks in a lane of their own."""
 
 from __future__ import annotations
 
@@ -37,9 +37,13 @@ def nested_spans(trace) -> pd.DataFrame:
     parts = []
     for rank in sorted(set(annotations["rank"].unique()) | set(modules["rank"].unique())):
         mine = annotations[annotations["rank"] == rank]
-        # the step marks alone make no regions group: every run has them (the step bands show them)
-        if not mine["name"].astype(str).str.match(STEP_MARK.pattern).all():
-            parts.append(_lanes(nest(mine), rank, REGIONS, "regions"))
+        marks = mine["name"].astype(str).str.match(STEP_MARK.pattern).to_numpy()
+        # the step marks alone make no regions group: every run has them (the step bands show them).
+        # Else they are a lane of their own: where npumagic steps at optimizer.step() a mark crosses
+        # the user's regions, and nested with them it would cost them their tree (as regions() nests)
+        if not marks.all():
+            parts.append(_lanes(nest(mine[~marks]), rank, REGIONS, "regions"))
+            parts.append(_lanes(nest(mine[marks]), rank, REGIONS, "steps"))
         mods = modules[modules["rank"] == rank]
         if len(mods):
             tree = nest(mods.assign(name=mods["name"].astype(str).str.slice(len(MODULE_PREFIX))))

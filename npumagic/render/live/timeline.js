@@ -383,8 +383,8 @@ export default {
       if (x < GUTTER) return null;
       const t = tOf(x), names = tiles.names || [];
       const inRow = r => y >= r.y && y < r.y + r.h;
-      // a folded group's row holds its lanes' outermost spans: the one under the cursor, of any of them
-      const summary = layout.rows.filter(r => r.summary && inRow(r)).map(r => laneHit(r, x, y, t, names)).find(f => f);
+      // a folded group's row holds its lanes' outermost spans: the one under the cursor, of the last lane drawn there
+      const summary = layout.rows.filter(r => r.summary && inRow(r)).reverse().map(r => laneHit(r, x, y, t, names)).find(f => f);
       if (summary) return summary;
       const row = layout.rows.find(r => !r.summary && inRow(r));
       if (!row) return null;
@@ -427,7 +427,9 @@ export default {
 
     function showTip(found, x, y) {
       if (!found) { tip.style.display = "none"; return; }
-      tip.textContent = found.text;
+      // the event asked about last: its answer again (the kernel is asked once per event hovered)
+      const known = found.id !== undefined && found.id === hoverId && model.get("detail").id === hoverId && model.get("detail").lines;
+      tip.textContent = known ? model.get("detail").lines.join("\n") : found.text;
       tip.style.display = "block";
       tip.style.left = Math.min(x + 12, (canvas.clientWidth || 800) - 300) + "px";
       tip.style.top = y + 14 + bar.offsetHeight + "px";

@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 
 from ...analysis.intervals import Spans
-from ...analysis.schema import DEVICE_WORK, LAUNCH_KINDS, Trace
-from .nested import MODULES, NESTED_GROUPS, REGIONS, nested_spans
+from ...analysis.schema import DEVICE_WORK, Trace
+from .launches import launches
+from .nested import MODULES, NESTED_GROUPS, REGIONS, nested_kinds, nested_spans, with_nested
 from .rows import stack
 
 HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
@@ -279,55 +280,6 @@ def _lane_rows(ev: pd.DataFrame):
         yield int(ev["rank"].iat[rows[0]]), str(lanes.categories[lanes.codes.iat[rows[0]]]), rows
 
 
-def _with_nested(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame, codes: np.ndarray, ts: np.ndarray,
-                 end: np.ndarray, origin: int, order: list):
-    """The index's arrays with the spans of ``nested`` (:func:`~.nested.nested_spans`) appended as
-    rows of their own (kind "annotation" or "module"; names already known keep their codes), and
-    a lane each appended to ``order``. Returns names, details, codes, ts, end, own, depth."""
-    n, m = len(details), len(nested)
-    known = pd.Index(names).get_indexer(nested["name"])
-    fresh = pd.unique(nested["name"][known < 0])
-    names = np.concatenate([names, np.asarray(fresh, dtype=object)]).astype(object)
-    mine = pd.Index(names).get_indexer(nested["name"]).astype(np.int64)
-    kind = np.where(nested["group"].to_numpy() == MODULES, "module", "annotation")
-    kinds = details["kind"].cat.categories.astype(str).tolist()
-    kinds += [k for k in ("annotation", "module") if k not in kinds]
-    rows = pd.DataFrame({
-        "ts_ns": nested["ts_ns"].to_numpy(np.int64), "dur_ns": nested["dur_ns"].to_numpy(np.int64),
-        "step": nested["step"].to_numpy(np.int64), "shapes": None, "source": None,
-        "correlation": np.full(m, -1, np.int64)})
-    both = pd.concat([details.drop(columns=["name", "kind"]), rows], ignore_index=True)
-    both.insert(0, "name", pd.Categorical.from_codes(np.concatenate([details["name"].cat.codes.to_numpy(), mine]),
-                                                    categories=pd.Index(names)))
-    kind_codes = np.concatenate([details["kind"].cat.codes.to_numpy(),  # the categories only grew at their end
-                                 pd.Index(kinds).get_indexer(kind)])
-    both.insert(6, "kind", pd.Categorical.from_codes(kind_codes, categories=kinds))
-    start = nested["ts_ns"].to_numpy(np.int64) - origin
-    ts, end = np.concatenate([ts, start]), np.concatenate([end, start + np.maximum(nested["dur_ns"].to_numpy(np.int64), 0)])
-    keys = nested["rank"].astype(str) + "\0" + nested["group"].astype(str) + "\0" + nested["lane"].astype(str)
-    for _, part in pd.Series(np.arange(m)).groupby(keys.to_numpy(), sort=False):
-        rows_of = n + part.to_numpy()
-        first = nested.iloc[int(part.iat[0])]
-        order.append((int(first["rank"]), GROUP_ORDER[first["group"]], int(ts[rows_of].min()), str(first["lane"]),
-                      str(first["group"]), rows_of))
-    own = np.concatenate([np.zeros(n, bool), nested["own"].to_numpy(bool)])
-    depth = np.concatenate([np.zeros(n, np.int64), nested["depth"].to_numpy(np.int64)])
-    return names, both, np.concatenate([codes, mine]), ts, end, own, depth
-
-
-def _nested_kinds(names: np.ndarray, kinds: np.ndarray, ev: pd.DataFrame, nested: pd.DataFrame) -> np.ndarray:
-    """Each name's kind (``kinds``: those of the events' names), the names no indexed event has
-    (new ones, and the step marks left out of the host lanes) taking their nested lane's:
-    "module" or "annotation"."""
-    counts = np.bincount(ev["name"].cat.codes.to_numpy().astype(np.int64) + 1, minlength=kinds.size + 1)[1:]
-    out = np.concatenate([kinds, np.full(names.size - kinds.size, "annotation", dtype=object)])
-    unused = np.concatenate([counts == 0, np.ones(names.size - kinds.size, bool)])
-    mine = pd.Index(names).get_indexer(nested["name"])
-    group = nested["group"].to_numpy()
-    out[mine[unused[mine]]] = np.where(group[unused[mine]] == MODULES, "module", "annotation")
-    return out
-
-
 def _lane_group(kinds: pd.Series, device: int) -> str:
     if bool((kinds == "comm").all()):
         return "comm"
@@ -383,8 +335,9 @@ class TimelineIndex:
         nested = nested_spans(trace)
         own, nested_depth, nested_from = np.zeros(len(ev), bool), np.zeros(len(ev), np.int64), len(ev)
         if len(nested):  # regions and modules: lanes of their own, their spans rows of their own
-            names, details, codes_all, ts, end, own, nested_depth = _with_nested(
-                nested, names, details, codes_all, ts, end, origin, order)
+            names, details, codes_all, ts, end, own, nested_depth, more = with_nested(
+                nested, names, details, codes_all, ts, end, origin)
+            order += [(rank, GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows) for rank, group, lane, rows in more]
         for rank, _, _, lane, group, rows in sorted(order, key=lambda o: o[:3]):
             s, e = ts[rows], end[rows]
             ds, de = np.diff(s), np.diff(e)
@@ -401,10 +354,10 @@ class TimelineIndex:
             lanes[-1].levels = _pyramid(lanes[-1])
         kinds = _name_kinds(ev, len(ev["name"].cat.categories) if len(ev) else 0)
         if len(nested):
-            kinds = _nested_kinds(names, kinds, ev, nested)
+            kinds = nested_kinds(names, kinds, ev, nested)
         paths = nested["path"].to_numpy(object) if len(nested) else np.array([], dtype=object)
         return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), kinds,
-                   _launches(trace.events, origin), _marks(trace, origin), nested_from, paths)
+                   launches(trace.events, origin), _marks(trace, origin), nested_from, paths)
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
         """The view from ``t0_ms`` to ``t1_ms`` (ms from :attr:`origin`) at ``width_px`` columns.
@@ -506,55 +459,6 @@ def _marks(trace: Trace, origin: int) -> pd.DataFrame:
 
     table = marks(trace)
     return table.assign(start_ns=table["start_ns"] - origin, end_ns=table["end_ns"] - origin)
-
-
-def _launches(events: pd.DataFrame, origin: int) -> pd.DataFrame:
-    """The host's launch calls (kernel launches, copies, syncs) that carry a correlation id; on
-    torch_npu, where the launch runs in a Dequeue of its task queue on a worker thread, the
-    Enqueue that asked for it (``queued_lane``, ``queued_ns`` from origin; "" and -1 elsewhere)."""
-    mine = (events["kind"].isin(LAUNCH_KINDS) & (events["device"] < 0) & (events["correlation"] >= 0)).to_numpy()
-    ev = events[mine]
-    out = pd.DataFrame({"rank": ev["rank"].to_numpy(), "lane": ev["lane"].astype(str).to_numpy(),
-                        "name": ev["name"].astype(str).to_numpy(), "start_ns": ev["ts_ns"].to_numpy() - origin,
-                        "end_ns": ev["ts_ns"].to_numpy() + np.maximum(ev["dur_ns"].to_numpy(), 0) - origin,
-                        "correlation": ev["correlation"].to_numpy()})
-    queued_lane, queued_ns = _queued(ev)
-    out = out.assign(queued_lane=queued_lane, queued_ns=np.where(queued_ns >= 0, queued_ns - origin, -1))
-    queue = (out["name"] == "Enqueue") | out["name"].str.startswith("Dequeue")  # the task queue's own calls
-    return out[~queue.to_numpy()].reset_index(drop=True)
-
-
-def _thread_of(lanes: np.ndarray) -> np.ndarray:
-    """A host lane's thread ("Python/Thread 7" and "CANN/Thread 7" are one thread)."""
-    return np.array([lane.rpartition("/")[2] for lane in lanes], dtype=object)
-
-
-def _queued(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per launch of ``ev`` (launch calls), the lane and ns (trace clock) of the Enqueue whose
-    Dequeue (the same correlation id, on the launch's thread) encloses it; "" and -1 where none."""
-    lanes, times = np.full(len(ev), "", dtype=object), np.full(len(ev), -1, dtype=np.int64)
-    names = ev["name"].astype(str)
-    enqueue, dequeue = ev[(names == "Enqueue").to_numpy()], ev[names.str.startswith("Dequeue").to_numpy()]
-    if enqueue.empty or dequeue.empty:
-        return lanes, times
-    asked = enqueue.drop_duplicates(["rank", "correlation"]).set_index(["rank", "correlation"])
-    thread = _thread_of(ev["lane"].astype(str).to_numpy())
-    ts, rank = ev["ts_ns"].to_numpy(), ev["rank"].to_numpy()
-    d_thread = _thread_of(dequeue["lane"].astype(str).to_numpy())
-    for (r, t), rows in pd.DataFrame({"r": dequeue["rank"].to_numpy(), "t": d_thread}).groupby(["r", "t"]).groups.items():
-        part = dequeue.iloc[np.asarray(rows)].sort_values("ts_ns", kind="stable")
-        start = part["ts_ns"].to_numpy()
-        end = start + np.maximum(part["dur_ns"].to_numpy(), 0)
-        mine = np.flatnonzero((rank == r) & (thread == t))
-        k = np.searchsorted(start, ts[mine], side="right") - 1
-        inside = (k >= 0) & (ts[mine] <= end[np.maximum(k, 0)])
-        key = pd.MultiIndex.from_arrays([np.full(int(inside.sum()), r), part["correlation"].to_numpy()[k[inside]]])
-        found = asked.reindex(key)
-        ok = found["ts_ns"].notna().to_numpy()
-        at = mine[inside][ok]
-        lanes[at] = found["lane"].astype(str).to_numpy()[ok]
-        times[at] = found["ts_ns"].to_numpy()[ok].astype(np.int64)
-    return lanes, times
 
 
 def duration(us: float) -> str:

@@ -9,12 +9,13 @@ are kept and marked ``own``, so the widget dims them; the step marks in a lane o
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ...analysis.modules import MODULE_PREFIX, node_modules, sequence_files
-from ...analysis.regions import STEP_MARK, nest, torch_own
+from ...analysis.regions import STEP_MARK, Tree, nest, torch_own
 
 log = logging.getLogger(__name__)
 REGIONS, MODULES = "regions", "modules"
@@ -79,8 +80,6 @@ def _backward(trace, tree, rank: int) -> pd.DataFrame:
     files = sequence_files(trace.meta, rank) if len(tree.spans) else None
     if not files:
         return pd.DataFrame(columns=COLUMNS)
-    from pathlib import Path
-
     from ...analysis.sources._sequence import sequenced_ops
 
     try:
@@ -105,6 +104,53 @@ def _backward(trace, tree, rank: int) -> pd.DataFrame:
     t = nest(spans).spans
     t = t[t["depth"] == 0].reset_index(drop=True)
     t = t.assign(name=t["name"].str.rsplit("/", n=1).str[-1], path=t["name"] + BACKWARD, parent=-1)
-    from ...analysis.regions import Tree
-
     return _lanes(Tree(t), rank, MODULES, "backward")
+
+
+def with_nested(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame, codes: np.ndarray, ts: np.ndarray,
+                 end: np.ndarray, origin: int):
+    """The index's arrays with the spans of ``nested`` (:func:`~.nested.nested_spans`) appended as
+    rows of their own (kind "annotation" or "module"; names already known keep their codes), and
+    a lane each. Returns names, details, codes, ts, end, own, depth and the lanes (rank,
+    group, lane, rows)."""
+    n, m = len(details), len(nested)
+    known = pd.Index(names).get_indexer(nested["name"])
+    fresh = pd.unique(nested["name"][known < 0])
+    names = np.concatenate([names, np.asarray(fresh, dtype=object)]).astype(object)
+    mine = pd.Index(names).get_indexer(nested["name"]).astype(np.int64)
+    kind = np.where(nested["group"].to_numpy() == MODULES, "module", "annotation")
+    kinds = details["kind"].cat.categories.astype(str).tolist()
+    kinds += [k for k in ("annotation", "module") if k not in kinds]
+    rows = pd.DataFrame({
+        "ts_ns": nested["ts_ns"].to_numpy(np.int64), "dur_ns": nested["dur_ns"].to_numpy(np.int64),
+        "step": nested["step"].to_numpy(np.int64), "shapes": None, "source": None,
+        "correlation": np.full(m, -1, np.int64)})
+    both = pd.concat([details.drop(columns=["name", "kind"]), rows], ignore_index=True)
+    both.insert(0, "name", pd.Categorical.from_codes(np.concatenate([details["name"].cat.codes.to_numpy(), mine]),
+                                                    categories=pd.Index(names)))
+    kind_codes = np.concatenate([details["kind"].cat.codes.to_numpy(),  # the categories only grew at their end
+                                 pd.Index(kinds).get_indexer(kind)])
+    both.insert(6, "kind", pd.Categorical.from_codes(kind_codes, categories=kinds))
+    start = nested["ts_ns"].to_numpy(np.int64) - origin
+    ts, end = np.concatenate([ts, start]), np.concatenate([end, start + np.maximum(nested["dur_ns"].to_numpy(np.int64), 0)])
+    keys = nested["rank"].astype(str) + "\0" + nested["group"].astype(str) + "\0" + nested["lane"].astype(str)
+    lanes = []
+    for _, part in pd.Series(np.arange(m)).groupby(keys.to_numpy(), sort=False):
+        first = nested.iloc[int(part.iat[0])]
+        lanes.append((int(first["rank"]), str(first["group"]), str(first["lane"]), n + part.to_numpy()))
+    own = np.concatenate([np.zeros(n, bool), nested["own"].to_numpy(bool)])
+    depth = np.concatenate([np.zeros(n, np.int64), nested["depth"].to_numpy(np.int64)])
+    return names, both, np.concatenate([codes, mine]), ts, end, own, depth, lanes
+
+
+def nested_kinds(names: np.ndarray, kinds: np.ndarray, ev: pd.DataFrame, nested: pd.DataFrame) -> np.ndarray:
+    """Each name's kind (``kinds``: those of the events' names), the names no indexed event has
+    (new ones, and the step marks left out of the host lanes) taking their nested lane's:
+    "module" or "annotation"."""
+    counts = np.bincount(ev["name"].cat.codes.to_numpy().astype(np.int64) + 1, minlength=kinds.size + 1)[1:]
+    out = np.concatenate([kinds, np.full(names.size - kinds.size, "annotation", dtype=object)])
+    unused = np.concatenate([counts == 0, np.ones(names.size - kinds.size, bool)])
+    mine = pd.Index(names).get_indexer(nested["name"])
+    group = nested["group"].to_numpy()
+    out[mine[unused[mine]]] = np.where(group[unused[mine]] == MODULES, "module", "annotation")
+    return out

@@ -145,3 +145,24 @@ def test_a_run_with_only_step_marks_and_no_modules_has_neither_group(trainer):
     assert len(marks) and marks.str.startswith("ProfilerStep#").all()
     # THEN its lanes are the host's alone (the step bands show the marks)
     assert {ln.group for ln in TimelineIndex.build(trace).lanes} == {"host"}
+
+
+def test_a_click_on_a_torch_npu_modules_span_draws_the_device_work_it_launched():
+    import npumagic
+    from npumagic.render.live.flows import flows
+
+    from ..conftest import ASCEND, need
+
+    # GIVEN the shared level1 job (torch_npu, modules recorded): rank 0's first Conv2d forward span
+    index = TimelineIndex.build(npumagic.load(need(ASCEND / "level1")))
+    lane = next(ln for ln in index.lanes if ln.rank == 0 and ln.group == "modules" and ln.name == "forward")
+    k = next(k for k in range(lane.starts.size) if str(index.names[lane.codes[k]]) == "Conv2d_0")
+    assert index.details(int(lane.rows[k]))["path"] == "DistributedDataParallel_0/AlexNet_0/Sequential_0/Conv2d_0"
+    # WHEN it is clicked THEN arrows run from its thread's Enqueues to the device work its
+    # launches started there: the convolution among them (the launches of its thread, not of a lane named "forward")
+    answer = flows(index, int(lane.rows[k]))
+    assert answer["count"] > 0 and "Conv2D" in answer["lines"][1], answer["lines"]
+    for arrow in answer["arrows"]:
+        source, target = index.lanes[arrow["from"]["lane"]], index.lanes[arrow["to"]["lane"]]
+        assert source.rank == target.rank == 0 and source.group == "host" and target.group == "device"
+        assert lane.starts[k] <= arrow["from"]["t"] * 1e6 <= lane.ends[k]

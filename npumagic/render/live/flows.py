@@ -11,6 +11,7 @@ import numpy as np
 
 from ...analysis.schema import DEVICE_WORK
 from ..tables import shorten
+from .launches import thread_of
 from .lod import DEVICE_GROUPS, duration
 
 NAME_CHARS = 60  # a name in the lines (the arrows keep it whole)
@@ -49,9 +50,13 @@ def flows(index, row: int) -> dict:
         end = start + max(int(ev["dur_ns"].iat[row]), 0)
         asked = launches["queued_lane"].to_numpy() if "queued_lane" in launches else np.full(len(launches), "")
         at = launches["queued_ns"].to_numpy() if "queued_ns" in launches else np.full(len(launches), -1)
-        own = (launches["lane"] == lane.name).to_numpy() & (launches["start_ns"] >= start).to_numpy() \
-            & (launches["start_ns"] < end).to_numpy()
-        queued = (asked == lane.name) & (at >= start) & (at < end)  # torch_npu: its Enqueues' launches
+        if row >= index.nested_from:  # a region's or module's span: the launches of its thread inside it
+            thread = index.threads[row - index.nested_from]
+            mine, mine_asked = thread_of(launches["lane"].to_numpy()) == thread, thread_of(asked) == thread
+        else:
+            mine, mine_asked = (launches["lane"] == lane.name).to_numpy(), asked == lane.name
+        own = mine & (launches["start_ns"] >= start).to_numpy() & (launches["start_ns"] < end).to_numpy()
+        queued = mine_asked & (at >= start) & (at < end)  # torch_npu: its Enqueues' launches
         found = launches[(launches["rank"] == rank).to_numpy() & (own | queued)]
         device = _device_rows(index, rank, found["correlation"].to_numpy())
         by_corr = {int(c): r for r, c in zip(device, ev["correlation"].to_numpy()[device])}

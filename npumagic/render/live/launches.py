@@ -25,7 +25,7 @@ def launches(events: pd.DataFrame, origin: int) -> pd.DataFrame:
     return out[~queue.to_numpy()].reset_index(drop=True)
 
 
-def _thread_of(lanes: np.ndarray) -> np.ndarray:
+def thread_of(lanes: np.ndarray) -> np.ndarray:
     """A host lane's thread ("Python/Thread 7" and "CANN/Thread 7" are one thread)."""
     return np.array([lane.rpartition("/")[2] for lane in lanes], dtype=object)
 
@@ -39,9 +39,9 @@ def _queued(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     if enqueue.empty or dequeue.empty:
         return lanes, times
     asked = enqueue.drop_duplicates(["rank", "correlation"]).set_index(["rank", "correlation"])
-    thread = _thread_of(ev["lane"].astype(str).to_numpy())
+    thread = thread_of(ev["lane"].astype(str).to_numpy())
     ts, rank = ev["ts_ns"].to_numpy(), ev["rank"].to_numpy()
-    d_thread = _thread_of(dequeue["lane"].astype(str).to_numpy())
+    d_thread = thread_of(dequeue["lane"].astype(str).to_numpy())
     for (r, t), rows in pd.DataFrame({"r": dequeue["rank"].to_numpy(), "t": d_thread}).groupby(["r", "t"]).groups.items():
         part = dequeue.iloc[np.asarray(rows)].sort_values("ts_ns", kind="stable")
         start = part["ts_ns"].to_numpy()

@@ -309,6 +309,7 @@ class TimelineIndex:
     # the rows of regions and modules lanes' spans follow the other events' from this row: each one's tree path
     nested_from: int = 0
     paths: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))
+    threads: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))  # and its host thread
 
     @classmethod
     def build(cls, trace: Trace) -> "TimelineIndex":
@@ -355,9 +356,9 @@ class TimelineIndex:
         kinds = _name_kinds(ev, len(ev["name"].cat.categories) if len(ev) else 0)
         if len(nested):
             kinds = nested_kinds(names, kinds, ev, nested)
-        paths = nested["path"].to_numpy(object) if len(nested) else np.array([], dtype=object)
+        paths, threads = (nested[c].to_numpy(object) if len(nested) else np.array([], dtype=object) for c in ("path", "thread"))
         return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), kinds,
-                   launches(trace.events, origin), _marks(trace, origin), nested_from, paths)
+                   launches(trace.events, origin), _marks(trace, origin), nested_from, paths, threads)
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
         """The view from ``t0_ms`` to ``t1_ms`` (ms from :attr:`origin`) at ``width_px`` columns.

@@ -21,12 +21,12 @@ log = logging.getLogger(__name__)
 REGIONS, MODULES = "regions", "modules"
 NESTED_GROUPS = (REGIONS, MODULES)
 BACKWARD = " (backward)"  # a backward span's path: its module's, and this
-COLUMNS = ["rank", "group", "lane", "ts_ns", "dur_ns", "name", "path", "step", "own", "depth"]
+COLUMNS = ["rank", "group", "lane", "thread", "ts_ns", "dur_ns", "name", "path", "step", "own", "depth"]
 
 
 def nested_spans(trace) -> pd.DataFrame:
     """Every region and module span of ``trace`` (:data:`COLUMNS`; ``lane``: the lane's name,
-    ``depth``: its depth in its thread's tree), sorted by rank, group, lane and start; none where
+    ``thread``: the host thread it ran on, ``depth``: its depth in its thread's tree), sorted by rank, group, lane and start; none where
     the run recorded none."""
     ev = trace.events
     host = ev["device"].to_numpy() < 0
@@ -67,7 +67,7 @@ def _lanes(tree, rank: int, group: str, label: str) -> pd.DataFrame:
                for t, lane in zip(threads, s["lane"].astype(str))}
     own = np.array([torch_own(n) or bool(STEP_MARK.match(n)) for n in s["name"]]) if group == REGIONS \
         else np.zeros(len(s), bool)
-    return pd.DataFrame({"rank": int(rank), "group": group, "lane": threads.map(lane_of).to_numpy(),
+    return pd.DataFrame({"rank": int(rank), "group": group, "lane": threads.map(lane_of).to_numpy(), "thread": threads.to_numpy(),
                          "ts_ns": s["ts"].to_numpy(np.int64), "dur_ns": (s["end"] - s["ts"]).to_numpy(np.int64),
                          "name": s["name"].to_numpy(object), "path": s["path"].to_numpy(object),
                          "step": s["step"].to_numpy(np.int64), "own": own, "depth": s["depth"].to_numpy(np.int64)})

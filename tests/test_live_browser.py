@@ -330,6 +330,50 @@ def test_a_shift_drag_shows_the_ranges_aggregate_from_the_kernel(page):
     assert text.splitlines() == aggregate(TimelineIndex.build(trace), t0, t1)["lines"]
 
 
+def _groups(root) -> dict:
+    """Each regions or modules header: {"rank:group": (y, lanes drawn under it)}."""
+    text = root.evaluate("el => el.dataset.groups || ''")
+    return {f"{r}:{g}": (float(y), int(n)) for r, g, y, n in (item.split(":") for item in text.split(",") if item)}
+
+
+def test_the_regions_group_shows_and_folds_into_one_row(page):
+    page, home = page
+    root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")
+    _whole_run(page, root)
+    canvas = root.locator("canvas")
+    canvas.scroll_into_view_if_needed()
+    # GIVEN the CPU run's regions group (the optimizer's step and zero_grad annotations, torch's
+    # own: dimmed), under the host thread's lanes, its lane unfolded
+    groups = _groups(root)
+    assert "0:regions" in groups and groups["0:regions"][1] >= 1, groups
+    y, _ = groups["0:regions"]
+    tall = canvas.bounding_box()["height"]
+    root.screenshot(path=str(home / "regions.png"))
+    # WHEN its header is clicked THEN it folds into that one row and the view gets shorter
+    canvas.click(position={"x": 20, "y": y + 6})
+    page.wait_for_function("el => el.dataset.folded === '0:regions'", arg=root.element_handle(), timeout=10_000)
+    assert _groups(root)["0:regions"] == (y, 0) and canvas.bounding_box()["height"] < tall
+    root.screenshot(path=str(home / "regions_folded.png"))
+    # and the row still holds the outermost regions: hovering it names one (ProfilerStep#N), with
+    # its tree path and duration from the kernel
+    box, tip, seen = canvas.bounding_box(), root.locator(".npumagic-tip"), []
+    for k in range(40):
+        page.mouse.move(box["x"] + GUTTER + 2 + k * (box["width"] - GUTTER - 4) / 40, box["y"] + y + 8)
+        if tip.is_visible():
+            seen.append(tip.inner_text())
+            if seen[-1].startswith("ProfilerStep#"):
+                break
+    assert seen and seen[-1].startswith("ProfilerStep#"), seen[:5]
+    page.wait_for_function("el => el.querySelector('.npumagic-tip').innerText.includes('path ProfilerStep#')",
+                           arg=root.element_handle(), timeout=10_000)
+    assert re.search(r"annotation: [\d.,]+ (ms|µs) from", tip.inner_text()), tip.inner_text()
+    # WHEN clicked again THEN its lane comes back at its place
+    page.mouse.move(box["x"] + 5, box["y"] + 5)
+    canvas.click(position={"x": 20, "y": y + 6})
+    page.wait_for_function("el => el.dataset.folded === ''", arg=root.element_handle(), timeout=10_000)
+    assert _groups(root) == groups and canvas.bounding_box()["height"] == tall
+
+
 def _colored_bands(png: Path) -> int:
     """Horizontal bands of the plot area holding coloured (not grey) pixels: the drawn lanes."""
     import numpy as np

@@ -11,7 +11,8 @@ import numpy as np
 
 from ...analysis.schema import DEVICE_WORK
 from ..tables import shorten
-from .lod import duration
+from .launches import thread_of
+from .lod import DEVICE_GROUPS, duration
 
 NAME_CHARS = 60  # a name in the lines (the arrows keep it whole)
 
@@ -30,7 +31,7 @@ def flows(index, row: int) -> dict:
     if launches.empty:
         return {"arrows": [], "count": 0, "lines": [f"{name}: the trace holds no launch with a correlation id"]}
     rank, corr = lane.rank, int(ev["correlation"].iat[row])
-    if lane.group != "host" and kind in DEVICE_WORK:
+    if lane.group in DEVICE_GROUPS and kind in DEVICE_WORK:
         found = launches[((launches["rank"] == rank) & (launches["correlation"] == corr)).to_numpy()] if corr >= 0 \
             else launches.iloc[:0]
         pairs = [(launch, row) for launch in found.itertuples()]
@@ -49,9 +50,13 @@ def flows(index, row: int) -> dict:
         end = start + max(int(ev["dur_ns"].iat[row]), 0)
         asked = launches["queued_lane"].to_numpy() if "queued_lane" in launches else np.full(len(launches), "")
         at = launches["queued_ns"].to_numpy() if "queued_ns" in launches else np.full(len(launches), -1)
-        own = (launches["lane"] == lane.name).to_numpy() & (launches["start_ns"] >= start).to_numpy() \
-            & (launches["start_ns"] < end).to_numpy()
-        queued = (asked == lane.name) & (at >= start) & (at < end)  # torch_npu: its Enqueues' launches
+        if row >= index.nested_from:  # a region's or module's span: the launches of its thread inside it
+            thread = index.threads[row - index.nested_from]
+            mine, mine_asked = thread_of(launches["lane"].to_numpy()) == thread, thread_of(asked) == thread
+        else:
+            mine, mine_asked = (launches["lane"] == lane.name).to_numpy(), asked == lane.name
+        own = mine & (launches["start_ns"] >= start).to_numpy() & (launches["start_ns"] < end).to_numpy()
+        queued = mine_asked & (at >= start) & (at < end)  # torch_npu: its Enqueues' launches
         found = launches[(launches["rank"] == rank).to_numpy() & (own | queued)]
         device = _device_rows(index, rank, found["correlation"].to_numpy())
         by_corr = {int(c): r for r, c in zip(device, ev["correlation"].to_numpy()[device])}
@@ -113,7 +118,7 @@ def _device_rows(index, rank: int, correlations: np.ndarray) -> np.ndarray:
     ev = index.events
     if not correlations.size:
         return np.empty(0, np.int64)
-    device_lane = np.array([lane.group != "host" and lane.rank == rank for lane in index.lanes])
+    device_lane = np.array([lane.group in DEVICE_GROUPS and lane.rank == rank for lane in index.lanes])
     mine = device_lane[_lane_of(index)] & ev["kind"].isin(DEVICE_WORK).to_numpy() \
         & np.isin(ev["correlation"].to_numpy(), correlations)
     return np.flatnonzero(mine)

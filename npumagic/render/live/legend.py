@@ -5,18 +5,21 @@ gap is recognised without hovering."""
 from __future__ import annotations
 
 from ..colors import KIND_COLORS
+from .lod import DEVICE_GROUPS
 
 # what each kind reads as, in the order the legend shows them (host first, as the lanes are)
 KIND_LABELS = {"host_op": "host operator", "dataloader": "DataLoader wait", "sync": "sync",
-               "annotation": "annotation", "kernel": "kernel", "memcpy": "memcpy", "comm": "collective",
+               "annotation": "annotation", "module": "nn.Module", "kernel": "kernel", "memcpy": "memcpy", "comm": "collective",
                "idle": "idle gap"}
+
+COLOR_OF = {"module": "python"}  # a module's span is a python_function event
 
 
 def legend(index) -> list[dict]:
     """``[{kind, label, color}]`` of the kinds a :class:`~.lod.TimelineIndex` draws: those of its
     events, and ``idle`` where a device lane has a hole between its spans."""
     present = {str(k) for k in index.events["kind"].unique()}
-    if any(lane.group != "host" and len(lane.union) > 1 for lane in index.lanes):
+    if any(lane.group in DEVICE_GROUPS and len(lane.union) > 1 for lane in index.lanes):
         present.add("idle")
-    return [{"kind": kind, "label": label, "color": KIND_COLORS[kind]}
+    return [{"kind": kind, "label": label, "color": KIND_COLORS[COLOR_OF.get(kind, kind)]}
             for kind, label in KIND_LABELS.items() if kind in present]

@@ -18,10 +18,14 @@ import numpy as np
 import pandas as pd
 
 from ...analysis.intervals import Spans
-from ...analysis.schema import DEVICE_WORK, LAUNCH_KINDS, Trace
+from ...analysis.schema import DEVICE_WORK, Trace
+from .launches import launches
+from .nested import MODULES, NESTED_GROUPS, REGIONS, nested_kinds, nested_spans, with_nested
 from .rows import stack
 
 HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
+GROUP_ORDER = {"host": 0, REGIONS: 1, MODULES: 2, "device": 3, "comm": 4}  # a rank's lanes, top to bottom
+DEVICE_GROUPS = ("device", "comm")
 EXACT_LIMIT = 40_000  # events in view up to which the dominant operator is computed from the events
 BASE_EVENTS_PER_BIN = 8  # the pyramid's finest bins hold about this many events
 PYRAMID_FACTOR = 4
@@ -157,6 +161,7 @@ class LaneIndex:
     depth: np.ndarray  # nesting depth (0: outermost)
     union: Spans
     union_cum: np.ndarray
+    own: np.ndarray | None = None  # regions lanes: whether each span is an annotation torch writes itself
     levels: list[Level] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -301,6 +306,10 @@ class TimelineIndex:
     launches: pd.DataFrame = field(default_factory=pd.DataFrame)
     # where the findings are (:func:`~npumagic.analysis.marks.marks`), start_ns/end_ns from origin
     marks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # the rows of regions and modules lanes' spans follow the other events' from this row: each one's tree path
+    nested_from: int = 0
+    paths: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))
+    threads: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))  # and its host thread
 
     @classmethod
     def build(cls, trace: Trace) -> "TimelineIndex":
@@ -319,10 +328,17 @@ class TimelineIndex:
         hi = int(max(end.max(), steps["end_ns"].max() - origin if len(steps) else 0)) if len(ts) else 1
         lanes = []
         codes_all = ev["name"].cat.codes.to_numpy().astype(np.int64) if len(ev) else np.empty(0, np.int64)
+        details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind", "correlation"]]
         order = []
         for rank, lane, rows in _lane_rows(ev):
             group = _lane_group(ev["kind"].iloc[rows], int(ev["device"].iloc[rows].max()))
-            order.append((int(rank), {"host": 0, "device": 1, "comm": 2}[group], int(ts[rows].min()), lane, group, rows))
+            order.append((int(rank), GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows))
+        nested = nested_spans(trace)
+        own, nested_depth, nested_from = np.zeros(len(ev), bool), np.zeros(len(ev), np.int64), len(ev)
+        if len(nested):  # regions and modules: lanes of their own, their spans rows of their own
+            names, details, codes_all, ts, end, own, nested_depth, more = with_nested(
+                nested, names, details, codes_all, ts, end, origin)
+            order += [(rank, GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows) for rank, group, lane, rows in more]
         for rank, _, _, lane, group, rows in sorted(order, key=lambda o: o[:3]):
             s, e = ts[rows], end[rows]
             ds, de = np.diff(s), np.diff(e)
@@ -332,12 +348,17 @@ class TimelineIndex:
             union = Spans.union_of(s, np.maximum(e, s + 1))
             cum = np.concatenate([[0], np.cumsum(union.ends - union.starts)[:-1]]).astype(np.float64)
             codes = codes_all[rows]
-            lanes.append(LaneIndex(lane, rank, group, s, e, np.maximum.accumulate(e), codes, rows, _depth(s, e),
-                                   union, cum))
+            # a nested lane's rows are its tree's depths (the spans that could not nest already left out)
+            depth = nested_depth[rows] if group in NESTED_GROUPS else _depth(s, e)
+            lanes.append(LaneIndex(lane, rank, group, s, e, np.maximum.accumulate(e), codes, rows, depth,
+                                   union, cum, own=own[rows] if group in NESTED_GROUPS else None))
             lanes[-1].levels = _pyramid(lanes[-1])
-        details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind", "correlation"]]
-        return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), _name_kinds(ev, names.size),
-                   _launches(trace.events, origin), _marks(trace, origin))
+        kinds = _name_kinds(ev, len(ev["name"].cat.categories) if len(ev) else 0)
+        if len(nested):
+            kinds = nested_kinds(names, kinds, ev, nested)
+        paths, threads = (nested[c].to_numpy(object) if len(nested) else np.array([], dtype=object) for c in ("path", "thread"))
+        return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), kinds,
+                   launches(trace.events, origin), _marks(trace, origin), nested_from, paths, threads)
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
         """The view from ``t0_ms`` to ``t1_ms`` (ms from :attr:`origin`) at ``width_px`` columns.
@@ -387,10 +408,12 @@ class TimelineIndex:
                 part.update(mode="events", start=ms(lane.starts[idx]), end=ms(lane.ends[idx]),
                             name=remap(lane.codes[idx]), id=lane.rows[idx].tolist(),
                             depth=stack(lane.starts[idx], lane.ends[idx], lane.depth[idx]).tolist())
+                if lane.own is not None:  # torch's own annotations, dimmed
+                    part["own"] = lane.own[idx].astype(np.int8).tolist()
             else:
                 part.update(mode="columns", busy=np.round(lane.busy(edges), 4).tolist(),
                             dominant=remap(lane.dominant(t0, t1, width)))
-            if lane.group != "host":
+            if lane.group in DEVICE_GROUPS:
                 part["gaps"] = [ms(g) for g in lane.gaps(t0, t1, GAP_MIN_FRACTION * (t1 - t0))]
             answer.append(part)
         return {"t0": t0 / 1e6, "t1": t1 / 1e6, "width": width,
@@ -411,6 +434,9 @@ class TimelineIndex:
                         f"{duration(out['start_ms'] * 1e3)}", f"step {out['step']}" if out["step"] >= 0 else "outside the steps",
                         *([f"shapes {out['shapes']}"] if out["shapes"] else []),
                         *([f"source {out['source']}"] if out["source"] else [])]
+        if int(row) >= self.nested_from:  # a region's or module's span: where in its tree
+            out["path"] = str(self.paths[int(row) - self.nested_from])
+            out["lines"].insert(1, f"path {out['path']}")
         return out
 
     def layout(self) -> dict:
@@ -434,55 +460,6 @@ def _marks(trace: Trace, origin: int) -> pd.DataFrame:
 
     table = marks(trace)
     return table.assign(start_ns=table["start_ns"] - origin, end_ns=table["end_ns"] - origin)
-
-
-def _launches(events: pd.DataFrame, origin: int) -> pd.DataFrame:
-    """The host's launch calls (kernel launches, copies, syncs) that carry a correlation id; on
-    torch_npu, where the launch runs in a Dequeue of its task queue on a worker thread, the
-    Enqueue that asked for it (``queued_lane``, ``queued_ns`` from origin; "" and -1 elsewhere)."""
-    mine = (events["kind"].isin(LAUNCH_KINDS) & (events["device"] < 0) & (events["correlation"] >= 0)).to_numpy()
-    ev = events[mine]
-    out = pd.DataFrame({"rank": ev["rank"].to_numpy(), "lane": ev["lane"].astype(str).to_numpy(),
-                        "name": ev["name"].astype(str).to_numpy(), "start_ns": ev["ts_ns"].to_numpy() - origin,
-                        "end_ns": ev["ts_ns"].to_numpy() + np.maximum(ev["dur_ns"].to_numpy(), 0) - origin,
-                        "correlation": ev["correlation"].to_numpy()})
-    queued_lane, queued_ns = _queued(ev)
-    out = out.assign(queued_lane=queued_lane, queued_ns=np.where(queued_ns >= 0, queued_ns - origin, -1))
-    queue = (out["name"] == "Enqueue") | out["name"].str.startswith("Dequeue")  # the task queue's own calls
-    return out[~queue.to_numpy()].reset_index(drop=True)
-
-
-def _thread_of(lanes: np.ndarray) -> np.ndarray:
-    """A host lane's thread ("Python/Thread 7" and "CANN/Thread 7" are one thread)."""
-    return np.array([lane.rpartition("/")[2] for lane in lanes], dtype=object)
-
-
-def _queued(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per launch of ``ev`` (launch calls), the lane and ns (trace clock) of the Enqueue whose
-    Dequeue (the same correlation id, on the launch's thread) encloses it; "" and -1 where none."""
-    lanes, times = np.full(len(ev), "", dtype=object), np.full(len(ev), -1, dtype=np.int64)
-    names = ev["name"].astype(str)
-    enqueue, dequeue = ev[(names == "Enqueue").to_numpy()], ev[names.str.startswith("Dequeue").to_numpy()]
-    if enqueue.empty or dequeue.empty:
-        return lanes, times
-    asked = enqueue.drop_duplicates(["rank", "correlation"]).set_index(["rank", "correlation"])
-    thread = _thread_of(ev["lane"].astype(str).to_numpy())
-    ts, rank = ev["ts_ns"].to_numpy(), ev["rank"].to_numpy()
-    d_thread = _thread_of(dequeue["lane"].astype(str).to_numpy())
-    for (r, t), rows in pd.DataFrame({"r": dequeue["rank"].to_numpy(), "t": d_thread}).groupby(["r", "t"]).groups.items():
-        part = dequeue.iloc[np.asarray(rows)].sort_values("ts_ns", kind="stable")
-        start = part["ts_ns"].to_numpy()
-        end = start + np.maximum(part["dur_ns"].to_numpy(), 0)
-        mine = np.flatnonzero((rank == r) & (thread == t))
-        k = np.searchsorted(start, ts[mine], side="right") - 1
-        inside = (k >= 0) & (ts[mine] <= end[np.maximum(k, 0)])
-        key = pd.MultiIndex.from_arrays([np.full(int(inside.sum()), r), part["correlation"].to_numpy()[k[inside]]])
-        found = asked.reindex(key)
-        ok = found["ts_ns"].notna().to_numpy()
-        at = mine[inside][ok]
-        lanes[at] = found["lane"].astype(str).to_numpy()[ok]
-        times[at] = found["ts_ns"].to_numpy()[ok].astype(np.int64)
-    return lanes, times
 
 
 def duration(us: float) -> str:

@@ -8,7 +8,11 @@
 
 const GUTTER = 190, AXIS = 22, ROW = 18, DEPTH_ROW = 16, BOX = 14, SERIES = 34, RANK_HEAD = 16, CORE_ROW = 9;
 const isCore = s => /^core \d+ CPU$/.test(s.label);  // the host's cores: a heat strip each, not a line
-const GROUP_COLOR = {host: "#4c72b0", device: "#dd8452", comm: "#8172b3"};
+const GROUP_COLOR = {host: "#4c72b0", device: "#dd8452", comm: "#8172b3", regions: "#17becf", modules: "#bcbd22"};
+// lanes drawn a row per nesting depth: the host's operators, the regions' and the modules' trees
+const DEEP = new Set(["host", "regions", "modules"]);
+const NESTED = new Set(["regions", "modules"]);  // a rank's regions and modules: groups that fold into one row
+const GROUP_LABEL = {regions: "regions", modules: "nn.Modules"};
 
 // drawn in their kind's colour at any zoom: what a glance at the lanes must find
 const OWN_KIND = new Set(["dataloader", "sync", "annotation", "comm", "memcpy"]);
@@ -63,19 +67,33 @@ function legendOf(frame) {
   return box;
 }
 
-function rowsOf(frame, collapsed = new Set()) {
+function rowsOf(frame, collapsed = new Set(), folded = new Set()) {
   // one group per rank: a header, its lanes (host lanes as tall as their nesting), then its series;
-  // a collapsed rank (a click on its header) keeps its header only
+  // a collapsed rank (a click on its header) keeps its header only. A rank's regions and modules
+  // lanes come under a header of their own; folded (a click on it), the header is one summary row
+  // holding their outermost spans
   const rows = [];
   let y = AXIS;
   const ranks = [...new Set(frame.lanes.map(l => l.rank).concat(frame.series.map(s => s.rank)))].sort((a, b) => a - b);
   for (const rank of ranks) {
     if (ranks.length > 1) { rows.push({kind: "rank", rank, y, h: RANK_HEAD}); y += RANK_HEAD; }
     if (collapsed.has(rank)) continue;
+    let group = null;
     frame.lanes.forEach((lane, k) => {
       if (lane.rank !== rank) return;
+      if (NESTED.has(lane.group) && lane.group !== group) {
+        const key = `${rank}:${lane.group}`, fold = folded.has(key);
+        rows.push({kind: "group", rank, group: lane.group, key, y, h: fold ? DEPTH_ROW + 2 : RANK_HEAD});
+        y += fold ? DEPTH_ROW + 4 : RANK_HEAD;
+      }
+      group = lane.group;
+      if (NESTED.has(lane.group) && folded.has(`${rank}:${lane.group}`)) {  // drawn in its header's row
+        const head = rows[rows.length - 1];
+        rows.push({kind: "lane", k, lane, y: head.y, h: head.h, summary: true});
+        return;
+      }
       // one row per nesting depth (the kernel's layout caps it), so nested boxes never overlap
-      const h = lane.group === "host" ? DEPTH_ROW * (lane.depth + 1) + 2 : ROW;
+      const h = DEEP.has(lane.group) ? DEPTH_ROW * (lane.depth + 1) + 2 : ROW;
       rows.push({kind: "lane", k, lane, y, h}); y += h + 2;
     });
     // under the lanes, beside the device's: the findings' marks (idle gaps with their cause,
@@ -136,8 +154,8 @@ export default {
     panel.className = "npumagic-selection";
     panel.style.cssText = "display:none;white-space:pre-wrap;margin:4px 0;padding:3px 6px;border-left:3px solid #4c72b0;color:#222";
     const tools = toolsOf();
-    const collapsed = new Set();
-    let frame = model.get("frame"), layout = rowsOf(frame, collapsed), legend = legendOf(frame);
+    const collapsed = new Set(), folded = new Set();  // ranks collapsed; "rank:group" regions/modules folded
+    let frame = model.get("frame"), layout = rowsOf(frame, collapsed, folded), legend = legendOf(frame);
     root.append(bar, tools.box, legend, canvas, tip, panel);
     root.tabIndex = 0;  // W/S/A/D reach the view once it is clicked
     root.setAttribute("data-lm-suppress-shortcuts", "true");  // not JupyterLab's command-mode keys (A, D, D...)
@@ -203,22 +221,32 @@ export default {
         if (row.kind === "rank") { g.font = "bold 11px sans-serif"; g.fillStyle = "#222"; g.fillText(`${collapsed.has(row.rank) ? "▸" : "▾"} rank ${row.rank}`, 4, row.y + 12); g.font = "11px sans-serif"; continue; }
         if (row.kind === "series") { drawSeries(g, row, w); continue; }
         if (row.kind === "marks") { drawMarks(g, row, w); continue; }
+        if (row.kind === "group") {
+          const lanes = frame.lanes.filter(l => l.rank === row.rank && l.group === row.group).length;
+          g.font = "bold 11px sans-serif";
+          g.fillText(`${folded.has(row.key) ? "▸" : "▾"} ${GROUP_LABEL[row.group]}${folded.has(row.key) && lanes > 1 ? ` (${lanes} lanes)` : ""}`, 12, row.y + 12);
+          g.font = "11px sans-serif"; continue;
+        }
         const label = row.lane.name.length > 30 ? row.lane.name.slice(0, 14) + "…" + row.lane.name.slice(-15) : row.lane.name;
-        g.fillText(label, 4, row.y + 13);
+        if (!row.summary) g.fillText(label, NESTED.has(row.lane.group) ? 20 : 4, row.y + 13);
         g.fillStyle = GROUP_COLOR[row.lane.group]; g.fillRect(GUTTER - 6, row.y + 2, 3, row.h - 4);
         const part = byLane.get(row.k);
         if (!part) continue;
         g.save(); g.beginPath(); g.rect(GUTTER, row.y, w - GUTTER, row.h); g.clip();
         if (part.mode === "events") {
-          const deep = row.lane.group === "host";
+          const deep = DEEP.has(row.lane.group);
           for (let i = 0; i < part.start.length; i++) {
             const a = tx(part.start[i]), b = Math.max(tx(part.end[i]), a + 1), d = deep ? part.depth[i] : 0;
-            if (d > row.lane.depth) continue;  // deeper than the lane's rows: in the tooltip of its parent's row only
+            // deeper than the lane's rows (or than a folded group's one): in the tooltip of its parent's row only
+            if (d > (row.summary ? 0 : row.lane.depth)) continue;
             const y = row.y + d * DEPTH_ROW + 1, left = Math.max(a, GUTTER), right = Math.min(b, w);
+            const own = part.own && part.own[i];  // torch's own annotation (a step, the optimizer's): dimmed
+            if (own) g.globalAlpha = 0.35;
             g.fillStyle = fill(part.name[i], true);
             g.fillRect(a, y, b - a, deep ? BOX : row.h - 2);
             const label = right - left > 14 ? clipped(g, names[part.name[i]], right - left - 4) : "";
-            if (label) { g.fillStyle = "#fff"; g.fillText(label, left + 2, y + 11); }
+            if (label) { g.fillStyle = own ? "#000" : "#fff"; g.fillText(label, left + 2, y + 11); }
+            g.globalAlpha = 1;
             drawn += 1;
           }
         } else {
@@ -228,7 +256,7 @@ export default {
             let e = c;
             while (e + 1 < part.busy.length && part.dominant[e + 1] === part.dominant[c] && Math.abs(part.busy[e + 1] - part.busy[c]) < 0.05) e++;
             // a host lane's columns fill its top row (the outermost operators' row), as tall as busy
-            const full = row.lane.group === "host" ? BOX : row.h - 2, h = Math.max(full * part.busy[c], 1);
+            const full = DEEP.has(row.lane.group) ? BOX : row.h - 2, h = Math.max(full * part.busy[c], 1);
             g.fillStyle = part.dominant[c] >= 0 ? fill(part.dominant[c], false) : "#999";
             g.fillRect(tx(tiles.t0) + c * cw, row.y + 1 + full - h, (e - c + 1) * cw, h);
             drawn += 1; c = e;
@@ -267,6 +295,9 @@ export default {
       }
       root.dataset.t0 = win.t0; root.dataset.t1 = win.t1; root.dataset.items = drawn; root.dataset.extent = frame.extent.join(",");
       root.dataset.heads = layout.rows.filter(r => r.kind === "rank").map(r => r.y).join(",");
+      // each regions or modules header: rank:group:y:lanes drawn under it (0 folded)
+      root.dataset.groups = layout.rows.filter(r => r.kind === "group").map(r => `${r.key}:${r.y}:`
+        + layout.rows.filter(l => l.kind === "lane" && !l.summary && l.lane.rank === r.rank && l.lane.group === r.group).length).join(",");
       root.dataset.lanes = frame.lanes.length; root.dataset.answered = tiles.seq ?? -1;
       bar.textContent = `${frame.title ? frame.title + " — " : ""}${fmt(win.t0)} … ${fmt(win.t1)} (${fmt(win.t1 - win.t0)} shown)`
         + ` · ${drawn} items · answer ${tiles.query_ms ?? "?"} ms in the kernel · wheel or W/S: zoom, drag or A/D: pan,`
@@ -349,9 +380,14 @@ export default {
     }
 
     function hit(x, y) {
-      const row = layout.rows.find(r => y >= r.y && y < r.y + r.h);
-      if (!row || x < GUTTER) return null;
+      if (x < GUTTER) return null;
       const t = tOf(x), names = tiles.names || [];
+      const inRow = r => y >= r.y && y < r.y + r.h;
+      // a folded group's row holds its lanes' outermost spans: the one under the cursor, of the last lane drawn there
+      const summary = layout.rows.filter(r => r.summary && inRow(r)).reverse().map(r => laneHit(r, x, y, t, names)).find(f => f);
+      if (summary) return summary;
+      const row = layout.rows.find(r => !r.summary && inRow(r));
+      if (!row) return null;
       if (row.kind === "series") {
         const move = memoryMove(row, x);
         if (move) return move;
@@ -364,15 +400,19 @@ export default {
         const under = frame.marks.filter(m => m.rank === row.rank && m.start - slack <= t && t <= m.end + slack);
         return under.length ? {text: under.sort((a, b) => (b.end - b.start) - (a.end - a.start))[0].label} : null;
       }
-      if (row.kind !== "lane") return null;
+      return row.kind === "lane" ? laneHit(row, x, y, t, names) : null;
+    }
+
+    function laneHit(row, x, y, t, names) {
       const part = (tiles.lanes || []).find(p => p.lane === row.k);
       if (!part) return null;
       for (const [a, b] of part.gaps || []) if (t >= a && t <= b) return {text: `${row.lane.name}\nidle ${fmt(b - a)}`};
       if (part.mode === "events") {
         let best = -1;
-        const depth = row.lane.group === "host" ? Math.floor((y - row.y) / DEPTH_ROW) : 0;
+        const deep = DEEP.has(row.lane.group), depth = deep && !row.summary ? Math.floor((y - row.y) / DEPTH_ROW) : 0;
         for (let i = 0; i < part.start.length; i++) {
-          const d = row.lane.group === "host" ? part.depth[i] : 0;
+          const d = deep ? part.depth[i] : 0;
+          if (row.summary && d > 0) continue;
           if (part.start[i] <= t && t <= part.end[i] && (best < 0 || Math.abs(d - depth) < Math.abs(part.depth[best] - depth))) best = i;
         }
         if (best < 0) return null;
@@ -387,7 +427,9 @@ export default {
 
     function showTip(found, x, y) {
       if (!found) { tip.style.display = "none"; return; }
-      tip.textContent = found.text;
+      // the event asked about last: its answer again (the kernel is asked once per event hovered)
+      const known = found.id !== undefined && found.id === hoverId && model.get("detail").id === hoverId && model.get("detail").lines;
+      tip.textContent = known ? model.get("detail").lines.join("\n") : found.text;
       tip.style.display = "block";
       tip.style.left = Math.min(x + 12, (canvas.clientWidth || 800) - 300) + "px";
       tip.style.top = y + 14 + bar.offsetHeight + "px";
@@ -428,10 +470,13 @@ export default {
       } else if (drag && drag.select) { picked = null; draw(); }
       else if (drag && Math.abs(ev.clientX - drag.x) < 3 && ev.target === canvas) {  // a click: the event's flows
         const rect = canvas.getBoundingClientRect(), x = ev.clientX - rect.left, y = ev.clientY - rect.top;
-        const head = x < GUTTER && layout.rows.find(r => r.kind === "rank" && y >= r.y && y < r.y + r.h);
-        if (head) {  // a rank's header: collapse or expand its group
+        const head = x < GUTTER && layout.rows.find(r => (r.kind === "rank" || r.kind === "group") && y >= r.y && y < r.y + r.h);
+        if (head && head.kind === "rank") {  // a rank's header: collapse or expand its group
           collapsed.has(head.rank) ? collapsed.delete(head.rank) : collapsed.add(head.rank);
-          layout = rowsOf(frame, collapsed); root.dataset.collapsed = [...collapsed].join(","); draw();
+          layout = rowsOf(frame, collapsed, folded); root.dataset.collapsed = [...collapsed].join(","); draw();
+        } else if (head) {  // a regions or modules header: fold its lanes into one row, or unfold them
+          folded.has(head.key) ? folded.delete(head.key) : folded.add(head.key);
+          layout = rowsOf(frame, collapsed, folded); root.dataset.folded = [...folded].join(","); draw();
         }
         const found = head ? null : hit(x, y);
         if (found && found.id !== undefined) { linkSeq += 1; model.set("link", {id: found.id, seq: linkSeq}); model.save_changes(); }
@@ -549,7 +594,7 @@ export default {
       tip.textContent = (d.lines || [d.name]).join("\n");
     });
     model.on("change:frame", () => {
-      frame = model.get("frame"); layout = rowsOf(frame, collapsed);
+      frame = model.get("frame"); layout = rowsOf(frame, collapsed, folded);
       const fresh = legendOf(frame); legend.replaceWith(fresh); legend = fresh;
       kindColor = Object.fromEntries((frame.legend || []).map(l => [l.kind, l.color]));
       draw();

@@ -95,3 +95,22 @@ def test_an_unchanged_pair_guesses_nothing_and_an_environment_change_names_only_
     assert guessed.evidence == "TASK_QUEUE_ENABLE went '0' -> '2'"
     # two findings that fit the same change: no guess between them
     assert applied_fix(*contexts, summary_a, summary_b, [*mine, env, replace(env, rule="other")]) is None
+
+
+def test_the_syncs_per_step_gone_name_the_sync_finding(trainer):
+    trainer.run_cell("def step_with_item():\n    x = torch.randn(16, 32)\n    value = model(x).sum().item()\n"
+                     "    train_step()")
+    for name, body in (("item", "step_with_item()"), ("noitem", "train_step()")):
+        result = trainer.run_cell(f"%%npuprofile --wait 0 --warmup 1 --steps 3 --no-plot --quiet --name {name}\n"
+                                  f"for _ in range(6):\n    {body}")
+        assert result.success, result.error_in_exec
+    session = _session(trainer)
+    runs = session.runs
+    told = next(f for f in session.advise("item").findings if f.category == "sync")
+    args = runs.context("item"), runs.context("noitem"), runs.summary("item"), runs.summary("noitem")
+    guessed = applied_fix(*args, session.advise("item").findings)
+    assert guessed.finding == told
+    assert guessed.evidence == f"the blocking syncs per step went {told.evidence['syncs_per_step']:.0f} -> 0"
+    # the other way round the syncs grew: nothing is read as a fix
+    back = runs.context("noitem"), runs.context("item"), runs.summary("noitem"), runs.summary("item")
+    assert applied_fix(*back, session.advise("noitem").findings) is None

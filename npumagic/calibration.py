@@ -49,11 +49,16 @@ def calibration(store: HistoryStore | None) -> dict[str, RuleCalibration]:
     return calibrate(store.fixes()) if store is not None else {}
 
 
-def fix_line(checked, kept: bool, html: bool = False) -> str:
-    """The verified fix under a comparison (nothing without one)."""
+def fix_line(checked, kept: bool, html: bool = False, read_from: str = "") -> str:
+    """The verified fix under a comparison (nothing without one); ``read_from``: the change it
+    was read from when the user named none (shown, never kept)."""
     if checked is None:
         return ""
-    text = f"fix verified: {checked.sentence()}" + ("; kept in the history" if kept else "")
+    if read_from:
+        text = (f"fix read from what changed ({read_from}): {checked.sentence()}; shown, not kept in the history "
+                f"(--fix {checked.rule} keeps it)")
+    else:
+        text = f"fix verified: {checked.sentence()}" + ("; kept in the history" if kept else "")
     if html:
         import html as escape
 
@@ -68,18 +73,40 @@ def verify_runs(session: Session, a: str, b: str, rule: str) -> tuple[Verificati
     return checked, keep(session.store, a, b, checked)
 
 
+def guess_fix(context_a, context_b, summary_a: Summary, summary_b: Summary,
+              findings_a) -> tuple[Verification, str] | None:
+    """The one finding of A whose fix B evidently applied (:mod:`.analysis.changed`), predicted
+    against what B achieved, and the change it was read from; None where the change names no
+    single finding, or that finding carries no prediction."""
+    from .analysis.changed import applied_fix
+
+    applied = applied_fix(context_a, context_b, summary_a, summary_b, findings_a)
+    checked = verify(summary_a, summary_b, applied.finding) if applied is not None else None
+    return (checked, applied.evidence) if checked is not None else None
+
+
+def guess_runs(session: Session, a: str, b: str) -> tuple[Verification, str] | None:
+    """:func:`guess_fix` on two runs of the session's history."""
+    runs = session.runs
+    return guess_fix(runs.context(a), runs.context(b), runs.summary(a), runs.summary(b),
+                     lambda: session.advise(a).findings)
+
+
 @dataclass(frozen=True)
 class VerifiedCompareReport(CompareReport):
     """``%npucompare A B --fix RULE``: the comparison, then the fix's predicted saving against
-    the achieved one (``.verification``)."""
+    the achieved one (``.verification``); without ``--fix``, the fix read from what changed
+    (``.read_from`` says the change)."""
 
     verification: Verification | None = None
     kept: bool = False
+    read_from: str = ""  # the fix was read from this change, not named with --fix (never kept)
 
     def __str__(self) -> str:
-        return super().__str__() + fix_line(self.verification, self.kept)
+        return super().__str__() + fix_line(self.verification, self.kept, read_from=self.read_from)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         bundle = super()._repr_mimebundle_(include, exclude)
         return {**bundle, "text/plain": str(self),
-                "text/html": bundle["text/html"] + fix_line(self.verification, self.kept, html=True)}
+                "text/html": bundle["text/html"] + fix_line(self.verification, self.kept, html=True,
+                                                               read_from=self.read_from)}

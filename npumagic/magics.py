@@ -17,7 +17,7 @@ from traitlets import Bool, Enum, List, TraitError, Unicode, validate
 
 from .analysis.ab import MAX_STEPS as AB_MAX_STEPS
 from .analysis.ab import THRESHOLD as AB_THRESHOLD
-from .calibration import VerifiedCompareReport, verify_runs
+from .calibration import VerifiedCompareReport, guess_runs, verify_runs
 from .capture import CaptureOptions, NestedCaptureError
 from .commands import COMMANDS, ERRORS, Places, find
 from .commands.compare import part_comparisons
@@ -423,13 +423,20 @@ class NpuMagics(Magics):
         ``c.ci``, ``c.kernels``, ``c.breakdown``, ``c.explained_by``, ``c.changed``.
 
         Examples: ``%npucompare`` (baseline vs latest), ``%npucompare baseline run3``, ``%npucompare -2 -1``,
-        ``%npucompare slow fast --fix dataloader`` (kept in the history: ``%npu rules``)
+        ``%npucompare slow fast --fix dataloader`` (kept in the history: ``%npu rules``); without
+        ``--fix``, a change that names one of A's fixes (the DataLoader's num_workers, a variable
+        a fix names, A's syncs halved) shows that fix's prediction against the achieved saving,
+        not kept
         """
         args = parse(self.npucompare, line)
         with usage_errors():
             a, b = self.session.runs.compare_pair(args.a, args.b)
             comparison = self.session.runs.compare(a, b)
-            verified = verify_runs(self.session, a, b, args.fix) if args.fix else None
+            if args.fix:
+                verified = verify_runs(self.session, a, b, args.fix)
+            else:  # read from what changed: shown, never kept (--fix keeps it)
+                guessed = guess_runs(self.session, a, b)
+                verified = (guessed[0], False, guessed[1]) if guessed else None
             parts = part_comparisons(Places(session=self.session), a, b, a, b, comparison.noise, args.by_region,
                                      args.by_module)
             figure = self.session.compare_figure(comparison, self.figure_format) if self.plot and not args.no_plot \

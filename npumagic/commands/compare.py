@@ -20,6 +20,7 @@ class Compared(Result):
     label_b: str
     verification: Any = None  # --fix RULE: A's finding of RULE, predicted against what B achieved
     kept: bool = False  # the verification is kept in the history
+    read_from: str = ""  # no --fix: the fix was read from this change (shown, never kept)
     parts: tuple = ()  # --by-region / --by-module: PartComparisons
 
     def to_dict(self) -> dict[str, Any]:
@@ -27,7 +28,8 @@ class Compared(Result):
 
         doc = comparison_doc(self.comparison, self.label_a, self.label_b)
         if self.verification is not None:
-            doc["verification"] = dict(self.verification.as_dict(), kept=self.kept)
+            doc["verification"] = dict(self.verification.as_dict(), kept=self.kept,
+                                       **({"read_from": self.read_from} if self.read_from else {}))
         for part in self.parts:
             doc[f"by_{part.what[:-1]}"] = parts_doc(part)
         return doc
@@ -36,7 +38,7 @@ class Compared(Result):
         from ..render.text import comparison_text
         from ..calibration import fix_line
 
-        return (comparison_text(self.comparison, width=width) + fix_line(self.verification, self.kept)
+        return (comparison_text(self.comparison, width=width) + fix_line(self.verification, self.kept, read_from=self.read_from)
                 + "".join("\n\n" + _part_text(part, width) for part in self.parts))
 
     def html(self) -> str:
@@ -44,7 +46,7 @@ class Compared(Result):
 
         from ..calibration import fix_line
 
-        return (self.comparison._repr_html_() + fix_line(self.verification, self.kept, html=True)
+        return (self.comparison._repr_html_() + fix_line(self.verification, self.kept, html=True, read_from=self.read_from)
                 + "".join(f"<pre>{html.escape(_part_text(part, None))}</pre>" for part in self.parts))
 
 
@@ -109,9 +111,23 @@ def compare(places, a: str, b: str, rank_a: int | None = None, rank_b: int | Non
         cmp = compare_summaries(side_a.summary, side_b.summary, *side_names(side_a, side_b), side_a.context,
                                 side_b.context, facts_a=side_a.facts, facts_b=side_b.facts)
     parts = part_comparisons(places, a, b, cmp.a, cmp.b, cmp.noise, by_region, by_module)
-    if fix is None:
-        return Compared(cmp, side_a.label, side_b.label, parts=parts)
+    if fix is None:  # the fix read from what changed, if the change names exactly one: shown, not kept
+        from ..calibration import guess_fix
+
+        guessed = guess_fix(side_a.context, side_b.context, side_a.summary, side_b.summary,
+                            lambda: findings_of(places, side_a, rank_a is None))
+        checked, read_from = guessed if guessed else (None, "")
+        return Compared(cmp, side_a.label, side_b.label, checked, False, read_from, parts=parts)
     return Compared(cmp, side_a.label, side_b.label, *verified(places, side_a, side_b, fix, rank_a is None), parts=parts)
+
+
+def findings_of(places, side, whole_run: bool) -> list:
+    """The reference side's findings: a run's with its environment where a session has it."""
+    if side.run is not None and places.session is not None and whole_run:  # with the run's environment
+        return places.session.advise(side.run).findings
+    from ..analysis.advice import advise_run
+
+    return advise_run(side.summary, side.label, facts=side.facts).findings
 
 
 def verified(places, side_a, side_b, fix: str, whole_run: bool):
@@ -119,12 +135,7 @@ def verified(places, side_a, side_b, fix: str, whole_run: bool):
     runs of a history that can be written: the CLI reads its history only)."""
     from ..calibration import keep, verify_fix
 
-    if side_a.run is not None and places.session is not None and whole_run:  # with the run's environment
-        findings = places.session.advise(side_a.run).findings
-    else:
-        from ..analysis.advice import advise_run
-
-        findings = advise_run(side_a.summary, side_a.label, facts=side_a.facts).findings
+    findings = findings_of(places, side_a, whole_run)
     checked = verify_fix(fix, side_a.label, side_b.label, side_a.summary, side_b.summary, findings)
     both_runs = side_a.run is not None and side_b.run is not None
     return checked, keep(places.runs.store if both_runs else None, side_a.run, side_b.run, checked)
@@ -139,7 +150,8 @@ COMMAND = Command(
      Arg("rank_a", "rank of the reference to compare (default the lowest)", int),
      Arg("rank_b", "rank of the run to check (default the lowest)", int),
      Arg("fix", "the rule of A's finding whose fix B applied: its predicted saving against the achieved one "
-                "(kept in a writable history, for the rule's calibration)", metavar="RULE"),
+                "(kept in a writable history, for the rule's calibration); without it, a change that names one of A's "
+                "fixes is shown the same way, not kept", metavar="RULE"),
      Arg("by_region", "also compare each record_function region's per-step time with the same statistics", bool),
      Arg("by_module", "also compare each nn.Module's per-step time, forward and backward (recorded with "
                       "--modules)", bool)),

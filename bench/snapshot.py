@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--save", type=Path, help="write the outputs here")
     what.add_argument("--check", type=Path, help="compare the outputs with those saved here")
     args = parser.parse_args(argv)
+    if not inputs(args.data.resolve()):  # a checkout elsewhere finds no ../shared/data: never "0 changed"
+        parser.error(f"no profiler outputs under {args.data}: name the shared data with --data")
     now = snapshot(args.data.resolve())  # one spelling of the inputs' paths, whichever link led there
     if args.save:
         args.save.write_text(json.dumps(now, indent=1, sort_keys=True))

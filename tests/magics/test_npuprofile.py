@@ -103,7 +103,7 @@ for i in range(20):
     assert run.steps_seen == 6
     # steps 1..5 completed inside the active window; step 6, cut short by the error (it holds
     # no training work), is left out of the analysis, and the message says so
-    assert run.headline["steps"] == 5
+    assert run.headline.steps == 5
     assert trainer.run_line_magic("npusteps", "--run broken")["step"].tolist() == [1, 2, 3, 4, 5]
     assert "(5 active steps captured; step 6, cut short by the error, is left out)" in capsys.readouterr().err
     # the profiler is stopped and free: the next capture works

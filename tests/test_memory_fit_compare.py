@@ -6,39 +6,19 @@ count from the process's first profiled allocation) predicts the peak measured a
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from npumagic.cli import main
 
-TRAIN = """
-import sys, torch
-from torch.profiler import ProfilerActivity, profile, schedule
-batch, out = int(sys.argv[1]), sys.argv[2]
-torch.manual_seed(0)
-# wide activations over few parameters: the activations make the peak at every batch size measured (with
-# more parameters, batch 8's peak is at the gradients and the line through 8 and 16 misses 32 by a third)
-model = torch.nn.Sequential(torch.nn.Linear(4, 8192), torch.nn.ReLU(), torch.nn.Linear(8192, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(batch, 4), torch.randn(batch, 1)
-with profile(activities=[ProfilerActivity.CPU], profile_memory=True, schedule=schedule(wait=1, warmup=1, active=4),
-             on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
-    for _ in range(6):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad(); loss.backward(); opt.step(); prof.step()
-"""
-
+from .memory_runs import record_batches
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("batches")
-    made = {}
-    for name, batch in (("b8", 8), ("b16", 16), ("b32", 32), ("b8_again", 8)):
-        made[name] = folder / f"{name}.json"
-        subprocess.run([sys.executable, "-c", TRAIN, str(batch), str(made[name])], check=True, capture_output=True)
-    return made
+    # wide activations over few parameters: the activations make the peak at every batch size measured (with
+    # more parameters, batch 8's peak is at the gradients and the line through 8 and 16 misses 32 by a third)
+    model = "torch.nn.Sequential(torch.nn.Linear(4, 8192), torch.nn.ReLU(), torch.nn.Linear(8192, 1))"
+    return record_batches(tmp_path_factory.mktemp("batches"), model, 4, {"b8": 8, "b16": 16, "b32": 32, "b8_again": 8})
 
 
 def _json(capsys, *argv) -> dict:

@@ -8,40 +8,20 @@ from __future__ import annotations
 
 import html
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from npumagic.cli import main
 
+from .memory_runs import record_batches
+
 HIDDEN, FEATURES = 1024, 256
-TRAIN = f"""
-import sys, torch
-from torch.profiler import ProfilerActivity, profile, schedule
-batch, out = int(sys.argv[1]), sys.argv[2]
-torch.manual_seed(0)
-torch.set_num_threads(1)
-model = torch.nn.Sequential(torch.nn.Linear({FEATURES}, {HIDDEN}), torch.nn.ReLU(), torch.nn.Linear({HIDDEN}, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(batch, {FEATURES}), torch.randn(batch, 1)
-with profile(activities=[ProfilerActivity.CPU], profile_memory=True, schedule=schedule(wait=1, warmup=1, active=4),
-             on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
-    for _ in range(6):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad(); loss.backward(); opt.step(); prof.step()
-"""
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("operator_batches")
-    made = {}
-    for name, batch in (("b256", 256), ("b1024", 1024), ("b256_again", 256)):
-        made[name] = folder / f"{name}.json"
-        subprocess.run([sys.executable, "-c", TRAIN, str(batch), str(made[name])], check=True, capture_output=True)
-    return made
+    model = f"torch.nn.Sequential(torch.nn.Linear({FEATURES}, {HIDDEN}), torch.nn.ReLU(), torch.nn.Linear({HIDDEN}, 1))"
+    return record_batches(tmp_path_factory.mktemp("operator_batches"), model, FEATURES,
+                          {"b256": 256, "b1024": 1024, "b256_again": 256})
 
 
 def _linear_bytes(batch: int) -> dict[str, int]:

@@ -249,6 +249,10 @@ def lever(s: Summary, f: Finding) -> Lever:
             max(per_step_ms(s, "idle_us") - per_step_ms(s, "dataloader_us"), 0.0)
         return Lever("fuse", DEFAULT_LOW * stake, stake + between,
                      f"the {stake:,.2f} ms of tiny operators and up to the {between:,.2f} ms of dispatch between them")
+    if f.category == "sync" and f.impact == 0 and ev.get("calls_ms"):
+        own = float(ev["calls_ms"])
+        return Lever("calls", DEFAULT_LOW * own, own, f"the {own:,.2f} ms per step the calls themselves take on the "
+                     "CPU (nothing waits for a device here; on one each would also drain its queue)")
     if rule in ("memory_capacity", "fragmentation", "memory_growth") or (f.category == "sync" and f.impact == 0):
         return Lever("none", 0.0, 0.0, "costs no step time now" if f.category != "sync" else
                      "nothing waits on the CPU: it costs time only once the step runs on a device")

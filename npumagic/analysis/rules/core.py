@@ -403,11 +403,14 @@ def _sync(s: Summary) -> list[Finding]:
         if per_step < 1:
             return []
         name = str(ranked.iloc[0]["name"])
+        # the calls' own time (the top name's total holds the _local_scalar_dense it calls: never both)
+        calls_ms = float(ranked.iloc[0]["total_us"]) / max(len(s.steps), 1) / 1e3
         # on the CPU nothing waits (impact 0: low, never the verdict); it is a habit to drop early
         return [Finding("sync", 0.0,
                        f"{per_step:.0f} {name} call{'' if round(per_step) == 1 else 's'} per step read tensor values "
                        "on the host; on NPU/CUDA each becomes a host-device sync that drains the device queue",
-                       {"syncs_per_step": per_step, "top": name, "sync_share": s.share("sync_us")}, _sync_fix(s), where)]
+                       {"syncs_per_step": per_step, "top": name, "sync_share": s.share("sync_us"), "calls_ms": calls_ms},
+                       _sync_fix(s), where)]
     measured = sync_idle_share(s)
     cost = measured if measured is not None else min(s.share("sync_us"), s.share("idle_us"))
     if cost <= T.SYNC_SHARE or top is None:

@@ -24,10 +24,12 @@ from ..conftest import CUDA, need, shared_trace
 
 NCCL = CUDA / "nccl" / "nccl_data.json.gz"
 BERT = CUDA / "tracelens" / "mi300_bert" / "gaunernst_bert-small-uncased__1016001.json.gz"
+# layers heavy enough (about 1 ms each) that a stall of the loaded machine inside a step cannot make
+# one narrower than icicle.MIN_SHARE of it, where it would be merged (once seen with 64x64 layers)
 TWO_LAYERS = """
-model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(32, 64)
+x = torch.randn(256, 256)
 """
 STEP = "loss = model(x).sum(); loss.backward(); opt.step(); opt.zero_grad()"
 

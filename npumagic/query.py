@@ -42,14 +42,31 @@ def stores(history: str | Path) -> list[Stored]:
     if (out / DB_NAME).is_file():
         from .history import HistoryStore
 
-        for run in HistoryStore(out, create=False).runs():
-            if run.run_dir:
-                folder = store.location(run.run_dir)
-                if _usable(folder):
-                    found.append(Stored(run.name, str(out), folder))
+        history = HistoryStore(out, create=False)
+        runs = [run for run in history.runs() if run.run_dir]
+        missing = [run for run in runs if not _usable(store.location(run.run_dir))]
+        if missing and store.enabled():
+            _store_from_history(history, missing)
+        found += [Stored(run.name, str(out), store.location(run.run_dir)) for run in runs
+                  if _usable(store.location(run.run_dir))]
     elif _usable(store.location(out)):
         found.append(Stored(out.name, str(out), store.location(out)))
     return found
+
+
+def _store_from_history(history, runs: list) -> None:
+    """Write the store of each of ``runs`` from its Summary kept in ``history``: a capture or a
+    %npuload leaves none (the write would cost every run about 0.1 s, the first 0.3 s, for a query
+    that may never come), so the first query over a history pays it, once per run."""
+    from .analysis import job, store
+
+    kept = [(run, history.summary(run.name)) for run in runs if Path(run.run_dir).exists()]
+    kept = [(run, summary) for run, summary in kept if summary is not None]
+    if kept:
+        store.say(f"storing the tables of {len(kept)} run{'s' if len(kept) != 1 else ''} of {history.directory} "
+                  "for queries (once)")
+    for run, summary in kept:
+        job.keep(run.run_dir, summary, summary.meta.get("rank"), recorded=run.kind != "load")
 
 
 def _usable(folder: Path) -> bool:

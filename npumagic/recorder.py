@@ -321,7 +321,6 @@ class Recorder:
                 summary = analysis.summarize(trace, rank=rank)
             if summary is not None:
                 self.runs.keep(name, summary=summary)
-                job.keep(run_dir, summary, rank, recorded=result is not None)  # its tables, for queries
                 against = self.runs.against_baseline(name, summary)
                 # with the baseline's Summary, Verify sets its Next change's prediction beside what this run achieved
                 verdict = checklist(summary, run_name=name, stored_at=str(self.store.path), comparison=against,

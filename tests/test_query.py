@@ -67,13 +67,16 @@ def test_without_duckdb_the_command_says_how_to_install_it(tmp_path, capsys, mon
     assert "pip install 'npumagic[query]'" in capsys.readouterr().err
 
 
-def test_npuload_writes_the_store_and_npuquery_reads_the_history(shell, tmp_path, capsys):
+def test_npuquery_stores_the_loaded_runs_once_and_reads_the_history(shell, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(store, "WORTH_S", 1e9)  # a load quicker than a store is worth: none written by it
     path = writable_copy(LEVEL1, tmp_path / "job")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         shell.run_line_magic("npuload", f"{path} --name level1 --no-plot")
-    assert (store.location(path) / store.MANIFEST).is_file()
+    # a quick load leaves the user's folder as it was: the first query writes the store, from the history
+    assert not store.location(path).exists()
     result = shell.run_line_magic("npuquery", "SELECT run, rank, count(*) AS n FROM kernels GROUP BY ALL ORDER BY rank")
+    assert (store.location(path) / store.MANIFEST).is_file() and "for queries (once)" in capsys.readouterr().err
     assert [(r, k) for r, k, _ in result.rows] == [("level1", 0), ("level1", 1)]
     assert all(n > 0 for *_, n in result.rows)
     assert isinstance(result.table, pd.DataFrame) and list(result.table.columns) == ["run", "rank", "n"]
@@ -86,6 +89,23 @@ def test_npuload_writes_the_store_and_npuquery_reads_the_history(shell, tmp_path
 
     with pytest.raises(UsageError, match="only reading statements"):
         shell.run_line_magic("npuquery", "CREATE TABLE t AS SELECT 1")
+
+
+def test_a_captured_run_is_stored_by_the_first_query_not_by_the_capture(shell, tmp_path, capsys):
+    shell.run_cell("layer = torch.nn.Linear(16, 16)\nopt = torch.optim.SGD(layer.parameters(), lr=0.1)\n"
+                   "x = torch.randn(8, 16)")
+    shell.run_cell_magic("npuprofile", "--steps 2 --no-plot --quiet --name cap",
+                         "for _ in range(6):\n    layer(x).sum().backward()\n    opt.step()\n")
+    from npumagic.history import HistoryStore
+
+    (run,) = [r for r in HistoryStore(tmp_path / "runs", create=False).runs() if r.name == "cap"]
+    assert run.run_dir and not store.location(run.run_dir).exists()
+    capsys.readouterr()
+    result = shell.run_line_magic("npuquery", "SELECT run, count(*) AS steps FROM steps GROUP BY run")
+    assert [tuple(r) for r in result.rows] == [("cap", 2)]
+    assert "storing the tables of 1 run" in capsys.readouterr().err
+    shell.run_line_magic("npuquery", "SELECT 1")  # stored once: nothing to write the second time
+    assert "storing" not in capsys.readouterr().err
 
 
 def test_the_mcp_tool_query_reads_histories_below_its_roots_only(tmp_path):

@@ -49,10 +49,12 @@ def _read_again(s: Summary) -> MemoryView | None:
     rank = int(s.meta.get("rank", ranks[0]) or 0)
     index = ranks.index(rank) if rank in ranks else 0
     try:
-        records = _cached(str(path), index, Path(path).stat().st_mtime_ns)
+        mtime_ns = Path(path).stat().st_mtime_ns
+        records = _cached(str(path), index, mtime_ns)
         if records.steps.empty:  # a partial export without trace_view.json: the Summary's windows, same clock
-            records = dataclasses.replace(records, steps=step_windows(s))
-        view = memory_view(records)
+            view = memory_view(dataclasses.replace(records, steps=step_windows(s)))
+        else:  # the checklist, the advice and the comparison each ask: one view of the same records
+            view = _cached_view(str(path), index, mtime_ns)
     except Exception as exc:  # noqa: BLE001 - the advice must not fail on files that changed; the samples serve
         log.debug("memory records of %s not read again: %s", path, exc)
         return None
@@ -68,6 +70,11 @@ def _cached(path: str, index: int, mtime_ns: int):
     from .sources.memory import read_memory
 
     return read_memory(path, index)
+
+
+@lru_cache(maxsize=8)
+def _cached_view(path: str, index: int, mtime_ns: int) -> MemoryView:
+    return memory_view(_cached(path, index, mtime_ns))
 
 
 def _records(s: Summary):

@@ -136,3 +136,21 @@ def test_compare_has_no_memory_where_a_run_recorded_none(cpu_runs):
     plain = npumagic.analyze(need(CUDA / "alexnet_sync"))
     c = compare(plain, cpu_runs[True])
     assert c.memory is None and "memory" not in comparison_doc(c) and "needs" not in comparison_text(c)
+
+
+def test_the_advice_builds_one_memory_view_of_a_runs_records(cpu_runs, monkeypatch):
+    # GIVEN a run whose memory records are read again from its profiler output for each question
+    import npumagic.analysis.memory_summary as memory_summary
+
+    built = []
+    real = memory_summary.memory_view
+    monkeypatch.setattr(memory_summary, "memory_view", lambda records: built.append(records) or real(records))
+    memory_summary._cached_view.cache_clear()
+    summary = cpu_runs[True]
+    # WHEN the checklist, the advice and a comparison each ask for it
+    first = memory_view_of(summary)
+    advise(summary)
+    compare(summary, summary)
+    # THEN the view of the same records is built once and is the same view each time
+    assert first is not None and first.source != "summary"
+    assert len(built) == 1 and memory_view_of(summary) is first

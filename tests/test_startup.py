@@ -88,9 +88,10 @@ def _as_pandas_wrote_it(out) -> tuple[list[dict], str]:
     return json.loads(table.to_json(orient="records", date_format="iso")), format_runs(table).to_text(120)
 
 
-@pytest.mark.parametrize("command", ["runs", "export"])
+@pytest.mark.parametrize("command", ["runs", "export", "rules"])
 def test_reading_the_history_imports_nothing_heavy(two_runs, command):
-    # GIVEN a history of two runs WHEN the CLI lists it, or prints its log THEN no pandas or numpy
+    # GIVEN a history of two runs WHEN the CLI lists it, prints its log or its rules' calibration
+    # THEN no pandas or numpy
     for json_flag in ([], ["--json"]):
         status, heavy, stderr = probe(command, str(two_runs), *json_flag)
         assert (status, heavy, stderr) == (0, [], "")

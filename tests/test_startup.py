@@ -1,5 +1,6 @@
 """The CLI starts in a blink: --help and every command's argument errors answer without
-importing pandas, numpy, torch or matplotlib (each checked in a fresh process)."""
+importing pandas, numpy, torch or matplotlib, and `analyze` of a trace imports pandas and numpy
+but nothing else it does not use (each checked in a fresh process)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import sys
 
 import pytest
 
+from .conftest import CUDA, need
+
 HEAVY = ("pandas", "numpy", "torch", "matplotlib")
+# what no command below needs: the notebook's, plotting, SQL and cluster stacks, and the comparison
+# of two runs (about 12 ms of dataclasses to define)
+UNUSED = ("IPython", "scipy", "duckdb", "dask", "npumagic.analysis.compare")
 # runs the CLI as the console script does, then says on stderr's last line which heavy modules it imported
 PROBE = f"""
 import json, sys
@@ -18,7 +24,7 @@ try:
     status = main(sys.argv[1:])
 except SystemExit as exit:
     status = exit.code
-print(json.dumps([status, sorted(m for m in {HEAVY!r} if m in sys.modules)]), file=sys.stderr)
+print(json.dumps([status, sorted(m for m in {HEAVY + UNUSED!r} if m in sys.modules)]), file=sys.stderr)
 """
 
 
@@ -53,6 +59,15 @@ def test_argument_errors_import_nothing_heavy(argv, said, tmp_path):
     status, heavy, stderr = probe(*argv, cwd=tmp_path)
     assert status == 2 and said in stderr
     assert heavy == []
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_analyze_imports_pandas_and_numpy_only(json_flag):
+    # GIVEN the shared V100 trace WHEN `npumagic analyze` reads it THEN of the heavy modules only
+    # pandas and numpy, which read it, are imported: no matplotlib, torch, IPython, ...
+    trace = need(CUDA / "ns_resolution")
+    status, heavy, _ = probe("analyze", str(trace), *json_flag)
+    assert (status, heavy) == (0, ["numpy", "pandas"])
 
 
 def test_the_public_api_loads_on_first_use():

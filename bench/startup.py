@@ -2,9 +2,10 @@
 
 Runs each command in a fresh process (``npumagic --help``, ``npumagic runs DIR [--json]`` and
 ``npumagic rules DIR`` on a 2-run history, ``npumagic analyze`` on the shared V100 trace) a few
-times, and prints the median wall time, its ratio to ``python -c pass`` (the interpreter's own
-start, measured alike), the median time its imports took (the top-level entries of ``-X
-importtime``, whose own overhead they include) with their share, which of pandas, numpy, torch
+times, and prints the median wall time of plain runs, its ratio to ``python -c pass`` (the
+interpreter's own start, measured alike), the median time its imports took in runs with ``-X
+importtime`` (interleaved with the plain ones; the top-level entries, whose own overhead they
+include) with their share of those runs' wall time, which of pandas, numpy, torch
 and matplotlib it imported, and the heaviest top-level imports of the last run. Targets (issue
 45): ``--help`` and ``runs`` import no pandas, numpy, torch or matplotlib and answer under 0.3 s;
 ``analyze`` of a small trace under 0.6 s.
@@ -38,12 +39,12 @@ HEAVY = ("pandas", "numpy", "torch", "matplotlib")
 LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 
 
-def run(argv: list[str], env: dict[str, str]) -> tuple[float, dict[str, float], list[str]]:
-    """Wall seconds of one run, the cumulative seconds of each top-level import, and the heavy
-    modules it imported."""
+def run(argv: list[str], env: dict[str, str], importtime: bool = True) -> tuple[float, dict[str, float], list[str]]:
+    """Wall seconds of one run, and with ``importtime`` the cumulative seconds of each top-level
+    import and the heavy modules it imported (printing them costs time of its own)."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "npumagic.cli", *argv], capture_output=True,
-                          text=True, env=env)
+    done = subprocess.run([sys.executable, *(["-X", "importtime"] if importtime else []), "-m", "npumagic.cli", *argv],
+                          capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"npumagic {' '.join(argv)} failed: {done.stderr.strip().splitlines()[-1]}")
@@ -92,13 +93,17 @@ def main() -> None:
         for argv in (["--help"], ["runs", history], ["runs", history, "--json"], ["rules", history],
                      ["analyze", args.trace], ["analyze", args.trace, "--json"]):
             run(argv, env)  # untimed: writes the bytecode cache
-            runs = [run(argv, env) for _ in range(args.repeat)]
-            wall = statistics.median(w for w, _, _ in runs)
+            runs, plain = [], []
+            for _ in range(args.repeat):
+                runs.append(run(argv, env))
+                plain.append(run(argv, env, importtime=False)[0])
+            wall = statistics.median(plain)
             imports = statistics.median(sum(t.values()) for _, t, _ in runs)
+            traced = statistics.median(w for w, _, _ in runs)
             top = sorted(runs[-1][1].items(), key=lambda kv: -kv[1])[:5]
             shown = ["DIR" if a == history else a for a in argv]
             print(f"npumagic {' '.join(shown)}: {wall:.2f} s ({wall / bare:.1f}x python -c pass), imports {imports:.2f} s "
-                  f"({imports / wall:.0%}), importing {', '.join(runs[-1][2]) or 'none'} of {', '.join(HEAVY)}; "
+                  f"({imports / traced:.0%} of {traced:.2f} s with -X importtime), importing {', '.join(runs[-1][2]) or 'none'} of {', '.join(HEAVY)}; "
                   f"heaviest: {', '.join(f'{name} {t * 1000:.0f} ms' for name, t in top)}")
         print(f"load average {os.getloadavg()[0]:.2f} at the end")
 

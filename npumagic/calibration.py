@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .analysis.calibration import RuleCalibration, calibrate
 from .analysis.verify import Verification, named, verify
 from .errors import NpumagicError
 from .render.report import CompareReport
@@ -42,11 +41,6 @@ def keep(store: HistoryStore | None, a: str, b: str, checked: Verification) -> b
     store.add_fix(a, b, checked.rule, checked.predicted_ms, checked.low_ms, checked.high_ms, checked.achieved_ms,
                   checked.noise_ms)
     return True
-
-
-def calibration(store: HistoryStore | None) -> dict[str, RuleCalibration]:
-    """Each rule's calibration over the history's verified fixes (none without a history)."""
-    return calibrate(store.fixes()) if store is not None else {}
 
 
 def fix_line(checked, kept: bool, html: bool = False, read_from: str = "") -> str:

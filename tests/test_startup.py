@@ -1,5 +1,6 @@
 """The CLI starts in a blink: --help and every command's argument errors answer without
-importing pandas, numpy, torch or matplotlib (each checked in a fresh process)."""
+importing pandas, numpy, torch or matplotlib, and `analyze` of a trace imports pandas and numpy
+but nothing else it does not use (each checked in a fresh process)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import sys
 
 import pytest
 
+from .conftest import CUDA, need
+
 HEAVY = ("pandas", "numpy", "torch", "matplotlib")
+# what no command below needs: the notebook's, plotting, SQL and cluster stacks, and the comparison
+# of two runs (about 12 ms of dataclasses to define)
+UNUSED = ("IPython", "scipy", "duckdb", "dask", "npumagic.analysis.compare")
 # runs the CLI as the console script does, then says on stderr's last line which heavy modules it imported
 PROBE = f"""
 import json, sys
@@ -18,7 +24,7 @@ try:
     status = main(sys.argv[1:])
 except SystemExit as exit:
     status = exit.code
-print(json.dumps([status, sorted(m for m in {HEAVY!r} if m in sys.modules)]), file=sys.stderr)
+print(json.dumps([status, sorted(m for m in {HEAVY + UNUSED!r} if m in sys.modules)]), file=sys.stderr)
 """
 
 
@@ -55,6 +61,15 @@ def test_argument_errors_import_nothing_heavy(argv, said, tmp_path):
     assert heavy == []
 
 
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_analyze_imports_pandas_and_numpy_only(json_flag):
+    # GIVEN the shared V100 trace WHEN `npumagic analyze` reads it THEN of the heavy modules only
+    # pandas and numpy, which read it, are imported: no matplotlib, torch, IPython, ...
+    trace = need(CUDA / "ns_resolution")
+    status, heavy, _ = probe("analyze", str(trace), *json_flag)
+    assert (status, heavy) == (0, ["numpy", "pandas"])
+
+
 def test_the_public_api_loads_on_first_use():
     code = ("import sys, npumagic; before = [m for m in ('pandas', 'numpy') if m in sys.modules]; "
             "print(before, npumagic.Summary.__name__, npumagic.checklist.__module__, 'analyze' in dir(npumagic))")
@@ -88,9 +103,10 @@ def _as_pandas_wrote_it(out) -> tuple[list[dict], str]:
     return json.loads(table.to_json(orient="records", date_format="iso")), format_runs(table).to_text(120)
 
 
-@pytest.mark.parametrize("command", ["runs", "export"])
+@pytest.mark.parametrize("command", ["runs", "export", "rules"])
 def test_reading_the_history_imports_nothing_heavy(two_runs, command):
-    # GIVEN a history of two runs WHEN the CLI lists it, or prints its log THEN no pandas or numpy
+    # GIVEN a history of two runs WHEN the CLI lists it, prints its log or its rules' calibration
+    # THEN no pandas or numpy
     for json_flag in ([], ["--json"]):
         status, heavy, stderr = probe(command, str(two_runs), *json_flag)
         assert (status, heavy, stderr) == (0, [], "")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .compare import MIN_EFFECT
+from .thresholds import MIN_EFFECT
 
 CONFIDENCE = 0.95
 MIN_RUNS = 2  # the fewest earlier runs a spread can be learned from

@@ -8,16 +8,18 @@ category and the numbers that decide it: the top finding of :mod:`.advice`), 3 N
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import presentation
 from .advice import Advice, advise, class_name, lead
-from .compare import Comparison, compare, profiling_inflation
 from .run_facts import RunFacts
 from .summary import Summary
 from .verify import verify
+
+if TYPE_CHECKING:
+    from .compare import Comparison
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     h = summary.headline
     step1 = (f"step {_ms(s['median_us'])} median, p90 {_ms(s['p90_us'])}, jitter {_pct(s['cv'])}; "
              f"{busy_label(summary)} {_pct(median_step_busy(summary))}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
-    inflation = profiling_inflation(facts)
+    inflation = _inflation(facts)
     if inflation is not None and inflation.ci[0] > 1:  # said only where profiling measurably slowed the step
         lo, hi = inflation.ci
         step1 += (f"; profiling inflated the step by {inflation.ratio - 1:.0%} (95% CI {lo - 1:.0%} to {hi - 1:.0%}, "
@@ -128,10 +130,22 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     return Verdict(bottleneck, evidence, steps, step3, advice, where)
 
 
+def _inflation(facts: RunFacts | None):
+    """:func:`.compare.profiling_inflation`, its module imported only for a capture that timed
+    its steps (a trace read from disk has none: ``npumagic analyze`` starts without it)."""
+    if facts is None or not facts.step_times:
+        return None
+    from .compare import profiling_inflation
+
+    return profiling_inflation(facts)
+
+
 def _verify(summary: Summary, baseline: Summary | None, cmp: "Comparison | None") -> str:
     if cmp is None and baseline is None:
         return "no baseline yet: this run is the reference; change one thing and profile again"
     if cmp is None:
+        from .compare import compare
+
         cmp = compare(baseline, summary, "baseline", "this run")
     explained = cmp.explained_by.column if cmp.explained_by is not None and cmp.significant else None
     moved = "; ".join(f"{r.metric.split(' (')[0]} " + (f"{r.a:.0%}->{r.b:.0%}" if r.column == "device_util" else

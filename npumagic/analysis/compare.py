@@ -42,13 +42,10 @@ import pandas as pd
 from .. import presentation
 from .run_facts import RunFacts
 from .summary import Summary
+from .thresholds import MIN_EFFECT
 from .trust import decide_anyway, reasons
 
 ALPHA = 0.05
-# Step-time changes smaller than this are called noise when the history has no replicates to
-# measure run-to-run noise with: drift between runs of the identical cell on a shared machine
-# (clocks, caches, neighbours) was measured here at 2-4%.
-MIN_EFFECT = 0.05
 # A component "explains" a change when it carries at least this share of the step-time change,
 # and the rest of the step "held" when it moved by at most this share of the component's change.
 EXPLAINS = 0.5

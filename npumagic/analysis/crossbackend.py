@@ -100,6 +100,13 @@ def match_operators(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 def _thread(lane: pd.Series) -> np.ndarray:
     """The thread of a host lane ("Python/Thread 7" and "CANN/Thread 7" are one thread)."""
+    if isinstance(lane.dtype, pd.CategoricalDtype):  # split each lane name once, not each event's
+        every = np.append(np.arange(len(lane.dtype.categories)), -1)  # code -1 (no lane) last, as codes index it
+        return _split_thread(pd.Series(pd.Categorical.from_codes(every, dtype=lane.dtype)))[lane.cat.codes.to_numpy()]
+    return _split_thread(lane)
+
+
+def _split_thread(lane: pd.Series) -> np.ndarray:
     return lane.astype(str).str.rsplit("/", n=1).str[-1].to_numpy()
 
 

@@ -71,10 +71,26 @@ def gap_cover_ns(ev: pd.DataFrame) -> np.ndarray:
     if len(busy) < 2 or not host.any():
         return out
     gaps = Spans(busy.ends[:-1], busy.starts[1:])
-    tops = _top_level_ops(ev[host].assign(_row=np.flatnonzero(host)))
-    start = tops["ts_ns"].to_numpy()
-    out[tops["_row"].to_numpy()] = gaps.covered(start, start + tops["dur_ns"].to_numpy())
+    rows = np.flatnonzero(host)
+    start = ev["ts_ns"].to_numpy()[rows]
+    end = start + ev["dur_ns"].to_numpy()[rows]
+    top = _top_level_mask(pd.factorize(ev["lane"].iloc[rows])[0], start, end)
+    out[rows[top]] = gaps.covered(start[top], end[top])
     return out
+
+
+def _top_level_mask(lanes: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Which calls no other call of their lane encloses (:func:`_top_level_ops` on arrays, in
+    place of a frame per lane: it ran once per summary); ``lanes`` codes, -1 (no lane) never."""
+    order = np.lexsort((-end, start, lanes))
+    top = np.zeros(order.size, dtype=bool)
+    cuts = np.flatnonzero(np.diff(lanes[order])) + 1
+    for part in np.split(order, cuts):
+        if part.size and lanes[part[0]] >= 0:
+            reach = np.maximum.accumulate(end[part])
+            top[part[0]] = True
+            top[part[1:]] = start[part][1:] >= reach[:-1]
+    return top
 
 
 # torch's own wrappers (autograd's backward nodes, optimizer steps): their host time is dispatch

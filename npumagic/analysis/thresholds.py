@@ -1,5 +1,10 @@
 """Every threshold the checklist and the advice rules use, with its reason, in one place."""
 
+# Step-time changes smaller than this are called noise when the history has no replicates to
+# measure run-to-run noise with: drift between runs of the identical cell on a shared machine
+# (clocks, caches, neighbours) was measured here at 2-4%. (Here, not in .compare, so that the
+# checklist and the alerts import no comparison they do not make.)
+MIN_EFFECT = 0.05
 # Communication not hidden behind compute above this share of the step: HCCL/NCCL tuning guides
 # treat ~30% exposed communication as communication-bound.
 COMM_BOUND_SHARE = 0.30

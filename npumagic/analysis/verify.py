@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .compare import MIN_EFFECT
+from .thresholds import MIN_EFFECT
 
 if TYPE_CHECKING:
     from .finding import Finding

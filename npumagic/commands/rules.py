@@ -43,27 +43,30 @@ def _row(rule: str, family: str | None, calibrations: dict) -> dict[str, Any]:
     return {**calibrated.as_dict(), "family": family, "calibration": calibrated.sentence()}
 
 
-def _store(places):
-    return places.runs.store if places.has_history() and places.runs is not None else None
+def _calibrations(places) -> dict:
+    """Each rule's calibration over the history's verified fixes (none without a history)."""
+    from ..analysis.calibration import calibrate
+
+    store = places.runs.store if places.has_history() and places.runs is not None else None
+    return calibrate(store.fixes()) if store is not None else {}
 
 
 def rules(places) -> RuleTable:
-    from ..analysis.rules import REGISTRY
-    from ..calibration import calibration
+    # from the list of rule names, not the registry: its rules' modules import pandas
+    from ..analysis.rule_names import RULES
 
-    calibrations = calibration(_store(places))
-    families = {r.id: r.family for r in REGISTRY}
+    calibrations = _calibrations(places)
+    families = dict(RULES)
     named = list(families) + [rule for rule in calibrations if rule not in families]  # a rule since renamed
     return RuleTable(tuple(_row(rule, families.get(rule), calibrations) for rule in named), str(places.out))
 
 
 def advice_calibration(places, advice, run: str) -> RuleTable:
     """Each finding of ``advice`` (run ``run``'s): its predicted saving beside its rule's calibration."""
-    from ..analysis.rules import REGISTRY
-    from ..calibration import calibration
+    from ..analysis.rule_names import RULES
 
-    calibrations = calibration(_store(places))
-    families = {r.id: r.family for r in REGISTRY}
+    calibrations = _calibrations(places)
+    families = dict(RULES)
     rows = []
     for f in advice.findings:
         rule = f.rule or str(f.category)

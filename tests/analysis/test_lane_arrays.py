@@ -1,0 +1,45 @@
+"""Two per-summary passes over host lanes done on arrays instead of text per row or a frame per
+lane (issue 45's start-up: `npumagic analyze` of a small trace) give what the per-row way gives,
+on the shared V100 trace."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from npumagic.analysis.crossbackend import _split_thread, _thread
+from npumagic.analysis.gaps import _top_level_mask, _top_level_ops
+
+from ..conftest import CUDA, need, shared_trace
+
+
+def _host_ops() -> pd.DataFrame:
+    ev = shared_trace(need(CUDA / "ns_resolution")).events
+    return ev[((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy()]
+
+
+def test_a_lanes_thread_is_split_once_per_lane_as_per_row():
+    # GIVEN every event's lane (categorical), one event without a lane among them
+    lane = shared_trace(need(CUDA / "ns_resolution")).events["lane"]
+    lane = pd.concat([lane, pd.Series(pd.Categorical([None], dtype=lane.dtype))], ignore_index=True)
+    # WHEN threads are read per lane THEN they are the per-row split's, missing included
+    per_row, per_lane = _split_thread(lane), _thread(lane)
+    assert per_lane.tolist()[:-1] == per_row.tolist()[:-1] and "Thread 1102" in set(per_lane)
+    assert per_lane[-1] is per_row[-1] or (per_lane[-1] != per_lane[-1] and per_row[-1] != per_row[-1])
+
+
+def test_top_level_calls_on_arrays_are_those_of_a_frame_per_lane():
+    # GIVEN the host operators WHEN the top-level ones are marked on arrays THEN they are the rows
+    # the frame-per-lane way returns, and some calls are nested (so the test tells them apart)
+    ops = _host_ops().assign(_row=lambda f: np.arange(len(f)))
+    start = ops["ts_ns"].to_numpy()
+    top = _top_level_mask(pd.factorize(ops["lane"])[0], start, start + ops["dur_ns"].to_numpy())
+    assert sorted(np.flatnonzero(top)) == sorted(_top_level_ops(ops)["_row"])
+    assert 0 < top.sum() < len(ops)
+
+
+def test_a_call_starting_where_another_ends_is_top_level_and_one_without_a_lane_never():
+    # GIVEN lane 0: [0, 10), [10, 20) touching it, [2, 5) inside it; lane 1: [0, 3); no lane: [0, 9)
+    lanes, start, end = np.array([0, 0, 0, 1, -1]), np.array([0, 10, 2, 0, 0]), np.array([10, 20, 5, 3, 9])
+    # WHEN marked THEN the touching call is top-level, the nested one not, the lane-less one never
+    assert _top_level_mask(lanes, start, end).tolist() == [True, True, False, True, False]

@@ -31,7 +31,7 @@ from .analysis.job import check_scheduler
 from .ranges import view_range
 from .recorder import RunOutcome
 from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport
-from .render.live.frontend import widget_frontend, with_live_timeline
+from .render.live.frontend import advice_with_timeline, widget_frontend, with_live_timeline
 from .render.tables import format_runs
 from .session import Session
 
@@ -404,7 +404,9 @@ class NpuMagics(Magics):
         name = self._run(args.run)
         with usage_errors():
             advice = self.session.advise(name, every_rank=args.all, low=args.all)
-            return advice_calibration(Places(session=self.session), advice, name) if args.calibration else advice
+            if args.calibration:
+                return advice_calibration(Places(session=self.session), advice, name)
+            return advice_with_timeline(advice, self.session.runs, name) if self._live(False) else advice
 
     @magic_arguments()
     @argument("a", nargs="?", default=None, help="reference run (name or -1/-2; default the baseline)")

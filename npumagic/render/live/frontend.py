@@ -52,6 +52,18 @@ def with_live_timeline(report, trace: Trace, title: str = ""):
     return replace(report, live=widget, live_view=ipywidgets.VBox(parts))
 
 
+def advice_with_timeline(advice, runs, name: str):
+    """``%npuadvise``'s ``advice`` of run ``name`` (of ``runs``, the session's NamedRuns) where a
+    widget shows: a click on a finding moves the run's open live view to it, or opens one
+    (:mod:`.advice_view`). Unchanged when it has no finding to show."""
+    if not advice.findings:
+        return advice
+    from .advice_view import linked_advice
+
+    return linked_advice(advice, runs.store.get(name).run_dir,
+                         lambda: timeline_widget(runs.trace(name), f"{name}: timeline"))
+
+
 def timeline(source, *, rank: int | None = None, live: bool | None = None, title: str = "", **static_options):
     """The timeline of a run, a trace, or a profiler output path: a live widget where a widget
     front end is present (``live=None``: :func:`widget_frontend`), else the static figure.

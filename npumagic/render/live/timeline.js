@@ -562,6 +562,8 @@ export default {
       root.dataset.shown = shown ? shown.label : "";
       draw();
     });
+    // a click on a finding of %npuadvise moved this view: bring it into sight
+    model.on("change:reveal", () => root.scrollIntoView({block: "nearest"}));
     model.on("change:flow", () => {
       const f = model.get("flow");
       flow = f.error ? null : f;

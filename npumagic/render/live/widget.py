@@ -27,6 +27,7 @@ from .flows import flows
 from .legend import legend
 from .lod import MAX_WIDTH_PX, VIEW_LIMIT_MS, TimelineIndex
 from .lookup import Matches, search
+from .opened import remember
 from .selection import aggregate
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class TimelineWidget(anywidget.AnyWidget):
     shown = traitlets.Dict().tag(sync=True)  # the finding's mark show() moved the view to (outlined)
     export = traitlets.Any({}).tag(sync=True)  # set by the browser (its Perfetto button): {seq}
     exported = traitlets.Dict().tag(sync=True)  # the file written (export_perfetto), or an error
+    reveal = traitlets.Int(0).tag(sync=True)  # raised by a click on a finding elsewhere: the view scrolls into sight
 
     def __init__(self, index: TimelineIndex, title: str = "", source: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -73,6 +75,7 @@ class TimelineWidget(anywidget.AnyWidget):
         self.view = {"t0": lo, "t1": hi, "width": DEFAULT_WIDTH_PX, "seq": 0}
         self._matches: Matches | None = None
         self._at = -1  # the match shown
+        remember(source, self)
 
     @traitlets.observe("view")
     def _answer(self, change) -> None:
@@ -290,7 +293,6 @@ class TimelineWidget(anywidget.AnyWidget):
         pad = max(best[1] - best[0], 1_000)
         self.zoom((best[0] - pad) / 1e6, (best[1] + pad) / 1e6)
         return str(index.names[code])
-
 
     def _show_mark(self, mark) -> str:
         start, end = int(mark["start_ns"]), int(mark["end_ns"])

@@ -17,7 +17,7 @@ export default {
       if (k >= findings.length || !row.cells.length) return;
       const button = document.createElement("button");
       button.className = "npumagic-show-finding";
-      button.textContent = "⌖ timeline";
+      button.textContent = "→ timeline";
       button.title = "show this finding on the run's live timeline";
       button.style.cssText = "display:block;font:11px sans-serif;padding:0 4px;margin-top:2px;cursor:pointer";
       button.dataset.index = k; button.dataset.rule = findings[k].rule; button.dataset.ranks = findings[k].ranks.join(",");

@@ -104,3 +104,16 @@ def test_the_text_is_the_advices_own_and_a_terminal_gets_the_advice(job, monkeyp
     uid = re.compile(r"T_[0-9a-f]+")  # pandas' Styler names each table's CSS anew
     assert uid.sub("T_", _button(linked).html) == uid.sub("T_", plain._repr_html_())
     assert [f["rule"] for f in _button(linked).findings] == [f.rule for f in plain.findings]
+
+
+def test_a_hostile_operator_name_reaches_the_page_as_text_only():
+    from npumagic.analysis.finding import Finding
+
+    # GIVEN a finding naming an operator of a crafted trace (the widget puts the HTML in the page
+    # as it is, past JupyterLab's sanitizer)
+    name = '<img src=x onerror="alert(1)">'
+    finding = Finding("host_bound", 0.4, f"{name} takes 40%", {}, f"fuse {name}", where=name, rule="host_bound")
+    widget = AdviceWidget(Advice([finding], run="x"), open_view=lambda: None)
+    # THEN it is there escaped, never as markup
+    assert "<img" not in widget.html and widget.html.count("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;") == 3
+    assert widget.findings == [{"rule": "host_bound", "ranks": [], "title": f"{name} takes 40%"}]

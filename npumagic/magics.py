@@ -52,8 +52,8 @@ class NpuMagics(Magics):
     views = List(Enum(list(VIEWS)), default_value=["timeline", "steps"],
                  help=f"Figures drawn after each run, from: {', '.join(VIEWS)}.").tag(config=True)
     figure_format = Enum(["png", "svg"], default_value="png", help="Format of the figures shown and saved.").tag(config=True)
-    live = Bool(True, help="Show the timeline as a live widget (zoom and pan served by this kernel) where a widget "
-                           "front end is present; False: always the static figure (as --static).").tag(config=True)
+    live = Bool(True, help="Where a widget front end is present, the timeline as a live widget served by this kernel, "
+                           "%npuadvise's findings each opening there; False: the static figure (as --static).").tag(config=True)
     scheduler = Unicode("", help="Where %npuload reads and summarises the ranks of a many-rank job in parallel: a "
                                  "dask.distributed scheduler address (tcp://HOST:8786; its workers must see the same "
                                  "paths), 'local' (a local Dask cluster), 'serial' (this kernel), or '' (a local "

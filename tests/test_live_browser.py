@@ -587,7 +587,7 @@ def test_the_perfetto_button_writes_a_file_perfetto_opens(page):
     # THEN the kernel wrote the run as a file, in its working folder, and said so under the view
     path = Path(root.evaluate("el => el.dataset.exported"))
     written = path if path.is_absolute() else home / path
-    assert written.parent == home and written.name.endswith(".perfetto.json") and written.is_file()
+    assert written == home / "live.perfetto.json" and written.is_file()  # named after the run
     said = root.locator(".npumagic-selection").inner_text()
     assert said.startswith(f"wrote {path}: ") and "open it in https://ui.perfetto.dev" in said
     import npumagic

@@ -66,10 +66,12 @@ class TimelineWidget(anywidget.AnyWidget):
     exported = traitlets.Dict().tag(sync=True)  # the file written (export_perfetto), or an error
     reveal = traitlets.Int(0).tag(sync=True)  # raised by a click on a finding elsewhere: the view scrolls into sight
 
-    def __init__(self, index: TimelineIndex, title: str = "", source: str | None = None, **kwargs) -> None:
+    def __init__(self, index: TimelineIndex, title: str = "", source: str | None = None, run: str = "",
+                 **kwargs) -> None:
         super().__init__(**kwargs)
         self.index = index
         self.title, self.source = title, source  # the profiler output read again to export it (none held)
+        self.run_name = run  # the history's name of the run shown, or "" (its export's default file name)
         self.frame = dict(index.layout(), title=title, legend=legend(index))
         lo, hi = self.frame["extent"]
         self.view = {"t0": lo, "t1": hi, "width": DEFAULT_WIDTH_PX, "seq": 0}
@@ -175,7 +177,7 @@ class TimelineWidget(anywidget.AnyWidget):
     def export_perfetto(self, path: str | Path | None = None) -> dict:
         """Write this run as a Perfetto / chrome://tracing file (``npumagic trace``'s, with the
         findings), read again from its profiler output; default ``NAME.perfetto.json`` in the
-        working directory. Returns what was written, with ``lines`` saying it."""
+        working directory, NAME the run's (else the profiler output's). Returns what was written, with ``lines`` saying it."""
         if not self.source:
             raise ValueError("this timeline was made from a trace in memory, with no profiler output to read "
                              "again: write it with npumagic.render.perfetto.write_perfetto(trace, path)")
@@ -187,7 +189,7 @@ class TimelineWidget(anywidget.AnyWidget):
 
         label = self.title or str(self.source)
         findings = advise_run(job.analyze(self.source, progress=False), label, every_rank=True, low=True).findings
-        out = Path(path) if path is not None else Path.cwd() / (name_for(Path(self.source)) + PERFETTO_SUFFIX)
+        out = Path(path) if path is not None else Path.cwd() / ((self.run_name or name_for(Path(self.source))) + PERFETTO_SUFFIX)
         done = write_perfetto(load(self.source), out, findings, title=label).as_dict()
         done["lines"] = [f"wrote {out}: {done['slices']:,} slices, {done['steps']} steps, "
                          f"{sum(done['marks'].values())} marks, {done['findings']} findings",

@@ -268,7 +268,9 @@ class TimelineWidget(anywidget.AnyWidget):
         :func:`~npumagic.analysis.marks.of_finding`), outlined (``shown``), with as much again
         either side. Else its "where" (or a text): ``step N`` shows that step; else the longest
         event of the longest operator name the text holds; else the largest mark of a kind the
-        text names ("idle gap", "memory peak"). Returns what was shown."""
+        text names ("idle gap", "memory peak"); else the longest event of the names holding the
+        first item the text lists (a kernel type: "TransData", "MatMulV2 (775 µs), ..."). Returns
+        what was shown."""
         mine = of_finding(self.index.marks, where) if not isinstance(where, str) and len(self.index.marks) else ()
         if len(mine):
             return self._show_mark(mine.iloc[0])
@@ -283,18 +285,19 @@ class TimelineWidget(anywidget.AnyWidget):
             mine = of_finding(index.marks, text) if len(index.marks) else ()
             if len(mine):
                 return self._show_mark(mine.iloc[0])
-            raise ValueError(f"{text!r} names no step and no operator of this run, nor a kind of mark")
-        code = max(held, key=lambda k: len(index.names[k]))
-        best = None
+        codes = [max(held, key=lambda k: len(index.names[k]))] if held else _holding(index.names, text)
+        best = None  # (start, end, code) of the longest event of those names
         for lane in index.lanes:
-            mine = np.flatnonzero(lane.codes == code)
+            mine = np.flatnonzero(np.isin(lane.codes, codes))
             if mine.size:
                 k = mine[np.argmax(lane.ends[mine] - lane.starts[mine])]
                 if best is None or lane.ends[k] - lane.starts[k] > best[1] - best[0]:
-                    best = (int(lane.starts[k]), int(lane.ends[k]))
+                    best = (int(lane.starts[k]), int(lane.ends[k]), int(lane.codes[k]))
+        if best is None:
+            raise ValueError(f"{text!r} names no step and no operator of this run, nor a kind of mark")
         pad = max(best[1] - best[0], 1_000)
         self.zoom((best[0] - pad) / 1e6, (best[1] + pad) / 1e6)
-        return str(index.names[code])
+        return str(index.names[best[2]])
 
     def _show_mark(self, mark) -> str:
         start, end = int(mark["start_ns"]), int(mark["end_ns"])
@@ -303,6 +306,18 @@ class TimelineWidget(anywidget.AnyWidget):
         self.shown = {"rank": int(mark["rank"]), "kind": str(mark["kind"]), "start": start / 1e6, "end": end / 1e6,
                       "label": str(mark["label"])}
         return str(mark["label"])
+
+
+def _holding(names, text: str) -> list[int]:
+    """The names holding the first item of ``text`` that any name holds, where it lists items
+    ("ForeachAddList (1954 µs), MatMulV2 (775 µs)": a finding's kernel types, each a part of
+    kernel names) or is one ("TransData")."""
+    for item in text.split(","):
+        word = item.split(" (")[0].strip()
+        found = [k for k, name in enumerate(names) if name and len(word) >= 3 and word in name]
+        if found:
+            return found
+    return []
 
 
 def _is_number(value: object) -> bool:

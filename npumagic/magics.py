@@ -31,7 +31,7 @@ from .analysis.job import check_scheduler
 from .ranges import view_range
 from .recorder import RunOutcome
 from .render import VIEWS, CompareReport, FigureReport, KernelHistory, RunReport
-from .render.live.frontend import widget_frontend, with_live_timeline
+from .render.live.frontend import advice_with_timeline, widget_frontend, with_live_timeline
 from .render.tables import format_runs
 from .session import Session
 
@@ -52,8 +52,8 @@ class NpuMagics(Magics):
     views = List(Enum(list(VIEWS)), default_value=["timeline", "steps"],
                  help=f"Figures drawn after each run, from: {', '.join(VIEWS)}.").tag(config=True)
     figure_format = Enum(["png", "svg"], default_value="png", help="Format of the figures shown and saved.").tag(config=True)
-    live = Bool(True, help="Show the timeline as a live widget (zoom and pan served by this kernel) where a widget "
-                           "front end is present; False: always the static figure (as --static).").tag(config=True)
+    live = Bool(True, help="Where a widget front end is present, the timeline as a live widget served by this kernel, "
+                           "%npuadvise's findings each opening there; False: the static figure (as --static).").tag(config=True)
     scheduler = Unicode("", help="Where %npuload reads and summarises the ranks of a many-rank job in parallel: a "
                                  "dask.distributed scheduler address (tcp://HOST:8786; its workers must see the same "
                                  "paths), 'local' (a local Dask cluster), 'serial' (this kernel), or '' (a local "
@@ -404,7 +404,9 @@ class NpuMagics(Magics):
         name = self._run(args.run)
         with usage_errors():
             advice = self.session.advise(name, every_rank=args.all, low=args.all)
-            return advice_calibration(Places(session=self.session), advice, name) if args.calibration else advice
+            if args.calibration:
+                return advice_calibration(Places(session=self.session), advice, name)
+            return advice_with_timeline(advice, self.session.runs, name) if self._live(False) else advice
 
     @magic_arguments()
     @argument("a", nargs="?", default=None, help="reference run (name or -1/-2; default the baseline)")

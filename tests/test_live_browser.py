@@ -2,8 +2,10 @@
 appears under a %%npuprofile cell, a wheel zoom changes the visible window (and the kernel answers
 it), hovering a lane shows an operator's name, the legend names the kinds drawn, a search and
 "next" move the view to each match, W and D zoom and pan (never reaching JupyterLab's own keys), a
-shift-drag shows the range's aggregate, and a screenshot of the shared level1 job's view holds
-its lanes. Screenshots are kept in the test's tmp dir (the CI artifact)."""
+shift-drag shows the range's aggregate, a screenshot of the shared level1 job's view holds its
+lanes, each rank's findings lane names its marks on hover, a click on a finding of %npuadvise
+moves that view to the finding's mark, and the Perfetto button writes a file Perfetto opens.
+Screenshots are kept in the test's tmp dir (the CI artifact)."""
 
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ def _notebook(path: Path) -> None:
     cells = ["%load_ext npumagic\n%config NpuMagics.output_dir = 'runs'\nimport torch\ntorch.manual_seed(0)" + TRAIN_SETUP,
              "%%npuprofile --repeat-cell --wait 0 --warmup 1 --steps 2 --name live\ntrain_step()"]
     if (ASCEND / "level1").exists():
-        cells.append(f"%npuload {ASCEND / 'level1'} --name level1")
+        cells += [f"%npuload {ASCEND / 'level1'} --name level1", "%npuadvise level1 --all"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
@@ -468,6 +470,144 @@ def test_a_zoomed_memory_lane_shows_each_allocation_and_free(page):
                 assert np.abs(steps - size).min() <= (0.5 if size >= 100 else 0.005)  # one of its changes
                 return
     pytest.fail("no allocation or free under the cursor on the zoomed memory lane")
+
+
+def _findings_lanes(root) -> dict[int, float]:
+    """Each rank's findings lane: its y from the canvas's top."""
+    return {int(r): float(y) for r, y in (item.split(":") for item in root.evaluate("el => el.dataset.marks").split(","))}
+
+
+def _mark_tips(page, root, y: float, columns: int) -> list[str]:
+    """The tooltips read hovering ``columns`` points across the row at ``y``."""
+    box, tip, seen = _at_row(page, root.locator("canvas"), y), root.locator(".npumagic-tip"), []
+    for k in range(columns):
+        page.mouse.move(box["x"] + GUTTER + 2 + k * (box["width"] - GUTTER - 4) / columns, box["y"] + y + 8)
+        if tip.is_visible():
+            seen.append(tip.inner_text())
+    return seen
+
+
+@pytest.mark.skipif(not (ASCEND / "level1").exists(), reason=f"{NEED_SHARED} — {ASCEND / 'level1'} is absent")
+def test_each_ranks_findings_lane_names_its_marks_on_hover(page):
+    page, home = page
+    root = page.locator(".jp-Cell").nth(2).locator(".npumagic-live")
+    root.scroll_into_view_if_needed()
+    _whole_run(page, root)
+    # GIVEN the two-rank job's view: a findings lane per rank, under its other lanes
+    lanes = _findings_lanes(root)
+    heads = [float(y) for y in root.evaluate("el => el.dataset.heads").split(",")]
+    assert sorted(lanes) == [0, 1] and heads[0] < lanes[0] < heads[1] < lanes[1]
+    # WHEN hovered across THEN each tooltip is a mark of that rank, as computed from the trace
+    import npumagic
+    from npumagic.analysis.marks import marks
+
+    table = marks(npumagic.load(ASCEND / "level1"))
+    for rank, y in lanes.items():
+        seen = _mark_tips(page, root, y, 120)
+        own = set(table.loc[table["rank"] == rank, "label"])
+        assert seen and set(seen) <= own, (rank, seen[:5])
+        assert any(t.startswith("device idle ") for t in seen), seen[:5]
+    root.screenshot(path=str(home / "findings_lanes.png"))
+
+
+@pytest.mark.skipif(not (ASCEND / "level1").exists(), reason=f"{NEED_SHARED} — {ASCEND / 'level1'} is absent")
+def test_a_click_on_a_finding_of_npuadvise_moves_the_live_view_there(page):
+    page, home = page
+    root = page.locator(".jp-Cell").nth(2).locator(".npumagic-live")
+    advice = page.locator(".jp-Cell").nth(3).locator(".npumagic-advice")
+    advice.wait_for(timeout=60_000)
+    whole = _whole_run(page, root)
+    # GIVEN the advice's host-bound finding (a button on its row, as on every finding's)
+    assert advice.locator(".npumagic-show-finding").count() == advice.locator("table tbody tr").count() >= 2
+    button = advice.locator(".npumagic-show-finding[data-rule='host_bound']")
+    rank = int(button.get_attribute("data-ranks").split(",")[0])
+    # WHEN it is clicked
+    button.click()
+    page.wait_for_function("el => el.dataset.shown", arg=root.element_handle(), timeout=60_000)
+    view = _settled(page, root)
+    # THEN the run's view above shows its device's longest idle gap inside a step (found here by
+    # a plain walk of the events), with as much again either side, and the advice says which
+    import npumagic
+
+    from .render.test_live_findings import largest_idle
+
+    trace = npumagic.load(ASCEND / "level1")
+    a, b = largest_idle(trace, rank)
+    origin = int(trace.steps["start_ns"].min())
+    label = root.evaluate("el => el.dataset.shown")
+    assert label.startswith(f"device idle {(b - a) / 1e6:,.3f} ms: "), label
+    assert (view["t0"], view["t1"]) == pytest.approx(((2 * a - b - origin) / 1e6, (2 * b - a - origin) / 1e6), abs=1e-6)
+    assert view["t1"] - view["t0"] < 0.5 * (whole["t1"] - whole["t0"])
+    page.wait_for_function("el => el.dataset.shown", arg=advice.element_handle(), timeout=10_000)
+    assert advice.evaluate("el => el.dataset.shown") == label
+    assert advice.locator(".npumagic-advice-status").inner_text() == f"timeline: {label}"
+    assert page.locator(".jp-Cell").nth(3).locator(".npumagic-live").count() == 0  # moved, none opened
+    # scrolled into sight inside the notebook, JupyterLab's own panels where they were
+    lanes = _findings_lanes(root)
+    y = root.locator("canvas").bounding_box()["y"] + lanes[rank]
+    assert 0 < y < page.viewport_size["height"] and page.locator("#jp-top-panel").bounding_box()["y"] == 0
+    # and hovering the outlined mark's middle in its rank's findings lane names it
+    tip = root.locator(".npumagic-tip")
+    box = _at_row(page, root.locator("canvas"), lanes[rank])
+    page.mouse.move(box["x"] + GUTTER + (box["width"] - GUTTER) / 2, box["y"] + lanes[rank] + 8)
+    page.wait_for_function("el => el.querySelector('.npumagic-tip').style.display === 'block'",
+                           arg=root.element_handle(), timeout=10_000)
+    assert tip.inner_text() == label
+    page.screenshot(path=str(home / "finding_shown.png"))
+
+
+def _trace_processor_slices(path: Path) -> tuple[int, list[str]] | None:
+    """(slices, step slices' names) as Perfetto's trace_processor reads the file; None where it
+    cannot run (the ``perfetto`` package missing, or its binary, which it downloads, absent)."""
+    try:
+        from perfetto.trace_processor import TraceProcessor
+    except ImportError:
+        return None
+    try:
+        tp = TraceProcessor(trace=str(path))
+    except Exception:  # noqa: BLE001 - no binary here: fall back on the format's own check
+        return None
+    try:
+        count = next(iter(tp.query("select count(*) as n from slice"))).n
+        steps = [r.name for r in tp.query("select slice.name from slice join thread_track on slice.track_id = "
+                                          "thread_track.id join thread using (utid) where thread.name = 'steps' "
+                                          "order by slice.ts")]
+        return count, steps
+    finally:
+        tp.close()
+
+
+def test_the_perfetto_button_writes_a_file_perfetto_opens(page):
+    page, home = page
+    root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")
+    root.scroll_into_view_if_needed()
+    # WHEN the view's Perfetto button is clicked
+    root.locator(".npumagic-export").click()
+    page.wait_for_function("el => el.dataset.exported", arg=root.element_handle(), timeout=120_000)
+    # THEN the kernel wrote the run as a file, in its working folder, and said so under the view
+    path = Path(root.evaluate("el => el.dataset.exported"))
+    written = path if path.is_absolute() else home / path
+    assert written == home / "live.perfetto.json" and written.is_file()  # named after the run
+    said = root.locator(".npumagic-selection").inner_text()
+    assert said.startswith(f"wrote {path}: ") and "open it in https://ui.perfetto.dev" in said
+    import npumagic
+
+    trace = npumagic.load(home / "runs" / "live")
+    steps = [f"step {s}" for s in trace.steps["step"]]
+    opened = _trace_processor_slices(written)
+    doc = json.loads(written.read_bytes())
+    events = doc["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    slices = [e for e in events if e["ph"] == "X"]
+    ours = [e for e in slices if processes[e["pid"]].endswith(": npumagic")]  # steps, gaps: npumagic's tracks
+    # its slices: every event of the run, and its steps on a track of their own (as trace_processor
+    # counts them where it runs; here from the Trace Event Format's own fields)
+    assert re.search(rf"wrote .*: {len(trace.events):,} slices, {len(steps)} steps", said), said
+    assert len(slices) - len(ours) == len(trace.events)
+    assert [e["name"] for e in ours if threads[(e["pid"], e["tid"])] == "steps"] == steps
+    if opened is not None:
+        assert opened[0] == len(slices) and opened[1] == steps
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["saved-without-widget-state", "NPUMAGIC_STATIC=1"])

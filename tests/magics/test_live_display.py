@@ -64,3 +64,11 @@ def test_npushow_opens_the_live_view_at_the_zoom_asked_for(shell, frontend):
     assert (report.live.tiles["t0"], report.live.tiles["t1"]) == (10.0, 20.0)
     assert report.figures[0].view == "timeline" and WIDGET_MIME in report._repr_mimebundle_()
     assert shell.run_line_magic("npushow", "job --timeline --static").live is None
+
+
+def test_the_live_views_perfetto_file_is_named_after_the_run(trainer, plots, frontend, tmp_path):
+    # GIVEN a profiled cell's live view (its trace file is named after the host and process)
+    report = trainer.run_cell(CELL.format("--name fast")).result
+    # WHEN its Perfetto button's export runs THEN the file is the run's name, in the working folder
+    written = report.live.export_perfetto()
+    assert written["path"] == str(tmp_path / "fast.perfetto.json") and (tmp_path / "fast.perfetto.json").is_file()

@@ -82,6 +82,24 @@ def test_show_moves_the_view_to_a_findings_largest_mark():
     assert widget.shown == shown
 
 
+@pytest.mark.parametrize("where, held", [("ForeachAddList (1954 µs), MatMulV2 (775 µs)", "ForeachAddList"),
+                                         ("TransData", "TransData")])
+def test_a_where_of_kernel_types_opens_at_the_longest_event_holding_the_first(where, held):
+    # GIVEN the "where" of level1's memory-bound kernels and TransData findings: kernel types,
+    # each a part of its kernels' names (aclnnForeachAddListV2_ForeachAddListV2_ForeachAddList)
+    trace = shared_trace(LEVEL1)
+    widget = timeline_widget(trace)
+    ev = trace.events
+    mine = ev[ev["name"].astype(str).str.contains(held, regex=False).to_numpy()]
+    longest = mine.loc[mine["dur_ns"].idxmax()]
+    a, b, origin = int(longest["ts_ns"]), int(longest["ts_ns"] + longest["dur_ns"]), widget.index.origin
+    # WHEN shown THEN the view is the longest event whose name holds the first type, as much again either side
+    assert widget.show(where) == longest["name"]
+    assert (widget.view["t0"], widget.view["t1"]) == pytest.approx(((2 * a - b - origin) / 1e6, (2 * b - a - origin) / 1e6))
+    with pytest.raises(ValueError, match="names no step and no operator"):
+        widget.show("profiler_metadata.json ENV_VARIABLES")
+
+
 def test_a_sync_finding_opens_at_its_longest_blocking_call():
     path = CUDA / "alexnet_sync"
     trace = shared_trace(path)

@@ -31,12 +31,13 @@ def widget_frontend() -> bool:
     return True
 
 
-def timeline_widget(trace: Trace, title: str = ""):
-    """A :class:`~.widget.TimelineWidget` over ``trace`` (its index is built here, once)."""
+def timeline_widget(trace: Trace, title: str = "", run: str = ""):
+    """A :class:`~.widget.TimelineWidget` over ``trace`` (its index is built here, once), of the
+    history's run ``run`` where it is one."""
     from .lod import TimelineIndex
     from .widget import TimelineWidget
 
-    return TimelineWidget(TimelineIndex.build(trace), title=title, source=trace.meta.path or None)
+    return TimelineWidget(TimelineIndex.build(trace), title=title, source=trace.meta.path or None, run=run)
 
 
 def with_live_timeline(report, trace: Trace, title: str = ""):
@@ -44,12 +45,24 @@ def with_live_timeline(report, trace: Trace, title: str = ""):
     PNG where a widget shows, the PNG kept as its text/html fallback."""
     import ipywidgets
 
-    widget = timeline_widget(trace, title)
+    widget = timeline_widget(trace, title, str(getattr(report.run, "name", report.run) or ""))
     others = [f for f in report.figures if f.view != "timeline"]
     head = replace(report, figures=[])
     parts = [] if not hasattr(head, "_header") else [ipywidgets.HTML(head._repr_html_())]
     parts += [widget] + ([ipywidgets.HTML("\n".join(f.html() for f in others))] if others else [])
     return replace(report, live=widget, live_view=ipywidgets.VBox(parts))
+
+
+def advice_with_timeline(advice, runs, name: str):
+    """``%npuadvise``'s ``advice`` of run ``name`` (of ``runs``, the session's NamedRuns) where a
+    widget shows: a click on a finding moves the run's open live view to it, or opens one
+    (:mod:`.advice_view`). Unchanged when it has no finding to show."""
+    if not advice.findings:
+        return advice
+    from .advice_view import linked_advice
+
+    return linked_advice(advice, runs.store.get(name).run_dir,
+                         lambda: timeline_widget(runs.trace(name), f"{name}: timeline", name))
 
 
 def timeline(source, *, rank: int | None = None, live: bool | None = None, title: str = "", **static_options):

@@ -295,6 +295,7 @@ export default {
       }
       root.dataset.t0 = win.t0; root.dataset.t1 = win.t1; root.dataset.items = drawn; root.dataset.extent = frame.extent.join(",");
       root.dataset.heads = layout.rows.filter(r => r.kind === "rank").map(r => r.y).join(",");
+      root.dataset.marks = layout.rows.filter(r => r.kind === "marks").map(r => `${r.rank}:${r.y}`).join(",");  // each findings lane
       // each regions or modules header: rank:group:y:lanes drawn under it (0 folded)
       root.dataset.groups = layout.rows.filter(r => r.kind === "group").map(r => `${r.key}:${r.y}:`
         + layout.rows.filter(l => l.kind === "lane" && !l.summary && l.lane.rank === r.rank && l.lane.group === r.group).length).join(",");
@@ -561,6 +562,17 @@ export default {
       shown = m && m.label ? m : null;
       root.dataset.shown = shown ? shown.label : "";
       draw();
+    });
+    // a click on a finding of %npuadvise moved this view: its findings lane (else its top) into
+    // sight, scrolling the one scrolled box around it (scrollIntoView would also shift
+    // JupyterLab's own panels, which hide their overflow)
+    model.on("change:reveal", () => {
+      let box = root.parentElement;
+      while (box && !(box.scrollHeight > box.clientHeight && /auto|scroll/.test(getComputedStyle(box).overflowY))) box = box.parentElement;
+      if (!box) return;
+      const row = shown && layout.rows.find(r => r.kind === "marks" && r.rank === shown.rank);
+      const y = (row ? canvas.getBoundingClientRect().top + row.y : root.getBoundingClientRect().top) - box.getBoundingClientRect().top;
+      if (y < 40 || y > box.clientHeight - 40) box.scrollTop += y - box.clientHeight / 2;
     });
     model.on("change:flow", () => {
       const f = model.get("flow");

@@ -27,6 +27,7 @@ from .flows import flows
 from .legend import legend
 from .lod import MAX_WIDTH_PX, VIEW_LIMIT_MS, TimelineIndex
 from .lookup import Matches, search
+from .opened import remember
 from .selection import aggregate
 
 log = logging.getLogger(__name__)
@@ -63,16 +64,20 @@ class TimelineWidget(anywidget.AnyWidget):
     shown = traitlets.Dict().tag(sync=True)  # the finding's mark show() moved the view to (outlined)
     export = traitlets.Any({}).tag(sync=True)  # set by the browser (its Perfetto button): {seq}
     exported = traitlets.Dict().tag(sync=True)  # the file written (export_perfetto), or an error
+    reveal = traitlets.Int(0).tag(sync=True)  # raised by a click on a finding elsewhere: the view scrolls into sight
 
-    def __init__(self, index: TimelineIndex, title: str = "", source: str | None = None, **kwargs) -> None:
+    def __init__(self, index: TimelineIndex, title: str = "", source: str | None = None, run: str = "",
+                 **kwargs) -> None:
         super().__init__(**kwargs)
         self.index = index
         self.title, self.source = title, source  # the profiler output read again to export it (none held)
+        self.run_name = run  # the history's name of the run shown, or "" (its export's default file name)
         self.frame = dict(index.layout(), title=title, legend=legend(index))
         lo, hi = self.frame["extent"]
         self.view = {"t0": lo, "t1": hi, "width": DEFAULT_WIDTH_PX, "seq": 0}
         self._matches: Matches | None = None
         self._at = -1  # the match shown
+        remember(source, self)
 
     @traitlets.observe("view")
     def _answer(self, change) -> None:
@@ -172,7 +177,7 @@ class TimelineWidget(anywidget.AnyWidget):
     def export_perfetto(self, path: str | Path | None = None) -> dict:
         """Write this run as a Perfetto / chrome://tracing file (``npumagic trace``'s, with the
         findings), read again from its profiler output; default ``NAME.perfetto.json`` in the
-        working directory. Returns what was written, with ``lines`` saying it."""
+        working directory, NAME the run's (else the profiler output's). Returns what was written, with ``lines`` saying it."""
         if not self.source:
             raise ValueError("this timeline was made from a trace in memory, with no profiler output to read "
                              "again: write it with npumagic.render.perfetto.write_perfetto(trace, path)")
@@ -184,7 +189,7 @@ class TimelineWidget(anywidget.AnyWidget):
 
         label = self.title or str(self.source)
         findings = advise_run(job.analyze(self.source, progress=False), label, every_rank=True, low=True).findings
-        out = Path(path) if path is not None else Path.cwd() / (name_for(Path(self.source)) + PERFETTO_SUFFIX)
+        out = Path(path) if path is not None else Path.cwd() / ((self.run_name or name_for(Path(self.source))) + PERFETTO_SUFFIX)
         done = write_perfetto(load(self.source), out, findings, title=label).as_dict()
         done["lines"] = [f"wrote {out}: {done['slices']:,} slices, {done['steps']} steps, "
                          f"{sum(done['marks'].values())} marks, {done['findings']} findings",
@@ -263,7 +268,9 @@ class TimelineWidget(anywidget.AnyWidget):
         :func:`~npumagic.analysis.marks.of_finding`), outlined (``shown``), with as much again
         either side. Else its "where" (or a text): ``step N`` shows that step; else the longest
         event of the longest operator name the text holds; else the largest mark of a kind the
-        text names ("idle gap", "memory peak"). Returns what was shown."""
+        text names ("idle gap", "memory peak"); else the longest event of the names holding the
+        first item the text lists (a kernel type: "TransData", "MatMulV2 (775 µs), ..."). Returns
+        what was shown."""
         mine = of_finding(self.index.marks, where) if not isinstance(where, str) and len(self.index.marks) else ()
         if len(mine):
             return self._show_mark(mine.iloc[0])
@@ -278,19 +285,19 @@ class TimelineWidget(anywidget.AnyWidget):
             mine = of_finding(index.marks, text) if len(index.marks) else ()
             if len(mine):
                 return self._show_mark(mine.iloc[0])
-            raise ValueError(f"{text!r} names no step and no operator of this run, nor a kind of mark")
-        code = max(held, key=lambda k: len(index.names[k]))
-        best = None
+        codes = [max(held, key=lambda k: len(index.names[k]))] if held else _holding(index.names, text)
+        best = None  # (start, end, code) of the longest event of those names
         for lane in index.lanes:
-            mine = np.flatnonzero(lane.codes == code)
+            mine = np.flatnonzero(np.isin(lane.codes, codes))
             if mine.size:
                 k = mine[np.argmax(lane.ends[mine] - lane.starts[mine])]
                 if best is None or lane.ends[k] - lane.starts[k] > best[1] - best[0]:
-                    best = (int(lane.starts[k]), int(lane.ends[k]))
+                    best = (int(lane.starts[k]), int(lane.ends[k]), int(lane.codes[k]))
+        if best is None:
+            raise ValueError(f"{text!r} names no step and no operator of this run, nor a kind of mark")
         pad = max(best[1] - best[0], 1_000)
         self.zoom((best[0] - pad) / 1e6, (best[1] + pad) / 1e6)
-        return str(index.names[code])
-
+        return str(index.names[best[2]])
 
     def _show_mark(self, mark) -> str:
         start, end = int(mark["start_ns"]), int(mark["end_ns"])
@@ -299,6 +306,18 @@ class TimelineWidget(anywidget.AnyWidget):
         self.shown = {"rank": int(mark["rank"]), "kind": str(mark["kind"]), "start": start / 1e6, "end": end / 1e6,
                       "label": str(mark["label"])}
         return str(mark["label"])
+
+
+def _holding(names, text: str) -> list[int]:
+    """The names holding the first item of ``text`` that any name holds, where it lists items
+    ("ForeachAddList (1954 µs), MatMulV2 (775 µs)": a finding's kernel types, each a part of
+    kernel names) or is one ("TransData")."""
+    for item in text.split(","):
+        word = item.split(" (")[0].strip()
+        found = [k for k, name in enumerate(names) if name and len(word) >= 3 and word in name]
+        if found:
+            return found
+    return []
 
 
 def _is_number(value: object) -> bool:

@@ -10,8 +10,6 @@ pixels. Pure numpy and pandas: no matplotlib, no widget."""
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +20,7 @@ from ...analysis.schema import DEVICE_WORK, Trace
 from .launches import launches
 from .nested import MODULES, NESTED_GROUPS, REGIONS, nested_kinds, nested_spans, with_nested
 from .rows import stack
+from .series import CORE_LANES, MEMORY_EVENTS_MAX, memory_events, series_columns, series_of  # noqa: F401 (CORE_LANES: re-exported)
 
 HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
 GROUP_ORDER = {"host": 0, REGIONS: 1, MODULES: 2, "device": 3, "comm": 4}  # a rank's lanes, top to bottom
@@ -30,8 +29,6 @@ EXACT_LIMIT = 40_000  # events in view up to which the dominant operator is comp
 BASE_EVENTS_PER_BIN = 8  # the pyramid's finest bins hold about this many events
 PYRAMID_FACTOR = 4
 EVENTS_MAX_PER_LANE = 1_000  # a lane sends its events, not columns, below min(this, pixels / 2)
-# a memory line sends its allocations and frees one by one below min(this, pixels / 4) in the view
-MEMORY_EVENTS_MAX = 250
 GAP_MIN_FRACTION = 0.02  # device idle gaps longer than this share of the view are marked
 MAX_WIDTH_PX = 8192  # a view wider than this (a browser's report gone wrong) is answered at this width
 # a view's ends are clamped to this many ms either side of the first step: far beyond any trace
@@ -39,14 +36,6 @@ MAX_WIDTH_PX = 8192  # a view wider than this (a browser's report gone wrong) is
 # stay finite floats, so an answer never carries Infinity or NaN
 VIEW_LIMIT_MS = 1e300
 _INT64_SAFE = float(2**62)  # times are clipped to this before an int64 search (1e306 ns would overflow it)
-# counter lanes, as the static timeline draws them (the host's: the profiled process's CPU share)
-COUNTER_GROUPS = ("HBM", "AI Core Freq", "Host")
-HOST_COUNTER = "Process/CPU"
-# the host sampler's other CPU lines, each a lane of its own: the cell's thread, each DataLoader
-# worker (competing with it for cores), each core (up to CORE_LANES: beyond, a lane a core is noise)
-HOST_LINES = ((re.compile(r"Main thread/CPU"), "main thread CPU"), (re.compile(r"Worker (\d+)/CPU"), "DataLoader worker {} CPU"),
-              (re.compile(r"Core (\d+)/CPU"), "core {} CPU"))
-CORE_LANES = 16
 
 
 def _cover(starts: np.ndarray, ends: np.ndarray, cum: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -357,7 +346,7 @@ class TimelineIndex:
         if len(nested):
             kinds = nested_kinds(names, kinds, ev, nested)
         paths, threads = (nested[c].to_numpy(object) if len(nested) else np.array([], dtype=object) for c in ("path", "thread"))
-        return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), kinds,
+        return cls(lanes, names, details, steps, origin, lo, hi, series_of(trace, origin), kinds,
                    launches(trace.events, origin), _marks(trace, origin), nested_from, paths, threads)
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
@@ -372,7 +361,7 @@ class TimelineIndex:
         idle holes of at least 2% of the view. ``series``: per memory/counter line, one value
         per column (the column's maximum, else the last sample before it; None before the first).
         ``memory``: per series, None, or for a memory line zoomed in to few enough samples its
-        allocations and frees (:func:`_memory_events`).
+        allocations and frees (:func:`~.series.memory_events`).
         """
         width = min(max(int(width_px), 1), MAX_WIDTH_PX)
         t0_ms, t1_ms = (min(max(float(t), -VIEW_LIMIT_MS), VIEW_LIMIT_MS) for t in (t0_ms, t1_ms))
@@ -419,8 +408,8 @@ class TimelineIndex:
         return {"t0": t0 / 1e6, "t1": t1 / 1e6, "width": width,
                 "names": [str(self.names[c]) for c in used], "kinds": [str(self.name_kinds[c]) for c in used],
                 "lanes": answer,
-                "series": [_series_columns(s, edges) for s in self.series],
-                "memory": [_memory_events(s, t0, t1, min(MEMORY_EVENTS_MAX, width // 4)) for s in self.series]}
+                "series": [series_columns(s, edges) for s in self.series],
+                "memory": [memory_events(s, t0, t1, min(MEMORY_EVENTS_MAX, width // 4)) for s in self.series]}
 
     def details(self, row: int) -> dict:
         """Name, duration, step, shapes and source of one event (an ``id`` of an events answer),
@@ -476,90 +465,3 @@ def _name_kinds(ev: pd.DataFrame, names: int) -> np.ndarray:
     table = np.bincount(ev["name"].cat.codes.to_numpy().astype(np.int64) * k + kinds.codes.to_numpy(),
                         minlength=names * k).reshape(names, k)
     return np.asarray(kinds.categories.astype(str))[table.argmax(axis=1)]
-
-
-def _series(trace: Trace, origin: int) -> list[dict]:
-    """Memory (allocated MiB per device) and counter lines (one per counters group: bandwidths
-    summed, in GB/s; other units averaged over their names), sorted by time."""
-    out = []
-    for (rank, device), m in trace.memory.groupby(["rank", trace.memory["device"].astype(str)], observed=True):
-        m = m.sort_values("ts_ns")
-        out.append({"rank": int(rank), "lane": "memory", "label": f"{device} allocated", "unit": "MiB",
-                    "ts": m["ts_ns"].to_numpy() - origin, "values": m["allocated_bytes"].to_numpy() / 2**20})
-    c = trace.counters
-    host_lines = _host_lines(c, origin)
-    c = c[c["group"].astype(str).isin(COUNTER_GROUPS).to_numpy()]
-    c = c[((c["group"].astype(str) != "Host") | (c["name"].astype(str) == HOST_COUNTER)).to_numpy()]
-    for (rank, group), part in c.groupby(["rank", c["group"].astype(str)], observed=True):
-        unit = str(part["unit"].iat[0])
-        part = part[part["unit"].astype(str) == unit]
-        per_ts = part.groupby("ts_ns", sort=True)["value"]
-        values = per_ts.sum() / 2**30 if unit == "B/s" else per_ts.mean()
-        out.append({"rank": int(rank), "lane": group, "label": group, "unit": "GB/s" if unit == "B/s" else unit,
-                    "ts": values.index.to_numpy() - origin, "values": values.to_numpy(dtype=np.float64)})
-    return out + host_lines
-
-
-def _host_lines(counters: pd.DataFrame, origin: int) -> list[dict]:
-    """The host sampler's CPU lines beyond the process's (:data:`HOST_LINES`), in %, per rank:
-    the main thread, then the workers, then the cores (numbered in order)."""
-    host = counters[(counters["group"].astype(str) == "Host").to_numpy()]
-    out = []
-    for (rank, name), part in host.groupby(["rank", host["name"].astype(str)], observed=True, sort=False):
-        for order, (pattern, label) in enumerate(HOST_LINES):
-            m = pattern.fullmatch(name)
-            if m is None or (order == 2 and int(m.group(1)) >= CORE_LANES):
-                continue
-            part = part[part["value"].notna().to_numpy()].sort_values("ts_ns")  # the first reading has no interval
-            number = int(m.group(1)) if m.groups() else 0
-            out.append({"rank": int(rank), "lane": "Host CPU", "label": label.format(*m.groups()), "unit": "%",
-                        "ts": part["ts_ns"].to_numpy() - origin, "values": part["value"].to_numpy(dtype=np.float64),
-                        "order": (int(rank), order, number)})
-    out.sort(key=lambda s: s.pop("order"))
-    return out
-
-
-def _series_columns(series: dict, edges: np.ndarray) -> list:
-    """The series' maximum within each column; empty columns hold the last sample before them."""
-    ts, values = series["ts"], series["values"]
-    width = edges.size - 1
-    if ts.size == 0:
-        return [None] * width
-    a = np.searchsorted(ts, edges[:-1], side="left")
-    b = np.searchsorted(ts, edges[1:], side="left")
-    out = np.full(width, np.nan)
-    has = b > a
-    if has.any():
-        out[has] = _reduce_max(values, a[has], b[has])
-    before = a - 1
-    carry = (~has) & (before >= 0)
-    out[carry] = values[before[carry]]
-    # NaN (no sample yet) as null, and an infinite sample too: answers are strict JSON
-    return [v if math.isfinite(v) else None for v in np.round(out, 4).tolist()]
-
-
-def _memory_events(series: dict, t0: float, t1: float, limit: int) -> dict | None:
-    """A memory line's samples from ``t0`` to ``t1`` (ns from the origin) one by one, where they are
-    at most ``limit``: ``t`` (ms), ``change`` (MiB: the sample's total less the one before, an
-    allocation above zero and a free below; None for the line's first sample) and ``total`` (MiB).
-    None for other lines and where there are more (the columns serve)."""
-    if series["lane"] != "memory":
-        return None
-    ts, values = series["ts"], series["values"]
-    a, b = (int(i) for i in np.searchsorted(ts, [t0, t1], side="left"))
-    if b - a > limit:
-        return None
-    window = values[max(a - 1, 0):b]
-    change = np.diff(window) if a > 0 else np.concatenate([[np.nan], np.diff(window)])
-    keep = np.isfinite(values[a:b])  # samples without a total (an older Kineto) are not drawn
-    finite = lambda x: [round(float(v), 6) if math.isfinite(v) else None for v in x]  # noqa: E731
-    return {"t": np.round(ts[a:b][keep] / 1e6, 6).tolist(), "change": finite(change[keep]),
-            "total": finite(values[a:b][keep])}
-
-
-def _reduce_max(values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """max(values[a[k]:b[k]]) for non-empty, sorted, non-overlapping segments."""
-    bounds = np.unique(np.concatenate([a, b]))
-    bounds = bounds[bounds < values.size]
-    maxima = np.maximum.reduceat(values, bounds)
-    return maxima[np.searchsorted(bounds, a)]

@@ -11,6 +11,8 @@ pixels. Pure numpy and pandas: no matplotlib, no widget."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -20,6 +22,7 @@ from ...analysis.schema import DEVICE_WORK, Trace
 from .launches import launches
 from .nested import MODULES, NESTED_GROUPS, REGIONS, nested_kinds, nested_spans, with_nested
 from .rows import stack
+from .shelf import Shelf
 from .series import CORE_LANES, MEMORY_EVENTS_MAX, memory_events, series_columns, series_of  # noqa: F401 (CORE_LANES: re-exported)
 
 HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
@@ -28,6 +31,7 @@ DEVICE_GROUPS = ("device", "comm")
 EXACT_LIMIT = 40_000  # events in view up to which the dominant operator is computed from the events
 BASE_EVENTS_PER_BIN = 8  # the pyramid's finest bins hold about this many events
 PYRAMID_FACTOR = 4
+OVERVIEW_BINS = 4096  # the coarse pass's bins per lane: a first view up to ~2000 px wide reads them
 EVENTS_MAX_PER_LANE = 1_000  # a lane sends its events, not columns, below min(this, pixels / 2)
 GAP_MIN_FRACTION = 0.02  # device idle gaps longer than this share of the view are marked
 MAX_WIDTH_PX = 8192  # a view wider than this (a browser's report gone wrong) is answered at this width
@@ -39,11 +43,13 @@ _INT64_SAFE = float(2**62)  # times are clipped to this before an int64 search (
 
 
 def _cover(starts: np.ndarray, ends: np.ndarray, cum: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Union length of the disjoint sorted spans (float64: searchsorted would otherwise convert the
-    whole array on every call) before each time ``x`` (float ns)."""
+    """Union length of the disjoint sorted spans (int64 ns) before each time ``x`` (float ns). The
+    search is on whole ns (a float ``x`` would convert the whole int64 array on every call): a
+    start is at or before ``x`` exactly when it is at or before its floor."""
     if len(starts) == 0:
         return np.zeros_like(x, dtype=np.float64)
-    k = np.searchsorted(starts, x, side="right") - 1
+    whole = np.clip(np.floor(x), -_INT64_SAFE, _INT64_SAFE).astype(np.int64)
+    k = np.searchsorted(starts, whole, side="right") - 1
     safe = np.clip(k, 0, None)
     inside = np.clip(x - starts[safe], 0, ends[safe] - starts[safe])
     return np.where(k >= 0, cum[safe] + inside, 0.0)
@@ -103,8 +109,12 @@ def _aggregate(cols: np.ndarray, codes: np.ndarray, weights: np.ndarray, width: 
     if not keep.any():
         return (out, best) if with_weights else out
     cols, codes, weights = cols[keep], codes[keep], weights[keep]
-    used, codes = np.unique(codes, return_inverse=True)
-    m = used.size
+    m = int(codes.max()) + 1
+    if width * m <= TABLE_LIMIT:  # few names: the codes index the table as they are (no sort)
+        used = np.arange(m)
+    else:
+        used, codes = np.unique(codes, return_inverse=True)
+        m = used.size
     if width * m <= TABLE_LIMIT:  # a (column, code) table: no sort
         table = np.bincount(cols * m + codes, weights=weights, minlength=width * m).reshape(width, m)
         top = table.argmax(axis=1)
@@ -137,7 +147,9 @@ class Level:
 
 @dataclass
 class LaneIndex:
-    """One lane's columns, sorted by start (longer first on ties, so parents precede children)."""
+    """One lane's columns, sorted by start (longer first on ties, so parents precede children).
+    Its pyramid is built (or read from the run's store) the first time a view needs it: the
+    first view is answered from ``overview``, the coarse pass made with the lane."""
 
     name: str
     rank: int
@@ -151,10 +163,16 @@ class LaneIndex:
     union: Spans
     union_cum: np.ndarray
     own: np.ndarray | None = None  # regions lanes: whether each span is an annotation torch writes itself
-    levels: list[Level] = field(default_factory=list)
+    overview: Level | None = None  # OVERVIEW_BINS bins over the lane, exact (lanes over EXACT_LIMIT events)
+    pyramid: Callable[["LaneIndex"], list[Level]] = field(default=lambda lane: _pyramid(lane), repr=False)
+    _levels: list[Level] | None = field(default=None, repr=False)
 
-    def __post_init__(self) -> None:
-        self.union_f = (self.union.starts.astype(np.float64), self.union.ends.astype(np.float64))
+    @property
+    def levels(self) -> list[Level]:
+        """The pyramid's levels, finest first (built on first use)."""
+        if self._levels is None:
+            self._levels = self.pyramid(self)
+        return self._levels
 
     def window(self, t0: float, t1: float) -> tuple[int, int]:
         """[i, j): the events that may overlap (t0, t1) (all that do; a few nested ones may not).
@@ -164,14 +182,17 @@ class LaneIndex:
 
     def busy(self, edges: np.ndarray) -> np.ndarray:
         """Share of each column between consecutive ``edges`` covered by the lane's spans."""
-        cover = _cover(*self.union_f, self.union_cum, edges)
+        cover = _cover(self.union.starts, self.union.ends, self.union_cum, edges)
         return np.diff(cover) / np.diff(edges)
 
     def dominant(self, t0: float, t1: float, width: int) -> np.ndarray:
         i, j = self.window(t0, t1)
         col_ns = (t1 - t0) / width
-        level = next((lv for lv in reversed(self.levels) if lv.bin_ns * 2 <= col_ns), None)
-        if j - i <= EXACT_LIMIT or level is None:
+        if j - i <= EXACT_LIMIT:
+            return _dominant(self.starts[i:j], self.ends[i:j], self.codes[i:j], t0, t1, width)[0]
+        fits = self.overview is not None and self.overview.bin_ns * 2 <= col_ns
+        level = self.overview if fits else next((lv for lv in reversed(self.levels) if lv.bin_ns * 2 <= col_ns), None)
+        if level is None:
             return _dominant(self.starts[i:j], self.ends[i:j], self.codes[i:j], t0, t1, width)[0]
         a = max(int((t0 - level.lo) // level.bin_ns), 0)
         b = min(int(np.ceil((t1 - level.lo) / level.bin_ns)), len(level.codes))
@@ -197,7 +218,7 @@ def _ns(t: float) -> np.int64:
 
 def _depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Nesting depth of spans sorted by start: how many earlier spans are still open at each start."""
-    closed = np.searchsorted(np.sort(ends), starts, side="right")
+    closed = np.searchsorted(np.sort(ends, kind="stable"), starts, side="right")  # timsort: ends come nearly sorted
     return np.maximum(np.arange(starts.size) - closed, 0)
 
 
@@ -246,7 +267,7 @@ def _pyramid(lane: "LaneIndex") -> list[Level]:
     bins = int(2 ** np.ceil(np.log2(max(n / BASE_EVENTS_PER_BIN, 2))))
     bin_ns = (hi - lo) / bins
     base = _longest(lane.starts, lane.ends, lane.codes, lo, bin_ns, bins)
-    weight = np.diff(_cover(*lane.union_f, lane.union_cum, lo + np.arange(bins + 1) * bin_ns))
+    weight = _busy_bins(lane, lo, bin_ns, bins)
     levels = [Level(lo, bin_ns, base, weight)]
     while len(levels[-1].codes) > 2048:
         prev = levels[-1]
@@ -258,10 +279,48 @@ def _pyramid(lane: "LaneIndex") -> list[Level]:
     return levels
 
 
+def _busy_bins(lane: "LaneIndex", lo: float, bin_ns: float, bins: int) -> np.ndarray:
+    """The lane's busy time (ns, the union of its spans) in each of ``bins`` bins of ``bin_ns`` from ``lo``."""
+    return np.diff(_cover(lane.union.starts, lane.union.ends, lane.union_cum, lo + np.arange(bins + 1) * bin_ns))
+
+
+def _overview(lane: "LaneIndex") -> Level | None:
+    """The coarse pass: per bin of OVERVIEW_BINS over the lane, its dominant code (the most time,
+    exact from the events) and its busy time, vectorised, without a sort. None for a lane of few
+    events (their views are answered from the events)."""
+    n = lane.starts.size
+    if n <= EXACT_LIMIT:
+        return None
+    lo, span = int(lane.starts[0]), max(int(lane.reach[-1]) - int(lane.starts[0]), 1)
+    bin_ns, m = span / OVERVIEW_BINS, int(lane.codes.max()) + 1
+    s, e = lane.starts - lo, lane.ends - lo
+    c0 = s * OVERVIEW_BINS // span
+    c1 = np.maximum(-(-e * OVERVIEW_BINS // span) - 1, c0)  # the last bin each span reaches (ceil, less one)
+    pieces = c1 - c0 + 1
+    extra = np.flatnonzero(pieces > 1)
+    if OVERVIEW_BINS * m > TABLE_LIMIT or pieces[extra].sum() > 4 * n:  # many names, or many long spans
+        codes, _ = _dominant(lane.starts, lane.ends, lane.codes, lo, lo + span, OVERVIEW_BINS)
+        return Level(float(lo), bin_ns, codes, _busy_bins(lane, lo, bin_ns, OVERVIEW_BINS))
+    single = pieces == 1
+    table = np.bincount(c0[single] * m + lane.codes[single], weights=(e - s)[single], minlength=OVERVIEW_BINS * m)
+    if extra.size:  # spans over several bins: one piece per bin they reach
+        k = pieces[extra]
+        span_of = np.repeat(extra, k)
+        col = c0[span_of] + np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)
+        piece = np.minimum(e[span_of], (col + 1) * bin_ns) - np.maximum(s[span_of], col * bin_ns)
+        table += np.bincount(col * m + lane.codes[span_of], weights=np.maximum(piece, 0), minlength=OVERVIEW_BINS * m)
+    table = table.reshape(OVERVIEW_BINS, m)
+    top = table.argmax(axis=1)
+    codes = np.where(table[np.arange(OVERVIEW_BINS), top] > 0, top, -1)
+    return Level(float(lo), bin_ns, codes, _busy_bins(lane, lo, bin_ns, OVERVIEW_BINS))
+
+
 def _lane_rows(ev: pd.DataFrame):
     """(rank, lane name, row positions) of each lane, from the category codes (no string keys)."""
     lanes = ev["lane"].cat
     key = ev["rank"].to_numpy().astype(np.int64) * (len(lanes.categories) + 1) + lanes.codes.to_numpy()
+    if len(key) and key.max() < 2**15:  # numpy sorts 16-bit keys by radix, in one pass
+        key = key.astype(np.int16)
     order = np.argsort(key, kind="stable")
     first = np.flatnonzero(np.r_[True, key[order][1:] != key[order][:-1]]) if len(key) else np.empty(0, np.int64)
     for a, b in zip(first, np.r_[first[1:], len(key)]):
@@ -273,6 +332,72 @@ def _lane_group(kinds: pd.Series, device: int) -> str:
     if bool((kinds == "comm").all()):
         return "comm"
     return "device" if device >= 0 else "host"
+
+
+def _drawn(ev: pd.DataFrame) -> pd.DataFrame:
+    """The events the timeline draws: host and device work, less the ProfilerStep annotations
+    (the steps are drawn of their own). No copy where every event is drawn."""
+    keep = ev["kind"].isin(HOST_KINDS + DEVICE_WORK).to_numpy()
+    marks = ev["name"].cat.categories.astype(str).str.startswith("ProfilerStep#")  # per name, not per event
+    if marks.any():
+        keep = keep & ~((ev["kind"] == "annotation") & ev["name"].isin(ev["name"].cat.categories[marks])).to_numpy()
+    return ev.reset_index(drop=True) if keep.all() else ev[keep].reset_index(drop=True)
+
+
+def _lane(name: str, rank: int, group: str, rows: np.ndarray, *, ts: np.ndarray, end: np.ndarray,
+          codes_all: np.ndarray, own: np.ndarray, nested_depth: np.ndarray) -> LaneIndex:
+    """One lane of the events at ``rows``: sorted (the trace's own order mostly is), its union, its
+    depths and its coarse pass (:func:`_overview`); the pyramid waits for a view that needs it."""
+    s, e = ts[rows], end[rows]
+    ds, de = np.diff(s), np.diff(e)
+    if not ((ds > 0) | ((ds == 0) & (de <= 0))).all():
+        sort = np.lexsort((-e, s))
+        s, e, rows = s[sort], e[sort], rows[sort]
+    union = _union_sorted(s, np.maximum(e, s + 1))
+    cum = np.concatenate([[0], np.cumsum(union.ends - union.starts)[:-1]]).astype(np.float64)
+    nested = group in NESTED_GROUPS
+    # a nested lane's rows are its tree's depths (the spans that could not nest already left out)
+    depth = (nested_depth[rows] if nested else _depth(s, e)).astype(np.int32)
+    lane = LaneIndex(name, rank, group, s, e, np.maximum.accumulate(e), codes_all[rows],
+                     rows.astype(np.int32 if rows.size and rows.max() < 2**31 else np.int64), depth, union, cum,
+                     own=own[rows] if nested else None)
+    lane.overview = _overview(lane)
+    return lane
+
+
+def _union_sorted(s: np.ndarray, e: np.ndarray) -> Spans:
+    """:meth:`Spans.union_of` for spans sorted by start already (no sort: one running maximum)."""
+    if s.size == 0:
+        return Spans.empty()
+    reach = np.maximum.accumulate(e)
+    first = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
+    return Spans(s[first], reach[np.append(first[1:] - 1, s.size - 1)])
+
+
+def _lane_arrays(lane: LaneIndex) -> dict:
+    """A lane as the store keeps it (:class:`~.shelf.Shelf`)."""
+    ov = lane.overview
+    return {"name": lane.name, "rank": lane.rank, "group": lane.group, "starts": lane.starts, "ends": lane.ends,
+            "reach": lane.reach, "codes": lane.codes, "rows": lane.rows, "depth": lane.depth,
+            "union_starts": lane.union.starts, "union_ends": lane.union.ends, "union_cum": lane.union_cum,
+            "own": lane.own, "overview": None if ov is None else [ov.lo, ov.bin_ns],
+            "overview_codes": None if ov is None else ov.codes, "overview_weights": None if ov is None else ov.weights}
+
+
+def _stored_lane(a: dict) -> LaneIndex:
+    ov = None if a["overview"] is None else Level(*a["overview"], a["overview_codes"], a["overview_weights"])
+    return LaneIndex(a["name"], a["rank"], a["group"], a["starts"], a["ends"], a["reach"], a["codes"], a["rows"],
+                     a["depth"], Spans(a["union_starts"], a["union_ends"]), a["union_cum"], own=a.get("own"), overview=ov)
+
+
+def _kept_pyramid(shelf: "Shelf", k: int, lane: LaneIndex) -> list[Level]:
+    """Lane ``k``'s pyramid from the store, else built and stored."""
+    kept = shelf.levels(k)
+    if kept is not None:
+        return [Level(*lv) for lv in kept]
+    levels = _pyramid(lane)
+    shelf.keep_levels(k, [(lv.lo, lv.bin_ns, lv.codes, lv.weights) for lv in levels])
+    return levels
 
 
 @dataclass
@@ -300,13 +425,13 @@ class TimelineIndex:
     paths: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))
     threads: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))  # and its host thread
 
+    shelf: "Shelf | None" = None  # where the index is stored beside the run (None: nowhere)
+
     @classmethod
-    def build(cls, trace: Trace) -> "TimelineIndex":
-        ev = trace.events
-        ev = ev[ev["kind"].isin(HOST_KINDS + DEVICE_WORK).to_numpy()]
-        marks = ev["name"].cat.categories.astype(str).str.startswith("ProfilerStep#")  # per name, not per event
-        ev = ev[~((ev["kind"] == "annotation") & ev["name"].isin(ev["name"].cat.categories[marks])).to_numpy()]
-        ev = ev.reset_index(drop=True)
+    def build(cls, trace: Trace, keep: bool = True) -> "TimelineIndex":
+        """The index of ``trace``. ``keep``: its lanes are read from the store beside the run
+        (``trace.meta.path``) where one matches the sources, and :meth:`keep` writes them there."""
+        ev = _drawn(trace.events)
         names = np.asarray(ev["name"].cat.categories.astype(str)) if len(ev) else np.array([], dtype=object)
         steps = trace.steps
         ts = ev["ts_ns"].to_numpy()
@@ -315,39 +440,45 @@ class TimelineIndex:
         ts, end = ts - origin, end - origin
         lo = int(min(ts.min(), 0)) if len(ts) else 0
         hi = int(max(end.max(), steps["end_ns"].max() - origin if len(steps) else 0)) if len(ts) else 1
-        lanes = []
-        codes_all = ev["name"].cat.codes.to_numpy().astype(np.int64) if len(ev) else np.empty(0, np.int64)
+        codes_all = ev["name"].cat.codes.to_numpy().astype(np.int32) if len(ev) else np.empty(0, np.int32)
         details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind", "correlation"]]
-        order = []
-        for rank, lane, rows in _lane_rows(ev):
-            group = _lane_group(ev["kind"].iloc[rows], int(ev["device"].iloc[rows].max()))
-            order.append((int(rank), GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows))
         nested = nested_spans(trace)
-        own, nested_depth, nested_from = np.zeros(len(ev), bool), np.zeros(len(ev), np.int64), len(ev)
+        own, nested_depth, nested_from, more = np.zeros(len(ev), bool), np.zeros(len(ev), np.int64), len(ev), []
         if len(nested):  # regions and modules: lanes of their own, their spans rows of their own
             names, details, codes_all, ts, end, own, nested_depth, more = with_nested(
                 nested, names, details, codes_all, ts, end, origin)
-            order += [(rank, GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows) for rank, group, lane, rows in more]
-        for rank, _, _, lane, group, rows in sorted(order, key=lambda o: o[:3]):
-            s, e = ts[rows], end[rows]
-            ds, de = np.diff(s), np.diff(e)
-            if not ((ds > 0) | ((ds == 0) & (de <= 0))).all():  # the trace's own order (by time) mostly is this
-                sort = np.lexsort((-e, s))
-                s, e, rows = s[sort], e[sort], rows[sort]
-            union = Spans.union_of(s, np.maximum(e, s + 1))
-            cum = np.concatenate([[0], np.cumsum(union.ends - union.starts)[:-1]]).astype(np.float64)
-            codes = codes_all[rows]
-            # a nested lane's rows are its tree's depths (the spans that could not nest already left out)
-            depth = nested_depth[rows] if group in NESTED_GROUPS else _depth(s, e)
-            lanes.append(LaneIndex(lane, rank, group, s, e, np.maximum.accumulate(e), codes, rows, depth,
-                                   union, cum, own=own[rows] if group in NESTED_GROUPS else None))
-            lanes[-1].levels = _pyramid(lanes[-1])
+        shelf = Shelf.of(trace.meta.path, len(details)) if keep else None
+        stored = shelf.lanes() if shelf is not None else None
+        if stored is not None:
+            lanes, marks = [_stored_lane(a) for a in stored], shelf.marks()
+        else:
+            order = [(rank, GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows) for rank, group, lane, rows in more]
+            for rank, lane, rows in _lane_rows(ev):
+                group = _lane_group(ev["kind"].iloc[rows], int(ev["device"].iloc[rows].max()))
+                order.append((int(rank), GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows))
+            lanes = [_lane(lane, rank, group, rows, ts=ts, end=end, codes_all=codes_all, own=own, nested_depth=nested_depth)
+                     for rank, _, _, lane, group, rows in sorted(order, key=lambda o: o[:3])]
+            marks = _marks(trace, origin)
         kinds = _name_kinds(ev, len(ev["name"].cat.categories) if len(ev) else 0)
         if len(nested):
             kinds = nested_kinds(names, kinds, ev, nested)
         paths, threads = (nested[c].to_numpy(object) if len(nested) else np.array([], dtype=object) for c in ("path", "thread"))
-        return cls(lanes, names, details, steps, origin, lo, hi, series_of(trace, origin), kinds,
-                   launches(trace.events, origin), _marks(trace, origin), nested_from, paths, threads)
+        index = cls(lanes, names, details, steps, origin, lo, hi, series_of(trace, origin), kinds,
+                    launches(trace.events, origin), marks, nested_from, paths, threads, shelf)
+        index._stored = stored is not None
+        for k, lane in enumerate(lanes):
+            lane.pyramid = partial(_kept_pyramid, shelf, k) if shelf is not None else _pyramid
+        return index
+
+    def keep(self) -> bool:
+        """Write the lanes to the store beside the run, unless they came from there (or there is
+        none); whether the store holds them now. Pyramids built later are added as they are built."""
+        if self.shelf is None:
+            return False
+        if getattr(self, "_stored", False):
+            return True
+        self._stored = self.shelf.write([_lane_arrays(ln) for ln in self.lanes], self.marks)
+        return self._stored
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
         """The view from ``t0_ms`` to ``t1_ms`` (ms from :attr:`origin`) at ``width_px`` columns.

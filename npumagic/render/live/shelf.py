@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -46,9 +47,9 @@ def _sources(path: str) -> dict[str, list[int]]:
 
 
 def _version() -> str:
-    from ... import __version__
-
-    return __version__
+    # as the analysis store reads it: the package is imported before its modules (an import
+    # statement here would close a cycle)
+    return sys.modules[__name__.partition(".")[0]].__version__
 
 
 class Shelf:

@@ -52,7 +52,7 @@ def _brute_bins(lane, lo: float, bin_ns: float, bins: int):
 def test_the_first_view_comes_from_the_coarse_pass_which_holds_what_the_events_give(monkeypatch):
     # GIVEN lanes over the exact limit (lowered to 500 events), so no view of them reads the events one by one
     monkeypatch.setattr(lod, "EXACT_LIMIT", 500)
-    monkeypatch.setattr(lod, "OVERVIEW_BINS", 64)
+    monkeypatch.setattr(lod, "OVERVIEW_BINS", 128)
     index = TimelineIndex.build(_crowded())
     big = [ln for ln in index.lanes if ln.starts.size > 500]
     assert len(big) == 2
@@ -80,7 +80,7 @@ def test_the_first_view_comes_from_the_coarse_pass_which_holds_what_the_events_g
 
 def test_a_zoom_builds_the_pyramid_of_the_lanes_it_needs_only(monkeypatch):
     monkeypatch.setattr(lod, "EXACT_LIMIT", 500)
-    monkeypatch.setattr(lod, "OVERVIEW_BINS", 64)
+    monkeypatch.setattr(lod, "OVERVIEW_BINS", 128)
     index = TimelineIndex.build(_crowded())
     lo, hi = index.layout()["extent"]
     device = next(k for k, ln in enumerate(index.lanes) if ln.group == "device")

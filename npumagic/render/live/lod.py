@@ -31,7 +31,8 @@ DEVICE_GROUPS = ("device", "comm")
 EXACT_LIMIT = 40_000  # events in view up to which the dominant operator is computed from the events
 BASE_EVENTS_PER_BIN = 8  # the pyramid's finest bins hold about this many events
 PYRAMID_FACTOR = 4
-OVERVIEW_BINS = 4096  # the coarse pass's bins per lane: a first view up to ~2000 px wide reads them
+OVERVIEW_BINS = 8192  # the coarse pass's bins per lane at most (at least half): a first view up to 2048 px reads them
+OVERVIEW_TABLE_LIMIT = 8_000_000  # its (bin, name) table up to this many cells (64 MB); beyond, sorted keys
 EVENTS_MAX_PER_LANE = 1_000  # a lane sends its events, not columns, below min(this, pixels / 2)
 GAP_MIN_FRACTION = 0.02  # device idle gaps longer than this share of the view are marked
 MAX_WIDTH_PX = 8192  # a view wider than this (a browser's report gone wrong) is answered at this width
@@ -285,34 +286,34 @@ def _busy_bins(lane: "LaneIndex", lo: float, bin_ns: float, bins: int) -> np.nda
 
 
 def _overview(lane: "LaneIndex") -> Level | None:
-    """The coarse pass: per bin of OVERVIEW_BINS over the lane, its dominant code (the most time,
-    exact from the events) and its busy time, vectorised, without a sort. None for a lane of few
-    events (their views are answered from the events)."""
+    """The coarse pass: per bin over the lane (OVERVIEW_BINS / 2 to OVERVIEW_BINS bins of a power of
+    two ns, so a bin is a shift), its dominant code (the most time, exact from the events) and its
+    busy time, vectorised, without a sort. None for a lane of few events (their views are
+    answered from the events)."""
     n = lane.starts.size
     if n <= EXACT_LIMIT:
         return None
-    lo, span = int(lane.starts[0]), max(int(lane.reach[-1]) - int(lane.starts[0]), 1)
-    bin_ns, m = span / OVERVIEW_BINS, int(lane.codes.max()) + 1
+    lo = int(lane.starts[0])
+    shift = max(int(np.ceil(np.log2(max(int(lane.reach[-1]) - lo, 1) / OVERVIEW_BINS))), 0)
+    bins, bin_ns, m = ((int(lane.reach[-1]) - lo) >> shift) + 1, float(1 << shift), int(lane.codes.max()) + 1
+    if bins * m > OVERVIEW_TABLE_LIMIT:  # many names: per bin from the events' sorted keys
+        codes, _ = _dominant(lane.starts, lane.ends, lane.codes, lo, lo + bins * bin_ns, bins)
+        return Level(float(lo), bin_ns, codes, _busy_bins(lane, lo, bin_ns, bins))
     s, e = lane.starts - lo, lane.ends - lo
-    c0 = s * OVERVIEW_BINS // span
-    c1 = np.maximum(-(-e * OVERVIEW_BINS // span) - 1, c0)  # the last bin each span reaches (ceil, less one)
-    pieces = c1 - c0 + 1
-    extra = np.flatnonzero(pieces > 1)
-    if OVERVIEW_BINS * m > TABLE_LIMIT or pieces[extra].sum() > 4 * n:  # many names, or many long spans
-        codes, _ = _dominant(lane.starts, lane.ends, lane.codes, lo, lo + span, OVERVIEW_BINS)
-        return Level(float(lo), bin_ns, codes, _busy_bins(lane, lo, bin_ns, OVERVIEW_BINS))
-    single = pieces == 1
-    table = np.bincount(c0[single] * m + lane.codes[single], weights=(e - s)[single], minlength=OVERVIEW_BINS * m)
+    c0, c1 = s >> shift, np.maximum(e - 1, s) >> shift  # the first and last bin each span reaches
+    single = c0 == c1
+    table = np.bincount(c0[single] * m + lane.codes[single], weights=(e - s)[single], minlength=bins * m)
+    extra = np.flatnonzero(~single)
     if extra.size:  # spans over several bins: one piece per bin they reach
-        k = pieces[extra]
+        k = c1[extra] - c0[extra] + 1
         span_of = np.repeat(extra, k)
         col = c0[span_of] + np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)
-        piece = np.minimum(e[span_of], (col + 1) * bin_ns) - np.maximum(s[span_of], col * bin_ns)
-        table += np.bincount(col * m + lane.codes[span_of], weights=np.maximum(piece, 0), minlength=OVERVIEW_BINS * m)
-    table = table.reshape(OVERVIEW_BINS, m)
+        piece = np.minimum(e[span_of], (col + 1) << shift) - np.maximum(s[span_of], col << shift)
+        table += np.bincount(col * m + lane.codes[span_of], weights=piece, minlength=bins * m)
+    table = table.reshape(bins, m)
     top = table.argmax(axis=1)
-    codes = np.where(table[np.arange(OVERVIEW_BINS), top] > 0, top, -1)
-    return Level(float(lo), bin_ns, codes, _busy_bins(lane, lo, bin_ns, OVERVIEW_BINS))
+    codes = np.where(table[np.arange(bins), top] > 0, top, -1)
+    return Level(float(lo), bin_ns, codes, _busy_bins(lane, lo, bin_ns, bins))
 
 
 def _lane_rows(ev: pd.DataFrame):
@@ -337,11 +338,19 @@ def _lane_group(kinds: pd.Series, device: int) -> str:
 def _drawn(ev: pd.DataFrame) -> pd.DataFrame:
     """The events the timeline draws: host and device work, less the ProfilerStep annotations
     (the steps are drawn of their own). No copy where every event is drawn."""
-    keep = ev["kind"].isin(HOST_KINDS + DEVICE_WORK).to_numpy()
+    keep = _of_kinds(ev, HOST_KINDS + DEVICE_WORK)
     marks = ev["name"].cat.categories.astype(str).str.startswith("ProfilerStep#")  # per name, not per event
     if marks.any():
         keep = keep & ~((ev["kind"] == "annotation") & ev["name"].isin(ev["name"].cat.categories[marks])).to_numpy()
     return ev.reset_index(drop=True) if keep.all() else ev[keep].reset_index(drop=True)
+
+
+def _of_kinds(ev: pd.DataFrame, kinds) -> np.ndarray:
+    """Whether each event's kind is one of ``kinds``: a lookup of its category code (one pass, no
+    hashing of 10M values as ``isin`` does)."""
+    column = ev["kind"].cat
+    wanted = np.append(column.categories.astype(str).isin(kinds), False)  # code -1 (no kind): last
+    return wanted[column.codes.to_numpy()]
 
 
 def _lane(name: str, rank: int, group: str, rows: np.ndarray, *, ts: np.ndarray, end: np.ndarray,
@@ -353,16 +362,26 @@ def _lane(name: str, rank: int, group: str, rows: np.ndarray, *, ts: np.ndarray,
     if not ((ds > 0) | ((ds == 0) & (de <= 0))).all():
         sort = np.lexsort((-e, s))
         s, e, rows = s[sort], e[sort], rows[sort]
-    union = _union_sorted(s, np.maximum(e, s + 1))
+        de = np.diff(e)
+    # a lane whose spans follow one another (a device stream, mostly) is its own reach and union:
+    # the same arrays, not copies (at 10M events each copy is 80 MB)
+    reach = e if (de >= 0).all() else np.maximum.accumulate(e)
+    del ds, de
+    union = _union_sorted(s, e if (e > s).all() else np.maximum(e, s + 1))  # a span of no length counts 1 ns
     cum = np.concatenate([[0], np.cumsum(union.ends - union.starts)[:-1]]).astype(np.float64)
     nested = group in NESTED_GROUPS
     # a nested lane's rows are its tree's depths (the spans that could not nest already left out)
-    depth = (nested_depth[rows] if nested else _depth(s, e)).astype(np.int32)
-    lane = LaneIndex(name, rank, group, s, e, np.maximum.accumulate(e), codes_all[rows],
-                     rows.astype(np.int32 if rows.size and rows.max() < 2**31 else np.int64), depth, union, cum,
+    depth = nested_depth[rows] if nested else _depth(s, e)
+    lane = LaneIndex(name, rank, group, s, e, reach, _narrow(codes_all[rows]), _narrow(rows), _narrow(depth), union, cum,
                      own=own[rows] if nested else None)
     lane.overview = _overview(lane)
     return lane
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """Whole numbers (at least -1) in the narrowest of int8 .. int64 that holds them."""
+    top = int(values.max()) if values.size else 0
+    return values.astype(next(t for t in (np.int8, np.int16, np.int32, np.int64) if top <= np.iinfo(t).max), copy=False)
 
 
 def _union_sorted(s: np.ndarray, e: np.ndarray) -> Spans:
@@ -371,15 +390,19 @@ def _union_sorted(s: np.ndarray, e: np.ndarray) -> Spans:
         return Spans.empty()
     reach = np.maximum.accumulate(e)
     first = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
+    if first.size == s.size:  # no two spans touch: the union is the spans themselves
+        return Spans(s, e)
     return Spans(s[first], reach[np.append(first[1:] - 1, s.size - 1)])
 
 
 def _lane_arrays(lane: LaneIndex) -> dict:
     """A lane as the store keeps it (:class:`~.shelf.Shelf`)."""
     ov = lane.overview
+    same = lambda a, *names: next((n for n in names if a is getattr(lane, n)), a)  # noqa: E731 (an array shared, by name)
     return {"name": lane.name, "rank": lane.rank, "group": lane.group, "starts": lane.starts, "ends": lane.ends,
-            "reach": lane.reach, "codes": lane.codes, "rows": lane.rows, "depth": lane.depth,
-            "union_starts": lane.union.starts, "union_ends": lane.union.ends, "union_cum": lane.union_cum,
+            "reach": same(lane.reach, "ends"), "codes": lane.codes, "rows": lane.rows, "depth": lane.depth,
+            "union_starts": same(lane.union.starts, "starts"), "union_ends": same(lane.union.ends, "ends", "reach"),
+            "union_cum": lane.union_cum,
             "own": lane.own, "overview": None if ov is None else [ov.lo, ov.bin_ns],
             "overview_codes": None if ov is None else ov.codes, "overview_weights": None if ov is None else ov.weights}
 

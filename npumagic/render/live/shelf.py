@@ -88,7 +88,9 @@ class Shelf:
         try:
             out = []
             for k, (rank, name, group) in enumerate(doc["lanes"]):
-                arrays = {a: np.load(self.folder / f"{k}.{a}.npy", mmap_mode="r") for a in ARRAYS}
+                aliases = doc["aliases"][k]
+                arrays = {a: np.load(self.folder / f"{k}.{a}.npy", mmap_mode="r") for a in ARRAYS if a not in aliases}
+                arrays.update({a: arrays[target] for a, target in aliases.items()})
                 arrays.update({a: np.load(self.folder / f"{k}.{a}.npy", mmap_mode="r")
                                for a in OPTIONAL if (self.folder / f"{k}.{a}.npy").exists()})
                 out.append(dict(arrays, rank=rank, name=name, group=group, overview=doc["overviews"][k]))
@@ -103,7 +105,8 @@ class Shelf:
         return None if self.doc is None else pd.DataFrame(self.doc["marks"], columns=self.doc["marks_columns"])
 
     def write(self, lanes: list[dict], marks: pd.DataFrame) -> bool:
-        """Write the index (``lanes`` as :meth:`lanes` gives them); False where it cannot be (said once)."""
+        """Write the index (``lanes`` as :meth:`lanes` gives them, an array that is another of its
+        lane given by that one's name); False where it cannot be (said once)."""
         parent = self.folder.parent
         why = store.unwritable(parent if parent.exists() else parent.parent)
         if why:
@@ -116,12 +119,14 @@ class Shelf:
         try:
             for k, lane in enumerate(lanes):
                 for a in ARRAYS + OPTIONAL:
-                    if lane.get(a) is not None:
+                    if lane.get(a) is not None and not isinstance(lane[a], str):
                         np.save(tmp / f"{k}.{a}.npy", np.ascontiguousarray(lane[a]))
             doc = {"format": store.FORMAT, "npumagic": _version(), "timeline": FORMAT, "written": time.time(),
                    "sources": self.stamps, "events": self.events,
                    "lanes": [[int(ln["rank"]), str(ln["name"]), str(ln["group"])] for ln in lanes],
                    "overviews": [ln.get("overview") for ln in lanes],
+                   # an array that is another of its lane (a device stream's reach is its ends): its name
+                   "aliases": [{a: ln[a] for a in ARRAYS if isinstance(ln.get(a), str)} for ln in lanes],
                    "marks_columns": list(marks.columns), "marks": json.loads(marks.to_json(orient="values"))}
             (tmp / store.MANIFEST).write_text(json.dumps(doc))
             shutil.rmtree(self.folder, ignore_errors=True)

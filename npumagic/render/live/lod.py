@@ -19,6 +19,7 @@ import pandas as pd
 
 from ...analysis.intervals import Spans
 from ...analysis.schema import DEVICE_WORK, Trace
+from .columns import INT64_SAFE, aggregate, cover, dominant, longest, paint_outermost
 from .launches import launches
 from .nested import MODULES, NESTED_GROUPS, REGIONS, nested_kinds, nested_spans, with_nested
 from .rows import stack
@@ -40,99 +41,6 @@ MAX_WIDTH_PX = 8192  # a view wider than this (a browser's report gone wrong) is
 # (int64 ns end at 9.2e12 ms), and small enough that the ends in ns (x 1e6) and the view's span
 # stay finite floats, so an answer never carries Infinity or NaN
 VIEW_LIMIT_MS = 1e300
-_INT64_SAFE = float(2**62)  # times are clipped to this before an int64 search (1e306 ns would overflow it)
-
-
-def _cover(starts: np.ndarray, ends: np.ndarray, cum: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Union length of the disjoint sorted spans (int64 ns) before each time ``x`` (float ns). The
-    search is on whole ns (a float ``x`` would convert the whole int64 array on every call): a
-    start is at or before ``x`` exactly when it is at or before its floor."""
-    if len(starts) == 0:
-        return np.zeros_like(x, dtype=np.float64)
-    whole = np.clip(np.floor(x), -_INT64_SAFE, _INT64_SAFE).astype(np.int64)
-    k = np.searchsorted(starts, whole, side="right") - 1
-    safe = np.clip(k, 0, None)
-    inside = np.clip(x - starts[safe], 0, ends[safe] - starts[safe])
-    return np.where(k >= 0, cum[safe] + inside, 0.0)
-
-
-TABLE_LIMIT = 2_000_000  # (column, name) tables up to this many cells; beyond, sorted keys
-
-
-def _dominant(s: np.ndarray, e: np.ndarray, codes: np.ndarray, t0: float, t1: float,
-              width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per column of ``width`` between t0 and t1, the code whose spans cover the most of it
-    (summed over its spans; -1 where nothing runs), and that time in ns.
-
-    Spans' partial columns are summed per (column, code); the columns a span covers whole are
-    counted per code with a difference array. Beyond TABLE_LIMIT (the pyramid's fine bins), a
-    whole-covered column goes to the span reaching furthest (the outermost of nested ops)."""
-    col_ns = (t1 - t0) / width
-    s, e = np.clip(s.astype(np.float64), t0, t1), np.clip(e.astype(np.float64), t0, t1)
-    keep = e > s
-    s, e, codes = s[keep], e[keep], codes[keep]
-    if s.size == 0:
-        return np.full(width, -1, dtype=np.int64), np.zeros(width)
-    c0 = np.clip(((s - t0) / col_ns).astype(np.int64), 0, width - 1)
-    c1 = np.clip(np.ceil((e - t0) / col_ns).astype(np.int64) - 1, c0, width - 1)
-    edge = lambda c: t0 + c * col_ns  # noqa: E731
-    same = c0 == c1
-    cols = np.concatenate([c0, c1[~same]])
-    weights = np.concatenate([np.where(same, e - s, edge(c0 + 1) - s), (e - edge(c1))[~same]])
-    names = np.concatenate([codes, codes[~same]])
-    full = np.flatnonzero(c1 - 1 >= c0 + 1)
-    spanning = np.unique(codes[full])
-    if full.size and spanning.size * width > TABLE_LIMIT:
-        out, best = _aggregate(cols, names, weights, width, with_weights=True)
-        best[_paint_outermost(out, codes, c0, c1, full)] = col_ns
-        return out, best
-    dense = np.zeros((spanning.size, width + 1))
-    row = np.searchsorted(spanning, codes[full])
-    np.add.at(dense, (row, c0[full] + 1), 1)
-    np.add.at(dense, (row, c1[full]), -1)
-    dense = np.cumsum(dense[:, :width], axis=1) * col_ns
-    in_dense = np.isin(names, spanning)
-    np.add.at(dense, (np.searchsorted(spanning, names[in_dense]), cols[in_dense]), weights[in_dense])
-    out, best = _aggregate(cols[~in_dense], names[~in_dense], weights[~in_dense], width, with_weights=True)
-    if spanning.size:
-        top = dense.argmax(axis=0)
-        value = dense[top, np.arange(width)]
-        wins = (value > 0) & (value >= best)
-        out[wins], best[wins] = spanning[top[wins]], value[wins]
-    return out, best
-
-
-def _aggregate(cols: np.ndarray, codes: np.ndarray, weights: np.ndarray, width: int, with_weights: bool = False):
-    """Per column, the code with the largest summed weight (-1 where none); and that sum."""
-    out = np.full(width, -1, dtype=np.int64)
-    best = np.zeros(width)
-    keep = codes >= 0
-    if not keep.any():
-        return (out, best) if with_weights else out
-    cols, codes, weights = cols[keep], codes[keep], weights[keep]
-    m = int(codes.max()) + 1
-    if width * m <= TABLE_LIMIT:  # few names: the codes index the table as they are (no sort)
-        used = np.arange(m)
-    else:
-        used, codes = np.unique(codes, return_inverse=True)
-        m = used.size
-    if width * m <= TABLE_LIMIT:  # a (column, code) table: no sort
-        table = np.bincount(cols * m + codes, weights=weights, minlength=width * m).reshape(width, m)
-        top = table.argmax(axis=1)
-        value = table[np.arange(width), top]
-        has = value > 0
-        out[has], best[has] = used[top[has]], value[has]
-        return (out, best) if with_weights else out
-    keys, where = np.unique(cols * m + codes, return_inverse=True)
-    sums = np.bincount(where, weights=weights)
-    kcol = keys // m
-    starts = np.flatnonzero(np.r_[True, kcol[1:] != kcol[:-1]])
-    peak = np.maximum.reduceat(sums, starts)
-    seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, keys.size]))
-    firsts = np.flatnonzero(sums == peak[seg])
-    firsts = firsts[np.r_[True, seg[firsts][1:] != seg[firsts][:-1]]]  # the first code reaching each column's peak
-    out[kcol[firsts]], best[kcol[firsts]] = used[keys[firsts] % m], sums[firsts]
-    return (out, best) if with_weights else out
 
 
 @dataclass
@@ -183,24 +91,24 @@ class LaneIndex:
 
     def busy(self, edges: np.ndarray) -> np.ndarray:
         """Share of each column between consecutive ``edges`` covered by the lane's spans."""
-        cover = _cover(self.union.starts, self.union.ends, self.union_cum, edges)
-        return np.diff(cover) / np.diff(edges)
+        covered = cover(self.union.starts, self.union.ends, self.union_cum, edges)
+        return np.diff(covered) / np.diff(edges)
 
     def dominant(self, t0: float, t1: float, width: int) -> np.ndarray:
         i, j = self.window(t0, t1)
         col_ns = (t1 - t0) / width
         if j - i <= EXACT_LIMIT:
-            return _dominant(self.starts[i:j], self.ends[i:j], self.codes[i:j], t0, t1, width)[0]
+            return dominant(self.starts[i:j], self.ends[i:j], self.codes[i:j], t0, t1, width)[0]
         fits = self.overview is not None and self.overview.bin_ns * 2 <= col_ns
         level = self.overview if fits else next((lv for lv in reversed(self.levels) if lv.bin_ns * 2 <= col_ns), None)
         if level is None:
-            return _dominant(self.starts[i:j], self.ends[i:j], self.codes[i:j], t0, t1, width)[0]
+            return dominant(self.starts[i:j], self.ends[i:j], self.codes[i:j], t0, t1, width)[0]
         a = max(int((t0 - level.lo) // level.bin_ns), 0)
         b = min(int(np.ceil((t1 - level.lo) / level.bin_ns)), len(level.codes))
         centres = level.lo + (np.arange(a, b) + 0.5) * level.bin_ns
         cols = ((centres - t0) / col_ns).astype(np.int64)
         inside = (cols >= 0) & (cols < width)
-        return _aggregate(cols[inside], level.codes[a:b][inside], level.weights[a:b][inside], width)
+        return aggregate(cols[inside], level.codes[a:b][inside], level.weights[a:b][inside], width)
 
     def gaps(self, t0: float, t1: float, min_ns: float) -> np.ndarray:
         """(start, end) pairs of the holes between the lane's spans within (t0, t1), at least ``min_ns``."""
@@ -214,48 +122,13 @@ class LaneIndex:
 
 def _ns(t: float) -> np.int64:
     """A time (float ns) as the int64 the lane arrays are searched with, clipped to their range."""
-    return np.int64(min(max(t, -_INT64_SAFE), _INT64_SAFE))
+    return np.int64(min(max(t, -INT64_SAFE), INT64_SAFE))
 
 
 def _depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Nesting depth of spans sorted by start: how many earlier spans are still open at each start."""
     closed = np.searchsorted(np.sort(ends, kind="stable"), starts, side="right")  # timsort: ends come nearly sorted
     return np.maximum(np.arange(starts.size) - closed, 0)
-
-
-def _longest(s, e, codes, lo: float, bin_ns: float, bins: int) -> np.ndarray:
-    """Per bin, the code of the span with the longest piece in it (-1 where none): the pyramid's
-    finest level, approximate where it matters least (bins far narrower than a pixel)."""
-    out = np.full(bins, -1, dtype=np.int64)
-    s, e = s.astype(np.float64), e.astype(np.float64)
-    c0 = np.clip(((s - lo) / bin_ns).astype(np.int64), 0, bins - 1)
-    c1 = np.clip(np.ceil((e - lo) / bin_ns).astype(np.int64) - 1, c0, bins - 1)
-    same = c0 == c1
-    first = np.where(same, e - s, lo + (c0 + 1) * bin_ns - s)
-    # (piece length, code) packed in one int64, so one maximum.at finds both
-    pack = lambda piece, code: (np.clip(piece, 0, 2**38 - 1).astype(np.int64) << 24) | code  # noqa: E731
-    best = np.full(bins, -1, dtype=np.int64)
-    np.maximum.at(best, c0, pack(first, codes))
-    np.maximum.at(best, c1[~same], pack((e - (lo + c1 * bin_ns))[~same], codes[~same]))
-    has = best >= 0
-    out[has] = best[has] & (2**24 - 1)
-    full = np.flatnonzero(c1 - 1 >= c0 + 1)
-    if full.size:
-        _paint_outermost(out, codes, c0, c1, full)
-    return out
-
-
-def _paint_outermost(out: np.ndarray, codes, c0, c1, full: np.ndarray) -> np.ndarray:
-    """Set each column of ``out`` that a span of ``full`` covers whole to the code of the one
-    among them reaching furthest (the outermost of nested ops); return the columns set. ``c0``
-    and ``c1`` are each span's first and last column."""
-    width, n = out.size, np.int64(codes.size)
-    paint = np.full(width + 1, -1, dtype=np.int64)
-    np.maximum.at(paint, c0[full] + 1, (c1[full] - 1) * n + full)
-    reach = np.maximum.accumulate(paint)[:width]
-    covered = (reach >= 0) & (reach // n >= np.arange(width))
-    out[covered] = codes[reach[covered] % n]
-    return covered
 
 
 def _pyramid(lane: "LaneIndex") -> list[Level]:
@@ -267,14 +140,14 @@ def _pyramid(lane: "LaneIndex") -> list[Level]:
     lo, hi = float(lane.starts[0]), float(lane.ends.max())
     bins = int(2 ** np.ceil(np.log2(max(n / BASE_EVENTS_PER_BIN, 2))))
     bin_ns = (hi - lo) / bins
-    base = _longest(lane.starts, lane.ends, lane.codes, lo, bin_ns, bins)
+    base = longest(lane.starts, lane.ends, lane.codes, lo, bin_ns, bins)
     weight = _busy_bins(lane, lo, bin_ns, bins)
     levels = [Level(lo, bin_ns, base, weight)]
     while len(levels[-1].codes) > 2048:
         prev = levels[-1]
         cols = np.arange(len(prev.codes)) // PYRAMID_FACTOR
         width = int(np.ceil(len(prev.codes) / PYRAMID_FACTOR))
-        codes_up = _aggregate(cols, prev.codes, prev.weights, width)
+        codes_up = aggregate(cols, prev.codes, prev.weights, width)
         weights_up = np.bincount(cols, weights=prev.weights, minlength=width)
         levels.append(Level(lo, prev.bin_ns * PYRAMID_FACTOR, codes_up, weights_up))
     return levels
@@ -282,7 +155,7 @@ def _pyramid(lane: "LaneIndex") -> list[Level]:
 
 def _busy_bins(lane: "LaneIndex", lo: float, bin_ns: float, bins: int) -> np.ndarray:
     """The lane's busy time (ns, the union of its spans) in each of ``bins`` bins of ``bin_ns`` from ``lo``."""
-    return np.diff(_cover(lane.union.starts, lane.union.ends, lane.union_cum, lo + np.arange(bins + 1) * bin_ns))
+    return np.diff(cover(lane.union.starts, lane.union.ends, lane.union_cum, lo + np.arange(bins + 1) * bin_ns))
 
 
 def _overview(lane: "LaneIndex") -> Level | None:
@@ -297,7 +170,7 @@ def _overview(lane: "LaneIndex") -> Level | None:
     shift = max(int(np.ceil(np.log2(max(int(lane.reach[-1]) - lo, 1) / OVERVIEW_BINS))), 0)
     bins, bin_ns, m = ((int(lane.reach[-1]) - lo) >> shift) + 1, float(1 << shift), int(lane.codes.max()) + 1
     if bins * m > OVERVIEW_TABLE_LIMIT:  # many names: per bin from the events' sorted keys
-        codes, _ = _dominant(lane.starts, lane.ends, lane.codes, lo, lo + bins * bin_ns, bins)
+        codes, _ = dominant(lane.starts, lane.ends, lane.codes, lo, lo + bins * bin_ns, bins)
         return Level(float(lo), bin_ns, codes, _busy_bins(lane, lo, bin_ns, bins))
     s, e = lane.starts - lo, lane.ends - lo
     c0, c1 = s >> shift, np.maximum(e - 1, s) >> shift  # the first and last bin each span reaches
@@ -449,10 +322,11 @@ class TimelineIndex:
     threads: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))  # and its host thread
 
     shelf: "Shelf | None" = None  # where the index is stored beside the run (None: nowhere)
+    in_store: bool = False  # whether the store holds the lanes (read from it, or written by keep)
 
     @classmethod
-    def build(cls, trace: Trace, keep: bool = True) -> "TimelineIndex":
-        """The index of ``trace``. ``keep``: its lanes are read from the store beside the run
+    def build(cls, trace: Trace, stored: bool = True) -> "TimelineIndex":
+        """The index of ``trace``. ``stored``: its lanes are read from the store beside the run
         (``trace.meta.path``) where one matches the sources, and :meth:`keep` writes them there."""
         ev = _drawn(trace.events)
         names = np.asarray(ev["name"].cat.categories.astype(str)) if len(ev) else np.array([], dtype=object)
@@ -470,10 +344,10 @@ class TimelineIndex:
         if len(nested):  # regions and modules: lanes of their own, their spans rows of their own
             names, details, codes_all, ts, end, own, nested_depth, more = with_nested(
                 nested, names, details, codes_all, ts, end, origin)
-        shelf = Shelf.of(trace.meta.path, len(details)) if keep else None
-        stored = shelf.lanes() if shelf is not None else None
-        if stored is not None:
-            lanes, marks = [_stored_lane(a) for a in stored], shelf.marks()
+        shelf = Shelf.of(trace.meta.path, len(details)) if stored else None
+        kept = shelf.lanes() if shelf is not None else None
+        if kept is not None:
+            lanes, marks = [_stored_lane(a) for a in kept], shelf.marks()
         else:
             order = [(rank, GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows) for rank, group, lane, rows in more]
             for rank, lane, rows in _lane_rows(ev):
@@ -488,7 +362,7 @@ class TimelineIndex:
         paths, threads = (nested[c].to_numpy(object) if len(nested) else np.array([], dtype=object) for c in ("path", "thread"))
         index = cls(lanes, names, details, steps, origin, lo, hi, series_of(trace, origin), kinds,
                     launches(trace.events, origin), marks, nested_from, paths, threads, shelf)
-        index._stored = stored is not None
+        index.in_store = kept is not None
         for k, lane in enumerate(lanes):
             lane.pyramid = partial(_kept_pyramid, shelf, k) if shelf is not None else _pyramid
         return index
@@ -498,10 +372,9 @@ class TimelineIndex:
         none); whether the store holds them now. Pyramids built later are added as they are built."""
         if self.shelf is None:
             return False
-        if getattr(self, "_stored", False):
-            return True
-        self._stored = self.shelf.write([_lane_arrays(ln) for ln in self.lanes], self.marks)
-        return self._stored
+        if not self.in_store:
+            self.in_store = self.shelf.write([_lane_arrays(ln) for ln in self.lanes], self.marks)
+        return self.in_store
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
         """The view from ``t0_ms`` to ``t1_ms`` (ms from :attr:`origin`) at ``width_px`` columns.

@@ -249,7 +249,10 @@ def _lane(name: str, rank: int, group: str, rows: np.ndarray, *, ts: np.ndarray,
     np.cumsum((union.ends - union.starts)[:-1], out=cum[1:])
     nested = group in NESTED_GROUPS
     # a nested lane's rows are its tree's depths (the spans that could not nest already left out)
-    depth = nested_depth[rows] if nested else _depth(s, e)
+    if nested:
+        depth = nested_depth[rows]
+    else:  # spans that never meet (a device stream) are all at depth 0: no sort of their ends
+        depth = np.zeros(s.size, np.int8) if len(union) == s.size else _depth(s, e)
     lane = LaneIndex(name, rank, group, s, e, reach, _narrow(codes_all[rows]), _narrow(rows), _narrow(depth), union, cum,
                      own=own[rows] if nested else None)
     lane.overview = _overview(lane)

@@ -33,7 +33,9 @@ def marks(trace) -> pd.DataFrame:
     parts = []
     ev = trace.events
     module = "npu" if trace.meta.backend == "npu" else "cuda"  # the synchronize() a sync names
-    for rank, mine in ev.groupby("rank", observed=True, sort=True):
+    ranks = ev["rank"].unique()
+    # one rank (the usual run): its events as they are, not a copy of them by groupby
+    for rank, mine in [(ranks[0], ev)] if len(ranks) == 1 else ev.groupby("rank", observed=True, sort=True):
         steps = trace.steps[trace.steps["rank"] == rank]
         busy = device_busy(mine)
         parts += [_gaps(int(rank), mine, steps, busy), _syncs(int(rank), mine, busy, module)]

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npumagic.analysis import schema
-from npumagic.render.live import lod
+from npumagic.render.live import columns, lod
 from npumagic.render.live.lod import TimelineIndex
 
 from ..conftest import ASCEND, NEED_SHARED
@@ -156,9 +156,9 @@ def test_columns_a_span_covers_whole_go_to_the_outermost_span(monkeypatch):
     s, e, codes = np.array([0, 520]), np.array([1000, 560]), np.array([0, 1])
     # THEN the pyramid's finest bins and a crowded view (beyond TABLE_LIMIT) both give every
     # column to the outer op, each column it covers whole at its full width
-    assert lod._longest(s, e, codes, 0.0, 100.0, 10).tolist() == [0] * 10
-    monkeypatch.setattr(lod, "TABLE_LIMIT", 0)
-    out, best = lod._dominant(s, e, codes, 0.0, 1000.0, 10)
+    assert columns.longest(s, e, codes, 0.0, 100.0, 10).tolist() == [0] * 10
+    monkeypatch.setattr(columns, "TABLE_LIMIT", 0)
+    out, best = columns.dominant(s, e, codes, 0.0, 1000.0, 10)
     assert out.tolist() == [0] * 10 and np.allclose(best[1:9], 100.0)
 
 

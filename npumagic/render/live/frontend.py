@@ -4,13 +4,16 @@ without widget state (nbconvert, GitHub's renderer) shows the PNG timeline inste
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
 from ...analysis.schema import Trace
 
+log = logging.getLogger(__name__)
 STATIC_ENV = "NPUMAGIC_STATIC"  # set to 1: never a widget (e.g. for notebooks meant to be exported)
 
 
@@ -32,12 +35,24 @@ def widget_frontend() -> bool:
 
 
 def timeline_widget(trace: Trace, title: str = "", run: str = ""):
-    """A :class:`~.widget.TimelineWidget` over ``trace`` (its index is built here, once), of the
-    history's run ``run`` where it is one."""
+    """A :class:`~.widget.TimelineWidget` over ``trace``, of the history's run ``run`` where it is
+    one: its index read from the store beside the run where one matches, else built here; once the
+    first view is answered, the index is stored there on a thread of its own (the view does not
+    wait for the write)."""
     from .lod import TimelineIndex
     from .widget import TimelineWidget
 
-    return TimelineWidget(TimelineIndex.build(trace), title=title, source=trace.meta.path or None, run=run)
+    widget = TimelineWidget(TimelineIndex.build(trace), title=title, source=trace.meta.path or None, run=run)
+    if widget.index.shelf is not None:
+        threading.Thread(target=_keep, args=(widget.index,), name="npumagic-timeline-store", daemon=True).start()
+    return widget
+
+
+def _keep(index) -> None:
+    try:
+        index.keep()
+    except Exception:  # noqa: BLE001 - the store is a cache: the timeline never fails for it
+        log.debug("timeline index not stored", exc_info=True)
 
 
 def with_live_timeline(report, trace: Trace, title: str = ""):

@@ -10,18 +10,21 @@ pixels. Pure numpy and pandas: no matplotlib, no widget."""
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from ...analysis.intervals import Spans
 from ...analysis.schema import DEVICE_WORK, Trace
+from .columns import INT64_SAFE, aggregate, cover, dominant, longest, paint_outermost
 from .launches import launches
 from .nested import MODULES, NESTED_GROUPS, REGIONS, nested_kinds, nested_spans, with_nested
 from .rows import stack
+from .shelf import Shelf
+from .series import CORE_LANES, MEMORY_EVENTS_MAX, memory_events, series_columns, series_of  # noqa: F401 (CORE_LANES: re-exported)
 
 HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
 GROUP_ORDER = {"host": 0, REGIONS: 1, MODULES: 2, "device": 3, "comm": 4}  # a rank's lanes, top to bottom
@@ -29,110 +32,15 @@ DEVICE_GROUPS = ("device", "comm")
 EXACT_LIMIT = 40_000  # events in view up to which the dominant operator is computed from the events
 BASE_EVENTS_PER_BIN = 8  # the pyramid's finest bins hold about this many events
 PYRAMID_FACTOR = 4
+OVERVIEW_BINS = 8192  # the coarse pass's bins per lane at most (at least half): a first view up to 2048 px reads them
+OVERVIEW_TABLE_LIMIT = 8_000_000  # its (bin, name) table up to this many cells (64 MB); beyond, sorted keys
 EVENTS_MAX_PER_LANE = 1_000  # a lane sends its events, not columns, below min(this, pixels / 2)
-# a memory line sends its allocations and frees one by one below min(this, pixels / 4) in the view
-MEMORY_EVENTS_MAX = 250
 GAP_MIN_FRACTION = 0.02  # device idle gaps longer than this share of the view are marked
 MAX_WIDTH_PX = 8192  # a view wider than this (a browser's report gone wrong) is answered at this width
 # a view's ends are clamped to this many ms either side of the first step: far beyond any trace
 # (int64 ns end at 9.2e12 ms), and small enough that the ends in ns (x 1e6) and the view's span
 # stay finite floats, so an answer never carries Infinity or NaN
 VIEW_LIMIT_MS = 1e300
-_INT64_SAFE = float(2**62)  # times are clipped to this before an int64 search (1e306 ns would overflow it)
-# counter lanes, as the static timeline draws them (the host's: the profiled process's CPU share)
-COUNTER_GROUPS = ("HBM", "AI Core Freq", "Host")
-HOST_COUNTER = "Process/CPU"
-# the host sampler's other CPU lines, each a lane of its own: the cell's thread, each DataLoader
-# worker (competing with it for cores), each core (up to CORE_LANES: beyond, a lane a core is noise)
-HOST_LINES = ((re.compile(r"Main thread/CPU"), "main thread CPU"), (re.compile(r"Worker (\d+)/CPU"), "DataLoader worker {} CPU"),
-              (re.compile(r"Core (\d+)/CPU"), "core {} CPU"))
-CORE_LANES = 16
-
-
-def _cover(starts: np.ndarray, ends: np.ndarray, cum: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Union length of the disjoint sorted spans (float64: searchsorted would otherwise convert the
-    whole array on every call) before each time ``x`` (float ns)."""
-    if len(starts) == 0:
-        return np.zeros_like(x, dtype=np.float64)
-    k = np.searchsorted(starts, x, side="right") - 1
-    safe = np.clip(k, 0, None)
-    inside = np.clip(x - starts[safe], 0, ends[safe] - starts[safe])
-    return np.where(k >= 0, cum[safe] + inside, 0.0)
-
-
-TABLE_LIMIT = 2_000_000  # (column, name) tables up to this many cells; beyond, sorted keys
-
-
-def _dominant(s: np.ndarray, e: np.ndarray, codes: np.ndarray, t0: float, t1: float,
-              width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per column of ``width`` between t0 and t1, the code whose spans cover the most of it
-    (summed over its spans; -1 where nothing runs), and that time in ns.
-
-    Spans' partial columns are summed per (column, code); the columns a span covers whole are
-    counted per code with a difference array. Beyond TABLE_LIMIT (the pyramid's fine bins), a
-    whole-covered column goes to the span reaching furthest (the outermost of nested ops)."""
-    col_ns = (t1 - t0) / width
-    s, e = np.clip(s.astype(np.float64), t0, t1), np.clip(e.astype(np.float64), t0, t1)
-    keep = e > s
-    s, e, codes = s[keep], e[keep], codes[keep]
-    if s.size == 0:
-        return np.full(width, -1, dtype=np.int64), np.zeros(width)
-    c0 = np.clip(((s - t0) / col_ns).astype(np.int64), 0, width - 1)
-    c1 = np.clip(np.ceil((e - t0) / col_ns).astype(np.int64) - 1, c0, width - 1)
-    edge = lambda c: t0 + c * col_ns  # noqa: E731
-    same = c0 == c1
-    cols = np.concatenate([c0, c1[~same]])
-    weights = np.concatenate([np.where(same, e - s, edge(c0 + 1) - s), (e - edge(c1))[~same]])
-    names = np.concatenate([codes, codes[~same]])
-    full = np.flatnonzero(c1 - 1 >= c0 + 1)
-    spanning = np.unique(codes[full])
-    if full.size and spanning.size * width > TABLE_LIMIT:
-        out, best = _aggregate(cols, names, weights, width, with_weights=True)
-        best[_paint_outermost(out, codes, c0, c1, full)] = col_ns
-        return out, best
-    dense = np.zeros((spanning.size, width + 1))
-    row = np.searchsorted(spanning, codes[full])
-    np.add.at(dense, (row, c0[full] + 1), 1)
-    np.add.at(dense, (row, c1[full]), -1)
-    dense = np.cumsum(dense[:, :width], axis=1) * col_ns
-    in_dense = np.isin(names, spanning)
-    np.add.at(dense, (np.searchsorted(spanning, names[in_dense]), cols[in_dense]), weights[in_dense])
-    out, best = _aggregate(cols[~in_dense], names[~in_dense], weights[~in_dense], width, with_weights=True)
-    if spanning.size:
-        top = dense.argmax(axis=0)
-        value = dense[top, np.arange(width)]
-        wins = (value > 0) & (value >= best)
-        out[wins], best[wins] = spanning[top[wins]], value[wins]
-    return out, best
-
-
-def _aggregate(cols: np.ndarray, codes: np.ndarray, weights: np.ndarray, width: int, with_weights: bool = False):
-    """Per column, the code with the largest summed weight (-1 where none); and that sum."""
-    out = np.full(width, -1, dtype=np.int64)
-    best = np.zeros(width)
-    keep = codes >= 0
-    if not keep.any():
-        return (out, best) if with_weights else out
-    cols, codes, weights = cols[keep], codes[keep], weights[keep]
-    used, codes = np.unique(codes, return_inverse=True)
-    m = used.size
-    if width * m <= TABLE_LIMIT:  # a (column, code) table: no sort
-        table = np.bincount(cols * m + codes, weights=weights, minlength=width * m).reshape(width, m)
-        top = table.argmax(axis=1)
-        value = table[np.arange(width), top]
-        has = value > 0
-        out[has], best[has] = used[top[has]], value[has]
-        return (out, best) if with_weights else out
-    keys, where = np.unique(cols * m + codes, return_inverse=True)
-    sums = np.bincount(where, weights=weights)
-    kcol = keys // m
-    starts = np.flatnonzero(np.r_[True, kcol[1:] != kcol[:-1]])
-    peak = np.maximum.reduceat(sums, starts)
-    seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, keys.size]))
-    firsts = np.flatnonzero(sums == peak[seg])
-    firsts = firsts[np.r_[True, seg[firsts][1:] != seg[firsts][:-1]]]  # the first code reaching each column's peak
-    out[kcol[firsts]], best[kcol[firsts]] = used[keys[firsts] % m], sums[firsts]
-    return (out, best) if with_weights else out
 
 
 @dataclass
@@ -148,7 +56,9 @@ class Level:
 
 @dataclass
 class LaneIndex:
-    """One lane's columns, sorted by start (longer first on ties, so parents precede children)."""
+    """One lane's columns, sorted by start (longer first on ties, so parents precede children).
+    Its pyramid is built (or read from the run's store) the first time a view needs it: the
+    first view is answered from ``overview``, the coarse pass made with the lane."""
 
     name: str
     rank: int
@@ -162,10 +72,16 @@ class LaneIndex:
     union: Spans
     union_cum: np.ndarray
     own: np.ndarray | None = None  # regions lanes: whether each span is an annotation torch writes itself
-    levels: list[Level] = field(default_factory=list)
+    overview: Level | None = None  # OVERVIEW_BINS bins over the lane, exact (lanes over EXACT_LIMIT events)
+    pyramid: Callable[["LaneIndex"], list[Level]] = field(default=lambda lane: _pyramid(lane), repr=False)
+    _levels: list[Level] | None = field(default=None, repr=False)
 
-    def __post_init__(self) -> None:
-        self.union_f = (self.union.starts.astype(np.float64), self.union.ends.astype(np.float64))
+    @property
+    def levels(self) -> list[Level]:
+        """The pyramid's levels, finest first (built on first use)."""
+        if self._levels is None:
+            self._levels = self.pyramid(self)
+        return self._levels
 
     def window(self, t0: float, t1: float) -> tuple[int, int]:
         """[i, j): the events that may overlap (t0, t1) (all that do; a few nested ones may not).
@@ -175,21 +91,24 @@ class LaneIndex:
 
     def busy(self, edges: np.ndarray) -> np.ndarray:
         """Share of each column between consecutive ``edges`` covered by the lane's spans."""
-        cover = _cover(*self.union_f, self.union_cum, edges)
-        return np.diff(cover) / np.diff(edges)
+        covered = cover(self.union.starts, self.union.ends, self.union_cum, edges)
+        return np.diff(covered) / np.diff(edges)
 
     def dominant(self, t0: float, t1: float, width: int) -> np.ndarray:
         i, j = self.window(t0, t1)
         col_ns = (t1 - t0) / width
-        level = next((lv for lv in reversed(self.levels) if lv.bin_ns * 2 <= col_ns), None)
-        if j - i <= EXACT_LIMIT or level is None:
-            return _dominant(self.starts[i:j], self.ends[i:j], self.codes[i:j], t0, t1, width)[0]
+        if j - i <= EXACT_LIMIT:
+            return dominant(self.starts[i:j], self.ends[i:j], self.codes[i:j], t0, t1, width)[0]
+        fits = self.overview is not None and self.overview.bin_ns * 2 <= col_ns
+        level = self.overview if fits else next((lv for lv in reversed(self.levels) if lv.bin_ns * 2 <= col_ns), None)
+        if level is None:
+            return dominant(self.starts[i:j], self.ends[i:j], self.codes[i:j], t0, t1, width)[0]
         a = max(int((t0 - level.lo) // level.bin_ns), 0)
         b = min(int(np.ceil((t1 - level.lo) / level.bin_ns)), len(level.codes))
         centres = level.lo + (np.arange(a, b) + 0.5) * level.bin_ns
         cols = ((centres - t0) / col_ns).astype(np.int64)
         inside = (cols >= 0) & (cols < width)
-        return _aggregate(cols[inside], level.codes[a:b][inside], level.weights[a:b][inside], width)
+        return aggregate(cols[inside], level.codes[a:b][inside], level.weights[a:b][inside], width)
 
     def gaps(self, t0: float, t1: float, min_ns: float) -> np.ndarray:
         """(start, end) pairs of the holes between the lane's spans within (t0, t1), at least ``min_ns``."""
@@ -203,48 +122,15 @@ class LaneIndex:
 
 def _ns(t: float) -> np.int64:
     """A time (float ns) as the int64 the lane arrays are searched with, clipped to their range."""
-    return np.int64(min(max(t, -_INT64_SAFE), _INT64_SAFE))
+    return np.int64(min(max(t, -INT64_SAFE), INT64_SAFE))
 
 
 def _depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Nesting depth of spans sorted by start: how many earlier spans are still open at each start."""
-    closed = np.searchsorted(np.sort(ends), starts, side="right")
-    return np.maximum(np.arange(starts.size) - closed, 0)
-
-
-def _longest(s, e, codes, lo: float, bin_ns: float, bins: int) -> np.ndarray:
-    """Per bin, the code of the span with the longest piece in it (-1 where none): the pyramid's
-    finest level, approximate where it matters least (bins far narrower than a pixel)."""
-    out = np.full(bins, -1, dtype=np.int64)
-    s, e = s.astype(np.float64), e.astype(np.float64)
-    c0 = np.clip(((s - lo) / bin_ns).astype(np.int64), 0, bins - 1)
-    c1 = np.clip(np.ceil((e - lo) / bin_ns).astype(np.int64) - 1, c0, bins - 1)
-    same = c0 == c1
-    first = np.where(same, e - s, lo + (c0 + 1) * bin_ns - s)
-    # (piece length, code) packed in one int64, so one maximum.at finds both
-    pack = lambda piece, code: (np.clip(piece, 0, 2**38 - 1).astype(np.int64) << 24) | code  # noqa: E731
-    best = np.full(bins, -1, dtype=np.int64)
-    np.maximum.at(best, c0, pack(first, codes))
-    np.maximum.at(best, c1[~same], pack((e - (lo + c1 * bin_ns))[~same], codes[~same]))
-    has = best >= 0
-    out[has] = best[has] & (2**24 - 1)
-    full = np.flatnonzero(c1 - 1 >= c0 + 1)
-    if full.size:
-        _paint_outermost(out, codes, c0, c1, full)
-    return out
-
-
-def _paint_outermost(out: np.ndarray, codes, c0, c1, full: np.ndarray) -> np.ndarray:
-    """Set each column of ``out`` that a span of ``full`` covers whole to the code of the one
-    among them reaching furthest (the outermost of nested ops); return the columns set. ``c0``
-    and ``c1`` are each span's first and last column."""
-    width, n = out.size, np.int64(codes.size)
-    paint = np.full(width + 1, -1, dtype=np.int64)
-    np.maximum.at(paint, c0[full] + 1, (c1[full] - 1) * n + full)
-    reach = np.maximum.accumulate(paint)[:width]
-    covered = (reach >= 0) & (reach // n >= np.arange(width))
-    out[covered] = codes[reach[covered] % n]
-    return covered
+    closed = np.searchsorted(np.sort(ends, kind="stable"), starts, side="right")  # timsort: ends come nearly sorted
+    depth = np.arange(starts.size)
+    depth -= closed  # in place (a lane of 6M events: 48 MB a temporary array)
+    return np.maximum(depth, 0, out=depth)
 
 
 def _pyramid(lane: "LaneIndex") -> list[Level]:
@@ -256,23 +142,63 @@ def _pyramid(lane: "LaneIndex") -> list[Level]:
     lo, hi = float(lane.starts[0]), float(lane.ends.max())
     bins = int(2 ** np.ceil(np.log2(max(n / BASE_EVENTS_PER_BIN, 2))))
     bin_ns = (hi - lo) / bins
-    base = _longest(lane.starts, lane.ends, lane.codes, lo, bin_ns, bins)
-    weight = np.diff(_cover(*lane.union_f, lane.union_cum, lo + np.arange(bins + 1) * bin_ns))
+    base = longest(lane.starts, lane.ends, lane.codes, lo, bin_ns, bins)
+    weight = _busy_bins(lane, lo, bin_ns, bins)
     levels = [Level(lo, bin_ns, base, weight)]
     while len(levels[-1].codes) > 2048:
         prev = levels[-1]
         cols = np.arange(len(prev.codes)) // PYRAMID_FACTOR
         width = int(np.ceil(len(prev.codes) / PYRAMID_FACTOR))
-        codes_up = _aggregate(cols, prev.codes, prev.weights, width)
+        codes_up = aggregate(cols, prev.codes, prev.weights, width)
         weights_up = np.bincount(cols, weights=prev.weights, minlength=width)
         levels.append(Level(lo, prev.bin_ns * PYRAMID_FACTOR, codes_up, weights_up))
     return levels
+
+
+def _busy_bins(lane: "LaneIndex", lo: float, bin_ns: float, bins: int) -> np.ndarray:
+    """The lane's busy time (ns, the union of its spans) in each of ``bins`` bins of ``bin_ns`` from ``lo``."""
+    return np.diff(cover(lane.union.starts, lane.union.ends, lane.union_cum, lo + np.arange(bins + 1) * bin_ns))
+
+
+def _overview(lane: "LaneIndex") -> Level | None:
+    """The coarse pass: per bin over the lane (OVERVIEW_BINS / 2 to OVERVIEW_BINS bins of a power of
+    two ns, so a bin is a shift), its dominant code (the most time, exact from the events) and its
+    busy time, vectorised, without a sort. None for a lane of few events (their views are
+    answered from the events)."""
+    n = lane.starts.size
+    if n <= EXACT_LIMIT:
+        return None
+    lo = int(lane.starts[0])
+    shift = max(int(np.ceil(np.log2(max(int(lane.reach[-1]) - lo, 1) / OVERVIEW_BINS))), 0)
+    bins, bin_ns, m = ((int(lane.reach[-1]) - lo) >> shift) + 1, float(1 << shift), int(lane.codes.max()) + 1
+    if bins * m > OVERVIEW_TABLE_LIMIT:  # many names: per bin from the events' sorted keys
+        codes, _ = dominant(lane.starts, lane.ends, lane.codes, lo, lo + bins * bin_ns, bins)
+        return Level(float(lo), bin_ns, codes, _busy_bins(lane, lo, bin_ns, bins))
+    s, e = lane.starts - lo, lane.ends - lo
+    c0, c1 = s >> shift, e - 1  # the first and last bin each span reaches (in place: no more temporaries)
+    np.maximum(c1, s, out=c1)
+    c1 >>= shift
+    single = c0 == c1
+    table = np.bincount(c0[single] * m + lane.codes[single], weights=(e - s)[single], minlength=bins * m)
+    extra = np.flatnonzero(~single)
+    if extra.size:  # spans over several bins: one piece per bin they reach
+        k = c1[extra] - c0[extra] + 1
+        span_of = np.repeat(extra, k)
+        col = c0[span_of] + np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)
+        piece = np.minimum(e[span_of], (col + 1) << shift) - np.maximum(s[span_of], col << shift)
+        table += np.bincount(col * m + lane.codes[span_of], weights=piece, minlength=bins * m)
+    table = table.reshape(bins, m)
+    top = table.argmax(axis=1)
+    codes = np.where(table[np.arange(bins), top] > 0, top, -1)
+    return Level(float(lo), bin_ns, codes, _busy_bins(lane, lo, bin_ns, bins))
 
 
 def _lane_rows(ev: pd.DataFrame):
     """(rank, lane name, row positions) of each lane, from the category codes (no string keys)."""
     lanes = ev["lane"].cat
     key = ev["rank"].to_numpy().astype(np.int64) * (len(lanes.categories) + 1) + lanes.codes.to_numpy()
+    if len(key) and key.max() < 2**15:  # numpy sorts 16-bit keys by radix, in one pass
+        key = key.astype(np.int16)
     order = np.argsort(key, kind="stable")
     first = np.flatnonzero(np.r_[True, key[order][1:] != key[order][:-1]]) if len(key) else np.empty(0, np.int64)
     for a, b in zip(first, np.r_[first[1:], len(key)]):
@@ -284,6 +210,98 @@ def _lane_group(kinds: pd.Series, device: int) -> str:
     if bool((kinds == "comm").all()):
         return "comm"
     return "device" if device >= 0 else "host"
+
+
+def _drawn(ev: pd.DataFrame) -> pd.DataFrame:
+    """The events the timeline draws: host and device work, less the ProfilerStep annotations
+    (the steps are drawn of their own). No copy where every event is drawn."""
+    keep = _of_kinds(ev, HOST_KINDS + DEVICE_WORK)
+    marks = ev["name"].cat.categories.astype(str).str.startswith("ProfilerStep#")  # per name, not per event
+    if marks.any():
+        keep = keep & ~((ev["kind"] == "annotation") & ev["name"].isin(ev["name"].cat.categories[marks])).to_numpy()
+    return ev.reset_index(drop=True) if keep.all() else ev[keep].reset_index(drop=True)
+
+
+def _of_kinds(ev: pd.DataFrame, kinds) -> np.ndarray:
+    """Whether each event's kind is one of ``kinds``: a lookup of its category code (one pass, no
+    hashing of 10M values as ``isin`` does)."""
+    column = ev["kind"].cat
+    wanted = np.append(column.categories.astype(str).isin(kinds), False)  # code -1 (no kind): last
+    return wanted[column.codes.to_numpy()]
+
+
+def _lane(name: str, rank: int, group: str, rows: np.ndarray, *, ts: np.ndarray, end: np.ndarray,
+          codes_all: np.ndarray, own: np.ndarray, nested_depth: np.ndarray) -> LaneIndex:
+    """One lane of the events at ``rows``: sorted (the trace's own order mostly is), its union, its
+    depths and its coarse pass (:func:`_overview`); the pyramid waits for a view that needs it."""
+    s, e = ts[rows], end[rows]
+    ds, de = np.diff(s), np.diff(e)
+    if not ((ds > 0) | ((ds == 0) & (de <= 0))).all():
+        sort = np.lexsort((-e, s))
+        s, e, rows = s[sort], e[sort], rows[sort]
+        de = np.diff(e)
+    # a lane whose spans follow one another (a device stream, mostly) is its own reach and union:
+    # the same arrays, not copies (at 10M events each copy is 80 MB)
+    reach = e if (de >= 0).all() else np.maximum.accumulate(e)
+    del ds, de
+    union = _union_sorted(s, e if (e > s).all() else np.maximum(e, s + 1))  # a span of no length counts 1 ns
+    cum = np.zeros(len(union), np.float64)  # the union's length before each of its spans
+    np.cumsum((union.ends - union.starts)[:-1], out=cum[1:])
+    nested = group in NESTED_GROUPS
+    # a nested lane's rows are its tree's depths (the spans that could not nest already left out)
+    if nested:
+        depth = nested_depth[rows]
+    else:  # spans that never meet (a device stream) are all at depth 0: no sort of their ends
+        depth = np.zeros(s.size, np.int8) if len(union) == s.size else _depth(s, e)
+    lane = LaneIndex(name, rank, group, s, e, reach, _narrow(codes_all[rows]), _narrow(rows), _narrow(depth), union, cum,
+                     own=own[rows] if nested else None)
+    lane.overview = _overview(lane)
+    return lane
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """Whole numbers (at least -1) in the narrowest of int8 .. int64 that holds them."""
+    top = int(values.max()) if values.size else 0
+    return values.astype(next(t for t in (np.int8, np.int16, np.int32, np.int64) if top <= np.iinfo(t).max), copy=False)
+
+
+def _union_sorted(s: np.ndarray, e: np.ndarray) -> Spans:
+    """:meth:`Spans.union_of` for spans sorted by start already (no sort: one running maximum)."""
+    if s.size == 0:
+        return Spans.empty()
+    reach = np.maximum.accumulate(e)
+    first = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
+    if first.size == s.size:  # no two spans touch: the union is the spans themselves
+        return Spans(s, e)
+    return Spans(s[first], reach[np.append(first[1:] - 1, s.size - 1)])
+
+
+def _lane_arrays(lane: LaneIndex) -> dict:
+    """A lane as the store keeps it (:class:`~.shelf.Shelf`)."""
+    ov = lane.overview
+    same = lambda a, *names: next((n for n in names if a is getattr(lane, n)), a)  # noqa: E731 (an array shared, by name)
+    return {"name": lane.name, "rank": lane.rank, "group": lane.group, "starts": lane.starts, "ends": lane.ends,
+            "reach": same(lane.reach, "ends"), "codes": lane.codes, "rows": lane.rows, "depth": lane.depth,
+            "union_starts": same(lane.union.starts, "starts"), "union_ends": same(lane.union.ends, "ends", "reach"),
+            "union_cum": lane.union_cum,
+            "own": lane.own, "overview": None if ov is None else [ov.lo, ov.bin_ns],
+            "overview_codes": None if ov is None else ov.codes, "overview_weights": None if ov is None else ov.weights}
+
+
+def _stored_lane(a: dict) -> LaneIndex:
+    ov = None if a["overview"] is None else Level(*a["overview"], a["overview_codes"], a["overview_weights"])
+    return LaneIndex(a["name"], a["rank"], a["group"], a["starts"], a["ends"], a["reach"], a["codes"], a["rows"],
+                     a["depth"], Spans(a["union_starts"], a["union_ends"]), a["union_cum"], own=a.get("own"), overview=ov)
+
+
+def _kept_pyramid(shelf: "Shelf", k: int, lane: LaneIndex) -> list[Level]:
+    """Lane ``k``'s pyramid from the store, else built and stored."""
+    kept = shelf.levels(k)
+    if kept is not None:
+        return [Level(*lv) for lv in kept]
+    levels = _pyramid(lane)
+    shelf.keep_levels(k, [(lv.lo, lv.bin_ns, lv.codes, lv.weights) for lv in levels])
+    return levels
 
 
 @dataclass
@@ -311,54 +329,62 @@ class TimelineIndex:
     paths: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))
     threads: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))  # and its host thread
 
+    shelf: "Shelf | None" = None  # where the index is stored beside the run (None: nowhere)
+    in_store: bool = False  # whether the store holds the lanes (read from it, or written by keep)
+
     @classmethod
-    def build(cls, trace: Trace) -> "TimelineIndex":
-        ev = trace.events
-        ev = ev[ev["kind"].isin(HOST_KINDS + DEVICE_WORK).to_numpy()]
-        marks = ev["name"].cat.categories.astype(str).str.startswith("ProfilerStep#")  # per name, not per event
-        ev = ev[~((ev["kind"] == "annotation") & ev["name"].isin(ev["name"].cat.categories[marks])).to_numpy()]
-        ev = ev.reset_index(drop=True)
+    def build(cls, trace: Trace, stored: bool = True) -> "TimelineIndex":
+        """The index of ``trace``. ``stored``: its lanes are read from the store beside the run
+        (``trace.meta.path``) where one matches the sources, and :meth:`keep` writes them there."""
+        ev = _drawn(trace.events)
         names = np.asarray(ev["name"].cat.categories.astype(str)) if len(ev) else np.array([], dtype=object)
         steps = trace.steps
         ts = ev["ts_ns"].to_numpy()
-        end = ts + np.maximum(ev["dur_ns"].to_numpy(), 0)
         origin = int(steps["start_ns"].min()) if len(steps) else int(ts.min()) if len(ts) else 0
-        ts, end = ts - origin, end - origin
+        nested = nested_spans(trace)
+        shelf = Shelf.of(trace.meta.path, len(ev) + len(nested)) if stored else None
+        kept = shelf.lanes() if shelf is not None else None
+        # the marks before the lanes' arrays exist, so that the peaks of memory of both do not add up
+        marks = shelf.marks() if kept is not None else _marks(trace, origin)
+        end = np.maximum(ev["dur_ns"].to_numpy(), 0)
+        end += ts - origin  # in place: at 10M events each array less is 80 MB less
+        ts = ts - origin
         lo = int(min(ts.min(), 0)) if len(ts) else 0
         hi = int(max(end.max(), steps["end_ns"].max() - origin if len(steps) else 0)) if len(ts) else 1
-        lanes = []
-        codes_all = ev["name"].cat.codes.to_numpy().astype(np.int64) if len(ev) else np.empty(0, np.int64)
+        codes_all = ev["name"].cat.codes.to_numpy().astype(np.int32) if len(ev) else np.empty(0, np.int32)
         details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind", "correlation"]]
-        order = []
-        for rank, lane, rows in _lane_rows(ev):
-            group = _lane_group(ev["kind"].iloc[rows], int(ev["device"].iloc[rows].max()))
-            order.append((int(rank), GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows))
-        nested = nested_spans(trace)
-        own, nested_depth, nested_from = np.zeros(len(ev), bool), np.zeros(len(ev), np.int64), len(ev)
+        own, nested_depth, nested_from, more = None, None, len(ev), []
         if len(nested):  # regions and modules: lanes of their own, their spans rows of their own
             names, details, codes_all, ts, end, own, nested_depth, more = with_nested(
                 nested, names, details, codes_all, ts, end, origin)
-            order += [(rank, GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows) for rank, group, lane, rows in more]
-        for rank, _, _, lane, group, rows in sorted(order, key=lambda o: o[:3]):
-            s, e = ts[rows], end[rows]
-            ds, de = np.diff(s), np.diff(e)
-            if not ((ds > 0) | ((ds == 0) & (de <= 0))).all():  # the trace's own order (by time) mostly is this
-                sort = np.lexsort((-e, s))
-                s, e, rows = s[sort], e[sort], rows[sort]
-            union = Spans.union_of(s, np.maximum(e, s + 1))
-            cum = np.concatenate([[0], np.cumsum(union.ends - union.starts)[:-1]]).astype(np.float64)
-            codes = codes_all[rows]
-            # a nested lane's rows are its tree's depths (the spans that could not nest already left out)
-            depth = nested_depth[rows] if group in NESTED_GROUPS else _depth(s, e)
-            lanes.append(LaneIndex(lane, rank, group, s, e, np.maximum.accumulate(e), codes, rows, depth,
-                                   union, cum, own=own[rows] if group in NESTED_GROUPS else None))
-            lanes[-1].levels = _pyramid(lanes[-1])
+        if kept is not None:
+            lanes = [_stored_lane(a) for a in kept]
+        else:
+            order = [(rank, GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows) for rank, group, lane, rows in more]
+            for rank, lane, rows in _lane_rows(ev):
+                group = _lane_group(ev["kind"].iloc[rows], int(ev["device"].iloc[rows].max()))
+                order.append((int(rank), GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows))
+            lanes = [_lane(lane, rank, group, rows, ts=ts, end=end, codes_all=codes_all, own=own, nested_depth=nested_depth)
+                     for rank, _, _, lane, group, rows in sorted(order, key=lambda o: o[:3])]
         kinds = _name_kinds(ev, len(ev["name"].cat.categories) if len(ev) else 0)
         if len(nested):
             kinds = nested_kinds(names, kinds, ev, nested)
         paths, threads = (nested[c].to_numpy(object) if len(nested) else np.array([], dtype=object) for c in ("path", "thread"))
-        return cls(lanes, names, details, steps, origin, lo, hi, _series(trace, origin), kinds,
-                   launches(trace.events, origin), _marks(trace, origin), nested_from, paths, threads)
+        index = cls(lanes, names, details, steps, origin, lo, hi, series_of(trace, origin), kinds,
+                    launches(trace.events, origin), marks, nested_from, paths, threads, shelf)
+        index.in_store = kept is not None
+        for k, lane in enumerate(lanes):
+            lane.pyramid = partial(_kept_pyramid, shelf, k) if shelf is not None else _pyramid
+        return index
+
+    def keep(self) -> bool:
+        """Write the lanes to the store beside the run, unless they came from there (or there is
+        none); whether the store holds them now. Pyramids built later are added as they are built."""
+        if self.shelf is None:
+            return False
+        if not self.in_store:
+            self.in_store = self.shelf.write([_lane_arrays(ln) for ln in self.lanes], self.marks)
+        return self.in_store
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
         """The view from ``t0_ms`` to ``t1_ms`` (ms from :attr:`origin`) at ``width_px`` columns.
@@ -372,7 +398,7 @@ class TimelineIndex:
         idle holes of at least 2% of the view. ``series``: per memory/counter line, one value
         per column (the column's maximum, else the last sample before it; None before the first).
         ``memory``: per series, None, or for a memory line zoomed in to few enough samples its
-        allocations and frees (:func:`_memory_events`).
+        allocations and frees (:func:`~.series.memory_events`).
         """
         width = min(max(int(width_px), 1), MAX_WIDTH_PX)
         t0_ms, t1_ms = (min(max(float(t), -VIEW_LIMIT_MS), VIEW_LIMIT_MS) for t in (t0_ms, t1_ms))
@@ -419,8 +445,8 @@ class TimelineIndex:
         return {"t0": t0 / 1e6, "t1": t1 / 1e6, "width": width,
                 "names": [str(self.names[c]) for c in used], "kinds": [str(self.name_kinds[c]) for c in used],
                 "lanes": answer,
-                "series": [_series_columns(s, edges) for s in self.series],
-                "memory": [_memory_events(s, t0, t1, min(MEMORY_EVENTS_MAX, width // 4)) for s in self.series]}
+                "series": [series_columns(s, edges) for s in self.series],
+                "memory": [memory_events(s, t0, t1, min(MEMORY_EVENTS_MAX, width // 4)) for s in self.series]}
 
     def details(self, row: int) -> dict:
         """Name, duration, step, shapes and source of one event (an ``id`` of an events answer),
@@ -476,90 +502,3 @@ def _name_kinds(ev: pd.DataFrame, names: int) -> np.ndarray:
     table = np.bincount(ev["name"].cat.codes.to_numpy().astype(np.int64) * k + kinds.codes.to_numpy(),
                         minlength=names * k).reshape(names, k)
     return np.asarray(kinds.categories.astype(str))[table.argmax(axis=1)]
-
-
-def _series(trace: Trace, origin: int) -> list[dict]:
-    """Memory (allocated MiB per device) and counter lines (one per counters group: bandwidths
-    summed, in GB/s; other units averaged over their names), sorted by time."""
-    out = []
-    for (rank, device), m in trace.memory.groupby(["rank", trace.memory["device"].astype(str)], observed=True):
-        m = m.sort_values("ts_ns")
-        out.append({"rank": int(rank), "lane": "memory", "label": f"{device} allocated", "unit": "MiB",
-                    "ts": m["ts_ns"].to_numpy() - origin, "values": m["allocated_bytes"].to_numpy() / 2**20})
-    c = trace.counters
-    host_lines = _host_lines(c, origin)
-    c = c[c["group"].astype(str).isin(COUNTER_GROUPS).to_numpy()]
-    c = c[((c["group"].astype(str) != "Host") | (c["name"].astype(str) == HOST_COUNTER)).to_numpy()]
-    for (rank, group), part in c.groupby(["rank", c["group"].astype(str)], observed=True):
-        unit = str(part["unit"].iat[0])
-        part = part[part["unit"].astype(str) == unit]
-        per_ts = part.groupby("ts_ns", sort=True)["value"]
-        values = per_ts.sum() / 2**30 if unit == "B/s" else per_ts.mean()
-        out.append({"rank": int(rank), "lane": group, "label": group, "unit": "GB/s" if unit == "B/s" else unit,
-                    "ts": values.index.to_numpy() - origin, "values": values.to_numpy(dtype=np.float64)})
-    return out + host_lines
-
-
-def _host_lines(counters: pd.DataFrame, origin: int) -> list[dict]:
-    """The host sampler's CPU lines beyond the process's (:data:`HOST_LINES`), in %, per rank:
-    the main thread, then the workers, then the cores (numbered in order)."""
-    host = counters[(counters["group"].astype(str) == "Host").to_numpy()]
-    out = []
-    for (rank, name), part in host.groupby(["rank", host["name"].astype(str)], observed=True, sort=False):
-        for order, (pattern, label) in enumerate(HOST_LINES):
-            m = pattern.fullmatch(name)
-            if m is None or (order == 2 and int(m.group(1)) >= CORE_LANES):
-                continue
-            part = part[part["value"].notna().to_numpy()].sort_values("ts_ns")  # the first reading has no interval
-            number = int(m.group(1)) if m.groups() else 0
-            out.append({"rank": int(rank), "lane": "Host CPU", "label": label.format(*m.groups()), "unit": "%",
-                        "ts": part["ts_ns"].to_numpy() - origin, "values": part["value"].to_numpy(dtype=np.float64),
-                        "order": (int(rank), order, number)})
-    out.sort(key=lambda s: s.pop("order"))
-    return out
-
-
-def _series_columns(series: dict, edges: np.ndarray) -> list:
-    """The series' maximum within each column; empty columns hold the last sample before them."""
-    ts, values = series["ts"], series["values"]
-    width = edges.size - 1
-    if ts.size == 0:
-        return [None] * width
-    a = np.searchsorted(ts, edges[:-1], side="left")
-    b = np.searchsorted(ts, edges[1:], side="left")
-    out = np.full(width, np.nan)
-    has = b > a
-    if has.any():
-        out[has] = _reduce_max(values, a[has], b[has])
-    before = a - 1
-    carry = (~has) & (before >= 0)
-    out[carry] = values[before[carry]]
-    # NaN (no sample yet) as null, and an infinite sample too: answers are strict JSON
-    return [v if math.isfinite(v) else None for v in np.round(out, 4).tolist()]
-
-
-def _memory_events(series: dict, t0: float, t1: float, limit: int) -> dict | None:
-    """A memory line's samples from ``t0`` to ``t1`` (ns from the origin) one by one, where they are
-    at most ``limit``: ``t`` (ms), ``change`` (MiB: the sample's total less the one before, an
-    allocation above zero and a free below; None for the line's first sample) and ``total`` (MiB).
-    None for other lines and where there are more (the columns serve)."""
-    if series["lane"] != "memory":
-        return None
-    ts, values = series["ts"], series["values"]
-    a, b = (int(i) for i in np.searchsorted(ts, [t0, t1], side="left"))
-    if b - a > limit:
-        return None
-    window = values[max(a - 1, 0):b]
-    change = np.diff(window) if a > 0 else np.concatenate([[np.nan], np.diff(window)])
-    keep = np.isfinite(values[a:b])  # samples without a total (an older Kineto) are not drawn
-    finite = lambda x: [round(float(v), 6) if math.isfinite(v) else None for v in x]  # noqa: E731
-    return {"t": np.round(ts[a:b][keep] / 1e6, 6).tolist(), "change": finite(change[keep]),
-            "total": finite(values[a:b][keep])}
-
-
-def _reduce_max(values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """max(values[a[k]:b[k]]) for non-empty, sorted, non-overlapping segments."""
-    bounds = np.unique(np.concatenate([a, b]))
-    bounds = bounds[bounds < values.size]
-    maxima = np.maximum.reduceat(values, bounds)
-    return maxima[np.searchsorted(bounds, a)]

@@ -1,0 +1,162 @@
+"""The live timeline's index kept beside the run: each lane's arrays as numpy ``.npy`` files in
+``<output>/npumagic_store/timeline/`` (the folder of :mod:`npumagic.analysis.store`), read back
+memory-mapped, so reopening a run (a kernel restart, ``%npushow``) answers its first view without
+building anything; a lane's pyramid is added there the first time a view needs it.
+
+``manifest.json`` there follows the store's rules: npumagic's version and format and the size and
+mtime of every source file (:func:`~npumagic.analysis.store.stale`), plus this index's own format,
+its events and lanes. A manifest that does not match is never trusted: the index is built again
+and written over it. A folder that is read-only, or owned by another user, gets no store (said
+once); ``NPUMAGIC_STORE=0`` turns it off."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ...analysis import store
+
+log = logging.getLogger(__name__)
+FORMAT = 1  # this index's own layout (the store's FORMAT and npumagic's version are checked too)
+FOLDER = "timeline"
+ARRAYS = ("starts", "ends", "reach", "codes", "rows", "depth", "union_starts", "union_ends", "union_cum")
+# a smaller index is built again in about 0.1 s: no folder is written beside the user's trace for it
+MIN_EVENTS = 200_000
+OPTIONAL = ("own", "overview_codes", "overview_weights")  # regions lanes' own; lanes over EXACT_LIMIT's overview
+_said: set[str] = set()
+
+
+def _sources(path: str) -> dict[str, list[int]]:
+    """The stamps the analysis store keys on (the output's files, its host sampler's too); the
+    path's own where no reader takes it (a trace written by hand)."""
+    from ...analysis import sources
+    from ...errors import NpumagicError
+
+    try:
+        _, paths = sources.detect(path)
+        return store.stamps(paths, sources.host_file(path))
+    except (NpumagicError, OSError, ValueError):
+        return store.stamps([Path(path)])
+
+
+def _version() -> str:
+    # as the analysis store reads it: the package is imported before its modules (an import
+    # statement here would close a cycle)
+    return sys.modules[__name__.partition(".")[0]].__version__
+
+
+class Shelf:
+    """The stored index of one profiler output: :meth:`lanes` reads it (None where it cannot be
+    trusted), :meth:`write` writes it, :meth:`levels` and :meth:`keep_levels` a lane's pyramid."""
+
+    def __init__(self, path: str, events: int) -> None:
+        self.path, self.events = str(path), int(events)
+        self.folder = store.location(path) / FOLDER
+        self.stamps = _sources(self.path)
+        self.doc: dict | None = None
+
+    @classmethod
+    def of(cls, path: str | None, events: int) -> "Shelf | None":
+        """The shelf of ``path`` (None where there is no path or the store is off)."""
+        if not path or events < MIN_EVENTS or not store.enabled() or not Path(path).exists():
+            return None
+        try:
+            return cls(path, events)
+        except OSError as exc:
+            log.debug("no timeline store for %s: %s", path, exc)
+            return None
+
+    def lanes(self) -> list[dict] | None:
+        """Per lane: name, rank, group and its arrays (memory-mapped); None where no stored index
+        matches the sources and the events."""
+        doc = store.manifest_of(self.folder)
+        why = store.stale(doc, self.stamps)
+        if not why and (doc.get("timeline") != FORMAT or doc.get("events") != self.events):
+            why = "written for another index"
+        if why:
+            if doc is not None and str(self.folder) not in _said:
+                _said.add(str(self.folder))
+                store.say(f"the timeline index of {self.path} is not used: {why}; building it again")
+            return None
+        try:
+            out = []
+            for k, (rank, name, group) in enumerate(doc["lanes"]):
+                aliases = doc["aliases"][k]
+                arrays = {a: np.load(self.folder / f"{k}.{a}.npy", mmap_mode="r") for a in ARRAYS if a not in aliases}
+                arrays.update({a: arrays[target] for a, target in aliases.items()})
+                arrays.update({a: np.load(self.folder / f"{k}.{a}.npy", mmap_mode="r")
+                               for a in OPTIONAL if (self.folder / f"{k}.{a}.npy").exists()})
+                out.append(dict(arrays, rank=rank, name=name, group=group, overview=doc["overviews"][k]))
+            self.doc = doc
+            return out
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # damaged: build again
+            store.say(f"the timeline index of {self.path} cannot be read ({type(exc).__name__}: {exc}); building it again")
+            return None
+
+    def marks(self) -> pd.DataFrame | None:
+        """The findings' marks stored with the lanes (read after :meth:`lanes` found them)."""
+        return None if self.doc is None else pd.DataFrame(self.doc["marks"], columns=self.doc["marks_columns"])
+
+    def write(self, lanes: list[dict], marks: pd.DataFrame) -> bool:
+        """Write the index (``lanes`` as :meth:`lanes` gives them, an array that is another of its
+        lane given by that one's name); False where it cannot be (said once)."""
+        parent = self.folder.parent
+        why = store.unwritable(parent if parent.exists() else parent.parent)
+        if why:
+            if str(parent) not in _said:
+                _said.add(str(parent))
+                store.say(f"no store of the timeline's index: {why} (it is built again each time)")
+            return False
+        parent.mkdir(exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{FOLDER}-", dir=parent))
+        try:
+            for k, lane in enumerate(lanes):
+                for a in ARRAYS + OPTIONAL:
+                    if lane.get(a) is not None and not isinstance(lane[a], str):
+                        np.save(tmp / f"{k}.{a}.npy", np.ascontiguousarray(lane[a]))
+            doc = {"format": store.FORMAT, "npumagic": _version(), "timeline": FORMAT, "written": time.time(),
+                   "sources": self.stamps, "events": self.events,
+                   "lanes": [[int(ln["rank"]), str(ln["name"]), str(ln["group"])] for ln in lanes],
+                   "overviews": [ln.get("overview") for ln in lanes],
+                   # an array that is another of its lane (a device stream's reach is its ends): its name
+                   "aliases": [{a: ln[a] for a in ARRAYS if isinstance(ln.get(a), str)} for ln in lanes],
+                   "marks_columns": list(marks.columns), "marks": json.loads(marks.to_json(orient="values"))}
+            (tmp / store.MANIFEST).write_text(json.dumps(doc))
+            shutil.rmtree(self.folder, ignore_errors=True)
+            os.replace(tmp, self.folder)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            store.say(f"no store of the timeline's index ({type(exc).__name__}: {exc})")
+            return False
+        self.doc = doc
+        return True
+
+    def levels(self, k: int) -> list[tuple[float, float, np.ndarray, np.ndarray]] | None:
+        """Lane ``k``'s stored pyramid (lo, bin_ns, codes, weights per level), None where none is."""
+        try:
+            heads = np.load(self.folder / f"{k}.levels.npy")
+            return [(float(lo), float(bin_ns), np.load(self.folder / f"{k}.level{j}.codes.npy", mmap_mode="r"),
+                     np.load(self.folder / f"{k}.level{j}.weights.npy", mmap_mode="r")) for j, (lo, bin_ns) in enumerate(heads)]
+        except (OSError, ValueError):
+            return None
+
+    def keep_levels(self, k: int, levels: list[tuple[float, float, np.ndarray, np.ndarray]]) -> None:
+        """Store lane ``k``'s pyramid, once its index is stored (the heads last: they say it is whole)."""
+        if self.doc is None:
+            return
+        try:
+            for j, (_, _, codes, weights) in enumerate(levels):
+                np.save(self.folder / f"{k}.level{j}.codes.npy", codes)
+                np.save(self.folder / f"{k}.level{j}.weights.npy", weights)
+            np.save(self.folder / f"{k}.levels.npy", np.array([[lo, b] for lo, b, _, _ in levels], dtype=np.float64))
+        except OSError as exc:
+            log.debug("pyramid of lane %s not stored: %s", k, exc)

@@ -17,9 +17,9 @@ from operator import attrgetter
 import msgspec
 import numpy as np
 
-from ._kineto_decode import KinetoArgs, KinetoEvent
+from ._kineto_decode import ABSENT, KinetoArgs, KinetoEvent, StrictKinetoEvent
 from ._numbers import floats_to_ns
-from ._stream import _ARRAY_END, decode_events
+from ._stream import _ARRAY_END, _syntax, decode_events
 
 # Event categories by Kineto schema -> npumagic kind: see kineto.py for their sources
 HOST_CATS = {"cpu_op": "host_op", "user_annotation": "annotation", "python_function": "python",
@@ -41,6 +41,7 @@ _STREAM, _DEVICE, _CORRELATION, _EXTERNAL, _DIMS = (attrgetter(f) for f in ("str
                                                                               "external_id", "input_dims"))
 _NO_ARGS = KinetoArgs()
 _events = msgspec.json.Decoder(list[KinetoEvent])
+_strict_events = msgspec.json.Decoder(list[StrictKinetoEvent])
 
 
 @dataclasses.dataclass
@@ -65,20 +66,24 @@ def decode_block(text, last: bool = False) -> tuple[Block, int]:
     """Decode ``text`` (a buffer: ``[``, whole events, then ``]``; for the ``last`` block ``[``
     and the rest of the file) into a :class:`Block`, and where its events end in ``text`` (the
     last block: the array's closing ``]``). Raises msgspec's errors for text that is no such array."""
-    block = Block()
-    if not last:
-        events, end = decode_events(_events, text, block, block.counters), len(text)
-    else:
+    end = len(text)
+    if last:
         for found in _ARRAY_END.finditer(text, 1):  # the first "}]" that closes a decodable array
             end = found.end() - 1
             try:
-                events = decode_events(_events, memoryview(text)[:end + 1], block, block.counters)
+                _syntax.decode(memoryview(text)[:end + 1])
                 break
-            except msgspec.DecodeError as exc:
-                if isinstance(exc, msgspec.ValidationError):
-                    raise
+            except msgspec.DecodeError:
+                continue
         else:
             raise msgspec.DecodeError("no end of the event array")
+    text = memoryview(text)[:end + 1] if last else text
+    block = Block()
+    try:
+        events = decode_events(_strict_events, text, block, block.counters)
+    except msgspec.ValidationError:  # ids as text, null values: each value's type is looked at
+        block = Block()
+        events = decode_events(_events, text, block, block.counters)
     fill(block, events)
     return block, end
 
@@ -114,27 +119,39 @@ def _instants(block: Block, events) -> None:
 
 
 def _spans(block: Block, spans: list, cat: np.ndarray) -> None:
-    ts, ts_ok = _ns(list(map(_TS, spans)))
-    dur, dur_ok = _ns(list(map(_DUR, spans)))
+    strict = type(spans[0]) is StrictKinetoEvent
+    ts, ts_ok = _ns(spans, _TS, strict)
+    dur, dur_ok = _ns(spans, _DUR, strict)
     block.bad = {"bad_timestamp": ~ts_ok, "bad_duration": ~dur_ok, "negative_duration": dur < 0,
                  "negative_timestamp": ts < 0}
     args = list(map(_ARGS, spans))
-    if None in args:
+    if not strict and None in args:
         args = [_NO_ARGS if a is None else a for a in args]
     name, block.names = _codes(list(map(_NAME, spans)))
+    block.columns = {"cat": cat, "name": name, "ts": ts, "dur": dur,
+                     "pid": _narrow(_ints(spans, _PID, 0, strict)), "tid": _narrow(_ints(spans, _TID, 0, strict)),
+                     "stream": _narrow(_ints(args, _STREAM, -1, strict)),
+                     "device": _narrow(_ints(args, _DEVICE, -1, strict)),
+                     "correlation": _narrow(_correlation(args, strict))}
+    if strict:  # the JSON text of each, printed once per distinct text
+        block.columns["shapes"], block.shapes = _shape_codes(list(map(bytes, map(_DIMS, args))))
+    else:
+        block.columns["shapes"], block.shapes = _shape_codes(list(map(msgspec.json.encode, map(_DIMS, args))))
+
+
+def _correlation(args: list, strict: bool) -> np.ndarray:
+    """The correlation id of each event, else its External id (-1 where neither is)."""
+    if strict:
+        correlation, external = _ints(args, _CORRELATION, ABSENT, True), _ints(args, _EXTERNAL, ABSENT, True)
+        absent = correlation == ABSENT
+        correlation[absent] = external[absent]
+        correlation[correlation == ABSENT] = -1
+        return correlation
     correlation = np.array(list(map(_CORRELATION, args)), dtype=object)
     absent = np.equal(correlation, None)
     if absent.any():
         correlation[absent] = np.array(list(map(_EXTERNAL, args)), dtype=object)[absent]
-    block.columns = {
-        "cat": cat, "name": name, "ts": ts, "dur": dur,
-        "pid": _narrow(_ints(list(map(_PID, spans)), 0)),
-        "tid": _narrow(_ints(list(map(_TID, spans)), 0)),
-        "stream": _narrow(_ints(list(map(_STREAM, args)), -1)),
-        "device": _narrow(_ints(list(map(_DEVICE, args)), -1)),
-        "correlation": _narrow(_ints(correlation, -1)),
-    }
-    block.columns["shapes"], block.shapes = _shape_codes(list(map(_DIMS, args)))
+    return _ints(correlation, None, -1, False)
 
 
 def _codes(texts: list) -> tuple[np.ndarray, list]:
@@ -145,25 +162,33 @@ def _codes(texts: list) -> tuple[np.ndarray, list]:
     return np.fromiter(map(table.__getitem__, texts), np.int32, len(texts)), distinct
 
 
-def _shape_codes(dims: list) -> tuple[np.ndarray, list[str]]:
-    """``str(input_dims)`` ("" where absent or empty) as codes: each distinct value printed once
-    (lists are no dict keys: the distinct ones are found by their JSON text)."""
-    text = list(map(msgspec.json.encode, dims))
-    codes, distinct = _codes(text)
-    shown = [str(v) if v else "" for v in map(msgspec.json.decode, distinct)]
+def _shape_codes(texts: list[bytes]) -> tuple[np.ndarray, list[str]]:
+    """``str(input_dims)`` ("" where absent or empty) as codes, from the JSON text of each:
+    each distinct text decoded and printed once (lists are no dict keys)."""
+    codes, distinct = _codes(texts)
+    shown = [str(v) if v else "" for v in (msgspec.json.decode(t) if t else None for t in distinct)]
     return codes, shown
 
 
-def _ns(values: list) -> tuple[np.ndarray, np.ndarray]:
+def _ns(objects: list, field: attrgetter, strict: bool) -> tuple[np.ndarray, np.ndarray]:
     """Microsecond times (numbers, decimal strings or None) -> (int64 ns, mask of valid ones)."""
+    if strict:
+        return floats_to_ns(np.fromiter(map(field, objects), np.float64, len(objects)))
+    values = list(map(field, objects))
     if set(map(type, values)) <= {float, type(None)}:  # msgspec reads every JSON number of a float field as float
         return floats_to_ns(np.array(values, dtype=np.float64))
     from ._columns import to_ns_checked  # strings: exact decimal conversion (pandas)
     return to_ns_checked(values)
 
 
-def _ints(values, missing: int) -> np.ndarray:
-    """Ids (ints, numeric strings or None) -> int64, ``missing`` where absent."""
+def _ints(objects, field: attrgetter | None, missing: int, strict: bool) -> np.ndarray:
+    """Ids (ints, numeric strings or None) of ``objects`` (their ``field``) -> int64, ``missing`` where absent."""
+    if strict:
+        try:
+            return np.fromiter(map(field, objects), np.int64, len(objects))
+        except (OverflowError, ValueError):  # past int64 (JSON integers reach 2**64 - 1), a pid as text
+            strict = False
+    values = objects if field is None else list(map(field, objects))
     kinds = set(map(type, values))
     if kinds <= {int, type(None)}:
         try:

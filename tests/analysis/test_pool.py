@@ -125,3 +125,22 @@ def test_an_interrupted_read_leaves_no_worker(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         kineto.read([V100], progress=Interrupt())
     assert _children() == before
+
+
+def test_a_small_file_starts_no_worker(monkeypatch):
+    need(V100)
+
+    def refuse():
+        raise AssertionError("a worker started for a small file")
+    monkeypatch.setattr(_pool, "_Worker", refuse)
+    assert len(npumagic.load(V100).events)
+
+
+def test_workers_one_a_core_for_large_text(tmp_path, monkeypatch):
+    monkeypatch.setattr(_pool.os, "sched_getaffinity", lambda _: {0, 1, 2}, raising=False)
+    plain, packed = tmp_path / "a.json", tmp_path / "a.json.gz"
+    plain.write_bytes(b" " * (_pool.POOL_FROM // 4))
+    packed.write_bytes(_pool.GZIP_MAGIC + b" " * (_pool.POOL_FROM // 4))  # its text guessed from the gzip ratio
+    assert (_pool.worker_count(plain), _pool.worker_count(packed)) == (0, 3)
+    monkeypatch.setenv("NPUMAGIC_DECODE_WORKERS", "1")
+    assert _pool.worker_count(packed) == 0

@@ -31,10 +31,12 @@ from collections import deque
 from pathlib import Path
 from typing import Iterator
 
+from ._inflate import GZIP_MAGIC
 from ._kineto_block import Block, decode_block, fill
 from ._stream import EventStream, _skip_separator
 
-POOL_FROM = 32 * 2**20  # bytes on disk: a smaller file is decoded in the reading process (no pool start)
+POOL_FROM = 32 * 2**20  # bytes of text: a smaller file is decoded in the reading process (no pool start)
+GZIP_RATIO = 8  # a gzip trace's text per byte on disk, to guess its size (Kineto traces compress 5-20:1)
 BLOCK = 4 * 2**20
 IN_FLIGHT = 2  # tasks per worker
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
@@ -53,9 +55,18 @@ serve()
 
 
 def worker_count(path: Path) -> int:
-    """Decode workers for the file at ``path``: one a core, none for a small file or one core."""
+    """Decode workers for the file at ``path``: one a core (at most ``NPUMAGIC_DECODE_WORKERS``),
+    none for a small file, on one core, or where this Python cannot start itself again."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores if cores > 1 and path.stat().st_size >= POOL_FROM else 0
+    cores = min(cores, int(os.environ.get("NPUMAGIC_DECODE_WORKERS", cores)))
+    if cores < 2 or not sys.executable:
+        return 0
+    try:
+        with open(path, "rb") as fh:
+            text = os.fstat(fh.fileno()).st_size * (GZIP_RATIO if fh.read(2) == GZIP_MAGIC else 1)
+    except OSError:  # said by the reader, naming the file
+        return 0
+    return cores if text >= POOL_FROM else 0
 
 
 def serve() -> None:
@@ -152,8 +163,13 @@ def pool_blocks(stream: EventStream, fh, workers: int) -> Iterator[Block]:
     if text[:1] != b"{":  # no event, or whitespace longer than a block: nothing to share out
         yield from _serial_from(stream, fh, prefix, bytes(text))
         return
-    pool = [_Worker() for _ in range(workers)]
+    pool: list[_Worker] = []
     try:
+        try:
+            pool += [_Worker() for _ in range(workers)]
+        except OSError:  # no process to be had: read it here
+            yield from _serial_from(stream, fh, prefix, bytes(text))
+            return
         yield from _run(stream, fh, prefix, text, pool)
     finally:
         for worker in pool:

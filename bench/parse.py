@@ -145,7 +145,7 @@ def measure(code: tuple[str, str], path: Path, mem_limit: int, root: Path) -> tu
         resource.setrlimit(resource.RLIMIT_AS, (mem_limit, mem_limit))
 
     done = subprocess.run([sys.executable, "-c", RUNNER, str(path), *code], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(root)), preexec_fn=limit if mem_limit else None)
+                          env=dict(os.environ, PYTHONPATH=str(root)), cwd=root, preexec_fn=limit if mem_limit else None)
     if done.returncode != 0:
         return f"failed: {done.stderr.strip().splitlines()[-1][:70] if done.stderr.strip() else done.returncode}"
     seconds, rss, workers, cpu = done.stdout.split()[-4:]
@@ -192,16 +192,23 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--dir", type=Path, default=None, help="where to write the trace (default a temporary dir)")
     parser.add_argument("--mem-limit-gb", type=float, default=16.0, help="address-space limit of each contender (0: none)")
+    parser.add_argument("--trace", type=Path, default=None,
+                        help="keep the built trace here (built once: a later run with the same path reuses it)")
     parser.add_argument("--root", type=Path, default=ROOT, help="the npumagic checkout to measure (e.g. main's, for a before/after)")
     parser.add_argument("--skip", nargs="*", default=[], metavar="PREFIX",
                         help="contenders to leave out, by the start of their label (HTA, json, orjson, 'npumagic advise')")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="npumagic-parse-", dir=args.dir) as tmp:
-        path = Path(tmp) / "rank-0.big.pt.trace.json"
+        path = args.trace or Path(tmp) / "rank-0.big.pt.trace.json"
         t0 = time.perf_counter()
-        n_events, size = build(args.source, args.events, path)
-        print(f"trace: {n_events:,} events, {size / 2**20:.0f} MiB, built from {args.source.name} "
-              f"in {time.perf_counter() - t0:.1f} s; load average {open('/proc/loadavg').read().strip()}\n", flush=True)
+        if path.exists():
+            n_events, size = args.events, path.stat().st_size
+            print(f"trace: {path} ({size / 2**20:.0f} MiB), as built before for about {n_events:,} events")
+        else:
+            n_events, size = build(args.source, args.events, path)
+            print(f"trace: {n_events:,} events, {size / 2**20:.0f} MiB, built from {args.source.name} "
+                  f"in {time.perf_counter() - t0:.1f} s")
+        print(f"load average {open('/proc/loadavg').read().strip()}\n", flush=True)
         results = {}
         for label, code in CONTENDERS.items():
             if any(label.startswith(prefix) for prefix in args.skip):

@@ -8,8 +8,10 @@ import numpy as np
 import pandas as pd
 
 from ...errors import TraceError
+from ._numbers import US_LIMIT, floats_to_ns as _floats
 
-US_LIMIT = 9.2e15  # |microseconds| whose nanoseconds still fit in int64
+__all__ = ["US_LIMIT", "to_ns", "to_ns_checked", "decimal_us_to_ns_checked", "to_int", "categorical", "small_int",
+           "step_ids"]
 
 
 def to_ns(values: Sequence) -> np.ndarray:
@@ -42,18 +44,6 @@ def to_ns_checked(values: Sequence) -> tuple[np.ndarray, np.ndarray]:
     if is_str.any():
         out[is_str], ok[is_str] = decimal_us_to_ns_checked(pd.Series(arr[is_str], dtype=object))
     return out, ok
-
-
-def _floats(num: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    ok = np.isfinite(num) & (np.abs(num) <= US_LIMIT)
-    return _float_us_to_ns(np.where(ok, num, 0.0)), ok
-
-
-def _float_us_to_ns(us: np.ndarray) -> np.ndarray:
-    # Epoch microseconds * 1000 exceed 2**53: scale the whole and fractional parts separately.
-    us = np.clip(us, -US_LIMIT, US_LIMIT)
-    whole = np.floor(us)
-    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
 def decimal_us_to_ns_checked(text: pd.Series) -> tuple[np.ndarray, np.ndarray]:

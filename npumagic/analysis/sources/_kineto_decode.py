@@ -39,6 +39,34 @@ def _event_struct(name: str, args: type) -> type:
 
 KinetoEvent = _event_struct("KinetoEvent", KinetoArgs)
 
+ABSENT = -2**63  # an id field the event does not have (:class:`StrictKinetoArgs`)
+
+
+class StrictKinetoArgs(msgspec.Struct, gc=False):
+    """:class:`KinetoArgs` as today's Kineto writes them (ids as integers, never null), with an
+    absent field as a value of its type: a block of such events becomes columns without a type
+    check per value (:mod:`._kineto_block`). A block that does not fit is decoded again as
+    :class:`KinetoEvent`."""
+
+    external_id: int = msgspec.field(default=ABSENT, name="External id")
+    correlation: int = ABSENT
+    stream: int = -1
+    device: int = -1
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")  # its JSON text
+    name: Any = None
+    total_allocated: Num = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Num = msgspec.field(default=None, name="Total Reserved")
+    device_id: Id = msgspec.field(default=None, name="Device Id")
+    device_type: Id = msgspec.field(default=None, name="Device Type")
+
+
+StrictKinetoEvent = msgspec.defstruct(
+    "StrictKinetoEvent", [("ph", str, ""), ("name", str, ""), ("cat", str, ""), ("pid", Union[int, str], 0),
+                          ("tid", Union[int, str], 0),
+                          ("ts", float, float("nan")), ("dur", float, float("nan")),
+                          ("args", StrictKinetoArgs, msgspec.field(default_factory=StrictKinetoArgs))], gc=False,
+    module=__name__)
+
 
 class AscendArgs(msgspec.Struct, gc=False):
     input_dims: Any = msgspec.field(default=None, name="Input Dims")

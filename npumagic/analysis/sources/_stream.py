@@ -84,7 +84,10 @@ class EventStream:
         buf = self._start(fh)
         if buf is None:  # no event array: the whole text was the header
             return
-        prefix, buf = buf
+        yield from self._events_after(fh, *buf)
+
+    def _events_after(self, fh, prefix: bytes | None, buf: bytes) -> Iterator[list]:
+        """The events from ``buf`` (text at an event's start or a separator) on, then the header."""
         eof = False
         while True:
             buf = _skip_separator(buf)
@@ -109,7 +112,11 @@ class EventStream:
                 raise TraceError(self.path, f"not a valid Chrome trace JSON (no end of an event in "
                                             f"{MAX_EVENT_BYTES // 2**20} MiB)")
             buf += more
-        tail = buf[1:] + fh.read()
+        self._finish(prefix, buf[1:] + fh.read())
+
+    def _finish(self, prefix: bytes | None, tail: bytes) -> None:
+        """Read the fields around the event array (``prefix``, the text before it or None for a
+        bare array; ``tail``, the text after its closing ``]``) into :attr:`header`."""
         if prefix is not None:
             self.header = self._whole(prefix + b"[]" + tail)
             self.header.traceEvents = []
@@ -184,35 +191,13 @@ class EventStream:
         raise _not_json(self.path, problem)
 
     def _decode_events(self, text: bytes) -> list:
-        """The events of ``text`` (an array); its counter samples go to :attr:`counters`. Bare
-        non-finite numbers (``inf``, ``nan``) are read as missing values, bytes that are no UTF-8
-        as U+FFFD, each counted."""
         try:
-            events, text = self._lenient(self._events, text)
-            if any(e.ph == "C" for e in events):  # the event Structs keep only selected args
-                raws = _syntax.decode(text)
-                self.counters += decode_counter_events([r for r, e in zip(raws, events) if e.ph == "C"])
+            return decode_events(self._events, text, self, self.counters)
         except RecursionError:
             raise TraceError(self.path, "JSON nested too deeply to be a Chrome trace") from None
-        return events
 
     def _lenient(self, decoder: msgspec.json.Decoder, text: bytes) -> tuple[Any, bytes]:
-        """``decoder.decode(text)``, retried with bare inf/nan as null and bytes that are no UTF-8
-        as U+FFFD (counted) where those made it fail: (the value, the text it was decoded from)."""
-        try:
-            return decoder.decode(text), text
-        except msgspec.ValidationError:
-            raise  # well-formed, of the wrong shape: nothing to repair
-        except msgspec.DecodeError as exc:
-            if "truncated" in str(exc) or not _repairable(exc, text):  # the repair scans the whole text:
-                raise  # only where a non-finite number or a byte that is no UTF-8 made it fail
-            fixed, nonfinite, not_utf8 = _repaired(text)
-            if not (nonfinite or not_utf8):
-                raise
-            value = decoder.decode(fixed)  # still failing: not JSON for another reason
-            self.nonfinite += nonfinite
-            self.not_utf8 += not_utf8
-            return value, fixed
+        return lenient(decoder, text, self)
 
     def _whole(self, text: bytes) -> RawTrace:
         try:
@@ -224,6 +209,37 @@ class EventStream:
             raise _not_json(self.path, str(exc)) from None
         except RecursionError:
             raise TraceError(self.path, "JSON nested too deeply to be a Chrome trace") from None
+
+
+def decode_events(decoder: msgspec.json.Decoder, text, tally, counters: list) -> list:
+    """The events of ``text`` (an array, any buffer); its counter samples are added to
+    ``counters``. Bare non-finite numbers (``inf``, ``nan``) are read as missing values, bytes
+    that are no UTF-8 as U+FFFD, each counted in ``tally`` (``.nonfinite``, ``.not_utf8``)."""
+    events, text = lenient(decoder, text, tally)
+    if any(e.ph == "C" for e in events):  # the event Structs keep only selected args
+        raws = _syntax.decode(text)
+        counters += decode_counter_events([r for r, e in zip(raws, events) if e.ph == "C"])
+    return events
+
+
+def lenient(decoder: msgspec.json.Decoder, text, tally) -> tuple[Any, bytes]:
+    """``decoder.decode(text)``, retried with bare inf/nan as null and bytes that are no UTF-8
+    as U+FFFD (counted in ``tally``) where those made it fail: (the value, the text it was
+    decoded from)."""
+    try:
+        return decoder.decode(text), text
+    except msgspec.ValidationError:
+        raise  # well-formed, of the wrong shape: nothing to repair
+    except msgspec.DecodeError as exc:
+        if "truncated" in str(exc) or not _repairable(exc, text):  # the repair scans the whole text:
+            raise  # only where a non-finite number or a byte that is no UTF-8 made it fail
+        fixed, nonfinite, not_utf8 = _repaired(bytes(text))
+        if not (nonfinite or not_utf8):
+            raise
+        value = decoder.decode(fixed)  # still failing: not JSON for another reason
+        tally.nonfinite += nonfinite
+        tally.not_utf8 += not_utf8
+        return value, fixed
 
 
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")

@@ -21,9 +21,12 @@ import pandas as pd
 
 from ...errors import TraceError
 from .. import schema
-from ._columns import small_int, step_ids, to_int, to_ns, to_ns_checked
+from ._columns import small_int, step_ids, to_int, to_ns
+from ._inflate import open_trace
 from ._counters import chrome_counters
+from ._kineto_block import CAT_INDEX, CATS, DEVICE_CATS, HOST_CATS, LEGACY_CATS, Block, fill
 from ._kineto_decode import KinetoEvent, RawTrace
+from ._pool import pool_blocks, worker_count
 from ..collectives import is_comm_kernel
 from ..memory_release import release_free_memory
 from ._notes import ReadNotes, reading
@@ -47,12 +50,8 @@ HOST_SYNC_CALLS = frozenset({
 # gpu_memset), MTIA in mtia_ccp_events (ActivityType.h: MTIA_CCP_EVENTS = CONCURRENT_KERNEL, "MTIA
 # ondevice CCP events"). glow_runtime, hpu_op and the xpu/privateuse1 runtime and driver calls are
 # host runtime calls (ActivityType.h: GLOW_RUNTIME = HPU_OP = XPU_RUNTIME = RUNTIME).
-_HOST_CATS = {"cpu_op": "host_op", "user_annotation": "annotation", "python_function": "python",
-              "cuda_runtime": "runtime", "cuda_driver": "runtime", "privateuse1_runtime": "runtime",
-              "privateuse1_driver": "runtime", "xpu_runtime": "runtime", "xpu_driver": "runtime",
-              "mtia_runtime": "runtime", "glow_runtime": "runtime", "hpu_op": "runtime"}
-_DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memcpy", "cuda_sync": "sync",
-                "mtia_ccp_events": "kernel"}
+# (the tables are in ._kineto_block, which the decode workers import)
+_HOST_CATS, _DEVICE_CATS = HOST_CATS, DEVICE_CATS
 # Kineto categories that are no work of their own, left unread without a word: device copies of
 # host ranges, correlation records, instant events, the profiler's overhead, CUDA event records,
 # counter and range-profiler samples, and the whole-trace span
@@ -60,12 +59,7 @@ NOT_WORK = frozenset({"gpu_user_annotation", "external_correlation", "cpu_instan
                       "mtia_insight", "mtia_counters", "cuda_profiler_range", "xpu_scope_profiler",
                       "collective_comm", "gpu_pm_counter", "Trace"})
 MTIA_COPY_PREFIX = "dma"  # an MTIA device event that moves data (HTA's MTIAMemoryKernelGroupingPattern: ^dma)
-LEGACY_CATS = {"Operator": "cpu_op", "User annotation": "user_annotation", "Python": "python_function",
-               "Runtime": "cuda_runtime", "Driver": "cuda_driver", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
-               "Memset": "gpu_memset"}
-_CATS = list(_HOST_CATS) + list(_DEVICE_CATS)
-_CAT_INDEX = {c: i for i, c in enumerate(_CATS)}
-_CAT_INDEX.update({old: _CAT_INDEX[new] for old, new in LEGACY_CATS.items()})
+_CATS, _CAT_INDEX = CATS, CAT_INDEX
 _FIRST_DEVICE_CAT = len(_HOST_CATS)
 
 
@@ -270,11 +264,11 @@ def _base_time(value) -> int:
 class _Codes(dict):
     """String -> dense integer code, growing as new strings appear."""
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        """Codes of ``texts``: factorized per chunk, so only distinct strings touch the dict."""
-        local, uniques = pd.factorize(np.asarray(texts, dtype=object))
-        table = np.fromiter((self.setdefault(u, len(self)) for u in uniques), np.int32, len(uniques))
-        return table[local] if len(texts) else np.empty(0, np.int32)
+    def remap(self, codes: np.ndarray, distinct: list[str]) -> np.ndarray:
+        """A block's ``codes`` into its ``distinct`` strings as codes of this table: only the
+        distinct strings touch the dict."""
+        table = np.fromiter((self.setdefault(u, len(self)) for u in distinct), np.int32, len(distinct))
+        return table[codes] if len(codes) else np.empty(0, np.int32)
 
     def categories(self) -> pd.Index:
         return pd.Index(list(self), dtype=object)
@@ -292,17 +286,27 @@ class _Columns:
         self.memory: list[Any] = []
         self.unread: Counter[str] = Counter()  # categories of complete events not read, for the error message
         self.counter_events: list = []  # the stream's counter samples (ph "C"), all their args
+        self.repaired = [0, 0]  # the blocks' repairs: non-finite numbers, characters that were no UTF-8
         self.mtia = False  # device work in MTIA's category
 
     def stream(self, path: Path, progress=None) -> RawTrace:
         """Add the events of the file at ``path``, read as a stream (memory holds the columns
-        and one block of its text: :mod:`._stream`); return its other top-level fields."""
+        and a few blocks of its text: :mod:`._stream`), its blocks decoded on every core where
+        it is large (:mod:`._pool`); return its other top-level fields."""
         events = EventStream(path, KinetoEvent)
-        for chunk in events:
-            self._add(chunk)
-            if progress is not None:
-                progress.update(len(chunk))
-        self.counter_events = events.counters
+        workers = worker_count(path)
+        with open_trace(path) as fh:
+            blocks = pool_blocks(events, fh, workers) if workers else (fill(Block(), e) for e in events._decode(fh))
+            try:
+                for block in blocks:
+                    self._add(block)
+                    if progress is not None:
+                        progress.update(block.events)
+            finally:
+                blocks.close()  # an interrupted read ends its workers now, not when the traceback goes
+        self.counter_events += events.counters
+        events.nonfinite += self.repaired[0]
+        events.not_utf8 += self.repaired[1]
         if repairs := events.repairs():
             self.notes.remark(path, repairs)
         return events.header
@@ -311,45 +315,22 @@ class _Columns:
         """Kineto's counter events (``ph: "C"``), where the trace has any."""
         return chrome_counters(self.counter_events, self.process_names, self.rank, -1)
 
-    def _add(self, events: list) -> None:
-        spans = []
-        for e in events:
-            ph = e.ph
-            if ph == "X":
-                if e.cat in _CAT_INDEX:
-                    spans.append(e)
-                else:
-                    self.unread[e.cat] += 1
-            elif ph == "i":
-                if e.name == "[memory]" and e.args is not None:
-                    self.memory.append(e)
-            elif ph == "M" and e.name == "process_name" and e.args is not None:
-                self.process_names[e.pid] = str(e.args.name)
-        if not spans:
+    def _add(self, block: Block) -> None:
+        self.unread.update(block.unread)
+        self.memory += block.memory
+        self.process_names.update(block.process_names)
+        self.counter_events += block.counters
+        self.repaired[0] += block.nonfinite
+        self.repaired[1] += block.not_utf8
+        col = block.columns
+        if not col:
             return
-        ts, ts_ok = to_ns_checked([e.ts for e in spans])
-        dur, dur_ok = to_ns_checked([e.dur for e in spans])
-        good = self.notes.count(self.path, len(spans), "events", bad_timestamp=~ts_ok, bad_duration=~dur_ok,
-                                negative_duration=dur < 0, negative_timestamp=ts < 0)
+        good = self.notes.count(self.path, col["cat"].size, "events", **block.bad)
+        col["name"] = self.names.remap(col["name"], block.names)
+        col["shapes"] = self.shapes.remap(col["shapes"], block.shapes)
         if not good.all():
-            spans = [e for e, g in zip(spans, good) if g]
-            ts, dur = ts[good], dur[good]
-        args = [e.args for e in spans]
-        none = None
-        self.parts.append({
-            "cat": np.fromiter((_CAT_INDEX[e.cat] for e in spans), np.int8, len(spans)),
-            "name": self.names.encode([e.name for e in spans]),
-            "ts": ts,
-            "dur": dur,
-            "pid": _narrow(to_int([e.pid for e in spans], 0)),
-            "tid": _narrow(to_int([e.tid for e in spans], 0)),
-            "stream": _narrow(to_int([a.stream if a is not none else none for a in args])),
-            "device": _narrow(to_int([a.device if a is not none else none for a in args])),
-            "correlation": _narrow(to_int([(a.correlation if a.correlation is not none else a.external_id)
-                                           if a is not none else none for a in args])),
-            "shapes": self.shapes.encode([str(a.input_dims) if a is not none and a.input_dims else ""
-                                          for a in args]),
-        })
+            col = {k: v[good] for k, v in col.items()}
+        self.parts.append(col)
 
     def _frame(self) -> pd.DataFrame:
         if not self.parts:
@@ -439,14 +420,6 @@ def kernel_type(name: str) -> str:
             out.append(ch)
     text = "".join(out).strip()
     return text or name
-
-
-def _narrow(ids: np.ndarray) -> np.ndarray:
-    """A chunk's ids as int32 where they all fit (most traces): the chunks' columns are all alive
-    together until joined, and joining int32 with int64 chunks gives int64."""
-    if ids.size and (ids.min() < -2**31 or ids.max() >= 2**31):
-        return ids
-    return ids.astype(np.int32)
 
 
 NO_STREAM = (-1, 2**32 - 1)  # CUPTI's stream of a device-wide (context) synchronisation: -1, or as uint32

@@ -12,6 +12,8 @@ import sys
 from .analysis.ab_scripts import MAX_CAPTURES
 from .errors import NpumagicError
 
+OWN_OPTIONS = ("--steps-per-capture", "--max-captures")  # no script's: refused after the scripts, not passed on
+
 
 def ab_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("script_a", metavar="SCRIPT_A", help="the reference script (run as python SCRIPT_A ARGS)")
@@ -24,7 +26,7 @@ def ab_arguments(p: argparse.ArgumentParser) -> None:
                         "at least 12: the test decides on pairs, from 6)")
     p.add_argument("--threshold", type=float, default=5.0,
                    help="the smallest change of step time, in percent, called a difference (default 5)")
-    p.add_argument("args", nargs="*", metavar="-- ARGS", help="arguments passed to both scripts, after --")
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="arguments passed to both scripts, after --")
 
 
 def ab_command(args) -> int:
@@ -34,12 +36,19 @@ def ab_command(args) -> int:
     for script in (args.script_a, args.script_b):
         if not os.path.isfile(script):
             raise NpumagicError(f"{script}: no such script")
-    commands = {"a": python_command(args.script_a, args.args), "b": python_command(args.script_b, args.args)}
+    rest = args.args[1:] if args.args[:1] == ["--"] else args.args  # argparse hands both forms alike
+    own = [word for word in rest if word.split("=")[0] in OWN_OPTIONS]
+    if own:
+        raise NpumagicError(f"{own[0]} after the scripts would be passed to them: npumagic ab [options] SCRIPT_A "
+                            "SCRIPT_B -- ARGS (npumagic ab's options before the scripts, theirs after)")
+    commands = {"a": python_command(args.script_a, rest), "b": python_command(args.script_b, rest)}
     names = (args.script_a, args.script_b) if args.script_a != args.script_b else ("A", "B")
     result = alternate_scripts(commands, names, args.steps_per_capture, args.skip, args.max_captures,
                                args.threshold / 100, _progress(args.max_captures - args.max_captures % 2))
     if args.json:
-        print_json({"command": "ab", **result.to_dict()})
+        from .jsonout import ab_scripts_doc
+
+        print_json(ab_scripts_doc(result))
     else:
         print(result.sentence())
     return 0

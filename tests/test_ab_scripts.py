@@ -54,7 +54,7 @@ def script(folder, name: str, text: str) -> str:
 def test_a_script_sleeping_20_ms_more_a_step_is_decided_slower(tmp_path, capsys):
     a = script(tmp_path, "a.py", TORCH_LOOP.replace("EXTRA", "0.001"))
     b = script(tmp_path, "b.py", TORCH_LOOP.replace("EXTRA", "0.021"))
-    assert main(["ab", a, b, "--steps-per-capture", "5", "--skip", "2", "--max-captures", "12", "--json"]) == 0
+    assert main(["ab", "--steps-per-capture", "5", "--skip", "2", "--max-captures", "12", "--json", a, b]) == 0
     captured = capsys.readouterr()
     result = json.loads(captured.out)
     assert result["significant"] and result["speedup"] < 1  # A / B below 1: B is slower
@@ -65,8 +65,9 @@ def test_a_script_sleeping_20_ms_more_a_step_is_decided_slower(tmp_path, capsys)
 
 def test_identical_scripts_are_not_called_different(tmp_path, capsys):
     a = script(tmp_path, "same.py", PLAIN_LOOP.replace("STEP_WORK", "20_000"))
-    assert main(["ab", a, a, "--steps-per-capture", "10", "--skip", "1", "--max-captures", "20", "--json"]) == 0
+    assert main(["ab", "--steps-per-capture", "10", "--skip", "1", "--max-captures", "20", "--json", a, a]) == 0
     result = json.loads(capsys.readouterr().out)
+    assert (result["schema"], result["kind"]) == ("npumagic/1", "ab")
     assert not result["significant"]
     assert result["captures"] <= 20 and result["steps_per_capture"] == 10
 
@@ -75,15 +76,23 @@ def test_a_failing_script_is_named_with_its_status_and_the_end_of_its_output(tmp
     a = script(tmp_path, "good.py", PLAIN_LOOP.replace("STEP_WORK", "100"))
     b = script(tmp_path, "bad.py", "import sys\nprint('reading config.yaml', file=sys.stderr)\n"
                                    "print('KeyError: lr', file=sys.stderr)\nsys.exit(3)\n")
-    assert main(["ab", a, b, "--steps-per-capture", "2", "--max-captures", "12"]) == 2
+    assert main(["ab", "--steps-per-capture", "2", "--max-captures", "12", a, b]) == 2
     err = capsys.readouterr().err
     assert f"script B ({b}) exited with status 3" in err
     assert "reading config.yaml" in err and "KeyError: lr" in err
 
 
+def test_the_arguments_after_the_scripts_reach_them_and_its_own_options_there_are_refused(tmp_path, capsys):
+    says = script(tmp_path, "says.py", "import sys\nprint('got', sys.argv[1:], file=sys.stderr)\nsys.exit(1)\n")
+    assert main(["ab", "--skip", "1", says, says, "--", "--lr", "0.1"]) == 2
+    assert "got ['--lr', '0.1']" in capsys.readouterr().err
+    assert main(["ab", says, says, "--max-captures", "12"]) == 2
+    assert "--max-captures after the scripts would be passed to them" in capsys.readouterr().err
+
+
 def test_a_script_that_ends_before_its_steps_says_so(tmp_path, capsys):
     short = script(tmp_path, "short.py", PLAIN_LOOP.replace("10_000", "4").replace("STEP_WORK", "10"))
-    assert main(["ab", short, short, "--steps-per-capture", "20", "--max-captures", "12"]) == 2
+    assert main(["ab", "--steps-per-capture", "20", "--max-captures", "12", short, short]) == 2
     assert "ended after 4 step boundaries" in capsys.readouterr().err
 
 
@@ -92,7 +101,7 @@ def test_each_capture_ends_its_script_after_its_steps_and_the_scripts_finally_ru
                                              "    for steps in range(1, 10_000):\n        npumagic.step()\n"
                                              "finally:\n    print('reached', steps, file=sys.stderr)\n"
                                              "    sys.exit(1)\n")
-    assert main(["ab", counted, counted, "--steps-per-capture", "4", "--skip", "2"]) == 2
+    assert main(["ab", "--steps-per-capture", "4", "--skip", "2", counted, counted]) == 2
     # 1 boundary starts the clock, 2 skipped steps, 4 timed: ended at the 7th
     assert "reached 7" in capsys.readouterr().err
 
@@ -101,7 +110,7 @@ def test_ctrl_c_stops_npumagic_and_the_script(tmp_path):
     slow = script(tmp_path, "slow.py", PLAIN_LOOP.replace("STEP_WORK", "200_000"))
     pid_file = tmp_path / "pid"
     env = dict(os.environ, PID_FILE=str(pid_file), PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "ab", slow, slow, "--steps-per-capture", "1000"],
+    proc = subprocess.Popen([sys.executable, "-m", "npumagic.cli", "ab", "--steps-per-capture", "1000", slow, slow],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not pid_file.exists() or not pid_file.read_text():

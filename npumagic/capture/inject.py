@@ -386,7 +386,7 @@ def arm_from_environment(hook: bool = True, seen_loaders: list = ()):
     if config.timing is not None:
         from .timed import TimedSteps
 
-        injected = TimedSteps(config.run_dir, int(config.timing["skip"]), int(config.timing["steps"]))
+        injected = TimedSteps(config.run_dir, int(config.timing["skip"]), int(config.timing["steps"]), rank())
     else:
         injected = Injected(config)
     injected.install(hook=hook, seen_loaders=seen_loaders)

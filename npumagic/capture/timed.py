@@ -14,6 +14,7 @@ writes what it timed at exit."""
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import time
 from pathlib import Path
@@ -27,9 +28,9 @@ class TimedSteps:
     """Times a process's steps for ``npumagic ab`` (the interface of :class:`~npumagic.capture.inject.Injected`
     that the bootstrap and ``npumagic.step()`` call)."""
 
-    def __init__(self, run_dir: str, skip: int, steps: int) -> None:
+    def __init__(self, run_dir: str, skip: int, steps: int, rank: int = 0) -> None:
         self.path = Path(run_dir) / TIMED_DIR / f"{os.getpid()}.json"
-        self.skip, self.steps = skip, steps
+        self.skip, self.steps, self.rank = skip, steps, rank
         self.explicit = False
         self.boundaries: list[int] = []  # perf_counter_ns at each boundary counted
         self.written = False
@@ -65,7 +66,8 @@ class TimedSteps:
         if self.written:
             return
         self.written = True
-        from .inject import rank, write_json
+        from ..safeio import write_atomic
 
-        write_json(self.path, {"pid": os.getpid(), "rank": rank(), "boundaries": len(self.boundaries),
-                               "step_us": self.step_us()})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, json.dumps({"pid": os.getpid(), "rank": self.rank, "boundaries": len(self.boundaries),
+                                            "step_us": self.step_us()}))

@@ -26,6 +26,10 @@ the sequence does not assume; main's rule: 3.8% with none, 5.5% with one in thre
 means: the faster call costs a little where nothing stretches a call); with one call in twenty
 stretched, 68 steps and 98% called faster, where main's rule left half undecided at 400.
 
+On a CUDA or NPU device each call may be timed by the device's own events rather than the wall
+clock: :func:`steadier_clock` picks the clock whose times spread less over warm-up calls timed by
+both (``ab_run`` times them), and the result says which.
+
 Decisions, with ``t = log(1 + threshold)``: the interval lies above ``t`` (B faster) or below
 ``-t`` (B slower): significant; it lies within ``(-t, t)``: no difference beyond the threshold;
 else another block, until the step budget is spent (undecided, with an estimate of the steps
@@ -175,6 +179,8 @@ class ABResult:
 def spread(times: dict[str, list[float]]) -> float:
     """The spread of a clock's times over the warm-up: each side's standard deviation of log
     time (ddof 1: a relative spread, so a clock and a slower one compare), pooled over the sides."""
+    if any(not min(t, default=1.0) > 0 for t in times.values()):
+        return math.inf  # a call the clock saw take no time (an event pair with no work between): not a clock to use
     variances = [np.var(np.log(t), ddof=1) for t in times.values() if len(t) >= 2]
     return float(np.sqrt(np.mean(variances))) if variances else math.inf
 

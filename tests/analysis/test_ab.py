@@ -4,6 +4,7 @@ change decided, and a drift that fools back-to-back runs but not the interleaved
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -228,3 +229,12 @@ def test_the_wall_time_stays_where_the_device_time_is_the_noisier():
 
 def test_a_tie_keeps_the_wall_time():
     assert steadier_clock(_sides(H200_WALL), _sides(H200_WALL))[0] == "wall"
+
+
+def test_a_device_clock_that_saw_a_call_take_no_time_is_not_chosen():
+    device = _sides(H200_DEVICE)
+    device["b"] = [0.0, 3.402396]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no log of 0 on the way
+        clock, spreads = steadier_clock(_sides(H200_WALL), device)
+    assert clock == "wall" and spreads[1] == math.inf

@@ -8,7 +8,8 @@ machines have none:
    the verdict and the findings, and whether the sync and the pageable copy were seen;
 2. the same loop fixed (pinned memory, ``non_blocking``, no ``.item()``), and ``%npucompare``;
 3. the live timeline's level-of-detail index over the first run's trace, and one answer of it;
-4. ``%npuab`` of the two steps, timed with the device synchronised;
+4. ``%npuab`` of the two steps, timed with the device synchronised, by the device's events or the
+   wall clock, whichever spread less over the warm-up;
 5. ``npumagic run`` of a torchrun job: two processes with NCCL where two GPUs are there, else one
    (gloo on the CPU).
 
@@ -171,7 +172,7 @@ def live_index(slow, check: Checks) -> None:
 
 
 def ab_test(shell, check: Checks) -> None:
-    section("4. %npuab step_slow step_fast (device synchronised around each call)")
+    section("4. %npuab step_slow step_fast (device synchronised around each call; device or wall time, the steadier)")
     result = shell.run_cell("r = %npuab step_slow step_fast --max-steps 120")
     if not result.success:
         check(False, "%npuab ran", result.error_in_exec)
@@ -180,10 +181,13 @@ def ab_test(shell, check: Checks) -> None:
     print(textwrap.indent(str(r), "    "))
     check(r.steps > 0, "steps spent", r.steps)
     said = f"speedup {r.speedup:.2f}x (95% CI {r.ci[0]:.2f}-{r.ci[1]:.2f})"
+    spreads = "" if r.spreads is None else f" (warm-up spread: wall {r.spreads[0]:.1%}, device {r.spreads[1]:.1%})"
     if shell.user_ns["device"].type == "cuda":  # on the CPU the two steps differ by little: no call is expected
         check(r.decided, "decided", said)
+        check(r.spreads is not None, "both clocks timed over the warm-up", f"{r.clock} time chosen{spreads}")
     else:
         print(f"  decided {r.decided}: {said}")
+        check(r.clock == "wall" and r.spreads is None, "wall time on the CPU", r.clock)
 
 
 def torchrun_job(out: Path, check: Checks) -> None:

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+from .cli_ab import ab_arguments, ab_command
 from .cli_run import print_json, run_arguments, run_command, send_trigger, track
 from .commands import COMMANDS, ERRORS, Places, find
 from .commands.base import TARGET
@@ -518,6 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "the trace of each rank, the step table, the checklist, and a run in the history; exits "
                             "with the command's own status", run_arguments,
         " on stdout (the command's own output goes to stderr)")
+    add("ab", ab_command, "decide whether script B steps faster than script A on a shared machine: short captures "
+                          "of each alternated (A B B A ...), decided on their paired median steps", ab_arguments,
+        ": the decision and the figures")
     add("trigger", send_trigger, "make a job started with `npumagic run --on-demand` capture its next steps",
         _trigger_arguments, ": the trigger sent")
     add("demo", _demo, "profile a small CPU training loop through the magics in a real IPython shell",

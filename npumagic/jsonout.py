@@ -216,6 +216,11 @@ def trigger_doc(job_dir: str, ident: int, steps: int, into: str) -> dict[str, An
     return document("trigger", job_dir=str(job_dir), id=ident, steps=steps, into=str(into))
 
 
+def ab_scripts_doc(result) -> dict[str, Any]:
+    """``npumagic ab --json``: the decision on two scripts' alternated captures, and its figures."""
+    return document("ab", **result.to_dict())
+
+
 def export_doc(runs, out: str, written: list[str] = ()) -> dict[str, Any]:
     """``npumagic export --json``: the troubleshooting log, and the files written (--md/--csv)."""
     return document("export", out=str(out), written=[str(w) for w in written], runs=[run_record(r) for r in runs])

@@ -21,7 +21,9 @@ SAYINGS = {
         "notebook": "to decide on this shared machine anyway, time the two variants interleaved in this kernel: "
                     "%npuab STEP_A STEP_B (two zero-argument functions, one training step each) alternates them in "
                     "ABBA blocks, so a neighbour's load hits both alike; or profile both again on a quiet machine",
-        "cli": "to decide on this shared machine anyway, time the two variants interleaved in one process: "
+        "cli": "to decide on this shared machine anyway, alternate them: `npumagic ab SCRIPT_A SCRIPT_B` runs short "
+               "captures of each script in turn (A B B A ...) and decides on their paired median steps; or time the "
+               "two variants interleaved in one process: "
                "%npuab STEP_A STEP_B in IPython or a notebook (two zero-argument functions, one training step each), "
                "or the pytest fixture npuab, alternates them in ABBA blocks, so a neighbour's load hits both alike; "
                "or profile both again on a quiet machine"},

@@ -265,7 +265,7 @@ def test_a_reader_that_stops_early_gets_no_error_message(tmp_path):
 
 def test_help_reads_as_written_and_show_takes_one_view(capsys):
     # every subcommand's help is shown as argparse formats it ("95%" once, not "95%%")
-    for command in ("analyze", "advise", "compare", "check", "show", "runs", "export", "demo"):
+    for command in ("analyze", "advise", "compare", "check", "show", "runs", "export", "demo", "ab"):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         out = capsys.readouterr().out

@@ -173,7 +173,7 @@ def test_the_cli_declares_json_once_and_the_magics_translate_errors_in_one_place
 
     subcommands = build_parser()._subparsers._group_actions[0].choices
     with_json = {name for name, p in subcommands.items() if "--json" in p._option_string_actions}
-    assert with_json == {c.name for c in COMMANDS} | {"check", "show", "run", "trigger"}
+    assert with_json == {c.name for c in COMMANDS} | {"check", "show", "run", "trigger", "ab"}
     translations = {name: (package / name).read_text().count("raise UsageError(str(exc)) from None")
                     for name in ("magics.py", "magic_input.py")}
     assert translations == {"magics.py": 1, "magic_input.py": 1}

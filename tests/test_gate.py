@@ -127,3 +127,4 @@ def test_a_contended_side_exits_3(recorded):
     assert payload["decided"] is False and "unreliable" in payload["undecided"]
     # and the verdict says how to decide anyway, in the terminal's words
     assert "time the two variants interleaved in one process: %npuab STEP_A STEP_B in IPython" in payload["verdict"]
+    assert "`npumagic ab SCRIPT_A SCRIPT_B` runs short captures of each script in turn" in payload["verdict"]

@@ -26,6 +26,10 @@ the sequence does not assume; main's rule: 3.8% with none, 5.5% with one in thre
 means: the faster call costs a little where nothing stretches a call); with one call in twenty
 stretched, 68 steps and 98% called faster, where main's rule left half undecided at 400.
 
+On a CUDA or NPU device each call may be timed by the device's own events rather than the wall
+clock: :func:`steadier_clock` picks the clock whose times spread less over warm-up calls timed by
+both (``ab_run`` times them), and the result says which.
+
 Decisions, with ``t = log(1 + threshold)``: the interval lies above ``t`` (B faster) or below
 ``-t`` (B slower): significant; it lies within ``(-t, t)``: no difference beyond the threshold;
 else another block, until the step budget is spent (undecided, with an estimate of the steps
@@ -108,6 +112,8 @@ class ABResult:
     times_b: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     order: str = field(repr=False, default="")  # "abba baab ..." as run
     comparison: object = field(repr=False, default=None)  # --profile: a Comparison of a few profiled steps of each
+    clock: str = "wall"  # what timed each call: "wall", or "device" (its events; see steadier_clock)
+    spreads: tuple[float, float] | None = None  # on a device: the (wall, device) spreads over the warm-up
 
     @property
     def median_a(self) -> float:
@@ -124,10 +130,19 @@ class ABResult:
         drift or are skewed, so both are shown, each named."""
         return self.median_a / self.median_b if self.median_b > 0 else float("nan")
 
+    def clock_text(self) -> str:
+        """Which clock timed the calls and why, on a device; "" on the CPU (wall time, as always)."""
+        if self.spreads is None:
+            return ""
+        wall, device = self.spreads
+        other = "wall" if self.clock == "device" else "device"
+        return (f"; {self.clock} time of each call, steadier over the warm-up (spread {min(wall, device):.1%} "
+                f"against {max(wall, device):.1%} for the {other} time)")
+
     def sentence(self) -> str:
         pct = f"{self.threshold:.0%}" if self.threshold >= 0.01 else f"{self.threshold:.1%}"
         figures = (f"median step {self.a} {self.median_a * 1000:,.2f} ms, {self.b} {self.median_b * 1000:,.2f} ms "
-                   f"(ratio of the medians {self.median_ratio:.2f}x); {self.steps} steps interleaved")
+                   f"(ratio of the medians {self.median_ratio:.2f}x); {self.steps} steps interleaved{self.clock_text()}")
         bounded = 0 < self.ci[0] and self.ci[1] < math.inf
         ci = f"95% CI {self.ci[0]:.2f}–{self.ci[1]:.2f}x" if bounded else "95% CI not yet bounded"
         evidence = (f"paired ratio {self.a}/{self.b} {self.speedup:.2f}x, {ci}: the geometric mean of the "
@@ -149,7 +164,7 @@ class ABResult:
                 "decided": self.decided, "significant": self.significant, "threshold": self.threshold,
                 "max_steps": self.max_steps, "more_steps": self.more_steps, "alpha": self.alpha,
                 "median_a_s": self.median_a, "median_b_s": self.median_b, "median_ratio": self.median_ratio,
-                "verdict": self.sentence()}
+                "clock": self.clock, "verdict": self.sentence()}
 
     def __str__(self) -> str:
         return presentation.text(self)
@@ -159,6 +174,25 @@ class ABResult:
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(str(self))
+
+
+def spread(times: dict[str, list[float]]) -> float:
+    """The spread of a clock's times over the warm-up: each side's standard deviation of log
+    time (ddof 1: a relative spread, so a clock and a slower one compare), pooled over the sides."""
+    if any(not min(t, default=1.0) > 0 for t in times.values()):
+        return math.inf  # a call the clock saw take no time (an event pair with no work between): not a clock to use
+    variances = [np.var(np.log(t), ddof=1) for t in times.values() if len(t) >= 2]
+    return float(np.sqrt(np.mean(variances))) if variances else math.inf
+
+
+def steadier_clock(wall: dict[str, list[float]], device: dict[str, list[float]]) -> tuple[str, tuple[float, float]]:
+    """"device" where the device times of the warm-up calls (by side, s) spread less than their
+    wall times, else "wall"; with the two spreads. A host that runs ahead of the device's queue,
+    or waits on a neighbour for a core, stretches the wall time of some calls but not the device
+    time; where the device time is the noisier (calls of a few us, near the events' resolution),
+    the wall time stays."""
+    spreads = (spread(wall), spread(device))
+    return ("device" if spreads[1] < spreads[0] else "wall"), spreads
 
 
 def alternate(measure: Callable[[str], float], threshold: float = THRESHOLD, max_steps: int = MAX_STEPS,

@@ -1,8 +1,10 @@
 """Timing one call of a variant for the interleaved A/B test: ``time.perf_counter`` around the
 call, with the device synchronised before and after it when one is in use, so queued device work
 of the previous call is not charged to this one and this call's own work is. What can be timed
-so is checked before anything runs (:func:`unfit_step`). The test itself runs in
-:mod:`npumagic.ab_run`, which joins this timing to :mod:`npumagic.analysis.ab`'s decision."""
+so is checked before anything runs (:func:`unfit_step`). On a device a call can also be timed by
+the device's own events recorded before and after it (:func:`device_events`, :func:`time_both`):
+the time the device's queue took, without the host's scheduling of the call. The test itself
+runs in :mod:`npumagic.ab_run`, which joins this timing to :mod:`npumagic.analysis.ab`'s decision."""
 
 from __future__ import annotations
 
@@ -59,20 +61,64 @@ def device_sync() -> Callable[[], None] | None:
     return None
 
 
-def timer(variants: dict[str, Callable[[], object]], sync: Callable[[], None] | None = None) -> Callable[[str], float]:
-    """``measure(side)``: call ``variants[side]`` once and return its time in seconds."""
+def device_events() -> Callable[[], object] | None:
+    """A maker of timing events on the device the process has initialised (torch_npu's, else
+    CUDA's ``Event(enable_timing=True)``), or None on the CPU; as :func:`device_sync`, never
+    imports torch."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    npu = getattr(torch, "npu", None) if "torch_npu" in sys.modules else None
+    if npu is not None and getattr(npu, "is_initialized", lambda: False)():
+        return lambda: npu.Event(enable_timing=True)
+    if torch.cuda.is_initialized():
+        return lambda: torch.cuda.Event(enable_timing=True)
+    return None
+
+
+def _timed_call(fn: Callable[[], object], side: str, sync: Callable[[], None] | None,
+                events: Callable[[], object] | None) -> tuple[float, float | None]:
+    """One call's wall time and, with ``events``, its device time (s): the device synchronised
+    before it (the previous call's queued work is not this one's) and after it (its own is)."""
+    if sync is not None:
+        sync()
+    marks = (events(), events()) if events is not None else None
+    start = time.perf_counter()
+    if marks is not None:
+        marks[0].record()
+    _ran(fn(), side)
+    if marks is not None:
+        marks[1].record()
+    if sync is not None:
+        sync()
+    wall = time.perf_counter() - start
+    return wall, (marks[0].elapsed_time(marks[1]) / 1000.0 if marks is not None else None)  # elapsed_time is in ms
+
+
+def timer(variants: dict[str, Callable[[], object]], sync: Callable[[], None] | None = None,
+          events: Callable[[], object] | None = None) -> Callable[[str], float]:
+    """``measure(side)``: call ``variants[side]`` once and return its time in seconds: the wall
+    time, or with ``events`` (:func:`device_events`) the device time between two events."""
 
     def measure(side: str) -> float:
-        fn = variants[side]
-        if sync is not None:
-            sync()
-        start = time.perf_counter()
-        _ran(fn(), side)
-        if sync is not None:
-            sync()
-        return time.perf_counter() - start
+        wall, device = _timed_call(variants[side], side, sync, events)
+        return device if device is not None else wall
 
     return measure
+
+
+def time_both(variants: dict[str, Callable[[], object]], calls: int, sync: Callable[[], None],
+              events: Callable[[], object]) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """``calls`` more warm-up calls of each variant, alternating, each timed by both clocks:
+    (wall, device) times in s by side, for choosing the steadier clock."""
+    wall: dict[str, list[float]] = {side: [] for side in variants}
+    device: dict[str, list[float]] = {side: [] for side in variants}
+    for _ in range(calls):
+        for side, fn in variants.items():
+            w, d = _timed_call(fn, side, sync, events)
+            wall[side].append(w)
+            device[side].append(d)
+    return wall, device
 
 
 def _ran(returned: object, side: str) -> None:

@@ -45,6 +45,7 @@ class Config:
     options: dict
     on_demand: bool = False
     backend: str | None = None
+    timing: dict | None = None  # npumagic ab: {"skip": N, "steps": M}, steps timed with no profiler (capture.timed)
 
     def to_env(self) -> str:
         return json.dumps(self.__dict__)
@@ -374,12 +375,19 @@ def _own_record(path: Path) -> dict | None:
         return None
 
 
-def arm_from_environment(hook: bool = True, seen_loaders: list = ()) -> Injected | None:
-    """Arm this interpreter from :data:`ENV` (set by ``npumagic run``); None where it is unset.
+def arm_from_environment(hook: bool = True, seen_loaders: list = ()):
+    """Arm this interpreter from :data:`ENV` (set by ``npumagic run``, or ``npumagic ab``: a
+    :class:`~npumagic.capture.timed.TimedSteps`); None where it is unset.
     ``hook`` and ``seen_loaders``: see :meth:`Injected.install`."""
     text = os.environ.get(ENV)
     if not text:
         return None
-    injected = Injected(Config.from_env(text))
+    config = Config.from_env(text)
+    if config.timing is not None:
+        from .timed import TimedSteps
+
+        injected = TimedSteps(config.run_dir, int(config.timing["skip"]), int(config.timing["steps"]), rank())
+    else:
+        injected = Injected(config)
     injected.install(hook=hook, seen_loaders=seen_loaders)
     return injected

@@ -4,12 +4,13 @@ change decided, and a drift that fools back-to-back runs but not the interleaved
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 
 from npumagic.analysis import sequential
-from npumagic.analysis.ab import ConfidenceSequence, alternate, mean_of_logs
+from npumagic.analysis.ab import ConfidenceSequence, alternate, mean_of_logs, steadier_clock
 from npumagic.analysis.compare import ALPHA, MIN_EFFECT, step_test
 
 
@@ -194,3 +195,46 @@ def test_a_neighbour_stretching_one_call_in_twenty_hides_a_10_percent_change_fro
         decided[name] = np.mean([r.significant and r.speedup > 1 for r in runs])
     # THEN the stretched calls leave most undecided on the means; the faster calls decide nearly all
     assert decided["means"] < 0.6 and decided["faster calls"] >= 0.9
+
+
+# Real recorded step times (ms): the wall time of each ProfilerStep (its CPU annotation) and the span
+# of the device work its calls launched (first kernel or copy start to last end, by correlation id),
+# read from two real traces. V100 (shared cuda/ns_resolution, steps 101-105): the host runs ahead of
+# the device's queue in the first steps, so their wall times are short while the device's are even.
+V100_WALL = [35.11575, 72.0775, 95.69725, 95.551, 95.699]
+V100_DEVICE = [97.66275, 95.736, 95.56975, 95.66325, 95.394]
+# H200 (tests/data/h200_item_pageable, steps 2-5): a host-bound loop with a .item() each step.
+H200_WALL = [5.585889, 3.682473, 3.584344, 3.855718]
+H200_DEVICE = [4.049172, 3.402396, 3.270268, 3.324221]
+
+
+def _sides(times):
+    """The warm-up's calls alternate A, B, A, ...: the recorded steps dealt out so."""
+    return {"a": times[0::2], "b": times[1::2]}
+
+
+@pytest.mark.parametrize("wall, device", [(V100_WALL, V100_DEVICE), (H200_WALL, H200_DEVICE)])
+def test_the_device_time_is_chosen_where_it_is_the_steadier(wall, device):
+    clock, (wall_spread, device_spread) = steadier_clock(_sides(wall), _sides(device))
+    assert clock == "device" and device_spread < wall_spread
+    # by hand for the V100: A's wall times 35.1, 95.7, 95.7 ms spread 0.579 in log time, B's 72.1, 95.6 ms 0.199
+    if wall is V100_WALL:
+        assert wall_spread == pytest.approx(math.sqrt((0.5788 ** 2 + 0.1993 ** 2) / 2), rel=1e-3)
+
+
+def test_the_wall_time_stays_where_the_device_time_is_the_noisier():
+    clock, spreads = steadier_clock(_sides(H200_DEVICE), _sides(H200_WALL))  # the same numbers, clocks swapped
+    assert clock == "wall" and spreads[0] < spreads[1]
+
+
+def test_a_tie_keeps_the_wall_time():
+    assert steadier_clock(_sides(H200_WALL), _sides(H200_WALL))[0] == "wall"
+
+
+def test_a_device_clock_that_saw_a_call_take_no_time_is_not_chosen():
+    device = _sides(H200_DEVICE)
+    device["b"] = [0.0, 3.402396]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no log of 0 on the way
+        clock, spreads = steadier_clock(_sides(H200_WALL), device)
+    assert clock == "wall" and spreads[1] == math.inf

@@ -132,10 +132,13 @@ def test_profile_records_a_few_steps_of_each_and_shows_where_the_difference_goes
 
 def test_on_the_cpu_no_device_is_synchronised(variants):
     # torch is imported and has run steps, but no CUDA or NPU device was initialised
-    from npumagic.capture.alternate import device_sync
+    from npumagic.capture.alternate import device_events, device_sync
 
-    variants.run_line_magic("npuab", "slow fast --max-steps 24 --seed 0")
-    assert device_sync() is None
+    result = variants.run_line_magic("npuab", "slow fast --max-steps 24 --seed 0")
+    assert device_sync() is None and device_events() is None
+    # wall time, as always on the CPU, and the sentence says nothing of clocks
+    assert result.clock == "wall" and result.spreads is None and result.to_dict()["clock"] == "wall"
+    assert "time of each call" not in result.sentence()
 
 
 def test_a_callable_with_only_optional_parameters_is_a_step(variants):

@@ -18,6 +18,7 @@ import weakref
 _here = os.path.dirname(os.path.abspath(__file__))
 _injected = None  # the armed capture
 _failed = False
+_arming = False  # importing npumagic to arm fires the hook on "npumagic" below: one capture, not two
 _loaders = []  # weak references to the DataLoaders iterated before arming
 
 
@@ -30,9 +31,10 @@ def _chain():
 
 
 def _arm():
-    global _injected, _failed
-    if _injected is not None or _failed:
+    global _injected, _failed, _arming
+    if _injected is not None or _failed or _arming:
         return _injected
+    _arming = True
     try:
         try:
             from npumagic.capture import inject
@@ -44,6 +46,8 @@ def _arm():
         _failed = True
         print(f"npumagic: the capture could not be armed ({type(exc).__name__}: {exc}); running unprofiled",
               file=sys.stderr)
+    finally:
+        _arming = False
     return _injected
 
 

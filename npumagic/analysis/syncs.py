@@ -84,3 +84,26 @@ def sync_table(ev: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     table["source"] = g["source"].agg(lambda s: s[s != ""].mode().iat[0] if (s != "").any() else "").to_numpy()
     # by the host time they block: many cheap calls matter less than a few that wait long
     return table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)[SYNC_COLUMNS]
+
+
+def python_after_us(ev: pd.DataFrame | None, name: str) -> float | None:
+    """The median host time (µs) from a step's call of operator ``name`` ending to the next operator
+    starting on its thread: the Python around each call (the loop, the binding that enters the next
+    call), which no trace event records and which removing the call removes too; None where no
+    call of ``name`` in a step is followed by another operator of that step."""
+    if ev is None or ev.empty:
+        return None
+    host = ev[((ev["kind"] == "host_op") & (ev["device"] < 0) & (ev["step"] >= 0)).to_numpy()]
+    gaps = []
+    for _, ops in host.groupby("lane", observed=True, sort=False):
+        order = np.argsort(ops["ts_ns"].to_numpy(), kind="stable")
+        starts, steps = ops["ts_ns"].to_numpy()[order], ops["step"].to_numpy()[order]
+        calls = (ops["name"].astype(str) == name).to_numpy()[order]
+        ends = starts[calls] + ops["dur_ns"].to_numpy()[order][calls]
+        after = np.searchsorted(starts, ends, "left")  # the first operator starting once the call ended
+        ok = after < starts.size
+        same = ok.copy()
+        same[ok] = steps[after[ok]] == steps[calls][ok]
+        gaps.append(starts[after[same]] - ends[same])
+    found = np.concatenate(gaps) if gaps else np.zeros(0)
+    return float(np.median(found)) / 1000 if found.size else None

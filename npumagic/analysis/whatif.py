@@ -216,6 +216,21 @@ def launch_bound(s: Summary) -> dict[str, float] | None:
     return gaps if gaps["kernel_median_us"] < LAUNCH_KERNEL_US else None
 
 
+# -- host reads on the CPU ------------------------------------------------------------------------
+def calls_lever(own_ms: float, per_step: float, after_us: float | None) -> Lever:
+    """Dropping per-step ``.item()`` calls on the CPU: nothing waits for a device, but the calls
+    take their own recorded time (``own_ms``, which surely goes) and the Python around each, which
+    no event records: up to the median gap from a call's end to the next operator (``after_us``)
+    per call."""
+    around = per_step * after_us / 1000 if after_us else 0.0
+    basis = f"the {own_ms:,.2f} ms per step the calls take on the CPU"
+    if around:
+        basis += (f" and up to the {around:,.2f} ms of Python around them ({per_step:.0f} calls x the {after_us:,.1f} µs "
+                  "from a call's end to the next operator, which no event records)")
+    return Lever("calls", own_ms if around else DEFAULT_LOW * own_ms, own_ms + around,
+                 basis + " (nothing waits for a device here; on one each would also drain its queue)")
+
+
 # -- every finding --------------------------------------------------------------------------------
 def _at_stake_ms(s: Summary, f: Finding) -> float:
     return max(f.impact, 0.0) * per_step_ms(s, "wall_us")
@@ -250,9 +265,7 @@ def lever(s: Summary, f: Finding) -> Lever:
         return Lever("fuse", DEFAULT_LOW * stake, stake + between,
                      f"the {stake:,.2f} ms of tiny operators and up to the {between:,.2f} ms of dispatch between them")
     if f.category == "sync" and f.impact == 0 and ev.get("calls_ms"):
-        own = float(ev["calls_ms"])
-        return Lever("calls", DEFAULT_LOW * own, own, f"the {own:,.2f} ms per step the calls themselves take on the "
-                     "CPU (nothing waits for a device here; on one each would also drain its queue)")
+        return calls_lever(float(ev["calls_ms"]), float(ev.get("syncs_per_step") or 0), ev.get("python_after_us"))
     if rule in ("memory_capacity", "fragmentation", "memory_growth") or (f.category == "sync" and f.impact == 0):
         return Lever("none", 0.0, 0.0, "costs no step time now" if f.category != "sync" else
                      "nothing waits on the CPU: it costs time only once the step runs on a device")

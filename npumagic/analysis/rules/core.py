@@ -15,7 +15,7 @@ from .. import counters as hw
 from .. import thresholds as T
 from .. import roles, whatif
 from ..blocking import sync_idle_share
-from ..syncs import is_host_sync
+from ..syncs import SYNC_HOST_OPS, is_host_sync, python_after_us
 from ..finding import Finding, plural
 from ..gaps import cpu_work, gap_operators
 from ..summary import Summary
@@ -409,7 +409,8 @@ def _sync(s: Summary) -> list[Finding]:
         return [Finding("sync", 0.0,
                        f"{per_step:.0f} {name} call{'' if round(per_step) == 1 else 's'} per step read tensor values "
                        "on the host; on NPU/CUDA each becomes a host-device sync that drains the device queue",
-                       {"syncs_per_step": per_step, "top": name, "sync_share": s.share("sync_us"), "calls_ms": calls_ms},
+                       {"syncs_per_step": per_step, "top": name, "sync_share": s.share("sync_us"), "calls_ms": calls_ms,
+                        "python_after_us": python_after_us(s.events, name)},
                        _sync_fix(s), where)]
     measured = sync_idle_share(s)
     cost = measured if measured is not None else min(s.share("sync_us"), s.share("idle_us"))
@@ -442,7 +443,8 @@ def _small_ops(s: Summary) -> list[Finding]:
     # tiny by the typical call (median; mean in summaries stored before it was kept): on a busy
     # host a few calls caught by a time slice raise a 3 us operator's mean past 10 us, its median not
     typical = k["median_us"].fillna(k["mean_us"]) if "median_us" in k else k["mean_us"]
-    tiny = k[typical < T.TINY_KERNEL_US]
+    # host reads (.item()) are the sync rule's: fusing does not remove them
+    tiny = k[(typical < T.TINY_KERNEL_US).to_numpy() & ~k["type"].astype(str).isin(SYNC_HOST_OPS).to_numpy()]
     total = float(k["total_us"].sum())
     if not total > 0:  # every kernel of zero length (a trace with dur 0 or -0.0): no share to judge
         return []

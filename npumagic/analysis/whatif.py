@@ -45,6 +45,13 @@ MAX_WORKERS = 8
 # each counted at no less than MIN_LOADER_CPU of a core.
 LOADER_CPU_BOUND = 0.5
 MIN_LOADER_CPU = 0.1
+# The achieved saving is a difference of two median steps, each off by chance: a median of n steps
+# errs by about MEDIAN_SE * sigma / sqrt(n) (its standard error under normal noise), sigma read from
+# the steps' median absolute deviation (MAD_SIGMA * MAD: one slow step does not widen it); Z95 of
+# those errors either side is the difference's 95% interval.
+MEDIAN_SE = 1.2533
+MAD_SIGMA = 1.4826
+Z95 = 1.96
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,26 @@ def step_ms(s: Summary) -> float:
 
 def per_step_ms(s: Summary, column: str) -> float:
     return float(s.steps[column].mean()) / 1000 if len(s.steps) and column in s.steps else 0.0
+
+
+def median_error_ms(s: Summary) -> float | None:
+    """The standard error of the median step (ms) from the steps' own spread; None under 3 steps."""
+    wall = s.steps["wall_us"].dropna().to_numpy(dtype=float) if len(s.steps) and "wall_us" in s.steps else np.zeros(0)
+    if wall.size < 3:
+        return None
+    mad = float(np.median(np.abs(wall - np.median(wall))))
+    return MEDIAN_SE * MAD_SIGMA * mad / np.sqrt(wall.size) / 1000
+
+
+def noise_ms(before: Summary, after: Summary | None = None) -> float | None:
+    """How far either side (95%) chance moves the achieved saving, median step ``before`` less
+    ``after`` (ms): both medians' errors, the fixed run's taken as the baseline's until it exists;
+    None where the baseline has under 3 steps."""
+    a = median_error_ms(before)
+    if a is None:
+        return None
+    b = median_error_ms(after) if after is not None else None
+    return Z95 * float(np.hypot(a, a if b is None else b))
 
 
 def threshold_ms(s: Summary) -> float:
@@ -284,11 +311,13 @@ def predict(s: Summary, found: list[Finding]) -> list[Finding]:
     """``found`` with each finding's predicted saving (ms per step), its interval and basis,
     ranked by the saving (then by impact); a finding already predicted keeps its own."""
     out = []
+    noise = noise_ms(s)
     for f in found:
         if f.predicted_saving_ms is None:
             lv = lever(s, f)
             f = replace(f, predicted_saving_ms=round(lv.saving_ms, 3),
-                        predicted_interval=(round(lv.low_ms, 3), round(lv.high_ms, 3)), predicted_basis=lv.basis)
+                        predicted_interval=(round(lv.low_ms, 3), round(lv.high_ms, 3)), predicted_basis=lv.basis,
+                        predicted_noise_ms=round(noise, 3) if noise is not None else None)
         out.append(f)
     return rank(out)
 
@@ -308,8 +337,16 @@ def reaches(s: Summary, f: Finding) -> bool:
 
 
 def said(f: Finding) -> str:
-    """``predicted -X ms (lo-hi)`` per step, or ""."""
+    """``predicted -X ms (lo-hi) per step, ±N ms run to run``, or ""."""
     if f.predicted_saving_ms is None or f.predicted_interval is None:
         return ""
     lo, hi = f.predicted_interval
-    return f"predicted -{f.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}) per step"
+    return f"predicted -{f.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}) per step" + noise_said(f)
+
+
+def noise_said(f: Finding) -> str:
+    """``, ±N ms run to run`` where the finding's run measured its steps' spread, else ""."""
+    noise = getattr(f, "predicted_noise_ms", None)  # a finding stored before it was kept has none
+    if not noise:
+        return ""
+    return f", ±{noise:,.2f} ms run to run (95%, from the steps' spread)"

@@ -71,3 +71,19 @@ def test_the_prediction_carries_the_run_to_run_noise_of_two_medians_from_the_ste
     checked = verify(base, after, top)
     assert checked.noise_ms == pytest.approx(1.96 * np.hypot(_median_error_ms(base), _median_error_ms(after)))
     assert checked.noise_ms < 0.05 * base.step_stats["median_us"] / 1000
+
+
+def test_the_checklist_verifies_the_fix_the_run_applied_not_the_baselines_lead(runs):
+    # GIVEN level1 as the baseline and a run that applied the fix of a finding other than its lead
+    from npumagic.analysis.changed import AppliedFix
+
+    base, after = runs
+    advice = npumagic.advise(base)
+    other = next(f for f in advice.findings if f is not advice.lead.finding and f.predicted_interval)
+    # WHEN the run's checklist is given the fix read from what changed
+    verify_step = dict(npumagic.checklist(after, baseline=base, applied=AppliedFix(other, "X went 1 -> 2")).steps)["Verify"]
+    # THEN Verify checks that finding's prediction, saying the change, not the baseline's Next change
+    lo, hi = other.predicted_interval
+    assert (f"; the fix read from what changed (X went 1 -> 2), {other.rule}: predicted "
+            f"-{other.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}), achieved ") in verify_step
+    assert "the baseline's Next change" not in verify_step

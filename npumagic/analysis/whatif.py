@@ -148,7 +148,8 @@ def _least_exposed_ms(s: Summary) -> float:
 @dataclass(frozen=True)
 class WorkerFit:
     """How many DataLoader workers fit the machine: ``now`` running, ``suggest`` (``now`` when no
-    core is spare), ``cores`` and ``idle`` cores (None where no host samples were taken)."""
+    core is spare; fewer where the workers and the training thread outnumber the busy cores),
+    ``cores`` and ``idle`` cores (None where no host samples were taken)."""
 
     now: int
     suggest: int
@@ -179,6 +180,10 @@ def worker_fit(s: Summary) -> WorkerFit:
     idle = int(np.floor(float(h["cores_idle"].mean()) + 1e-9))
     column = "worker_cpu_pct_mean" if now else "main_thread_cpu_pct"
     demand = float(h[column].mean()) / 100 if h[column].notna().any() else 1.0  # cores one loader uses
+    if now >= cores and idle == 0:
+        # the workers and the training thread outnumber the cores, none idle: they take turns, each batch
+        # waiting behind the others' time slices; one worker per core beside the training thread
+        return WorkerFit(now, cores - 1, cores, idle, demand)
     if demand >= LOADER_CPU_BOUND:
         more = idle
     else:
@@ -197,6 +202,11 @@ def dataloader_lever(s: Summary, wait_ms: float) -> Lever:
         return Lever("workers", DEFAULT_LOW * wait_ms, wait_ms,
                      f"the whole {wait_ms:,.2f} ms wait, if idle cores run the workers (no host samples tell "
                      "how many cores are spare)")
+    if fit.suggest < fit.now:
+        return Lever("fewer_workers", DEFAULT_LOW * wait_ms, wait_ms,
+                     f"{fit.now} workers and the training thread take turns on {fit.cores} cores, none idle: with "
+                     f"{fit.suggest} the batches stop waiting behind the others' time slices, up to the {wait_ms:,.2f} ms "
+                     "wait")
     if fit.suggest <= fit.now:
         return Lever("cheaper_samples", 0.0, wait_ms,
                      f"no core is idle ({fit.cores} cores, {fit.now} workers): more workers would take cores from the "

@@ -65,6 +65,19 @@ def test_no_idle_core_gets_no_more_workers(loading):
     assert f.predicted_interval[1] == pytest.approx(wait, rel=0.05)
 
 
+@pytest.mark.parametrize("cores, workers, expected", [(2, 8, 1), (2, 2, 1), (4, 6, 3)])
+def test_workers_that_outnumber_the_busy_cores_are_told_to_be_fewer(loading, cores, workers, expected):
+    # GIVEN the run's loader with `workers` workers on `cores` cores, none idle during the steps
+    s = _with_host(loading, cores=cores, idle=0, workers=workers)
+    # WHEN it is advised THEN the fix names fewer workers, one per core beside the training thread,
+    # and its saving is bounded by the wait the turns cost (the wait itself at most)
+    f = _dataloader(s)
+    assert f"DataLoader(num_workers={workers} -> {expected}," in f.fix and "more workers" not in f.fix
+    wait = f.impact * whatif.per_step_ms(s, "wall_us")
+    assert f.predicted_interval == pytest.approx((0.5 * wait, wait), abs=1e-3)
+    assert f.predicted_basis.startswith(f"{workers} workers and the training thread take turns on {cores} cores")
+
+
 @pytest.mark.parametrize("cores, idle, expected", [(8, 3, 3), (32, 20, whatif.MAX_WORKERS), (2, 1, 1)])
 def test_num_workers_fits_the_idle_cores(loading, cores, idle, expected):
     s = _with_host(loading, cores=cores, idle=idle)

@@ -90,7 +90,11 @@ def _dataloader(s: Summary) -> list[Finding]:
     on_device = backend_of(s) != "cpu"  # pinned memory only speeds up copies to a device
     fit = whatif.worker_fit(s)
     pinned = "pin_memory=True, " if on_device else ""
-    if fit.known and fit.suggest <= fit.now:  # more workers would take cores from the step itself
+    if fit.known and fit.suggest < fit.now:  # oversubscribed: the workers take turns with the step on the cores
+        fix = (f"{fit.now} DataLoader workers and the training thread share {fit.cores} cores, none idle: use fewer, "
+               f"one per core beside the training thread: DataLoader(num_workers={fit.now} -> {fit.suggest}, "
+               "persistent_workers=True)")
+    elif fit.known and fit.suggest <= fit.now:  # more workers would take cores from the step itself
         fix = (f"no core is idle during the steps ({fit.cores} cores, {fit.now} DataLoader workers): more workers "
                "would compete with the training thread for them, so make each sample cheaper instead (decode "
                "pre-resized inputs, cache decoded samples" + (", move augmentation onto the device" if on_device else "")
@@ -125,7 +129,7 @@ def _dataloader(s: Summary) -> list[Finding]:
         if n and busy >= T.WORKER_BUSY_PCT:
             title += f"; its {n} DataLoader workers are each {busy:.0f}% busy: loading is CPU-bound"
             more = f"num_workers={n} -> {fit.suggest}, {idle} cores are idle" if fit.suggest > n else "no core is idle"
-            fix = (f"the workers are CPU-bound: add workers ({more}) and make each sample cheaper: decode "
+            fix = fix if fit.suggest < n else (f"the workers are CPU-bound: add workers ({more}) and make each sample cheaper: decode "
                    "pre-resized inputs, move augmentation onto the device, cache decoded samples")
         elif n and busy < T.WORKER_IDLE_PCT and idle:
             title += f"; its {n} workers are only {busy:.0f}% busy with {idle} cores idle: the batches wait on I/O"

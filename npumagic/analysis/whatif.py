@@ -260,7 +260,7 @@ def calls_lever(own_ms: float, per_step: float, after_us: float | None) -> Lever
     no event records: up to the median gap from a call's end to the next operator (``after_us``)
     per call."""
     around = per_step * after_us / 1000 if after_us else 0.0
-    basis = f"the {own_ms:,.2f} ms per step the calls take on the CPU"
+    basis = f"the {own_ms:,.2f} ms per step the calls themselves take on the CPU"
     if around:
         basis += (f" and up to the {around:,.2f} ms of Python around them ({per_step:.0f} calls x the {after_us:,.1f} µs "
                   "from a call's end to the next operator, which no event records)")

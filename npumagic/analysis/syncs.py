@@ -86,11 +86,12 @@ def sync_table(ev: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     return table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)[SYNC_COLUMNS]
 
 
-def python_after_us(ev: pd.DataFrame | None, name: str) -> float | None:
-    """The median host time (µs) from a step's call of operator ``name`` ending to the next operator
-    starting on its thread: the Python around each call (the loop, the binding that enters the next
-    call), which no trace event records and which removing the call removes too; None where no
-    call of ``name`` in a step is followed by another operator of that step."""
+def python_between_us(ev: pd.DataFrame | None, name: str) -> tuple[float, float] | None:
+    """The host time (µs) between consecutive calls of operator ``name`` on a thread within a step
+    (a call's end to the next operator's start, where that operator is the next call): the Python
+    of the loop that makes them and the binding that enters each, which no trace event records and
+    which removing the calls removes too. Its median (the typical call) and mean (with the time
+    slices the thread lost inside the loop); None where no call is followed by another."""
     if ev is None or ev.empty:
         return None
     host = ev[((ev["kind"] == "host_op") & (ev["device"] < 0) & (ev["step"] >= 0)).to_numpy()]
@@ -98,12 +99,11 @@ def python_after_us(ev: pd.DataFrame | None, name: str) -> float | None:
     for _, ops in host.groupby("lane", observed=True, sort=False):
         order = np.argsort(ops["ts_ns"].to_numpy(), kind="stable")
         starts, steps = ops["ts_ns"].to_numpy()[order], ops["step"].to_numpy()[order]
-        calls = (ops["name"].astype(str) == name).to_numpy()[order]
-        ends = starts[calls] + ops["dur_ns"].to_numpy()[order][calls]
+        named = (ops["name"].astype(str) == name).to_numpy()[order]
+        ends = starts[named] + ops["dur_ns"].to_numpy()[order][named]
         after = np.searchsorted(starts, ends, "left")  # the first operator starting once the call ended
         ok = after < starts.size
-        same = ok.copy()
-        same[ok] = steps[after[ok]] == steps[calls][ok]
-        gaps.append(starts[after[same]] - ends[same])
+        ok[ok] = named[after[ok]] & (steps[after[ok]] == steps[named][ok])
+        gaps.append(starts[after[ok]] - ends[ok])
     found = np.concatenate(gaps) if gaps else np.zeros(0)
-    return float(np.median(found)) / 1000 if found.size else None
+    return (float(np.median(found)) / 1000, float(found.mean()) / 1000) if found.size else None

@@ -254,18 +254,22 @@ def launch_bound(s: Summary) -> dict[str, float] | None:
 
 
 # -- host reads on the CPU ------------------------------------------------------------------------
-def calls_lever(own_ms: float, per_step: float, after_us: float | None) -> Lever:
+def calls_lever(own_ms: float, per_step: float, between_us: list[float] | tuple[float, float] | None) -> Lever:
     """Dropping per-step ``.item()`` calls on the CPU: nothing waits for a device, but the calls
-    take their own recorded time (``own_ms``, which surely goes) and the Python around each, which
-    no event records: up to the median gap from a call's end to the next operator (``after_us``)
-    per call."""
-    around = per_step * after_us / 1000 if after_us else 0.0
+    take their own recorded time (``own_ms``) and the Python between consecutive calls, which no
+    event records (``between_us``: its median and its mean per call, the mean holding the time
+    slices the thread lost inside the loop): the calls and the typical Python go at least, the
+    mean's at most."""
     basis = f"the {own_ms:,.2f} ms per step the calls themselves take on the CPU"
-    if around:
-        basis += (f" and up to the {around:,.2f} ms of Python around them ({per_step:.0f} calls x the {after_us:,.1f} µs "
-                  "from a call's end to the next operator, which no event records)")
-    return Lever("calls", own_ms if around else DEFAULT_LOW * own_ms, own_ms + around,
-                 basis + " (nothing waits for a device here; on one each would also drain its queue)")
+    if not between_us:
+        return Lever("calls", DEFAULT_LOW * own_ms, own_ms,
+                     basis + " (nothing waits for a device here; on one each would also drain its queue)")
+    typical, mean = (per_step * v / 1000 for v in between_us)
+    return Lever("calls", own_ms + typical, own_ms + max(mean, typical),
+                 basis + f" and the Python between them, which no event records: {per_step:.0f} calls x the "
+                 f"{between_us[0]:,.2f} µs from a call's end to the next (typical) or {between_us[1]:,.2f} µs (mean, "
+                 "with the time slices the thread lost in the loop): nothing waits for a device here; on one each "
+                 "would also drain its queue")
 
 
 # -- every finding --------------------------------------------------------------------------------
@@ -302,7 +306,7 @@ def lever(s: Summary, f: Finding) -> Lever:
         return Lever("fuse", DEFAULT_LOW * stake, stake + between,
                      f"the {stake:,.2f} ms of tiny operators and up to the {between:,.2f} ms of dispatch between them")
     if f.category == "sync" and f.impact == 0 and ev.get("calls_ms"):
-        return calls_lever(float(ev["calls_ms"]), float(ev.get("syncs_per_step") or 0), ev.get("python_after_us"))
+        return calls_lever(float(ev["calls_ms"]), float(ev.get("syncs_per_step") or 0), ev.get("python_between_us"))
     if rule in ("memory_capacity", "fragmentation", "memory_growth") or (f.category == "sync" and f.impact == 0):
         return Lever("none", 0.0, 0.0, "costs no step time now" if f.category != "sync" else
                      "nothing waits on the CPU: it costs time only once the step runs on a device")

@@ -15,7 +15,7 @@ from .. import counters as hw
 from .. import thresholds as T
 from .. import roles, whatif
 from ..blocking import sync_idle_share
-from ..syncs import SYNC_HOST_OPS, is_host_sync, python_after_us
+from ..syncs import SYNC_HOST_OPS, is_host_sync, python_between_us
 from ..finding import Finding, plural
 from ..gaps import cpu_work, gap_operators
 from ..summary import Summary
@@ -414,7 +414,7 @@ def _sync(s: Summary) -> list[Finding]:
                        f"{per_step:.0f} {name} call{'' if round(per_step) == 1 else 's'} per step read tensor values "
                        "on the host; on NPU/CUDA each becomes a host-device sync that drains the device queue",
                        {"syncs_per_step": per_step, "top": name, "sync_share": s.share("sync_us"), "calls_ms": calls_ms,
-                        "python_after_us": python_after_us(s.events, name)},
+                        "python_between_us": python_between_us(s.events, name)},
                        _sync_fix(s), where)]
     measured = sync_idle_share(s)
     cost = measured if measured is not None else min(s.share("sync_us"), s.share("idle_us"))

@@ -150,22 +150,24 @@ def _top(verdict):
     return verdict.advice.lead.finding if verdict is not None and verdict.advice.lead is not None else None
 
 
-def _report(name: str, before, checked, after_steps: dict | None, applied: str) -> str:
-    """The case's lines: the verification, the finding, its fix and basis, what was applied, the
-    fixed run's own Verify (the fix it read from what changed, else the baseline's Next change) and
-    its verdict."""
-    top = _top(before)
-    if top is None:
-        return f"{name}: no finding leads ({before.next_change[:120] if before else 'no verdict'})"
+def _report(name: str, top, findings: list, checked, after_steps: dict | None, applied: str) -> str:
+    """The case's lines: the verification, the findings, the top one's fix and basis, what was
+    applied, the fixed run's own Verify (the fix it read from what changed, else the baseline's
+    Next change) and its verdict. ``top`` and ``findings``: Finding objects or their JSON."""
+    def get(f, key):
+        return f[key] if isinstance(f, dict) else getattr(f, key)
+
     said = checked.sentence() if checked is not None else \
-        f"{top.rule}: nothing verified ({applied})" if applied.startswith("nothing") else f"{top.rule}: no prediction"
-    ranked = ", ".join(f"{f.rule} {f.predicted_saving_ms:,.2f} ({f.predicted_interval[0]:,.2f}-{f.predicted_interval[1]:,.2f})"
-                       for f in before.advice.findings[:4] if f.predicted_interval)
+        f"{get(top, 'rule')}: nothing verified ({applied})" if applied.startswith("nothing") else \
+        f"{get(top, 'rule')}: no prediction"
+    ranked = ", ".join(f"{get(f, 'rule')} {get(f, 'predicted_saving_ms'):,.2f}" for f in findings[:4]
+                       if get(f, "predicted_saving_ms") is not None)
     after_steps = after_steps or {}
     verify = after_steps.get("Verify", "")
     told = next((verify[verify.index(k) + 2:] for k in ("; the fix read", "; the baseline's") if k in verify), "-")
-    return (f"{name}: {said}\n    findings (ms): {ranked}\n    top finding: {top.title[:150]}\n    its fix: {top.fix[:150]}\n"
-            f"    basis: {top.predicted_basis[:150]}\n    applied: {applied}\n    its Verify: {told[:200]}\n"
+    return (f"{name}: {said}\n    findings (ms saved): {ranked}\n    top finding: {get(top, 'title')[:150]}\n"
+            f"    its fix: {get(top, 'fix')[:150]}\n    basis: {get(top, 'predicted_basis')[:150]}\n"
+            f"    applied: {applied}\n    its Verify: {told[:200]}\n"
             f"    next verdict: {after_steps.get('Classify', '-')[:150]}")
 
 
@@ -176,13 +178,13 @@ def in_shell(ip, name: str) -> str:
     before = _profiled(ip, f"{name}_before", make(None)[0].format(n=total))
     top = _top(before)
     if top is None:
-        return _report(name, before, None, None, "-")
+        return f"{name}: no finding leads ({before.next_change[:120]})"
     call, applied = make(top.fix)
     if applied.startswith("nothing"):  # the top fix is not the injected cause's: nothing to measure
-        return _report(name, before, None, None, applied)
+        return _report(name, top, before.advice.findings, None, None, applied)
     after = _profiled(ip, f"{name}_after", call.format(n=total))
     compared = ip.run_line_magic("npucompare", f"{name}_before {name}_after --no-plot --fix {top.rule or top.category}")
-    return _report(name, before, compared.verification, dict(after.steps), applied)
+    return _report(name, top, before.advice.findings, compared.verification, dict(after.steps), applied)
 
 
 def _profiled(ip, run: str, call: str):
@@ -195,8 +197,7 @@ def _profiled(ip, run: str, call: str):
 
 def gloo(root: Path) -> str:
     """``npumagic run -- torchrun --nproc_per_node 2`` of a gloo job whose rank 1 sleeps 5 ms a step,
-    then without the sleep where the top finding names the late rank."""
-    from npumagic.analysis.checklist import checklist
+    then without the sleep where its checklist's Next change points at rank 1 or a late rank."""
     from npumagic.calibration import verify_runs
     from npumagic.session import Session
 
@@ -205,25 +206,25 @@ def gloo(root: Path) -> str:
     out = root / "gloo"
 
     def run(label: str, late_ms: float) -> dict:
+        """The run's checklist as ``npumagic run --json`` shows it."""
         command = [sys.executable, "-m", "npumagic.cli", "run", "--json", "--out", str(out), "--name", label, "--steps",
                    str(STEPS), "--", "torchrun", "--nproc_per_node", "2", "--master_port", "29517", str(script),
                    str(late_ms)]
         done = subprocess.run(command, check=True, capture_output=True, text=True,
                               env=dict(os.environ, PYTHONWARNINGS="ignore"))
-        return dict(json.loads(done.stdout)["runs"][0]["checklist"]["steps"])
+        return json.loads(done.stdout)["runs"][0]["checklist"]
 
-    run("before", 5.0)
-    session = Session(out)
-    verdict = checklist(session.runs.summary("before"), run_name="before", facts=session.runs.facts("before"))
-    top = _top(verdict)
+    before = run("before", 5.0)
+    findings = before["findings"]
+    top = next((f for f in findings if before["next_change"].startswith(f["fix"])), None)
     if top is None:
-        return _report("gloo", verdict, None, None, "-")
-    straggler = "late" in top.title or "slow" in (top.rule + top.title) or "straggler" in top.fix
-    if not straggler:
-        return _report("gloo", verdict, None, None, "nothing: its fix names no late rank")
+        return f"gloo: no finding leads ({before['next_change'][:120]})"
+    # the user removes rank 1's sleep where the Next change points at rank 1 or at a late rank
+    if not ("rank 1" in top["title"] or top.get("ranks") == [1] or "late rank" in top["fix"]):
+        return _report("gloo", top, findings, None, None, "nothing: the Next change points at no late rank 1")
     after = run("after", 0.0)
-    checked, _ = verify_runs(Session(out), "before", "after", top.rule or top.category)
-    return _report("gloo", verdict, checked, after, "rank 1 no longer sleeps 5 ms a step")
+    checked, _ = verify_runs(Session(out), "before", "after", top["rule"] or top["category"])
+    return _report("gloo", top, findings, checked, dict(after["steps"]), "rank 1 no longer sleeps 5 ms a step")
 
 
 def main(argv: list[str]) -> int:

@@ -257,9 +257,9 @@ def launch_bound(s: Summary) -> dict[str, float] | None:
 def calls_lever(own_ms: float, per_step: float, between_us: list[float] | tuple[float, float] | None) -> Lever:
     """Dropping per-step ``.item()`` calls on the CPU: nothing waits for a device, but the calls
     take their own recorded time (``own_ms``) and the Python between consecutive calls, which no
-    event records (``between_us``: its median and its mean per call, the mean holding the time
-    slices the thread lost inside the loop): the calls and the typical Python go at least, the
-    mean's at most."""
+    event records (``between_us``: its median and its mean per call, gaps of a loop only, see
+    :func:`.syncs.python_between_us`): the calls and the typical Python go at least, the mean's
+    at most."""
     basis = f"the {own_ms:,.2f} ms per step the calls themselves take on the CPU"
     if not between_us:
         return Lever("calls", DEFAULT_LOW * own_ms, own_ms,
@@ -267,9 +267,8 @@ def calls_lever(own_ms: float, per_step: float, between_us: list[float] | tuple[
     typical, mean = (per_step * v / 1000 for v in between_us)
     return Lever("calls", own_ms + typical, own_ms + max(mean, typical),
                  basis + f" and the Python between them, which no event records: {per_step:.0f} calls x the "
-                 f"{between_us[0]:,.2f} µs from a call's end to the next (typical) or {between_us[1]:,.2f} µs (mean, "
-                 "with the time slices the thread lost in the loop): nothing waits for a device here; on one each "
-                 "would also drain its queue")
+                 f"{between_us[0]:,.2f} µs from a call's end to the next (typical) or {between_us[1]:,.2f} µs (mean): "
+                 "nothing waits for a device here; on one each would also drain its queue")
 
 
 # -- every finding --------------------------------------------------------------------------------

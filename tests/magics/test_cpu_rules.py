@@ -57,7 +57,8 @@ def test_item_every_step_is_a_low_sync_finding_on_the_cpu(trainer):
 
 def _python_between_items_us(summary) -> tuple[float, float]:
     """The median and mean gap from a step's aten::item ending to the next operator of its step
-    starting on its thread, where that operator is the next aten::item, read plainly from the events."""
+    starting on its thread, where that operator is the next aten::item within 10 µs, read plainly
+    from the events."""
     ev = summary.events
     ops = ev[(ev["kind"] == "host_op") & (ev["device"] < 0) & (ev["step"] >= 0)].sort_values("ts_ns")
     gaps = []
@@ -67,8 +68,8 @@ def _python_between_items_us(summary) -> tuple[float, float]:
             if r.name == "aten::item":
                 end = r.ts_ns + r.dur_ns
                 nxt = next((o for o in rows if o.ts_ns >= end), None)
-                if nxt is not None and nxt.step == r.step and nxt.name == "aten::item":
-                    gaps.append(nxt.ts_ns - end)
+                if nxt is not None and nxt.step == r.step and nxt.name == "aten::item" and nxt.ts_ns - end < 10_000:
+                    gaps.append(nxt.ts_ns - end)  # a loop's gap: a longer one holds other Python
     return float(np.median(gaps)) / 1000, float(np.mean(gaps)) / 1000
 
 

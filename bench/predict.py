@@ -105,8 +105,9 @@ dist.destroy_process_group()
 
 
 def workers_in(fix: str) -> int | None:
-    """The worker count a fix names ('num_workers=4', 'num_workers=8 -> 1'), else None."""
-    found = re.search(r"num_workers=(?:\d+ -> )?(\d+)[,)]", fix)
+    """The worker count a fix tells the DataLoader to use ('DataLoader(num_workers=4,', 'DataLoader(num_workers=8
+    -> 1,'), else None (a count it names as the present one, '(num_workers=0)', is not one)."""
+    found = re.search(r"DataLoader\(num_workers=(?:\d+ -> )?(\d+)[,)]", fix)
     return int(found.group(1)) if found else None
 
 

@@ -156,6 +156,7 @@ class WorkerFit:
     cores: int | None
     idle: int | None
     demand: float = 1.0  # the share of a core one loader (the training thread, or a worker) uses
+    batch_ms: float | None = None  # the workers' CPU per step (one batch), where fewer are suggested
 
     def said(self) -> str:
         """The machine's figures the count rests on."""
@@ -182,8 +183,11 @@ def worker_fit(s: Summary) -> WorkerFit:
     demand = float(h[column].mean()) / 100 if h[column].notna().any() else 1.0  # cores one loader uses
     if now >= cores and idle == 0:
         # the workers and the training thread outnumber the cores, none idle: they take turns, each batch
-        # waiting behind the others' time slices; one worker per core beside the training thread
-        return WorkerFit(now, cores - 1, cores, idle, demand)
+        # waiting behind the others' time slices; one worker per core beside the training thread, or
+        # none where loading a batch inline costs less CPU than the step waits for it (the wait is
+        # handing batches between processes, not making them)
+        batch = now * demand * per_step_ms(s, "wall_us")
+        return WorkerFit(now, 0 if batch < per_step_ms(s, "dataloader_us") else cores - 1, cores, idle, demand, batch)
     if demand >= LOADER_CPU_BOUND:
         more = idle
     else:
@@ -202,6 +206,11 @@ def dataloader_lever(s: Summary, wait_ms: float) -> Lever:
         return Lever("workers", DEFAULT_LOW * wait_ms, wait_ms,
                      f"the whole {wait_ms:,.2f} ms wait, if idle cores run the workers (no host samples tell "
                      "how many cores are spare)")
+    if fit.suggest == 0 < fit.now and fit.batch_ms is not None:
+        high = max(wait_ms - fit.batch_ms, 0.0)
+        return Lever("inline", DEFAULT_LOW * high, high,
+                     f"loading a batch takes the {fit.now} workers {fit.batch_ms:,.2f} ms of CPU a step, under the "
+                     f"{wait_ms:,.2f} ms wait: loaded in the training thread it costs that instead")
     if fit.suggest < fit.now:
         return Lever("fewer_workers", DEFAULT_LOW * wait_ms, wait_ms,
                      f"{fit.now} workers and the training thread take turns on {fit.cores} cores, none idle: with "

@@ -91,9 +91,11 @@ def _dataloader(s: Summary) -> list[Finding]:
     fit = whatif.worker_fit(s)
     pinned = "pin_memory=True, " if on_device else ""
     if fit.known and fit.suggest < fit.now:  # oversubscribed: the workers take turns with the step on the cores
-        fix = (f"{fit.now} DataLoader workers and the training thread share {fit.cores} cores, none idle: use fewer, "
-               f"one per core beside the training thread: DataLoader(num_workers={fit.now} -> {fit.suggest}, "
-               "persistent_workers=True)")
+        fix = (f"{fit.now} DataLoader workers and the training thread share {fit.cores} cores, none idle: " +
+               (f"a batch takes them {fit.batch_ms:,.2f} ms of CPU, less than the step waits, so load it in the "
+                f"training process: DataLoader(num_workers={fit.now} -> 0)" if fit.suggest == 0 else
+                f"use fewer, one per core beside the training thread: DataLoader(num_workers={fit.now} -> "
+                f"{fit.suggest}, persistent_workers=True)"))
     elif fit.known and fit.suggest <= fit.now:  # more workers would take cores from the step itself
         fix = (f"no core is idle during the steps ({fit.cores} cores, {fit.now} DataLoader workers): more workers "
                "would compete with the training thread for them, so make each sample cheaper instead (decode "

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the analyses are imported where used: listing the runs need
     import pandas as pd
 
     from .analysis.alerts import Band
+    from .analysis.changed import AppliedFix
     from .analysis.compare import Comparison, Noise
     from .analysis.run_facts import RunFacts
     from .analysis.summary import Summary
@@ -139,6 +140,21 @@ class NamedRuns:
     def context(self, name: str) -> dict:
         """A run's record as the comparison's "what changed" section reads it."""
         return run_context(self.store.get(name))
+
+    def applied(self, a: str, b: str, summary_b: Summary) -> AppliedFix | None:
+        """The fix run ``b`` applied to ``a``: ``a``'s finding whose fix the change evidently made
+        (:mod:`.analysis.changed`, its evidence said), else ``a``'s Next change (evidence ""), the
+        finding its checklist told the user to act on; None where ``a`` has no finding leading."""
+        from .analysis.advice import advise
+        from .analysis.changed import AppliedFix, applied_fix
+
+        summary_a = self.summary(a)
+        told = advise(summary_a, a, self.facts(a))
+        read = applied_fix(self.context(a), self.context(b), summary_a, summary_b, told.findings)
+        if read is not None:
+            return read
+        lead = told.lead.finding if told.lead is not None else None
+        return AppliedFix(lead, "") if lead is not None else None
 
     def facts(self, name: str) -> RunFacts:
         """What run ``name``'s record knows beside its trace, for the analyses that read it."""

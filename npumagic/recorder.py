@@ -322,10 +322,12 @@ class Recorder:
             if summary is not None:
                 self.runs.keep(name, summary=summary)
                 against = self.runs.against_baseline(name, summary)
-                # with the baseline's Summary, Verify sets its Next change's prediction beside what this run achieved
+                # with the baseline's Summary, Verify sets the prediction of the fix this run applied (read from what
+                # changed, else the baseline's Next change) beside what this run achieved
+                base = self.runs.baseline if against is not None else None
                 verdict = checklist(summary, run_name=name, stored_at=str(self.store.path), comparison=against,
-                                    baseline=self.runs.summary(self.runs.baseline) if against is not None else None,
-                                    facts=self.runs.facts(name))
+                                    baseline=self.runs.summary(base) if base else None, facts=self.runs.facts(name),
+                                    applied=self.runs.applied(base, name, summary) if base else None)
         except NpumagicError as exc:
             notes.append(f"could not analyse {run_dir}: {exc}")
             message = str(exc)

@@ -19,6 +19,7 @@ from .summary import Summary
 from .verify import verify
 
 if TYPE_CHECKING:
+    from .changed import AppliedFix
     from .compare import Comparison
 
 
@@ -99,11 +100,14 @@ def median_step_busy(summary: Summary) -> float:
 
 def checklist(summary: Summary, baseline: Summary | None = None, run_name: str | None = None,
               stored_at: str | None = None, advice: Advice | None = None,
-              comparison: "Comparison | None" = None, facts: RunFacts | None = None) -> Verdict:
+              comparison: "Comparison | None" = None, facts: RunFacts | None = None,
+              applied: "AppliedFix | None" = None) -> Verdict:
     """Run the five-step checklist on ``summary``, verifying against ``baseline`` (or a ready
     ``comparison`` baseline -> this run, which also knows what changed) when given; ``facts``:
     what the run's record knows beside its trace (its unprofiled step times, other processes on
-    its device, its environment)."""
+    its device, its environment); ``applied``: the baseline's finding whose fix this run applied
+    (read from what changed, or the baseline's Next change), whose prediction Verify checks (the
+    baseline's Next change where not given)."""
     advice = advice if advice is not None else advise(summary, run_name or "", facts)
     bottleneck, evidence = classify(summary, advice)
     judged = advice.lead if advice.lead is not None else lead(summary, advice.findings)
@@ -121,7 +125,7 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     backend = summary.meta.get("backend")
     step2 = f"{class_name(bottleneck, backend)}: {evidence['title']}"
     step3 = judged.fix
-    step4 = _verify(summary, baseline, comparison)
+    step4 = _verify(summary, baseline, comparison, applied)
     # how to add a note is the interface's business (render says it in the magics' terms)
     step5 = ((f"recorded as {run_name}" + (f" in {stored_at}" if stored_at else "")) if run_name
              else "not recorded: this output was only read, into no history")
@@ -140,7 +144,7 @@ def _inflation(facts: RunFacts | None):
     return profiling_inflation(facts)
 
 
-def _verify(summary: Summary, baseline: Summary | None, cmp: "Comparison | None") -> str:
+def _verify(summary: Summary, baseline: Summary | None, cmp: "Comparison | None", applied: "AppliedFix | None") -> str:
     if cmp is None and baseline is None:
         return "no baseline yet: this run is the reference; change one thing and profile again"
     if cmp is None:
@@ -157,11 +161,13 @@ def _verify(summary: Summary, baseline: Summary | None, cmp: "Comparison | None"
         text += f"; note: {len(cmp.changed)} things changed ({', '.join(cmp.changed[:3])}...) — change one at a time"
     elif cmp.changed:
         text += f"; changed: {cmp.changed[0]}"
-    if baseline is not None:  # the baseline's Next change, predicted against what this run achieved
-        told = lead(baseline, advise(baseline).findings).finding
+    if baseline is not None:  # the fix this run applied, predicted against what this run achieved
+        told = applied.finding if applied is not None else lead(baseline, advise(baseline).findings).finding
         checked = verify(baseline, summary, told)
         if checked is not None:
-            text += f"; the baseline's Next change, {checked.sentence()}"
+            read = applied.evidence if applied is not None else ""
+            text += (f"; the fix read from what changed ({read}), " if read else "; the baseline's Next change, ") + \
+                checked.sentence()
     return text
 
 

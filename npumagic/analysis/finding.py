@@ -57,6 +57,9 @@ class Finding:
     predicted_saving_ms: float | None = None
     predicted_interval: tuple[float, float] | None = None
     predicted_basis: str = ""
+    # the run-to-run noise of the achieved saving (ms): a difference of two medians of noisy steps
+    # lands this far either side of the interval by chance (:func:`.whatif.noise_ms`)
+    predicted_noise_ms: float | None = None
     # where in the model: "module PATH, forward|backward" or "region PATH", holding the largest share
     # (place_share, 0..1) of the time the finding rests on (:func:`.where.locate`); "" where the run
     # recorded neither modules nor regions, or the rule names no events
@@ -80,7 +83,8 @@ class Finding:
             out["figures_of_rank"] = self.figures_of
         if self.predicted_saving_ms is not None:
             out.update(predicted_saving_ms=self.predicted_saving_ms,
-                       predicted_interval_ms=list(self.predicted_interval or ()), predicted_basis=self.predicted_basis)
+                       predicted_interval_ms=list(self.predicted_interval or ()), predicted_basis=self.predicted_basis,
+                       predicted_noise_ms=self.predicted_noise_ms)
         if self.place:
             out.update(place=self.place, place_share=self.place_share)
         return out

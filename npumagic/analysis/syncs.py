@@ -84,3 +84,32 @@ def sync_table(ev: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     table["source"] = g["source"].agg(lambda s: s[s != ""].mode().iat[0] if (s != "").any() else "").to_numpy()
     # by the host time they block: many cheap calls matter less than a few that wait long
     return table.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)[SYNC_COLUMNS]
+
+
+# A loop iteration and the binding that enters the next call take ~1 µs of Python; a longer gap
+# between two calls holds other Python (metric math, logging), which dropping the calls leaves.
+LOOP_GAP_US = 10.0
+
+
+def python_between_us(ev: pd.DataFrame | None, name: str) -> tuple[float, float] | None:
+    """The host time (µs) between consecutive calls of operator ``name`` on a thread within a step
+    (a call's end to the next operator's start, where that operator is the next call): the Python
+    of the loop that makes them and the binding that enters each, which no trace event records and
+    which removing the calls removes too: gaps under :data:`LOOP_GAP_US`. Their median (the typical
+    call) and mean; None where no call is followed that closely by another."""
+    if ev is None or ev.empty:
+        return None
+    host = ev[((ev["kind"] == "host_op") & (ev["device"] < 0) & (ev["step"] >= 0)).to_numpy()]
+    gaps = []
+    for _, ops in host.groupby("lane", observed=True, sort=False):
+        order = np.argsort(ops["ts_ns"].to_numpy(), kind="stable")
+        starts, steps = ops["ts_ns"].to_numpy()[order], ops["step"].to_numpy()[order]
+        named = (ops["name"].astype(str) == name).to_numpy()[order]
+        ends = starts[named] + ops["dur_ns"].to_numpy()[order][named]
+        after = np.searchsorted(starts, ends, "left")  # the first operator starting once the call ended
+        ok = after < starts.size
+        ok[ok] = named[after[ok]] & (steps[after[ok]] == steps[named][ok])
+        gaps.append(starts[after[ok]] - ends[ok])
+    found = np.concatenate(gaps) if gaps else np.zeros(0)
+    found = found[found < LOOP_GAP_US * 1000]
+    return (float(np.median(found)) / 1000, float(found.mean()) / 1000) if found.size else None

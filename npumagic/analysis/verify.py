@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .thresholds import MIN_EFFECT
+from .whatif import noise_ms
 
 if TYPE_CHECKING:
     from .finding import Finding
@@ -77,6 +78,8 @@ def verify(baseline: Summary, after: Summary, finding: Finding | None) -> Verifi
     if not (a == a and b == b):
         return None
     lo, hi = finding.predicted_interval
-    # the comparison's own assumption where run-to-run noise is not measured: 5% of the step
+    # the chance error of the two medians from both runs' step spreads (:func:`.whatif.noise_ms`); where
+    # a run has too few steps to measure it, the comparison's own assumption: 5% of the step
+    noise = noise_ms(baseline, after)
     return Verification(finding.rule or finding.category, finding.predicted_saving_ms, lo, hi, (a - b) / 1000,
-                        MIN_EFFECT * a / 1000)
+                        noise if noise is not None else MIN_EFFECT * a / 1000)

@@ -45,6 +45,13 @@ MAX_WORKERS = 8
 # each counted at no less than MIN_LOADER_CPU of a core.
 LOADER_CPU_BOUND = 0.5
 MIN_LOADER_CPU = 0.1
+# The achieved saving is a difference of two median steps, each off by chance: a median of n steps
+# errs by about MEDIAN_SE * sigma / sqrt(n) (its standard error under normal noise), sigma read from
+# the steps' median absolute deviation (MAD_SIGMA * MAD: one slow step does not widen it); Z95 of
+# those errors either side is the difference's 95% interval.
+MEDIAN_SE = 1.2533
+MAD_SIGMA = 1.4826
+Z95 = 1.96
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,26 @@ def step_ms(s: Summary) -> float:
 
 def per_step_ms(s: Summary, column: str) -> float:
     return float(s.steps[column].mean()) / 1000 if len(s.steps) and column in s.steps else 0.0
+
+
+def median_error_ms(s: Summary) -> float | None:
+    """The standard error of the median step (ms) from the steps' own spread; None under 3 steps."""
+    wall = s.steps["wall_us"].dropna().to_numpy(dtype=float) if len(s.steps) and "wall_us" in s.steps else np.zeros(0)
+    if wall.size < 3:
+        return None
+    mad = float(np.median(np.abs(wall - np.median(wall))))
+    return MEDIAN_SE * MAD_SIGMA * mad / np.sqrt(wall.size) / 1000
+
+
+def noise_ms(before: Summary, after: Summary | None = None) -> float | None:
+    """How far either side (95%) chance moves the achieved saving, median step ``before`` less
+    ``after`` (ms): both medians' errors, the fixed run's taken as the baseline's until it exists;
+    None where the baseline has under 3 steps."""
+    a = median_error_ms(before)
+    if a is None:
+        return None
+    b = median_error_ms(after) if after is not None else None
+    return Z95 * float(np.hypot(a, a if b is None else b))
 
 
 def threshold_ms(s: Summary) -> float:
@@ -121,13 +148,15 @@ def _least_exposed_ms(s: Summary) -> float:
 @dataclass(frozen=True)
 class WorkerFit:
     """How many DataLoader workers fit the machine: ``now`` running, ``suggest`` (``now`` when no
-    core is spare), ``cores`` and ``idle`` cores (None where no host samples were taken)."""
+    core is spare; fewer where the workers and the training thread outnumber the busy cores),
+    ``cores`` and ``idle`` cores (None where no host samples were taken)."""
 
     now: int
     suggest: int
     cores: int | None
     idle: int | None
     demand: float = 1.0  # the share of a core one loader (the training thread, or a worker) uses
+    batch_ms: float | None = None  # the workers' CPU per step (one batch), where fewer are suggested
 
     def said(self) -> str:
         """The machine's figures the count rests on."""
@@ -152,6 +181,13 @@ def worker_fit(s: Summary) -> WorkerFit:
     idle = int(np.floor(float(h["cores_idle"].mean()) + 1e-9))
     column = "worker_cpu_pct_mean" if now else "main_thread_cpu_pct"
     demand = float(h[column].mean()) / 100 if h[column].notna().any() else 1.0  # cores one loader uses
+    if now >= cores and idle == 0:
+        # the workers and the training thread outnumber the cores, none idle: they take turns, each batch
+        # waiting behind the others' time slices; one worker per core beside the training thread, or
+        # none where loading a batch inline costs less CPU than the step waits for it (the wait is
+        # handing batches between processes, not making them)
+        batch = now * demand * per_step_ms(s, "wall_us")
+        return WorkerFit(now, 0 if batch < per_step_ms(s, "dataloader_us") else cores - 1, cores, idle, demand, batch)
     if demand >= LOADER_CPU_BOUND:
         more = idle
     else:
@@ -170,6 +206,16 @@ def dataloader_lever(s: Summary, wait_ms: float) -> Lever:
         return Lever("workers", DEFAULT_LOW * wait_ms, wait_ms,
                      f"the whole {wait_ms:,.2f} ms wait, if idle cores run the workers (no host samples tell "
                      "how many cores are spare)")
+    if fit.suggest == 0 < fit.now and fit.batch_ms is not None:
+        high = max(wait_ms - fit.batch_ms, 0.0)
+        return Lever("inline", DEFAULT_LOW * high, high,
+                     f"loading a batch takes the {fit.now} workers {fit.batch_ms:,.2f} ms of CPU a step, under the "
+                     f"{wait_ms:,.2f} ms wait: loaded in the training thread it costs that instead")
+    if fit.suggest < fit.now:
+        return Lever("fewer_workers", DEFAULT_LOW * wait_ms, wait_ms,
+                     f"{fit.now} workers and the training thread take turns on {fit.cores} cores, none idle: with "
+                     f"{fit.suggest} the batches stop waiting behind the others' time slices, up to the {wait_ms:,.2f} ms "
+                     "wait")
     if fit.suggest <= fit.now:
         return Lever("cheaper_samples", 0.0, wait_ms,
                      f"no core is idle ({fit.cores} cores, {fit.now} workers): more workers would take cores from the "
@@ -216,6 +262,24 @@ def launch_bound(s: Summary) -> dict[str, float] | None:
     return gaps if gaps["kernel_median_us"] < LAUNCH_KERNEL_US else None
 
 
+# -- host reads on the CPU ------------------------------------------------------------------------
+def calls_lever(own_ms: float, per_step: float, between_us: list[float] | tuple[float, float] | None) -> Lever:
+    """Dropping per-step ``.item()`` calls on the CPU: nothing waits for a device, but the calls
+    take their own recorded time (``own_ms``) and the Python between consecutive calls, which no
+    event records (``between_us``: its median and its mean per call, gaps of a loop only, see
+    :func:`.syncs.python_between_us`): the calls and the typical Python go at least, the mean's
+    at most."""
+    basis = f"the {own_ms:,.2f} ms per step the calls themselves take on the CPU"
+    if not between_us:
+        return Lever("calls", DEFAULT_LOW * own_ms, own_ms,
+                     basis + " (nothing waits for a device here; on one each would also drain its queue)")
+    typical, mean = (per_step * v / 1000 for v in between_us)
+    return Lever("calls", own_ms + typical, own_ms + max(mean, typical),
+                 basis + f" and the Python between them, which no event records: {per_step:.0f} calls x the "
+                 f"{between_us[0]:,.2f} µs from a call's end to the next (typical) or {between_us[1]:,.2f} µs (mean): "
+                 "nothing waits for a device here; on one each would also drain its queue")
+
+
 # -- every finding --------------------------------------------------------------------------------
 def _at_stake_ms(s: Summary, f: Finding) -> float:
     return max(f.impact, 0.0) * per_step_ms(s, "wall_us")
@@ -250,9 +314,7 @@ def lever(s: Summary, f: Finding) -> Lever:
         return Lever("fuse", DEFAULT_LOW * stake, stake + between,
                      f"the {stake:,.2f} ms of tiny operators and up to the {between:,.2f} ms of dispatch between them")
     if f.category == "sync" and f.impact == 0 and ev.get("calls_ms"):
-        own = float(ev["calls_ms"])
-        return Lever("calls", DEFAULT_LOW * own, own, f"the {own:,.2f} ms per step the calls themselves take on the "
-                     "CPU (nothing waits for a device here; on one each would also drain its queue)")
+        return calls_lever(float(ev["calls_ms"]), float(ev.get("syncs_per_step") or 0), ev.get("python_between_us"))
     if rule in ("memory_capacity", "fragmentation", "memory_growth") or (f.category == "sync" and f.impact == 0):
         return Lever("none", 0.0, 0.0, "costs no step time now" if f.category != "sync" else
                      "nothing waits on the CPU: it costs time only once the step runs on a device")
@@ -271,11 +333,13 @@ def predict(s: Summary, found: list[Finding]) -> list[Finding]:
     """``found`` with each finding's predicted saving (ms per step), its interval and basis,
     ranked by the saving (then by impact); a finding already predicted keeps its own."""
     out = []
+    noise = noise_ms(s)
     for f in found:
         if f.predicted_saving_ms is None:
             lv = lever(s, f)
             f = replace(f, predicted_saving_ms=round(lv.saving_ms, 3),
-                        predicted_interval=(round(lv.low_ms, 3), round(lv.high_ms, 3)), predicted_basis=lv.basis)
+                        predicted_interval=(round(lv.low_ms, 3), round(lv.high_ms, 3)), predicted_basis=lv.basis,
+                        predicted_noise_ms=round(noise, 3) if noise is not None else None)
         out.append(f)
     return rank(out)
 
@@ -295,8 +359,16 @@ def reaches(s: Summary, f: Finding) -> bool:
 
 
 def said(f: Finding) -> str:
-    """``predicted -X ms (lo-hi)`` per step, or ""."""
+    """``predicted -X ms (lo-hi) per step, ±N ms run to run``, or ""."""
     if f.predicted_saving_ms is None or f.predicted_interval is None:
         return ""
     lo, hi = f.predicted_interval
-    return f"predicted -{f.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}) per step"
+    return f"predicted -{f.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}) per step" + noise_said(f)
+
+
+def noise_said(f: Finding) -> str:
+    """``, ±N ms run to run`` where the finding's run measured its steps' spread, else ""."""
+    noise = getattr(f, "predicted_noise_ms", None)  # a finding stored before it was kept has none
+    if not noise:
+        return ""
+    return f", ±{noise:,.2f} ms run to run (95%, from the steps' spread)"

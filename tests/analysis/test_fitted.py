@@ -65,6 +65,32 @@ def test_no_idle_core_gets_no_more_workers(loading):
     assert f.predicted_interval[1] == pytest.approx(wait, rel=0.05)
 
 
+@pytest.mark.parametrize("cores, workers, expected", [(2, 8, 1), (2, 2, 1), (4, 6, 3)])
+def test_workers_that_outnumber_the_busy_cores_are_told_to_be_fewer(loading, cores, workers, expected):
+    # GIVEN the run's loader with `workers` workers on `cores` cores, none idle during the steps
+    s = _with_host(loading, cores=cores, idle=0, workers=workers)
+    # WHEN it is advised THEN the fix names fewer workers, one per core beside the training thread,
+    # and its saving is bounded by the wait the turns cost (the wait itself at most)
+    f = _dataloader(s)
+    assert f"DataLoader(num_workers={workers} -> {expected}," in f.fix and "more workers" not in f.fix
+    wait = f.impact * whatif.per_step_ms(s, "wall_us")
+    assert f.predicted_interval == pytest.approx((0.5 * wait, wait), abs=1e-3)
+    assert f.predicted_basis.startswith(f"{workers} workers and the training thread take turns on {cores} cores")
+
+
+def test_workers_whose_batches_cost_less_than_the_wait_are_told_to_load_inline(loading):
+    # GIVEN 8 workers on 2 busy cores, each using 5% of a core: a batch costs them less CPU than the
+    # step waits for it (the wait is handing batches between processes)
+    s = _with_host(loading, cores=2, idle=0, workers=8)
+    s = dataclasses.replace(s, host=s.host.assign(worker_cpu_pct_mean=5.0))
+    f = _dataloader(s)
+    # THEN the fix loads in the training process, saving the wait less the batch's CPU
+    batch = 8 * 0.05 * whatif.per_step_ms(s, "wall_us")
+    wait = f.impact * whatif.per_step_ms(s, "wall_us")
+    assert batch < wait and "DataLoader(num_workers=8 -> 0)" in f.fix
+    assert f.predicted_interval == pytest.approx((0.5 * (wait - batch), wait - batch), abs=1e-3)
+
+
 @pytest.mark.parametrize("cores, idle, expected", [(8, 3, 3), (32, 20, whatif.MAX_WORKERS), (2, 1, 1)])
 def test_num_workers_fits_the_idle_cores(loading, cores, idle, expected):
     s = _with_host(loading, cores=cores, idle=idle)

@@ -1,14 +1,16 @@
 """Predict, then verify (analysis/verify.py): the baseline's finding's predicted saving against the
-achieved one, on two shared runs (arithmetic only: the level1 run as the baseline, level0 after)."""
+achieved one, on shared runs (arithmetic only: the level1 run as the baseline, level0 after), and the
+run-to-run noise that widens the interval, read from the steps' own spread (cuda/nccl, ns_resolution)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import npumagic
 from npumagic.analysis.verify import Verification, pick, verify
 
-from ..conftest import ASCEND, shared_summary
+from ..conftest import ASCEND, CUDA, shared_summary
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +47,43 @@ def test_the_checklist_verifies_the_baselines_next_change(runs):
     verify_step = dict(npumagic.checklist(after, baseline=base).steps)["Verify"]
     assert "; the baseline's Next change, communication: predicted -" in verify_step
     assert verify_step.endswith(" ms per step (within the interval, noise ±7.72 ms)")
+
+
+def _median_error_ms(s) -> float:
+    """The standard error of the median step: 1.2533 sigma / sqrt(n), sigma = 1.4826 MAD."""
+    wall = s.steps["wall_us"].to_numpy(dtype=float)
+    mad = np.median(np.abs(wall - np.median(wall)))
+    return 1.2533 * 1.4826 * mad / np.sqrt(wall.size) / 1000
+
+
+def test_the_prediction_carries_the_run_to_run_noise_of_two_medians_from_the_steps_spread():
+    # GIVEN the shared nccl run (3 steps: 228.1, 219.7, 219.1 ms) and ns_resolution (5 steps)
+    base, after = shared_summary(CUDA / "nccl"), shared_summary(CUDA / "ns_resolution")
+    # WHEN it is advised THEN each finding's saving may land by chance 1.96 x the two medians'
+    # errors either side of its interval (the fixed run's taken as the baseline's), said in words
+    verdict = npumagic.checklist(base)
+    top = verdict.advice.lead.finding
+    noise = 1.96 * np.sqrt(2) * _median_error_ms(base)
+    assert top.predicted_noise_ms == pytest.approx(noise, abs=1e-3) and noise > 0.5
+    assert verdict.next_change.endswith(f", ±{top.predicted_noise_ms:,.2f} ms run to run (95%, from the steps' spread)")
+    assert top.as_dict()["predicted_noise_ms"] == top.predicted_noise_ms
+    # AND verified against a run, the noise is both runs' measured errors, not 5% of the step
+    checked = verify(base, after, top)
+    assert checked.noise_ms == pytest.approx(1.96 * np.hypot(_median_error_ms(base), _median_error_ms(after)))
+    assert checked.noise_ms < 0.05 * base.step_stats["median_us"] / 1000
+
+
+def test_the_checklist_verifies_the_fix_the_run_applied_not_the_baselines_lead(runs):
+    # GIVEN level1 as the baseline and a run that applied the fix of a finding other than its lead
+    from npumagic.analysis.changed import AppliedFix
+
+    base, after = runs
+    advice = npumagic.advise(base)
+    other = next(f for f in advice.findings if f is not advice.lead.finding and f.predicted_interval)
+    # WHEN the run's checklist is given the fix read from what changed
+    verify_step = dict(npumagic.checklist(after, baseline=base, applied=AppliedFix(other, "X went 1 -> 2")).steps)["Verify"]
+    # THEN Verify checks that finding's prediction, saying the change, not the baseline's Next change
+    lo, hi = other.predicted_interval
+    assert (f"; the fix read from what changed (X went 1 -> 2), {other.rule}: predicted "
+            f"-{other.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}), achieved ") in verify_step
+    assert "the baseline's Next change" not in verify_step

@@ -108,3 +108,14 @@ def test_in_a_job_fewer_bytes_are_credited_only_with_the_transfer_not_the_wait_f
     assert levers["bytes"] == pytest.approx([0.25 * least, 0.5 * least], abs=1e-3)
     assert levers["straggler"] == pytest.approx([0.5 * (exposed - least), exposed - least], abs=1e-3)
     assert "the collectives wait for a late rank: a straggler arrives late" in f.fix and "balance the work per rank" in f.fix
+
+
+def test_item_calls_far_apart_are_predicted_by_their_own_time_not_the_python_between():
+    # GIVEN the shared CPU-only trace: 37 aten::item calls a step with a median 162 µs between two
+    # (other Python: dropping the calls would not remove it)
+    s = shared_summary(CUDA / "hta_more" / "cpu_only_2024")
+    sync = next(f for f in npumagic.advise(s).findings if f.category == "sync")
+    # THEN no loop's gap is read, and the lever is the calls' own time (half of it at least)
+    own = sync.evidence["calls_ms"]
+    assert sync.evidence["python_between_us"] is None
+    assert sync.predicted_interval == pytest.approx((0.5 * own, own), abs=1e-3)

@@ -272,6 +272,24 @@ def test_a_later_run_sets_the_baselines_predicted_saving_beside_the_achieved_one
     assert f"the baseline's Next change, dataloader: predicted -{told.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}), achieved " in verify
 
 
+def test_a_later_run_verifies_the_fix_it_applied_read_from_what_changed(trainer):
+    # GIVEN a baseline whose DataLoader sleeps 30 ms a batch in the training process, then the same
+    # loader with one worker (the change names the dataloader finding's fix)
+    trainer.run_cell("import time\n" + BATCHES_SETUP + "def train_with(workers):\n"
+                     "    loader = torch.utils.data.DataLoader(Batches(0.03), batch_size=None, num_workers=workers)\n"
+                     "    for x, y in loader:\n"
+                     "        torch.nn.functional.mse_loss(model(x), y).backward(); opt.step(); opt.zero_grad()\n")
+    for name, workers in (("inline", 0), ("worker", 1)):
+        result = trainer.run_cell(f"%%npuprofile --steps 3 --no-plot --quiet --name {name}\ntrain_with({workers})")
+        assert result.success, result.error_in_exec
+    # THEN the later run's Verify step verifies that finding's prediction, saying the change it read
+    told = next(f for f in trainer.run_line_magic("npuadvise", "inline").findings if f.rule == "dataloader")
+    verify = dict(result.result.verdict.steps)["Verify"]
+    lo, hi = told.predicted_interval
+    assert (f"; the fix read from what changed (the DataLoader's num_workers went 0 -> 1), dataloader: predicted "
+            f"-{told.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}), achieved ") in verify
+
+
 def test_at_3_steps_the_identical_cell_twice_is_no_difference(trainer):
     trainer.run_cell("import time\n" + BATCHES_SETUP)
     for name in ("warm", "one", "two"):  # first-run effects stay out of the pair

@@ -15,7 +15,7 @@ from .. import counters as hw
 from .. import thresholds as T
 from .. import roles, whatif
 from ..blocking import sync_idle_share
-from ..syncs import is_host_sync
+from ..syncs import SYNC_HOST_OPS, is_host_sync, python_between_us
 from ..finding import Finding, plural
 from ..gaps import cpu_work, gap_operators
 from ..summary import Summary
@@ -90,7 +90,13 @@ def _dataloader(s: Summary) -> list[Finding]:
     on_device = backend_of(s) != "cpu"  # pinned memory only speeds up copies to a device
     fit = whatif.worker_fit(s)
     pinned = "pin_memory=True, " if on_device else ""
-    if fit.known and fit.suggest <= fit.now:  # more workers would take cores from the step itself
+    if fit.known and fit.suggest < fit.now:  # oversubscribed: the workers take turns with the step on the cores
+        fix = (f"{fit.now} DataLoader workers and the training thread share {fit.cores} cores, none idle: " +
+               (f"a batch takes them {fit.batch_ms:,.2f} ms of CPU, less than the step waits, so load it in the "
+                f"training process: DataLoader(num_workers={fit.now} -> 0)" if fit.suggest == 0 else
+                f"use fewer, one per core beside the training thread: DataLoader(num_workers={fit.now} -> "
+                f"{fit.suggest}, persistent_workers=True)"))
+    elif fit.known and fit.suggest <= fit.now:  # more workers would take cores from the step itself
         fix = (f"no core is idle during the steps ({fit.cores} cores, {fit.now} DataLoader workers): more workers "
                "would compete with the training thread for them, so make each sample cheaper instead (decode "
                "pre-resized inputs, cache decoded samples" + (", move augmentation onto the device" if on_device else "")
@@ -125,7 +131,7 @@ def _dataloader(s: Summary) -> list[Finding]:
         if n and busy >= T.WORKER_BUSY_PCT:
             title += f"; its {n} DataLoader workers are each {busy:.0f}% busy: loading is CPU-bound"
             more = f"num_workers={n} -> {fit.suggest}, {idle} cores are idle" if fit.suggest > n else "no core is idle"
-            fix = (f"the workers are CPU-bound: add workers ({more}) and make each sample cheaper: decode "
+            fix = fix if fit.suggest < n else (f"the workers are CPU-bound: add workers ({more}) and make each sample cheaper: decode "
                    "pre-resized inputs, move augmentation onto the device, cache decoded samples")
         elif n and busy < T.WORKER_IDLE_PCT and idle:
             title += f"; its {n} workers are only {busy:.0f}% busy with {idle} cores idle: the batches wait on I/O"
@@ -409,7 +415,8 @@ def _sync(s: Summary) -> list[Finding]:
         return [Finding("sync", 0.0,
                        f"{per_step:.0f} {name} call{'' if round(per_step) == 1 else 's'} per step read tensor values "
                        "on the host; on NPU/CUDA each becomes a host-device sync that drains the device queue",
-                       {"syncs_per_step": per_step, "top": name, "sync_share": s.share("sync_us"), "calls_ms": calls_ms},
+                       {"syncs_per_step": per_step, "top": name, "sync_share": s.share("sync_us"), "calls_ms": calls_ms,
+                        "python_between_us": python_between_us(s.events, name)},
                        _sync_fix(s), where)]
     measured = sync_idle_share(s)
     cost = measured if measured is not None else min(s.share("sync_us"), s.share("idle_us"))
@@ -442,7 +449,8 @@ def _small_ops(s: Summary) -> list[Finding]:
     # tiny by the typical call (median; mean in summaries stored before it was kept): on a busy
     # host a few calls caught by a time slice raise a 3 us operator's mean past 10 us, its median not
     typical = k["median_us"].fillna(k["mean_us"]) if "median_us" in k else k["mean_us"]
-    tiny = k[typical < T.TINY_KERNEL_US]
+    # host reads (.item()) are the sync rule's: fusing does not remove them
+    tiny = k[(typical < T.TINY_KERNEL_US).to_numpy() & ~k["type"].astype(str).isin(SYNC_HOST_OPS).to_numpy()]
     total = float(k["total_us"].sum())
     if not total > 0:  # every kernel of zero length (a trace with dur 0 or -0.0): no share to judge
         return []

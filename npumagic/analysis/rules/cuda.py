@@ -70,7 +70,7 @@ def dataloader(s) -> list[Finding]:
     if not (T.CUDA_DATALOADER_SHARE < share <= T.DATALOADER_SHARE):
         return []
     fit = whatif.worker_fit(s)
-    workers = (f"num_workers={fit.suggest}" if fit.known and fit.suggest > fit.now else
+    workers = (f"num_workers={fit.suggest}" if fit.known and fit.suggest != fit.now else
                f"num_workers={fit.now} (no core is idle to run more)" if fit.known else
                "num_workers up to the cores idle while the step runs")
     return [Finding("dataloader", share, f"{share:.1%} of the step waits in the DataLoader",

@@ -9,10 +9,11 @@ import argparse
 import os
 import sys
 
-from .analysis.ab_scripts import MAX_CAPTURES
 from .errors import NpumagicError
 
 OWN_OPTIONS = ("--steps-per-capture", "--max-captures")  # no script's: refused after the scripts, not passed on
+# analysis.ab_scripts.MAX_CAPTURES, written out: `npumagic --help` imports no numpy (a test keeps them equal)
+MAX_CAPTURES_SAID = 24
 
 
 def ab_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,8 +22,8 @@ def ab_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps-per-capture", type=int, default=20, metavar="N",
                    help="steps timed in each capture, after --skip (default 20); the script is ended after them")
     p.add_argument("--skip", type=int, default=3, help="steps of each capture not timed: start-up, compilation (default 3)")
-    p.add_argument("--max-captures", type=int, default=MAX_CAPTURES, metavar="M",
-                   help=f"captures of both scripts together before giving up undecided (default {MAX_CAPTURES}; "
+    p.add_argument("--max-captures", type=int, default=None, metavar="M",
+                   help=f"captures of both scripts together before giving up undecided (default {MAX_CAPTURES_SAID}; "
                         "at least 12: the test decides on pairs, from 6)")
     p.add_argument("--threshold", type=float, default=5.0,
                    help="the smallest change of step time, in percent, called a difference (default 5)")
@@ -43,6 +44,10 @@ def ab_command(args) -> int:
                             "SCRIPT_B -- ARGS (npumagic ab's options before the scripts, theirs after)")
     commands = {"a": python_command(args.script_a, rest), "b": python_command(args.script_b, rest)}
     names = (args.script_a, args.script_b) if args.script_a != args.script_b else ("A", "B")
+    from .analysis.ab_scripts import MAX_CAPTURES
+
+    if args.max_captures is None:
+        args.max_captures = MAX_CAPTURES
     result = alternate_scripts(commands, names, args.steps_per_capture, args.skip, args.max_captures,
                                args.threshold / 100, _progress(args.max_captures - args.max_captures % 2))
     if args.json:

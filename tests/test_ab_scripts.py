@@ -135,3 +135,10 @@ def test_the_decision_waits_for_six_pairs_then_calls_a_clear_difference():
     assert not decide(a[:5], b[:5], ("a", "b")).decided  # the sequence is unbounded before 6
     result = decide(a, b, ("a", "b"))
     assert result.significant and result.speedup < 1 and result.sentence().startswith("b is 2.8x slower than a")
+
+
+def test_the_help_says_the_default_number_of_captures():
+    from npumagic.analysis.ab_scripts import MAX_CAPTURES
+    from npumagic.cli_ab import MAX_CAPTURES_SAID
+
+    assert MAX_CAPTURES_SAID == MAX_CAPTURES

@@ -107,7 +107,10 @@ def _thread(lane: pd.Series) -> np.ndarray:
 
 
 def _split_thread(lane: pd.Series) -> np.ndarray:
-    return lane.astype(str).str.rsplit("/", n=1).str[-1].to_numpy()
+    # no lane reads "nan", as str() of it did; filled first: a categorical without categories (a run
+    # with no host lane) has float ones, which the .str methods refuse
+    text = lane.astype(object).fillna("nan").astype(str)
+    return text.str.rsplit("/", n=1).str[-1].to_numpy(dtype=object)
 
 
 def _at(events: pd.DataFrame) -> pd.DataFrame:

@@ -25,7 +25,14 @@ def test_a_lanes_thread_is_split_once_per_lane_as_per_row():
     # WHEN threads are read per lane THEN they are the per-row split's, missing included
     per_row, per_lane = _split_thread(lane), _thread(lane)
     assert per_lane.tolist()[:-1] == per_row.tolist()[:-1] and "Thread 1102" in set(per_lane)
-    assert per_lane[-1] is per_row[-1] or (per_lane[-1] != per_lane[-1] and per_row[-1] != per_row[-1])
+    assert per_lane[-1] == per_row[-1] == "nan"
+
+
+def test_a_run_without_any_host_lane_splits_to_no_thread():
+    # GIVEN a lane column without categories (an empty run's): its float categories are no text
+    lane = pd.Series(pd.Categorical.from_codes([-1, -1], categories=pd.Index([], dtype=float)))
+    # THEN each row's thread is "nan", as for a row without a lane, not an error
+    assert _thread(lane).tolist() == ["nan", "nan"]
 
 
 def test_top_level_calls_on_arrays_are_those_of_a_frame_per_lane():

@@ -212,7 +212,7 @@ def test_compare_fix_verifies_and_keeps_a_fix_and_rules_calibrates_it(tmp_path):
     checked = compared.structured_content["verification"]
     assert (checked["rule"], checked["kept"]) == ("host_bound", True)
     lo, hi = checked["predicted_interval_ms"]
-    assert (f"fix verified: host_bound: predicted -{checked['predicted_saving_ms']:,.2f} ms ({lo:,.2f}-{hi:,.2f}), "
+    assert (f"fix verified: host_bound: predicted -{checked['predicted_saving_ms']:,.2f} ms (-{hi:,.2f} to -{lo:,.2f}), "
             f"achieved {-checked['achieved_saving_ms']:+,.2f} ms per step") in text(compared)
     assert unknown.is_error and "baseline has no finding of rule 'nope'; its rules: host_bound" in text(unknown)
     row = next(r for r in rules.structured_content["rules"] if r["rule"] == "host_bound")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .predicted_text import change_ms
 from .thresholds import MIN_EFFECT
 from .whatif import noise_ms
 
@@ -44,7 +45,7 @@ class Verification:
         said = {"within": "within the interval", "short": "short of the interval: the fix removed less than predicted",
                 "beyond": "beyond the interval: more changed than this fix"}[self.outcome]
         noise = f", noise ±{self.noise_ms:,.2f} ms" if self.noise_ms else ""
-        return (f"{self.rule}: predicted -{self.predicted_ms:,.2f} ms ({self.low_ms:,.2f}-{self.high_ms:,.2f}), "
+        return (f"{self.rule}: predicted {change_ms(self.predicted_ms, self.low_ms, self.high_ms)}, "
                 f"achieved {-self.achieved_ms:+,.2f} ms per step ({said}{noise})")
 
     def as_dict(self) -> dict[str, object]:

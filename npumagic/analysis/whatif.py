@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import thresholds as T
+from .predicted_text import change_ms
 
 if TYPE_CHECKING:
     from .finding import Finding
@@ -359,11 +360,11 @@ def reaches(s: Summary, f: Finding) -> bool:
 
 
 def said(f: Finding) -> str:
-    """``predicted -X ms (lo-hi) per step, ±N ms run to run``, or ""."""
+    """``predicted -X ms (-HI to -LO) per step, ±N ms run to run``, or ""."""
     if f.predicted_saving_ms is None or f.predicted_interval is None:
         return ""
     lo, hi = f.predicted_interval
-    return f"predicted -{f.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}) per step" + noise_said(f)
+    return f"predicted {change_ms(f.predicted_saving_ms, lo, hi)} per step" + noise_said(f)
 
 
 def noise_said(f: Finding) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..analysis.predicted_text import change_ms
 from .base import Command, Result
 
 
@@ -32,7 +33,7 @@ def _line(row: dict[str, Any]) -> str:
     said = row["calibration"].partition(": ")[2]
     if "predicted_saving_ms" in row:
         lo, hi = row["predicted_interval_ms"] or (float("nan"),) * 2
-        said = f"predicted -{row['predicted_saving_ms']:,.2f} ms ({lo:,.2f}-{hi:,.2f}); {said}"
+        said = f"predicted {change_ms(row['predicted_saving_ms'], lo, hi)}; {said}"
     return f"  {row['rule']:<22} {row['family'] or '':<9} {said}"
 
 

@@ -32,7 +32,7 @@ def test_the_achieved_saving_is_the_median_steps_difference(runs):
     assert checked.low_ms - noise < achieved < checked.low_ms
     assert checked.outcome == "within" and checked.ratio == pytest.approx(achieved / told.predicted_saving_ms)
     assert checked.sentence() == (f"communication: predicted -{told.predicted_saving_ms:,.2f} ms "
-                                  f"({told.predicted_interval[0]:,.2f}-{told.predicted_interval[1]:,.2f}), achieved "
+                                  f"(-{told.predicted_interval[1]:,.2f} to -{told.predicted_interval[0]:,.2f}), achieved "
                                   f"-{achieved:,.2f} ms per step (within the interval, noise ±{noise:,.2f} ms)")
 
 
@@ -85,5 +85,5 @@ def test_the_checklist_verifies_the_fix_the_run_applied_not_the_baselines_lead(r
     # THEN Verify checks that finding's prediction, saying the change, not the baseline's Next change
     lo, hi = other.predicted_interval
     assert (f"; the fix read from what changed (X went 1 -> 2), {other.rule}: predicted "
-            f"-{other.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}), achieved ") in verify_step
+            f"-{other.predicted_saving_ms:,.2f} ms (-{hi:,.2f} to -{lo:,.2f}), achieved ") in verify_step
     assert "the baseline's Next change" not in verify_step

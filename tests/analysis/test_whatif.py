@@ -46,7 +46,7 @@ def test_the_checklists_next_change_carries_the_prediction(path):
     top = verdict.advice[0]
     lo, hi = top.predicted_interval
     assert verdict.next_change.startswith("send fewer bytes")
-    assert verdict.next_change.endswith(f"predicted -{top.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}) per step")
+    assert verdict.next_change.endswith(f"predicted -{top.predicted_saving_ms:,.2f} ms (-{hi:,.2f} to -{lo:,.2f}) per step")
 
 
 @pytest.mark.parametrize("path", [ASCEND / "level1", CUDA / "nccl", CUDA / "ns_resolution"], ids=lambda p: p.name)

@@ -269,7 +269,7 @@ def test_a_later_run_sets_the_baselines_predicted_saving_beside_the_achieved_one
     lo, hi = told.predicted_interval
     verify = dict(fast.verdict.steps)["Verify"]
     assert told.rule == "dataloader"
-    assert f"the baseline's Next change, dataloader: predicted -{told.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}), achieved " in verify
+    assert f"the baseline's Next change, dataloader: predicted -{told.predicted_saving_ms:,.2f} ms (-{hi:,.2f} to -{lo:,.2f}), achieved " in verify
 
 
 def test_a_later_run_verifies_the_fix_it_applied_read_from_what_changed(trainer):
@@ -287,7 +287,7 @@ def test_a_later_run_verifies_the_fix_it_applied_read_from_what_changed(trainer)
     verify = dict(result.result.verdict.steps)["Verify"]
     lo, hi = told.predicted_interval
     assert (f"; the fix read from what changed (the DataLoader's num_workers went 0 -> 1), dataloader: predicted "
-            f"-{told.predicted_saving_ms:,.2f} ms ({lo:,.2f}-{hi:,.2f}), achieved ") in verify
+            f"-{told.predicted_saving_ms:,.2f} ms (-{hi:,.2f} to -{lo:,.2f}), achieved ") in verify
 
 
 def test_at_3_steps_the_identical_cell_twice_is_no_difference(trainer):

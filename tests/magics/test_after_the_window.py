@@ -16,8 +16,10 @@ from torch.optim.optimizer import _global_optimizer_post_hooks as post_hooks
 from torch.profiler import profile
 from torch.utils.data import DataLoader
 from npumagic.capture.host import HostSampler
-def sampling():
-    return any(s._active.is_set() for s in gc.get_objects() if type(s) is HostSampler)
+earlier = {id(s) for s in gc.get_objects() if type(s) is HostSampler}  # other tests' samplers, still in memory
+def sampling():  # a stopped sampler keeps _active set (to wake its thread): only one not stopping samples
+    return any(s._active.is_set() and not s._stopping.is_set() for s in gc.get_objects()
+               if type(s) is HostSampler and id(s) not in earlier)
 enabled, sampled, calls = [], {}, []
 hooks_before, iter_before = len(post_hooks), DataLoader.__iter__
 torch_step, torch_exit = profile.step, profile.__exit__

@@ -363,14 +363,19 @@ def job_info(run_dir: Path, wait: float = 0) -> dict:
 
 
 def _starting(run_dir: Path) -> bool:
-    """Whether ``run_dir`` looks like a job folder about to be written: absent, or empty."""
+    """Whether ``run_dir`` looks like a job folder about to be written: absent, empty, or
+    holding only the job file's temporary name (:func:`npumagic.safeio.write_atomic` writes
+    it there, then renames it into place)."""
     try:
         with os.scandir(run_dir) as entries:
-            return next(entries, None) is None
+            return all(_JOB_FILE_BEING_WRITTEN.fullmatch(entry.name) for entry in entries)
     except FileNotFoundError:
         return True
     except OSError:
         return False
+
+
+_JOB_FILE_BEING_WRITTEN = re.compile(re.escape(f".{JOB_FILE}.") + r"[0-9a-f]+\.tmp")
 
 
 def process_alive(pid: int, started: float | None) -> bool:

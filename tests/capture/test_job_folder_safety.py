@@ -52,6 +52,14 @@ def live_job(folder: Path, **changes) -> Path:
     return folder
 
 
+def write_job_as_the_job_does(folder: Path) -> None:
+    """The job file written as ``npumagic run --on-demand`` writes it: whole, through a
+    temporary name (a plain write_text could be read empty, which no job does)."""
+    job = {"pid": os.getpid(), "started": psutil.Process().create_time(), "command": ["python", "train.py"],
+           "steps": 2, "output_dir": str(folder.parent), "created": 0.0}
+    write_json(folder / launch.JOB_FILE, job)
+
+
 def plant_record(window: Path, name: str, text: str) -> Path:
     (window / PROCESSES).mkdir(parents=True, exist_ok=True)
     path = window / PROCESSES / name
@@ -327,7 +335,7 @@ def test_a_trigger_waits_for_a_job_folder_made_but_not_yet_written(tmp_path):
     # GIVEN a job starting in the same breath: its folder is made, its job file comes a moment later
     folder = tmp_path / "job"
     folder.mkdir()
-    writer = threading.Timer(0.5, live_job, (folder,))
+    writer = threading.Timer(0.5, write_job_as_the_job_does, (folder,))
     writer.start()
     try:
         # WHEN trigger reads it THEN it waits for the file instead of saying there is no job
@@ -337,3 +345,29 @@ def test_a_trigger_waits_for_a_job_folder_made_but_not_yet_written(tmp_path):
     # and a folder that holds something else is refused at once
     with pytest.raises(NpumagicError, match="no on-demand job here"):
         launch.job_info(tmp_path, wait=30)
+
+
+def test_a_trigger_waits_while_the_job_file_has_only_its_temporary_name(tmp_path):
+    # GIVEN a job writing its file: for a moment the folder holds only the temporary name
+    folder = tmp_path / "job"
+    folder.mkdir()
+    temporary = folder / f".{launch.JOB_FILE}.0123456789abcdef.tmp"
+    temporary.write_text('{"pid": ')
+
+    def finish() -> None:
+        temporary.unlink()
+        write_job_as_the_job_does(folder)
+
+    writer = threading.Timer(0.5, finish)
+    writer.start()
+    try:
+        # WHEN trigger reads it THEN it waits for the renamed file rather than saying there is no job
+        assert launch.job_info(folder, wait=30)["pid"] == os.getpid()
+    finally:
+        writer.join()
+    # and another temporary file is not the job's: refused at once
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".notes.txt.0123456789abcdef.tmp").write_text("")
+    with pytest.raises(NpumagicError, match="no on-demand job here"):
+        launch.job_info(other, wait=30)

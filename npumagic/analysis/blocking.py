@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import Spans
-from .schema import DEVICE_WORK
+from .schema import DEVICE_WORK, text_values
 from .syncs import is_host_sync
 
 BLOCKING_COLUMNS = ["call", "op", "count", "blocked_us", "idle_us", "per_step", "source", "library"]
@@ -97,7 +97,7 @@ def _top_level(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     start = ops["ts_ns"].to_numpy()
     end = start + ops["dur_ns"].to_numpy()
     order = np.lexsort((-end, start))
-    start, end, names = start[order], end[order], ops["name"].astype(str).to_numpy()[order]
+    start, end, names = start[order], end[order], text_values(ops["name"])[order]
     reach = np.maximum.accumulate(end)
     top = np.ones(start.size, dtype=bool)
     top[1:] = start[1:] >= reach[:-1]
@@ -129,13 +129,13 @@ def blocking_units(ev: pd.DataFrame, device_busy: Spans | None, device_module: s
     block = ev[blocking_mask(ev) & (ev["step"].to_numpy() >= 0)]
     if block.empty:
         return pd.DataFrame(columns=columns)
-    ops = ev[((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy()]
+    ops = ev.loc[((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy(), ["name", "lane", "ts_ns", "dur_ns"]]
     start = block["ts_ns"].to_numpy()
     end = start + block["dur_ns"].to_numpy()
     lanes = block["lane"].astype(str).to_numpy()
     unit_op = np.full(len(block), "", dtype=object)
     unit_key = -1 - np.arange(len(block), dtype=np.int64)  # a bare call is its own unit
-    by_lane = {str(k): g for k, g in ops.groupby(ops["lane"].astype(str), observed=True)} if len(ops) else {}
+    by_lane = {str(k): g for k, g in ops.groupby("lane", observed=True, dropna=False)} if len(ops) else {}
     for lane_no, lane in enumerate(np.unique(lanes)):
         mine = np.flatnonzero(lanes == lane)
         if lane not in by_lane:

@@ -66,7 +66,7 @@ def gap_cover_ns(ev: pd.DataFrame) -> np.ndarray:
     work) that it covers, if it is a top-level host operator of a step; 0 for every other event."""
     out = np.zeros(len(ev))
     in_step = ev["step"].to_numpy() >= 0
-    busy = device_busy(ev[in_step])
+    busy = device_busy(ev.loc[in_step, ["kind", "device", "ts_ns", "dur_ns"]])
     host = in_step & ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy()
     if len(busy) < 2 or not host.any():
         return out

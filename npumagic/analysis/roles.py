@@ -39,7 +39,10 @@ def role(name: str) -> str:
 
 def roles(names: pd.Series) -> pd.Series:
     """:func:`role` of each name, judged once per distinct name."""
-    codes, distinct = pd.factorize(names.astype(str))
+    if isinstance(names.dtype, pd.CategoricalDtype):  # a code per row already: no string per row
+        codes, distinct = names.cat.codes.to_numpy(), names.cat.categories.astype(str)
+    else:
+        codes, distinct = pd.factorize(names.astype(str))
     labels = np.array([role(n) for n in distinct] + ["user"], dtype=object)
     return pd.Series(labels[codes], index=names.index)
 
@@ -75,7 +78,8 @@ def in_data_preparation(ev: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
     out = np.zeros(int(mask.sum()), dtype=bool)
     if not out.size:
         return out
-    spans = ev[ev["kind"].isin(["host_op", "python", "annotation", "dataloader"]).to_numpy() & (ev["device"] < 0).to_numpy()]
+    spans = ev.loc[ev["kind"].isin(["host_op", "python", "annotation", "dataloader"]).to_numpy() & (ev["device"] < 0).to_numpy(),
+                   ["name", "lane", "ts_ns", "dur_ns"]]
     spans = spans[(roles(spans["name"]) == "data_preparation").to_numpy()]
     if spans.empty:
         return out

@@ -315,3 +315,18 @@ def test_a_single_step_ends_at_its_last_recorded_work_host_or_device():
     wall_us = shared_summary(path).steps["wall_us"].iat[0]
     assert wall_us == pytest.approx(max(max(host), max(device)) - start, abs=0.01)
     assert wall_us < step["dur"] - 50
+
+
+def test_the_last_host_work_of_each_step_ends_inside_its_span():
+    from npumagic.analysis.breakdown import _host_work_ends
+
+    # GIVEN steps 7 and 5 (out of order), step 9 with no host work, and host work of step 5 that
+    # starts after step 5's span has ended (the profiler gave it the step's number all the same)
+    steps = pd.DataFrame({"step": [7, 5, 9], "start_ns": [1000, 0, 2000], "end_ns": [2000, 1000, 3000]})
+    ev = pd.DataFrame({"kind": ["host_op", "runtime", "host_op", "kernel", "host_op"],
+                       "device": [-1, -1, -1, 0, -1], "step": [5, 5, 7, 7, 5],
+                       "ts_ns": [100, 300, 1200, 1500, 1500], "dur_ns": [500, 100, 300, 900, 50]})
+    # WHEN the end of each step's host work is read THEN it is its last host event's end, in the
+    # steps' order; the kernel and the event past the span do not count; no host work is NaN
+    ends = _host_work_ends(ev, steps)
+    assert ends[:2].tolist() == [1500.0, 600.0] and np.isnan(ends[2])

@@ -109,6 +109,24 @@ def test_explicit_synchronisation_calls():
     assert "sync_apis" not in _sample_rules("ns_resolution")
 
 
+def test_a_sync_inside_a_torch_operator_is_the_librarys_not_an_explicit_call():
+    # GIVEN the AlexNet trace: cudaStreamSynchronize calls, most made inside torch operators
+    from npumagic.analysis.rules.cuda import _inside
+    from npumagic.analysis.syncs import SYNC_APIS
+
+    ev = _trace("alexnet_sync").events
+    calls = ev[ev["kind"].isin(["runtime", "sync"]) & (ev["step"] >= 0) & ev["name"].isin(SYNC_APIS) & (ev["device"] < 0)]
+    ops = ev[(ev["kind"] == "host_op") & (ev["device"] < 0)]
+    # WHEN the rule asks which lie inside an operator of their own thread
+    inside = _inside(calls, ops)
+    # THEN it answers as a call-by-call search of the operators does
+    by_hand = [bool(((ops["lane"].astype(str) == str(c.lane)) & (ops["ts_ns"] <= c.ts_ns)
+                     & (c.ts_ns < ops["ts_ns"] + ops["dur_ns"])).any()) for c in calls.itertuples()]
+    assert inside.tolist() == by_hand and 0 < sum(by_hand) < len(by_hand)
+    # and the lanes need not share one categorical: the same answer from plain text lanes
+    assert _inside(calls.assign(lane=calls["lane"].astype(str)), ops).tolist() == by_hand
+
+
 def test_synchronous_copies():
     trace = _trace("ns_resolution")
     assert "sync_memcpy" not in _rules(trace)

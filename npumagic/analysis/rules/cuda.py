@@ -16,6 +16,7 @@ from ..blocking import idle_during, sync_idle_share
 from ..finding import Finding, plural
 from ..breakdown import cycle_of
 from ..intervals import Spans
+from ..schema import same_keys
 from ..syncs import SYNC_APIS, SYNC_COPIES
 from .registry import rule, share_of_steps
 
@@ -120,13 +121,14 @@ def _core_host_bound(s) -> bool:
     return idle > T.HOST_BOUND_IDLE_SHARE and idle - dataloader >= T.HOST_BOUND_MIN_UNEXPLAINED
 
 
-def _inside(points: np.ndarray, lane: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
-    """Whether each (point, lane) falls inside a span of the same lane."""
-    out = np.zeros(points.size, dtype=bool)
-    for ln, g in spans.groupby("lane", observed=True):
-        u = Spans.union_of(g["ts_ns"].to_numpy(), (g["ts_ns"] + g["dur_ns"]).to_numpy())
-        mine = lane == ln
-        out[mine] = _contains(u, points[mine])
+def _inside(points: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray:
+    """Whether each of ``points``' events starts inside a span of ``spans`` on its own lane."""
+    out = np.zeros(len(points), dtype=bool)
+    at, lanes = points["ts_ns"].to_numpy(), same_keys(points["lane"], spans["lane"])
+    start, end = spans["ts_ns"].to_numpy(), (spans["ts_ns"] + spans["dur_ns"]).to_numpy()
+    for ln in np.unique(lanes[1]):
+        of_lane, mine = lanes[1] == ln, lanes[0] == ln
+        out[mine] = _contains(Spans.union_of(start[of_lane], end[of_lane]), at[mine])
     return out
 
 
@@ -153,12 +155,11 @@ def tensor_cores(s) -> list[Finding]:
     uses_tc = kernels["name"].str.contains("|".join(map(re.escape, TC_KERNEL_PATTERNS)))  # per name, not per row
     if uses_tc.any():
         return []
-    ops = ev[(ev["kind"] == "host_op") & ev["name"].isin(TC_ELIGIBLE_OPS)]
-    launches = ev[(ev["kind"] == "runtime") & (ev["correlation"] >= 0)]
+    ops = ev.loc[(ev["kind"] == "host_op") & ev["name"].isin(TC_ELIGIBLE_OPS), ["lane", "ts_ns", "dur_ns"]]
+    launches = ev.loc[(ev["kind"] == "runtime") & (ev["correlation"] >= 0), ["lane", "ts_ns", "correlation"]]
     if ops.empty or launches.empty:
         return []
-    eligible_launch = launches[_inside(launches["ts_ns"].to_numpy(), launches["lane"].astype(str).to_numpy(),
-                                       ops.assign(lane=ops["lane"].astype(str)))]
+    eligible_launch = launches[_inside(launches, ops)]
     eligible = kernels[kernels["correlation"].isin(set(eligible_launch["correlation"]))]
     total = float(kernels["dur_ns"].sum())
     if total <= 0:
@@ -229,7 +230,7 @@ def sync_memcpy(s) -> list[Finding]:
     rt = _events(s, ["runtime", "sync"])
     if rt.empty:
         return []
-    calls = rt[rt["name"].astype(str).isin(SYNC_COPIES)]
+    calls = rt[rt["name"].isin(SYNC_COPIES)]
     if calls.empty:
         return []
     us = float(calls["dur_ns"].sum()) / 1e3
@@ -249,11 +250,10 @@ def sync_apis(s) -> list[Finding]:
     rt = _events(s, ["runtime", "sync"])
     if rt.empty or not len(s.steps):
         return []
-    calls = rt[rt["name"].astype(str).isin(SYNC_APIS) & (rt["device"] < 0)]
-    ops = s.events[(s.events["kind"] == "host_op") & (s.events["device"] < 0)]
+    calls = rt[rt["name"].isin(SYNC_APIS) & (rt["device"] < 0)]
+    ops = s.events.loc[(s.events["kind"] == "host_op") & (s.events["device"] < 0), ["lane", "ts_ns", "dur_ns"]]
     if len(calls) and len(ops):  # a sync inside a torch operator is the library's (cuDNN autotuning), not a call
-        calls = calls[~_inside(calls["ts_ns"].to_numpy(), calls["lane"].astype(str).to_numpy(),
-                               ops.assign(lane=ops["lane"].astype(str)))]
+        calls = calls[~_inside(calls, ops)]
     idle = sync_idle_share(s)
     if calls.empty or (idle if idle is not None else min(s.share("sync_us"), s.share("idle_us"))) > T.SYNC_SHARE:
         return []
@@ -295,7 +295,7 @@ def gpu_gaps(s) -> list[Finding]:
         edges = np.linspace(a, b, n + 1).astype(np.int64)
         covered = busy.covered(edges[:-1], edges[1:]) / np.maximum(np.diff(edges), 1)
         low, windows = low + int((covered < T.CUDA_GPU_UTIL).sum()), windows + n
-    host = s.events[(s.events["kind"] == "host_op") & (s.events["device"] < 0)]
+    host = s.events.loc[(s.events["kind"] == "host_op") & (s.events["device"] < 0), ["name", "ts_ns", "dur_ns"]]
     doing = []
     for g in gaps.nlargest(3, "gap_us").itertuples():
         inside = host[(host["ts_ns"] <= g.start_ns) & (host["ts_ns"] + host["dur_ns"] >= g.start_ns)]

@@ -243,8 +243,11 @@ def placed(s) -> dict[str, list]:
         return {}
     out = {}
     in_steps = ev["step"].to_numpy() >= 0
+    weights: dict[Callable, np.ndarray] = {}  # host_bound and gpu_gaps share one selector: weighed once
     for rule, select in _selectors().items():
-        weight = select(s, ev) * in_steps
+        if select not in weights:
+            weights[select] = select(s, ev) * in_steps
+        weight = weights[select]
         if not (weight > 0).any():
             continue
         chosen = weight > 0

@@ -11,6 +11,8 @@ recorded neither modules nor regions has no :class:`Places` (None), and nothing 
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -243,11 +245,16 @@ def placed(s) -> dict[str, list]:
         return {}
     out = {}
     in_steps = ev["step"].to_numpy() >= 0
-    weights: dict[Callable, np.ndarray] = {}  # host_bound and gpu_gaps share one selector: weighed once
-    for rule, select in _selectors().items():
-        if select not in weights:
-            weights[select] = select(s, ev) * in_steps
-        weight = weights[select]
+    selectors = _selectors()
+    # host_bound and gpu_gaps share one selector: weighed once, kept only until its last rule
+    # (a weight is 8 bytes an event: 80 MB at 10M events)
+    left, kept = Counter(selectors.values()), {}
+    for rule, select in selectors.items():
+        left[select] -= 1
+        weight = chosen = None  # the last rule's arrays go before this one's are made
+        weight = kept.pop(select) if select in kept else select(s, ev) * in_steps
+        if left[select]:
+            kept[select] = weight
         if not (weight > 0).any():
             continue
         chosen = weight > 0

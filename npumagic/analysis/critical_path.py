@@ -270,6 +270,7 @@ class _Graph:
             path.append(via[node])
             node = int(src[via[node]])
         path = np.array(path[::-1], dtype=np.int64)
+        path = path[node_ts[src[path]] < node_ts[dst[path]]]  # an instant adds nothing to read
         ev = np.concatenate(self.edge_ev)[path]
         return pd.DataFrame({
             "start_ns": node_ts[src[path]], "end_ns": node_ts[dst[path]], "weight_ns": weight[path],

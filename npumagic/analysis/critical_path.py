@@ -12,7 +12,8 @@ a blocking call is waiting, not work). The longest path by edge weight is the cr
 Two differences from HTA, both off with ``like_hta=True`` (the mode its figures are checked in):
 the host's time between a thread's top-level operators (Python between ops) counts as host work
 (HTA gives it no weight, so its path can be far shorter than the step), and a blocking call
-(cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize, cudaMemcpy) waits for the
+(cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize, cudaMemcpy, and any host
+call the reader calls a sync, as torch_npu's AscendCL@aclrtSynchronizeStream) waits for the
 device's last task before its return even where the trace has no CUDA sync record (HTA adds sync
 edges from those records only, so without them its path never waits on the device).
 """
@@ -74,13 +75,14 @@ class CriticalPath:
 
 
 def critical_path(events: pd.DataFrame, steps: pd.DataFrame, step: int | None = None, *,
-                  like_hta: bool = False) -> CriticalPath:
+                  like_hta: bool = False, rank: int | None = None) -> CriticalPath:
     """The critical path of one step.
 
     Parameters
     ----------
-    events, steps : a Trace's tables (schema.EVENT_COLUMNS, STEP_COLUMNS); the first rank's are used.
-    step : the step id; the trace's first step when None (as HTA's ``instance_id=None``).
+    events, steps : a Trace's tables (schema.EVENT_COLUMNS, STEP_COLUMNS).
+    step : the step id; the rank's first step when None (as HTA's ``instance_id=None``).
+    rank : the rank whose step it is; the first in ``steps`` when None.
     like_hta : weigh as HTA 0.5.0 does (see the module's docstring).
 
     The step's host events are those starting inside its window (ProfilerStep's start to end,
@@ -88,8 +90,10 @@ def critical_path(events: pd.DataFrame, steps: pd.DataFrame, step: int | None = 
     """
     if steps.empty:
         raise ValueError("critical path: the trace has no steps")
-    rank = int(steps["rank"].iat[0])
+    rank = int(steps["rank"].iat[0]) if rank is None else rank
     steps = steps[steps["rank"] == rank]
+    if steps.empty:
+        raise ValueError(f"critical path: no steps of rank {rank}")
     chosen = steps.iloc[0] if step is None else steps[steps["step"] == step].squeeze(axis=0)
     if isinstance(chosen, pd.DataFrame):
         raise ValueError(f"critical path: no step {step}; steps: {steps['step'].tolist()}")
@@ -124,7 +128,7 @@ class _Graph:
         self.node_ev, self.node_ts, self.node_start, self.node_group, self.node_seq = [], [], [], [], []
         self.src, self.dst, self.weight, self.edge_kind, self.edge_ev = [], [], [], [], []
         host_start = self._host_chains(like_hta)
-        self._device_chains(runtime, host_start, events["stream"].to_numpy())
+        self._device_chains(runtime, host_start, events["stream"].to_numpy(), like_hta)
         self._syncs(events, like_hta)
 
     # -- nodes and edges -------------------------------------------------------------------
@@ -152,7 +156,9 @@ class _Graph:
         first). Returns the node of each host event's start, by position in ``host``."""
         ev = self.host
         n = len(ev)
-        lane = pd.Categorical(self.lanes[ev]).codes
+        # one chain per thread: torch_npu puts a thread's CANN calls in a lane of their own
+        # ("CANN/Thread 7" beside "Python/Thread 7"), nested in its operators all the same
+        lane = pd.Categorical(pd.Series(self.lanes[ev], dtype=str).str.rsplit("/Thread ", n=1).str[-1]).codes
         begin, finish = self.ts[ev], self.ts[ev] + self.dur[ev]
         is_start = np.r_[np.ones(n, bool), np.zeros(n, bool)]
         at = np.r_[begin, finish]
@@ -175,15 +181,24 @@ class _Graph:
         src, dst = nodes[:-1][same], nodes[1:][same]
         span = np.diff(at)[same]
         gap = (depth[:-1] == 0)[same]  # from a top-level operator's end to the next one's start
-        blocked = ~is_start[1:][same] & np.isin(self.names[ev[pos[1:]]][same], list(BLOCKING))
+        blocked = ~is_start[1:][same] & self._blocking(ev[pos[1:]][same], like_hta)
         kind = np.where(gap, "host_gap", np.where(blocked, "sync_wait", "cpu_bound"))
         weight = np.where(blocked | (gap & like_hta), 0, span)
         self._add_edges(src, dst, weight, kind, inner[:-1][same])
         return start_node
 
-    def _device_chains(self, runtime: np.ndarray, host_start: np.ndarray, streams: np.ndarray) -> None:
+    def _blocking(self, ev: np.ndarray, like_hta: bool) -> np.ndarray:
+        """Whether each event is a call the host waits in: HTA's list, and with npumagic's own
+        weights every host call the reader calls a sync (torch_npu's AscendCL@aclrtSynchronize*)."""
+        named = np.isin(self.names[ev], list(BLOCKING))
+        return named if like_hta else named | (self.kind[ev] == "sync")
+
+    def _device_chains(self, runtime: np.ndarray, host_start: np.ndarray, streams: np.ndarray, like_hta: bool) -> None:
         """Each device task, and what it waited for: its launch when its stream was empty at launch
-        (the previous task had ended), else the previous task on its stream."""
+        (the previous task had ended), else the previous task on its stream; with npumagic's own
+        weights, another stream's task that ended after both and before it started (a stream waiting
+        on an event: a collective's result, a side stream's copy; HTA draws these from CUDA's Stream
+        Wait Event records, which most traces lack and torch_npu's never have)."""
         ev = self.device
         stream = streams[ev]
         order = np.lexsort((self.ts[ev], stream))
@@ -203,12 +218,25 @@ class _Graph:
         prev_end[first] = np.iinfo(np.int64).min
         launched = self.ts[runtime]
         pos = pd.Index(self.host).get_indexer(runtime)
-        launch = ((prev_end < launched) | (prev_end > begin)) & (launched <= begin)
+        waits, on = (np.zeros(len(ev), bool), np.zeros(len(ev), np.int64)) if like_hta else \
+            self._waited_on(stream, begin, finish, np.maximum(launched, prev_end))
+        launch = ((prev_end < launched) | (prev_end > begin)) & (launched <= begin) & ~waits
         self._add_edges(host_start[pos[launch]], starts[launch], begin[launch] - launched[launch],
                         "launch_delay", ev[launch])
-        queued = ~launch & ~first & (prev_end <= begin)
+        queued = ~launch & ~first & (prev_end <= begin) & ~waits
         self._add_edges(ends[np.flatnonzero(queued) - 1], starts[queued], begin[queued] - prev_end[queued],
                         "kernel_gap", ev[np.flatnonzero(queued) - 1])
+        self._add_edges(ends[on[waits]], starts[waits], begin[waits] - finish[on[waits]], "kernel_gap", ev[on[waits]])
+
+    @staticmethod
+    def _waited_on(stream: np.ndarray, begin: np.ndarray, finish: np.ndarray, ready: np.ndarray):
+        """(whether each task waited on another stream, the position of the task it waited for):
+        the last task to end before it started, where that is on another stream and ended after
+        the task was ready (launched, and the one before it on its stream done)."""
+        order = np.argsort(finish, kind="stable")
+        last = np.searchsorted(finish[order], begin, side="right") - 1
+        on = order[np.maximum(last, 0)]
+        return (last >= 0) & (stream[on] != stream) & (finish[on] > ready), on
 
     def _syncs(self, events: pd.DataFrame, like_hta: bool) -> None:
         """A blocking call returns after the device task it waited for: the last one on the synced
@@ -226,7 +254,7 @@ class _Graph:
         record_stream = record_stream[~record_stream.index.duplicated()]
         synced = record_stream.reindex(corr[host]).to_numpy()  # NaN: no record; -1: every stream
         has_record = ~np.isnan(synced)
-        waits = has_record if like_hta else has_record | np.isin(names, list(WAITS))
+        waits = has_record if like_hta else has_record | np.isin(names, list(WAITS)) | (kind[host] == "sync")
         end_nodes = self._end_nodes()
         for s in np.unique(np.where(has_record, synced, -1)[waits]):
             which = waits & (np.where(has_record, synced, -1) == s)

@@ -54,7 +54,7 @@ def test_the_path_spans_the_step_but_for_a_wait_on_the_step_before(name):
     ev = trace.events
     in_step = ev[(ev["stream"] < 0) & (ev["dur_ns"] > 0) & ev["ts_ns"].between(path.start_ns, path.end_ns)]
     first_op = in_step.loc[in_step["kind"].isin(HOST_KINDS), "ts_ns"].min()
-    waits = in_step[in_step["name"].astype(str).isin(BLOCKING)]
+    waits = in_step[in_step["name"].astype(str).isin(BLOCKING) | (in_step["kind"] == "sync")]
     start = path.segments["start_ns"].iat[0]
     assert start == first_op or start in set(waits["ts_ns"] + waits["dur_ns"])
 
@@ -145,6 +145,34 @@ def test_a_kernel_queued_behind_another_waits_for_it_not_for_its_launch():
     assert _path(rows) == [("cpu_bound", 0, 5, "aten::mm"), ("launch_delay", 5, 12, "gemm"),
                            ("gpu_compute_bound", 12, 412, "gemm"), ("kernel_gap", 412, 414, "gemm"),
                            ("gpu_compute_bound", 414, 814, "gemm")]
+
+
+def test_a_kernel_that_waits_on_another_stream_waits_for_that_streams_task():
+    # an all-reduce on stream 0 and, queued on stream 2 behind a short kernel, the copy that reads
+    # its result: it starts as the all-reduce ends (a stream wait; torch_npu records none)
+    rows = [("aten::mm", "host_op", "main", -1, 0, 40, -1), ("launch", "runtime", "main", -1, 5, 5, 1),
+            ("launch", "runtime", "main", -1, 15, 5, 2), ("launch", "runtime", "main", -1, 25, 5, 3),
+            ("all_reduce", "comm", "comm 0", 0, 12, 500, 1), ("scale", "kernel", "GPU 0/Stream 2", 2, 22, 10, 2),
+            ("copy", "memcpy", "GPU 0/Stream 2", 2, 514, 20, 3)]
+    assert _path(rows) == [("cpu_bound", 0, 5, "aten::mm"), ("launch_delay", 5, 12, "all_reduce"),
+                           ("gpu_communication_bound", 12, 512, "all_reduce"), ("kernel_gap", 512, 514, "all_reduce"),
+                           ("gpu_memcpy", 514, 534, "copy")]
+    # HTA has no edge for it without a Stream Wait Event record: the stream's own gap holds the path
+    assert ("kernel_gap", 32, 514, "scale") in _path(rows, like_hta=True)
+
+
+def test_a_threads_calls_in_a_lane_of_their_own_nest_in_its_operators():
+    # torch_npu writes a thread's CANN calls as "CANN/Thread 7" beside its "Python/Thread 7": the
+    # sync inside .item() is the Python operator's wait all the same
+    rows = [("aten::mm", "host_op", "Python/Thread 7", -1, 0, 20, -1),
+            ("Node@launch", "runtime", "CANN/Thread 7", -1, 5, 5, 1),
+            ("aten::item", "host_op", "Python/Thread 7", -1, 20, 580, -1),
+            ("AscendCL@aclrtSynchronizeStreamWithTimeout", "sync", "CANN/Thread 7", -1, 25, 490, -1),
+            ("MatMul", "kernel", "Ascend Hardware/Stream 2", 2, 12, 500, 1)]
+    assert _path(rows) == [("cpu_bound", 0, 5, "aten::mm"), ("launch_delay", 5, 12, "MatMul"),
+                           ("gpu_compute_bound", 12, 512, "MatMul"),
+                           ("sync", 512, 515, "AscendCL@aclrtSynchronizeStreamWithTimeout"),
+                           ("cpu_bound", 515, 600, "aten::item")]
 
 
 # HolisticTraceAnalysis 0.5.0's critical path of each trace's first ProfilerStep, from

@@ -376,6 +376,36 @@ def test_the_regions_group_shows_and_folds_into_one_row(page):
     assert _groups(root) == groups and canvas.bounding_box()["height"] == tall
 
 
+@pytest.mark.skipif(not (ASCEND / "level1").exists(), reason=f"{NEED_SHARED} — {ASCEND / 'level1'} is absent")
+def test_each_ranks_critical_path_shows_under_its_lanes_and_says_what_bounds_it(page):
+    page, home = page
+    root = page.locator(".jp-Cell").nth(2).locator(".npumagic-live")
+    root.scroll_into_view_if_needed()
+    _whole_run(page, root)
+    # GIVEN the two-rank job's view: a critical path group per rank, the last of its rank's groups
+    groups = _groups(root)
+    heads = [float(y) for y in root.evaluate("el => el.dataset.heads").split(",")]
+    assert groups["0:critical"][1] == 1 and groups["1:critical"][1] == 1, groups
+    assert all(y < groups["0:critical"][0] for key, (y, _) in groups.items() if key.startswith("0:") and key != "0:critical")
+    assert heads[0] < groups["0:critical"][0] < heads[1] < groups["1:critical"][0]
+    # WHEN its lane is hovered across THEN each tooltip names an operator, kernel or wait of rank 0's path
+    import npumagic
+    from npumagic.render.live.critical import critical_spans
+
+    spans = critical_spans(npumagic.load(ASCEND / "level1"))
+    names = set(spans.loc[spans["rank"] == 0, "name"])
+    canvas, tip, seen = root.locator("canvas"), root.locator(".npumagic-tip"), []
+    y = groups["0:critical"][0] + 16 + 6  # the lane's first row, under the group's header
+    box = _at_row(page, canvas, y)
+    for k in range(60):
+        page.mouse.move(box["x"] + GUTTER + 2 + k * (box["width"] - GUTTER - 4) / 60, box["y"] + y)
+        if tip.is_visible():
+            seen.append(tip.inner_text())
+    root.screenshot(path=str(home / "critical_path.png"))
+    said = [re.sub(r" \([^()]*\)$", "", t.splitlines()[0]) for t in seen]  # "NAME (its kind)"
+    assert said and set(said) <= names, (said[:5], sorted(names)[:5])
+
+
 def _colored_bands(png: Path) -> int:
     """Horizontal bands of the plot area holding coloured (not grey) pixels: the drawn lanes."""
     import numpy as np

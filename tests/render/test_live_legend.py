@@ -8,7 +8,7 @@ import pytest
 
 from npumagic.render.colors import KIND_COLORS, MIN_DISTANCE, color_distance
 from npumagic.render.live import lod
-from npumagic.render.live.legend import legend
+from npumagic.render.live.legend import OWN_COLORS, legend
 from npumagic.render.live.lod import TimelineIndex
 
 from ..conftest import CUDA, need, shared_trace
@@ -22,18 +22,20 @@ def index():
 
 
 def test_the_legend_names_the_kinds_drawn_and_the_idle_gaps(index):
-    # GIVEN the run's kinds of indexed events (ProfilerStep marks are steps, not annotations)
+    # GIVEN the run's kinds of indexed events (ProfilerStep marks are steps, not annotations; the
+    # critical path's waits are its lane's own)
     kinds = {str(k) for k in index.events["kind"].unique()}
-    assert kinds == {"host_op", "dataloader", "sync", "kernel", "memcpy"}
+    assert kinds == {"host_op", "dataloader", "sync", "kernel", "memcpy", "critical"}
     # WHEN its legend is made
     entries = legend(index)
     # THEN it has each of them, host first, and the device's idle gaps, each in its kind's colour
-    assert [e["label"] for e in entries] == ["host operator", "DataLoader wait", "sync", "kernel", "memcpy", "idle gap"]
-    assert all(e["color"] == KIND_COLORS[e["kind"]] for e in entries)
+    assert [e["label"] for e in entries] == ["host operator", "DataLoader wait", "sync", "kernel", "memcpy", "idle gap",
+                                             "critical path: waiting"]
+    assert all(e["color"] == {**KIND_COLORS, **OWN_COLORS}[e["kind"]] for e in entries)
 
 
 def test_no_two_kinds_of_the_legend_look_alike():
-    colors = list(KIND_COLORS.values())
+    colors = list(KIND_COLORS.values()) + list(OWN_COLORS.values())
     for i, a in enumerate(colors):
         for b in colors[i + 1:]:
             assert color_distance(a, b) >= MIN_DISTANCE, (a, b)

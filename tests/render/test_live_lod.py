@@ -145,8 +145,9 @@ def test_the_level1_job_gives_one_group_of_lanes_per_rank_host_before_device():
     assert ranks == sorted(ranks) and set(ranks) == {0, 1}
     for r in (0, 1):
         groups = [ln["group"] for ln in layout["lanes"] if ln["rank"] == r]
-        # the host's threads, then its regions and nn.Module lanes (torch_npu recorded them), then the device's
-        assert groups == sorted(groups, key=["host", "regions", "modules", "device", "comm"].index)
+        # the host's threads, then its regions and nn.Module lanes (torch_npu recorded them), then the
+        # device's, then the critical path
+        assert groups == sorted(groups, key=["host", "regions", "modules", "device", "comm", "critical"].index)
         assert "device" in groups and "modules" in groups
     assert {s["lane"] for s in layout["series"]} >= {"memory"}
 

@@ -10,9 +10,10 @@ from .lod import DEVICE_GROUPS
 # what each kind reads as, in the order the legend shows them (host first, as the lanes are)
 KIND_LABELS = {"host_op": "host operator", "dataloader": "DataLoader wait", "sync": "sync",
                "annotation": "annotation", "module": "nn.Module", "kernel": "kernel", "memcpy": "memcpy", "comm": "collective",
-               "idle": "idle gap"}
+               "idle": "idle gap", "critical": "critical path: waiting"}
 
 COLOR_OF = {"module": "python"}  # a module's span is a python_function event
+OWN_COLORS = {"critical": "#e377c2"}  # kinds of the timeline's own, in no static figure
 
 
 def legend(index) -> list[dict]:
@@ -21,5 +22,5 @@ def legend(index) -> list[dict]:
     present = {str(k) for k in index.events["kind"].unique()}
     if any(lane.group in DEVICE_GROUPS and len(lane.union) > 1 for lane in index.lanes):
         present.add("idle")
-    return [{"kind": kind, "label": label, "color": KIND_COLORS[COLOR_OF.get(kind, kind)]}
+    return [{"kind": kind, "label": label, "color": OWN_COLORS.get(kind) or KIND_COLORS[COLOR_OF.get(kind, kind)]}
             for kind, label in KIND_LABELS.items() if kind in present]

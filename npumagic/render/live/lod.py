@@ -21,13 +21,14 @@ from ...analysis.intervals import Spans
 from ...analysis.schema import DEVICE_WORK, Trace
 from .columns import INT64_SAFE, aggregate, cover, dominant, longest, paint_outermost
 from .launches import launches
-from .nested import MODULES, NESTED_GROUPS, REGIONS, nested_kinds, nested_spans, with_nested
+from .critical import critical_spans
+from .nested import CRITICAL, MODULES, NESTED_GROUPS, REGIONS, nested_kinds, nested_spans, with_nested
 from .rows import stack
 from .shelf import Shelf
 from .series import CORE_LANES, MEMORY_EVENTS_MAX, memory_events, series_columns, series_of  # noqa: F401 (CORE_LANES: re-exported)
 
 HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
-GROUP_ORDER = {"host": 0, REGIONS: 1, MODULES: 2, "device": 3, "comm": 4}  # a rank's lanes, top to bottom
+GROUP_ORDER = {"host": 0, REGIONS: 1, MODULES: 2, "device": 3, "comm": 4, CRITICAL: 5}  # a rank's lanes, top to bottom
 DEVICE_GROUPS = ("device", "comm")
 EXACT_LIMIT = 40_000  # events in view up to which the dominant operator is computed from the events
 BASE_EVENTS_PER_BIN = 8  # the pyramid's finest bins hold about this many events
@@ -341,7 +342,7 @@ class TimelineIndex:
         steps = trace.steps
         ts = ev["ts_ns"].to_numpy()
         origin = int(steps["start_ns"].min()) if len(steps) else int(ts.min()) if len(ts) else 0
-        nested = nested_spans(trace)
+        nested = _nested(trace)
         shelf = Shelf.of(trace.meta.path, len(ev) + len(nested)) if stored else None
         kept = shelf.lanes() if shelf is not None else None
         # the marks before the lanes' arrays exist, so that the peaks of memory of both do not add up
@@ -479,6 +480,12 @@ class TimelineIndex:
                 "extent": [ms(self.lo), ms(self.hi)],
                 "marks": [{"rank": int(m.rank), "kind": m.kind, "rule": m.rule, "start": ms(m.start_ns),
                            "end": ms(m.end_ns), "label": m.label} for m in self.marks.itertuples()]}
+
+
+def _nested(trace: Trace) -> pd.DataFrame:
+    """The spans drawn in lanes of their own: regions, modules and each step's critical path."""
+    regions, path = nested_spans(trace), critical_spans(trace)
+    return pd.concat([regions, path], ignore_index=True) if len(regions) and len(path) else path if len(path) else regions
 
 
 def _marks(trace: Trace, origin: int) -> pd.DataFrame:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .nested import REGIONS
+from .nested import CRITICAL, REGIONS
 
 QUERY_LIMIT = 500  # characters: a longer query is refused (the browser's text box is untrusted)
 NAMES_SHOWN = 5  # matching names listed beside the count
@@ -63,7 +63,7 @@ def search(index, query: str, regex: bool = False) -> Matches:
     codes = np.flatnonzero([test(str(name)) for name in index.names])
     parts = []
     for k, lane in enumerate(index.lanes):
-        if lane.group == REGIONS:  # its annotations are the host lanes' too: found there, once
+        if lane.group in (REGIONS, CRITICAL):  # its spans are the host's or device's too: found there, once
             continue
         mine = np.flatnonzero(np.isin(lane.codes, codes)) if codes.size else np.empty(0, np.int64)
         parts.append((lane.starts[mine], lane.ends[mine], np.full(mine.size, k), lane.rows[mine], lane.codes[mine]))

@@ -19,7 +19,8 @@ from ...analysis.regions import STEP_MARK, Tree, nest, torch_own
 
 log = logging.getLogger(__name__)
 REGIONS, MODULES = "regions", "modules"
-NESTED_GROUPS = (REGIONS, MODULES)
+CRITICAL = "critical"  # each step's critical path (critical.py): a lane of one row, built as these are
+NESTED_GROUPS = (REGIONS, MODULES, CRITICAL)
 BACKWARD = " (backward)"  # a backward span's path: its module's, and this
 COLUMNS = ["rank", "group", "lane", "thread", "ts_ns", "dur_ns", "name", "path", "step", "own", "depth"]
 
@@ -110,7 +111,7 @@ def _backward(trace, tree, rank: int) -> pd.DataFrame:
 def with_nested(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame, codes: np.ndarray, ts: np.ndarray,
                  end: np.ndarray, origin: int):
     """The index's arrays with the spans of ``nested`` (:func:`~.nested.nested_spans`) appended as
-    rows of their own (kind "annotation" or "module"; names already known keep their codes), and
+    rows of their own (kind "annotation", "module" or "critical"; names already known keep their codes), and
     a lane each. Returns names, details, codes, ts, end, own, depth and the lanes (rank,
     group, lane, rows)."""
     n, m = len(details), len(nested)
@@ -118,9 +119,9 @@ def with_nested(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame, 
     fresh = pd.unique(nested["name"][known < 0])
     names = np.concatenate([names, np.asarray(fresh, dtype=object)]).astype(object)
     mine = pd.Index(names).get_indexer(nested["name"]).astype(np.int64)
-    kind = np.where(nested["group"].to_numpy() == MODULES, "module", "annotation")
+    kind = _kind(nested["group"].to_numpy())
     kinds = details["kind"].cat.categories.astype(str).tolist()
-    kinds += [k for k in ("annotation", "module") if k not in kinds]
+    kinds += [k for k in ("annotation", "module", "critical") if k not in kinds]
     rows = pd.DataFrame({
         "ts_ns": nested["ts_ns"].to_numpy(np.int64), "dur_ns": nested["dur_ns"].to_numpy(np.int64),
         "step": nested["step"].to_numpy(np.int64), "shapes": None, "source": None,
@@ -145,12 +146,18 @@ def with_nested(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame, 
 
 def nested_kinds(names: np.ndarray, kinds: np.ndarray, ev: pd.DataFrame, nested: pd.DataFrame) -> np.ndarray:
     """Each name's kind (``kinds``: those of the events' names), the names no indexed event has
-    (new ones, and the step marks left out of the host lanes) taking their nested lane's:
-    "module" or "annotation"."""
+    (new ones, and the step marks left out of the host lanes) taking their nested lane's
+    (:func:`_kind`)."""
     counts = np.bincount(ev["name"].cat.codes.to_numpy().astype(np.int64) + 1, minlength=kinds.size + 1)[1:]
     out = np.concatenate([kinds, np.full(names.size - kinds.size, "annotation", dtype=object)])
     unused = np.concatenate([counts == 0, np.ones(names.size - kinds.size, bool)])
     mine = pd.Index(names).get_indexer(nested["name"])
     group = nested["group"].to_numpy()
-    out[mine[unused[mine]]] = np.where(group[unused[mine]] == MODULES, "module", "annotation")
+    out[mine[unused[mine]]] = _kind(group[unused[mine]])
     return out
+
+
+def _kind(group: np.ndarray) -> np.ndarray:
+    """The kind a nested lane's own spans are drawn as: "module", "critical" (the critical path's
+    waits; its operators and kernels keep their own kinds) or "annotation"."""
+    return np.where(group == MODULES, "module", np.where(group == CRITICAL, "critical", "annotation"))

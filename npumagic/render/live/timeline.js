@@ -8,14 +8,16 @@
 
 const GUTTER = 190, AXIS = 22, ROW = 18, DEPTH_ROW = 16, BOX = 14, SERIES = 34, RANK_HEAD = 16, CORE_ROW = 9;
 const isCore = s => /^core \d+ CPU$/.test(s.label);  // the host's cores: a heat strip each, not a line
-const GROUP_COLOR = {host: "#4c72b0", device: "#dd8452", comm: "#8172b3", regions: "#17becf", modules: "#bcbd22"};
-// lanes drawn a row per nesting depth: the host's operators, the regions' and the modules' trees
-const DEEP = new Set(["host", "regions", "modules"]);
-const NESTED = new Set(["regions", "modules"]);  // a rank's regions and modules: groups that fold into one row
-const GROUP_LABEL = {regions: "regions", modules: "nn.Modules"};
+const GROUP_COLOR = {host: "#4c72b0", device: "#dd8452", comm: "#8172b3", regions: "#17becf", modules: "#bcbd22",
+                     critical: "#d62728"};
+// lanes drawn a row per nesting depth: the host's operators, the regions' and the modules' trees, the critical path
+const DEEP = new Set(["host", "regions", "modules", "critical"]);
+// a rank's regions, modules and critical path: groups that fold into one row
+const NESTED = new Set(["regions", "modules", "critical"]);
+const GROUP_LABEL = {regions: "regions", modules: "nn.Modules", critical: "critical path"};
 
 // drawn in their kind's colour at any zoom: what a glance at the lanes must find
-const OWN_KIND = new Set(["dataloader", "sync", "annotation", "comm", "memcpy"]);
+const OWN_KIND = new Set(["dataloader", "sync", "annotation", "comm", "memcpy", "critical"]);
 
 function colorOf(name) {
   // hues 70..340: never the DataLoader wait's orange or the idle gaps' yellow

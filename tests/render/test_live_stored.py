@@ -207,3 +207,32 @@ def test_the_widget_stores_its_index_once_the_first_view_is_answered(recorded):
     again = timeline_widget(recorded)
     assert all(isinstance(ln.starts, np.memmap) for ln in again.index.lanes)
     assert again.tiles["lanes"] == first.tiles["lanes"]
+
+
+def test_a_reopened_gpu_run_reads_its_critical_path_with_its_lanes(tmp_path, monkeypatch):
+    import shutil
+
+    import npumagic
+    from ..conftest import CUDA, need
+
+    # GIVEN a genuine GPU trace of its own folder, its index built (the critical path drawn) and stored
+    source = next(need(CUDA / "ns_resolution").glob("*.json.gz"))
+    path = tmp_path / source.name
+    shutil.copy(source, path)
+    monkeypatch.setenv("NPUMAGIC_STORE", "1")
+    monkeypatch.setattr(shelf, "MIN_EVENTS", 0)
+    trace = npumagic.load(path)
+    fresh = TimelineIndex.build(trace)
+    assert any(ln.group == "critical" for ln in fresh.lanes) and fresh.keep()
+    # WHEN it is opened again THEN the path comes from the store, not from walking every step again
+    def walked(_trace):
+        raise AssertionError("the critical path was computed again on reopening")
+
+    monkeypatch.setattr(lod, "critical_spans", walked)
+    again = TimelineIndex.build(trace)
+    assert again.in_store and again.layout() == fresh.layout()
+    for view in _views(fresh):
+        assert again.query(*view) == fresh.query(*view)
+    lane = next(k for k, ln in enumerate(fresh.lanes) if ln.group == "critical")
+    row = int(fresh.lanes[lane].rows[len(fresh.lanes[lane].rows) // 2])
+    assert again.details(row) == fresh.details(row)

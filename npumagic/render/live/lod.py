@@ -342,9 +342,12 @@ class TimelineIndex:
         steps = trace.steps
         ts = ev["ts_ns"].to_numpy()
         origin = int(steps["start_ns"].min()) if len(steps) else int(ts.min()) if len(ts) else 0
-        nested = _nested(trace)
-        shelf = Shelf.of(trace.meta.path, len(ev) + len(nested)) if stored else None
+        regions = nested_spans(trace)
+        shelf = Shelf.of(trace.meta.path, len(ev) + len(regions)) if stored else None
         kept = shelf.lanes() if shelf is not None else None
+        # the critical path of every step is read back with the lanes: reopening finds it at once
+        path = shelf.critical() if kept is not None else critical_spans(trace)
+        nested = _joined(regions, path)
         # the marks before the lanes' arrays exist, so that the peaks of memory of both do not add up
         marks = shelf.marks() if kept is not None else _marks(trace, origin)
         end = np.maximum(ev["dur_ns"].to_numpy(), 0)
@@ -373,7 +376,7 @@ class TimelineIndex:
         paths, threads = (nested[c].to_numpy(object) if len(nested) else np.array([], dtype=object) for c in ("path", "thread"))
         index = cls(lanes, names, details, steps, origin, lo, hi, series_of(trace, origin), kinds,
                     launches(trace.events, origin), marks, nested_from, paths, threads, shelf)
-        index.in_store = kept is not None
+        index.in_store, index.critical = kept is not None, path
         for k, lane in enumerate(lanes):
             lane.pyramid = partial(_kept_pyramid, shelf, k) if shelf is not None else _pyramid
         return index
@@ -384,7 +387,8 @@ class TimelineIndex:
         if self.shelf is None:
             return False
         if not self.in_store:
-            self.in_store = self.shelf.write([_lane_arrays(ln) for ln in self.lanes], self.marks)
+            self.in_store = self.shelf.write([_lane_arrays(ln) for ln in self.lanes], self.marks,
+                                            getattr(self, "critical", None))
         return self.in_store
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
@@ -482,9 +486,8 @@ class TimelineIndex:
                            "end": ms(m.end_ns), "label": m.label} for m in self.marks.itertuples()]}
 
 
-def _nested(trace: Trace) -> pd.DataFrame:
+def _joined(regions: pd.DataFrame, path: pd.DataFrame) -> pd.DataFrame:
     """The spans drawn in lanes of their own: regions, modules and each step's critical path."""
-    regions, path = nested_spans(trace), critical_spans(trace)
     return pd.concat([regions, path], ignore_index=True) if len(regions) and len(path) else path if len(path) else regions
 
 

@@ -6,8 +6,12 @@ and its rank_id, the source rank of trace_view.json's HCCL links and communicati
 link keys, whose self link "r-r" stays one; the other files are hard links), then times, each
 as a fresh process as a user runs it from a shell, --repeat times: ``npumagic analyze DIR`` and,
 when it is installed (``pip install msprof-analyze``), ``msprof-analyze cluster -d DIR -m all``.
-Peak RSS is that of the whole process tree (npumagic's Dask workers and msprof-analyze's pool
-included), sampled every 50 ms.
+The two tools' runs alternate (A B A B ...), so a change of the machine's load falls on both
+alike; running each tool's runs in a block let one block catch a busy minute (wall ratios of
+3.6x-16.6x were seen so). Each run's CPU time is the whole process tree's (user + system, from
+the children's rusage: the tool's own pools and workers, reaped by it, included); CPU time moves
+far less with the load than wall time does. Peak RSS is that of the whole process tree too,
+sampled every 50 ms. The load average is printed before and after.
 
 From 8 ranks on ``npumagic analyze`` reads a torch_npu job as an outline: each rank's
 step_trace_time.csv and communication files (what msprof-analyze reads), and the lowest rank in
@@ -18,7 +22,7 @@ package: ~13 s of CPU here whatever the rank count); its work proper is ~1 s at 
 
     python bench/cluster.py --ranks 256 [--repeat 3] [--every-rank] [--scheduler tcp://HOST:8786] [--keep DIR]
 
-The last line is ``ratio: X.Xx`` (msprof-analyze's median wall time over npumagic's).
+The last line is ``ratio: X.Xx wall, Y.Yx CPU`` (msprof-analyze's median over npumagic's).
 Target: 256 ranks at least 5x faster than msprof-analyze; 256 ranks cost at most 9x 32 ranks.
 """
 
@@ -28,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -83,9 +88,16 @@ def _relink(key: str, old: int, new: int) -> str:
     return f"{rename(src)}-{rename(dst)}"
 
 
-def timed(command: list[str], cwd: Path) -> tuple[float, float] | str:
-    """Wall seconds and the peak RSS (MiB) of the process and all its descendants together."""
+def _cpu_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(command: list[str], cwd: Path) -> tuple[float, float, float] | str:
+    """Wall seconds, CPU seconds and peak RSS (MiB) of the process and all its descendants together
+    (CPU: this bench's children's rusage before and after; one tool runs at a time)."""
     log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty tool must never block on it
+    cpu0 = _cpu_of_children()
     t0 = time.perf_counter()
     proc = subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, text=True,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -99,24 +111,32 @@ def timed(command: list[str], cwd: Path) -> tuple[float, float] | str:
             pass
         time.sleep(0.05)
     seconds = time.perf_counter() - t0
+    cpu = _cpu_of_children() - cpu0
     log.seek(0)
     out = log.read()
     log.close()
     if proc.returncode != 0:
         last = (out.strip() or f"exit {proc.returncode}").splitlines()[-1]
         return "failed: " + last[:100]
-    return seconds, peak / 2**20
+    return seconds, cpu, peak / 2**20
 
 
-def repeated(command, cwd: Path, times: int) -> tuple[float, float] | str:
-    """The median wall time and the largest peak RSS of ``times`` runs (the first failure, if any)."""
-    runs = []
+def interleaved(tools: dict, times: int) -> dict[str, list[tuple[float, float, float]] | str]:
+    """Each tool's runs, ``times`` rounds of one run of every tool in turn (A B A B ...); a tool's
+    first failure stands for it and ends its runs."""
+    runs: dict = {label: [] for label in tools}
     for _ in range(max(1, times)):
-        result = command() if callable(command) else timed(command, cwd)
-        if not isinstance(result, tuple):
-            return result
-        runs.append(result)
-    return statistics.median(r[0] for r in runs), max(r[1] for r in runs)
+        for label, run in tools.items():
+            if isinstance(runs[label], str):
+                continue
+            result = run()
+            runs[label] = runs[label] + [result] if isinstance(result, tuple) else result
+    return runs
+
+
+def medians(runs: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """The median wall and CPU seconds, and the largest peak RSS, of a tool's runs."""
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), max(r[2] for r in runs)
 
 
 def agreement(job: Path, every_rank: bool) -> str:
@@ -183,31 +203,37 @@ def main() -> None:
             ours_cmd += ["--scheduler", args.scheduler]
         if args.every_rank:
             ours_cmd += ["--every-rank"]
-        rows = [("npumagic analyze", repeated(ours_cmd, Path(tmp), args.repeat))]
+        tools = {"npumagic analyze": lambda: timed(ours_cmd, Path(tmp))}
         tool = shutil.which("msprof-analyze")
-        if args.skip_msprof or not tool:
-            rows.append(("msprof-analyze cluster -m all", "skipped" if tool else "not installed"))
-        else:
+        peer = "msprof-analyze cluster -m all"
+        if tool and not args.skip_msprof:
             def msprof():
                 shutil.rmtree(job / "cluster_analysis_output", ignore_errors=True)
                 return timed([tool, "cluster", "-d", str(job), "-m", "all"], Path(tmp))
 
-            rows.append(("msprof-analyze cluster -m all", repeated(msprof, Path(tmp), args.repeat)))
-            if isinstance(rows[-1][1], tuple):
-                print(agreement(job, every_rank=args.every_rank or bool(args.scheduler)), flush=True)
+            tools[peer] = msprof
+        load = os.getloadavg()[0]
+        runs = interleaved(tools, args.repeat)
+        if peer not in runs:
+            runs[peer] = "skipped" if tool else "not installed"
+        elif not isinstance(runs[peer], str):
+            print(agreement(job, every_rank=args.every_rank or bool(args.scheduler)), flush=True)
             shutil.rmtree(job / "cluster_analysis_output", ignore_errors=True)
-        print(f"\n{args.ranks} ranks, {os.cpu_count()} cores\n{'tool':<32}{'median wall s':>14}{'peak RSS MiB':>14}")
-        for label, result in rows:
-            if isinstance(result, tuple):
-                print(f"{label:<32}{result[0]:>14.2f}{result[1]:>14.0f}")
+        print(f"\n{args.ranks} ranks, {os.cpu_count()} cores, {args.repeat} runs of each tool interleaved; load average "
+              f"{load:.2f} before, {os.getloadavg()[0]:.2f} after")
+        print(f"{'tool':<32}{'median wall s':>14}{'median CPU s':>14}{'peak RSS MiB':>14}")
+        for label, result in runs.items():
+            if isinstance(result, list):
+                wall, cpu, rss = medians(result)
+                print(f"{label:<32}{wall:>14.2f}{cpu:>14.2f}{rss:>14.0f}")
             else:
                 print(f"{label:<32}  {result}")
-        ours, peer = rows[0][1], rows[1][1]
-        if isinstance(ours, tuple) and isinstance(peer, tuple):
-            print(f"ratio: {peer[0] / ours[0]:.1f}x")
+        ours, theirs = runs["npumagic analyze"], runs[peer]
+        if isinstance(ours, list) and isinstance(theirs, list):
+            (ow, oc, _), (tw, tc, _) = medians(ours), medians(theirs)
+            print(f"ratio: {tw / ow:.1f}x wall, {tc / oc:.1f}x CPU")
         else:
             print("ratio: -")
-
 
 if __name__ == "__main__":
     main()

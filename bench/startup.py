@@ -1,13 +1,15 @@
 """Start-up: how much of an ``npumagic`` command's time goes to imports, from ``python -X importtime``.
 
-Runs each command in a fresh process (``npumagic --help``, ``npumagic runs DIR [--json]`` and
-``npumagic rules DIR`` on a 2-run history, ``npumagic analyze`` on the shared V100 trace) a few
+Runs each command in a fresh process (``npumagic --help``, ``npumagic runs DIR [--json]``,
+``npumagic rules DIR``, ``npumagic export DIR`` and ``npumagic check fixed --history DIR`` on a
+2-run history, ``npumagic analyze`` on the shared V100 trace) a few
 times, and prints the median wall time of plain runs, its ratio to ``python -c pass`` (the
 interpreter's own start, measured alike), the median time its imports took in runs with ``-X
 importtime`` (interleaved with the plain ones; the top-level entries, whose own overhead they
 include) with their share of those runs' wall time, which of pandas, numpy, torch
 and matplotlib it imported, and the heaviest top-level imports of the last run. Targets (issue
-45): ``--help`` and ``runs`` import no pandas, numpy, torch or matplotlib and answer under 0.3 s;
+45): ``--help``, ``runs``, ``export`` and ``check`` import no pandas, numpy, torch or matplotlib,
+``--help`` and ``runs`` answer under 0.3 s;
 ``analyze`` of a small trace under 0.6 s.
 
 Each command is timed with its bytecode compiled once, as an installed package has it (pip
@@ -91,6 +93,7 @@ def main() -> None:
         bare = statistics.median(bare_python(env) for _ in range(args.repeat))
         print(f"python -c pass: {bare:.3f} s")
         for argv in (["--help"], ["runs", history], ["runs", history, "--json"], ["rules", history],
+                     ["export", history], ["check", "fixed", "--history", history],
                      ["analyze", args.trace], ["analyze", args.trace, "--json"]):
             run(argv, env)  # untimed: writes the bytecode cache
             runs, plain = [], []

@@ -61,20 +61,21 @@ def main() -> None:
     load = os.getloadavg()
     print(f"\n{args.ranks} ranks, every rank; {os.cpu_count()} cores, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; "
           f"store {size / 2**20:.1f} MiB")
-    print(f"{'npumagic analyze --every-rank':<44}{'wall s':>8}{'peak RSS MiB':>14}")
+    print(f"{'npumagic analyze --every-rank':<44}{'wall s':>8}{'CPU s':>8}{'peak RSS MiB':>14}")
     for label, result in [("parsing every rank (writes the store)", parse),
                           ("from the store (median)", _median(store))]:
-        print(f"{label:<44}{result[0]:>8.2f}{result[1]:>14.0f}" if isinstance(result, tuple) else f"{label:<44}  {result}")
+        print(f"{label:<44}{result[0]:>8.2f}{result[1]:>8.2f}{result[2]:>14.0f}" if isinstance(result, tuple)
+              else f"{label:<44}  {result}")
     print(f"{'the store read alone, in process (median)':<44}{statistics.median(inside):>8.2f}")
     if isinstance(parse, tuple) and isinstance(store[0], tuple):
         print(f"ratio: {parse[0] / _median(store)[0]:.1f}x")
 
 
 def _median(results):
+    """The median wall and CPU seconds and the largest peak RSS of ``timed`` results (the first failure, if any)."""
     if not all(isinstance(r, tuple) for r in results):
         return next(r for r in results if not isinstance(r, tuple))
-    return statistics.median(r[0] for r in results), max(r[1] for r in results)
-
+    return statistics.median(r[0] for r in results), statistics.median(r[1] for r in results), max(r[2] for r in results)
 
 if __name__ == "__main__":
     main()

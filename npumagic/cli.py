@@ -192,7 +192,9 @@ def percent(text: str) -> float:
 
 
 def _check(args) -> int:
-    import numpy as np
+    # a run of the history is checked from its record, step times and stored host samples, without
+    # pandas or numpy (issue 45); a path is analysed, which needs them
+    from .named_runs import median
 
     runs = _history(args.history) if Path(args.history).is_dir() else None
     if runs is None:
@@ -201,19 +203,24 @@ def _check(args) -> int:
         name, like = args.run, args.run
         walls = runs.step_walls(name)
         band = runs.band(like, include=False)
-        summary, facts = _stored_summary(runs, name), runs.facts(name)
+        host = facts = None
+        if band is not None:  # only a band's verdict needs to know whether the steps can be trusted
+            host, facts = _stored_host(runs, name), runs.facts(name)
     elif Path(args.run).exists():
         done = [r.name for r in runs.records() if r.status == "ok" and r.kind == "profile"]
         like = args.like or (done[-1] if done else None)
         summary, facts = _summary(args, args.run), None
-        name, walls = str(args.run), summary.steps["wall_us"].to_numpy(float)
+        name, walls = str(args.run), summary.steps["wall_us"].astype(float).tolist()
         band = runs.band(like, include=True) if like is not None else None
+        from .analysis.trust import host_columns
+
+        host = host_columns(summary)
     else:
         known = ", ".join(r.name for r in runs.records()) or "none yet"
         raise NpumagicError(f"{args.run}: neither a run of {args.history} (known: {known}) nor a path")
-    if not walls.size:
+    if not walls:
         raise NpumagicError(f"{name}: no steps to check")
-    unsure = _check_undecided(band, like, args.history, walls, summary, facts)
+    unsure = _check_undecided(band, like, args.history, walls, host, facts)
     if unsure:
         # no band yet is no failure (the nightly recipe works from its first night): 0; a band the
         # run cannot be judged against (contended, one step): the gate's "cannot tell"
@@ -222,11 +229,11 @@ def _check(args) -> int:
             from .jsonout import document
 
             print_json(document("check", run=name, like=like, decided=False, undecided=unsure, outside=None,
-                                 median_us=float(np.median(walls))))
+                                 median_us=median(walls)))
         else:
             print(f"{'no band yet' if band is None else 'cannot tell'}: {name}: {unsure}")
         return status
-    alert = band.check(float(np.median(walls)))
+    alert = band.check(median(walls))
     if args.json:
         from .jsonout import document
 
@@ -237,27 +244,36 @@ def _check(args) -> int:
     return 1 if alert.outside else 0
 
 
-def _stored_summary(runs, name: str):
-    """Run ``name``'s Summary, or None where it can no longer be read (its step times still can)."""
+def _stored_host(runs, name: str) -> dict[str, list] | None:
+    """Run ``name``'s host samples as plain columns: from its stored Summary without pandas, else
+    from its Summary analysed again (a run recorded before summaries were stored); None where
+    neither can be read (its step times still can)."""
+    host = runs.store.stored_table(name, "host")
+    if host is not None:
+        return host
     try:
-        return runs.summary(name)
+        summary = runs.summary(name)
     except NpumagicError:
         return None
+    from .analysis.trust import host_columns
+
+    return host_columns(summary)
 
 
-def _check_undecided(band, like, history: str, walls, summary, facts) -> str:
+def _check_undecided(band, like, history: str, walls: list[float], host, facts) -> str:
     """Why ``check`` cannot judge the run ("" when it can): no band yet, a contended run (as a
-    comparison with it is never significant, :mod:`npumagic.analysis.trust`), a single step."""
+    comparison with it is never significant, :mod:`npumagic.analysis.trust`; ``host``: its host
+    samples' columns, None where its Summary could not be read), a single step."""
     if band is None:
         of = f"{like}'s configuration" if like else "a finished run"
         return f"fewer than 2 earlier finished runs of {of} in {history}: no band to check against yet"
-    if summary is not None:
-        from .analysis.trust import reasons
+    if host is not None:
+        from .analysis.trust import host_reasons
 
-        said = reasons(summary, facts)
+        said = host_reasons(host, facts)
         if said:
             return f"its step times are unreliable: {'; '.join(said)}"
-    if walls.size < 2:
+    if len(walls) < 2:
         return "1 step: no spread to tell its median from noise; profile more steps"
     return ""
 

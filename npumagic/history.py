@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import socket
@@ -522,6 +523,21 @@ class HistoryStore:
         except ValueError:
             return None
 
+    def stored_table(self, name: str, field: str) -> dict[str, list] | None:
+        """Table ``field`` of run ``name``'s stored Summary as plain columns, read without pandas
+        (:func:`~npumagic.analysis.persist_plain.table_columns`); None where no Summary is stored
+        or it cannot be read."""
+        from .analysis.persist_plain import READABLE, table_columns
+
+        with self._connect() as db:
+            row = db.execute("SELECT format, data FROM summaries WHERE run_id = ?", (self._id(db, name),)).fetchone()
+        if row is None or row["format"] not in READABLE:
+            return None
+        try:
+            return table_columns(row["data"], field)
+        except ValueError:
+            return None
+
     def measured(self, name: str) -> Run:
         """Run ``name``'s record with what its capture measured beside the trace (``step_times``,
         ``device_neighbours``): from its row, or for a run recorded before they had columns
@@ -539,17 +555,17 @@ class HistoryStore:
         return dataclasses.replace(run, step_times=_decode(_json(moved.get("step_times")), {}),
                                    device_neighbours=_decode(_json(moved.get("device_neighbours")), []))
 
-    def step_walls(self) -> dict[str, "np.ndarray"]:
-        """Every run's step wall times (us), by run name, in run order."""
-        import numpy as np
-
+    def step_walls(self, name: str | None = None) -> dict[str, list[float]]:
+        """Every run's step wall times (us; NaN where a stored value is no number), by run name, in
+        run order; with ``name``, that run's only. Plain lists: ``npumagic check`` imports no numpy."""
+        where, params = ("WHERE runs.name = ? ", (name,)) if name is not None else ("", ())
         with self._connect() as db:
             rows = db.execute("SELECT runs.name, steps.wall_us FROM steps JOIN runs ON runs.id = steps.run_id "
-                              "ORDER BY runs.id, steps.step").fetchall()
+                              f"{where}ORDER BY runs.id, steps.step", params).fetchall()
         out: dict[str, list[float]] = {}
-        for name, wall in rows:
-            out.setdefault(name, []).append(wall if _is_number(wall) else np.nan)  # a stored value of another type
-        return {k: np.asarray(v, dtype=float) for k, v in out.items()}
+        for run, wall in rows:
+            out.setdefault(run, []).append(float(wall) if _is_number(wall) else math.nan)
+        return out
 
     def steps(self, name: str) -> pd.DataFrame:
         import pandas as pd

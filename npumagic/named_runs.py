@@ -5,7 +5,9 @@ alert bands."""
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -224,9 +226,10 @@ class NamedRuns:
         """Where run ``name``'s profiler output was written."""
         return self.store.get(name).run_dir
 
-    def step_walls(self, name: str) -> np.ndarray:
+    def step_walls(self, name: str) -> list[float]:
         """Run ``name``'s step times (us), as recorded."""
-        return self.store.steps(name)["wall_us"].to_numpy(float)
+        self.store.get(name)  # raises UnknownRun with the known names
+        return self.store.step_walls(name).get(name, [])
 
     def band(self, like: str, include: bool) -> Band | None:
         """The alert band of run ``like``'s configuration: see :func:`history_band`."""
@@ -293,8 +296,6 @@ def history_noise(store: HistoryStore, names) -> Noise:
 def history_band(store: HistoryStore, like: str, include: bool) -> Band | None:
     """The band learned from the finished runs with run ``like``'s configuration recorded before
     it (and ``like`` itself with ``include``); None with too few."""
-    import numpy as np
-
     from .analysis.alerts import learn_band
 
     runs = store.runs()
@@ -302,9 +303,15 @@ def history_band(store: HistoryStore, like: str, include: bool) -> Band | None:
     if i is None:
         store.get(like)  # raises UnknownRun with the known names
     config, walls = _configuration(runs[i]), store.step_walls()
-    medians = [float(np.median(walls[r.name])) for r in runs[: i + 1 if include else i]
+    medians = [median(walls[r.name]) for r in runs[: i + 1 if include else i]
                if r.status == "ok" and r.kind == "profile" and len(walls.get(r.name, ())) and _configuration(r) == config]
     return learn_band(medians)
+
+
+def median(values) -> float:
+    """The median of ``values`` as numpy's, NaN where one is NaN, without numpy (``npumagic check``)."""
+    values = [float(v) for v in values]
+    return math.nan if any(math.isnan(v) for v in values) else statistics.median(values)
 
 
 def run_context(run: Run) -> dict:

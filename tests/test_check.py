@@ -98,3 +98,17 @@ def test_a_contended_run_cannot_be_judged_exit_3(history):
     if payload["decided"]:
         pytest.skip("this machine's samples hold no wait for a core (no schedstat)")
     assert done.returncode == 3 and "unreliable" in payload["undecided"]
+
+
+def test_a_runs_stored_host_samples_read_without_pandas_judge_as_its_summary_does(history, monkeypatch):
+    # GIVEN a recorded run WHEN `check` reads its host samples from the stored Summary as plain
+    # columns (no pandas) THEN they are the Summary's, and say the same of contention
+    from npumagic.analysis.trust import contention, host_contention
+    from npumagic.named_runs import NamedRuns
+
+    monkeypatch.setenv("NPUMAGIC_CONTENDED_WAIT_PCT", "0")
+    runs = NamedRuns(history, create=False)
+    plain, summary = runs.store.stored_table("three", "host"), runs.summary("three")
+    assert len(summary.host) and list(plain) == list(summary.host.columns)
+    assert all(len(v) == len(summary.host) for v in plain.values())
+    assert host_contention(plain) == contention(summary) != {}

@@ -5,6 +5,7 @@ but nothing else it does not use (each checked in a fresh process)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -28,8 +29,9 @@ print(json.dumps([status, sorted(m for m in {HEAVY + UNUSED!r} if m in sys.modul
 """
 
 
-def probe(*argv: str, cwd=None) -> tuple[int, list[str], str]:
-    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, cwd=cwd, timeout=120)
+def probe(*argv: str, cwd=None, env=None) -> tuple[int, list[str], str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, cwd=cwd, timeout=120,
+                          env=env)
     *said, last = done.stderr.strip().splitlines()
     status, heavy = json.loads(last)
     return status, heavy, "\n".join(said)
@@ -123,3 +125,24 @@ def test_runs_prints_what_the_table_of_runs_holds(two_runs, monkeypatch):
     assert rows[1]["note"] == "a note" and rows[0]["steps"] == 3
     assert rows[0]["created"][:16].replace("T", " ") in text  # when, to the minute
     assert subprocess.run(cli, capture_output=True, text=True, check=True, timeout=120).stdout == text + "\n"
+
+
+@pytest.fixture
+def three_runs(trainer, tmp_path):
+    """A history of three runs of one cell: the third has a band learned from the first two."""
+    for name in ("first", "second", "third"):
+        ran = trainer.run_cell(f"%npusteps --wait 0 --warmup 1 --steps 3 --no-plot --quiet --name {name} train_step()")
+        assert ran.success, ran.error_in_exec
+    return tmp_path / "runs"
+
+
+@pytest.mark.parametrize("run, statuses", [
+    ("first", {0}),  # no band yet
+    ("third", {0, 1}),  # decided: its step times, the band, the record's facts and stored host samples
+])
+def test_checking_a_run_of_the_history_imports_nothing_heavy(three_runs, run, statuses):
+    # GIVEN a history WHEN `npumagic check RUN` gates a run of it THEN no pandas, numpy or scipy
+    env = {**os.environ, "NPUMAGIC_CONTENDED_WAIT_PCT": "100"}  # a loaded machine's "cannot tell" is light too, but not this test's
+    for json_flag in ([], ["--json"]):
+        status, heavy, stderr = probe("check", run, "--history", str(three_runs), *json_flag, env=env)
+        assert (status in statuses, heavy, stderr) == (True, [], "")

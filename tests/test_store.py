@@ -123,3 +123,19 @@ def test_a_quick_analysis_is_not_stored(tmp_path, monkeypatch):
     path = writable_copy(LEVEL1, tmp_path / "job")
     analyze(path)
     assert not store.location(path).exists()
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_reading_a_store_leaves_the_garbage_collector_as_it_found_it(tmp_path, collecting):
+    # GIVEN a stored job WHEN it is read again (the collector paused meanwhile: the read makes many
+    # objects and frees none) THEN the collector is on again, or still off where the caller had it off
+    import gc
+
+    path = writable_copy(LEVEL1, tmp_path / "job")
+    analyze(path)
+    try:
+        gc.enable() if collecting else gc.disable()
+        again = analyze(path)
+        assert gc.isenabled() is collecting and len(again.per_rank) == 2
+    finally:
+        gc.enable()

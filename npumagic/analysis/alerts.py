@@ -20,10 +20,10 @@ Step times are multiplicative, so the band is symmetric in log time and said as 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
-import numpy as np
-
+from .student_t import two_sided
 from .thresholds import MIN_EFFECT
 
 CONFIDENCE = 0.95
@@ -81,13 +81,10 @@ def _pct(x: float) -> str:
 def learn_band(medians_us, confidence: float = CONFIDENCE) -> Band | None:
     """The band of the earlier runs' median steps (us; oldest first, the last LAST_RUNS used);
     None with fewer than MIN_RUNS positive medians."""
-    x = np.asarray(medians_us, float)
-    x = np.log(x[np.isfinite(x) & (x > 0)][-LAST_RUNS:])
-    n = x.size
+    # plain Python, no numpy: `npumagic check` learns a band and imports neither numpy nor pandas
+    x = [math.log(v) for v in map(float, medians_us) if math.isfinite(v) and v > 0][-LAST_RUNS:]
+    n = len(x)
     if n < MIN_RUNS:
         return None
-    from scipy import special
-
-    t = float(special.stdtrit(n - 1, 1 - (1 - confidence) / 2))
-    half = max(t * float(x.std(ddof=1)) * math.sqrt(1 + 1 / n), math.log1p(MIN_EFFECT))
-    return Band(float(math.exp(x.mean())), half, n)
+    half = max(two_sided(n - 1, confidence) * statistics.stdev(x) * math.sqrt(1 + 1 / n), math.log1p(MIN_EFFECT))
+    return Band(math.exp(statistics.fmean(x)), half, n)

@@ -20,14 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .persist_plain import READABLE, document  # noqa: F401 - READABLE: read from here too
 from .summary import Summary
 
 FORMAT = 2
-READABLE = (1, 2)  # format 1 stored a rank's shared tables again
 SAME = {"__same__": True}  # in a rank's Summary: the job Summary's own table
-MAX_INFLATED = 2**30  # a stored Summary's JSON: real ones are a few MB
-MAX_RATIO = 100  # inflated / compressed past RATIO_FLOOR: JSON of numbers compresses ~5-10:1, a bomb 1000:1
-RATIO_FLOOR = 64 * 2**20
 MAX_EMPTY_ROWS = 10**5  # rows of a stored table without columns
 
 
@@ -136,31 +133,10 @@ def dump_summary(summary: Summary) -> bytes:
     return zlib.compress(text.encode("utf-8"), 6)
 
 
-def _inflate(data: bytes) -> bytes:
-    """``data`` decompressed, refused (ValueError) past :data:`MAX_INFLATED` or, beyond
-    :data:`RATIO_FLOOR`, :data:`MAX_RATIO` times its size (a zlib bomb), before the memory is spent."""
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise ValueError(f"not a stored summary (a {type(data).__name__}, not bytes)")
-    limit = min(MAX_INFLATED, max(RATIO_FLOOR, MAX_RATIO * len(data)))
-    inflater = zlib.decompressobj()
-    out = inflater.decompress(data, limit)
-    if inflater.unconsumed_tail:
-        raise ValueError(f"a stored summary inflating past {limit // 2**20} MiB from {len(data)} bytes (a zlib bomb?)")
-    if not inflater.eof:
-        raise ValueError("not a stored summary (its compressed data is cut short)")
-    return out
-
-
 def load_summary(data: bytes) -> Summary:
     """The Summary :func:`dump_summary` wrote; raises ValueError for bytes it cannot read."""
+    encoded = document(data)
     try:
-        doc = json.loads(_inflate(data).decode("utf-8"))
-    except (zlib.error, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ValueError(f"not a stored summary ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") not in READABLE:
-        raise ValueError(f"stored summary format {doc.get('format') if isinstance(doc, dict) else '?'} "
-                         f"is not one of {READABLE}")
-    try:
-        return _decode(doc["summary"])
+        return _decode(encoded)
     except (KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:  # edited by hand or another tool
         raise ValueError(f"not a stored summary ({type(exc).__name__}: {exc})") from None

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .summary import Summary
+if TYPE_CHECKING:  # a record's facts are read without the tables (`npumagic check`)
+    from .summary import Summary
 
 # the keys the recorder once wrote into a Summary's meta after analysis
 MOVED_META_KEYS = ("step_times", "device_neighbours")

@@ -12,14 +12,16 @@ a machine that is always shared and whose comparisons are judged knowing it)."""
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Any
-
-import numpy as np
+import statistics
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..wording import say
 from . import thresholds as T
-from .run_facts import RunFacts
+
+if TYPE_CHECKING:
+    from .run_facts import RunFacts
 
 
 def decide_anyway() -> str:
@@ -37,31 +39,60 @@ def wait_threshold() -> float:
 
 
 def contention(s) -> dict[str, Any]:
-    """The host's CPU load from other processes over the steps: ``others_core_pct`` (percent
-    of one core, averaged over the steps), ``cores``, ``machine_busy_pct`` (all cores, percent
-    of one core) and ``contended``; {} when the run has no host samples."""
+    """The host's CPU load from other processes over the steps of Summary ``s``: see
+    :func:`host_contention`."""
+    return host_contention(host_columns(s))
+
+
+def host_columns(s) -> dict[str, list]:
+    """Summary ``s``'s host samples as plain columns (what a stored Summary's read without
+    pandas gives: ``HistoryStore.stored_table``)."""
     h = s.host
-    if h is None or h.empty or not (h["cores"] > 0).any():
+    return {} if h is None else {str(c): h[c].tolist() for c in h.columns}
+
+
+def _numbers(values) -> list[float]:
+    return [float(v) for v in values if v is not None and v == v]
+
+
+def _nanmean(values) -> float:
+    kept = _numbers(values)
+    return statistics.fmean(kept) if kept else math.nan
+
+
+def host_contention(h: Mapping[str, list]) -> dict[str, Any]:
+    """The host's CPU load from other processes over the steps, from the host samples' columns
+    (``cores``, ``cores_busy_pct``, ``process_cpu_pct``, ``main_thread_wait_pct``): ``others_core_pct``
+    (percent of one core, averaged over the steps), ``cores``, ``machine_busy_pct`` (all cores,
+    percent of one core) and ``contended``; {} when the run has no host samples. Plain Python:
+    ``npumagic check`` imports neither numpy nor pandas."""
+    cores = _numbers(h.get("cores", ()))
+    if not any(c > 0 for c in cores):
         return {}
-    cores = float(h["cores"].max())
-    machine = float(np.nanmean(h["cores_busy_pct"].to_numpy(dtype=float))) * cores
-    own = float(np.nanmean(h["process_cpu_pct"].to_numpy(dtype=float))) if h["process_cpu_pct"].notna().any() else 0.0
+    most = max(cores)
+    machine = _nanmean(h["cores_busy_pct"]) * most
+    own = _nanmean(h["process_cpu_pct"]) if _numbers(h["process_cpu_pct"]) else 0.0
     others = max(machine - own, 0.0)
-    waits = h["main_thread_wait_pct"] if "main_thread_wait_pct" in h else None
-    if waits is not None and waits.notna().any():
-        wait = float(np.nanmean(waits.to_numpy(dtype=float)))
+    waits = _numbers(h.get("main_thread_wait_pct", ()))
+    if waits:
+        wait = statistics.fmean(waits)
         contended = wait >= wait_threshold() and wait_threshold() < 100
     else:  # others hold at least half a core and the machine has under half a core to spare
         wait = float("nan")
-        contended = (others >= T.CONTENDED_OTHERS_PCT and machine >= cores * 100 - T.CONTENDED_SPARE_PCT
+        contended = (others >= T.CONTENDED_OTHERS_PCT and machine >= most * 100 - T.CONTENDED_SPARE_PCT
                      and wait_threshold() < 100)
-    return {"others_core_pct": others, "cores": int(cores), "machine_busy_pct": machine, "wait_pct": wait,
+    return {"others_core_pct": others, "cores": int(most), "machine_busy_pct": machine, "wait_pct": wait,
             "contended": bool(contended)}
 
 
 def reasons(s, facts: RunFacts | None = None) -> list[str]:
     """Why a run's step times are unreliable, as short clauses; [] when nothing says so
     (``facts``: the run record's, with the other processes on the device)."""
+    return host_reasons(host_columns(s), facts)
+
+
+def host_reasons(host: Mapping[str, list], facts: RunFacts | None = None) -> list[str]:
+    """:func:`reasons` from the host samples' columns (:func:`host_contention`)."""
     said = []
     others = facts.device_neighbours if facts is not None else []
     if others:
@@ -69,7 +100,7 @@ def reasons(s, facts: RunFacts | None = None) -> list[str]:
                            for p in others[:3])
         said.append(f"{len(others)} other process{'es' if len(others) > 1 else ''} used the device while it ran "
                     f"({listed}{', ...' if len(others) > 3 else ''})")
-    c = contention(s)
+    c = host_contention(host)
     if c.get("contended"):
         waited = (f"the profiled thread waited for a core {c['wait_pct']:.0f}% of the time and "
                   if c["wait_pct"] == c["wait_pct"] else "")

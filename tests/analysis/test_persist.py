@@ -92,3 +92,36 @@ def test_a_summary_stored_before_kernel_metrics_gets_them_from_its_raw_details()
     aicore = [t for t in titles if t.startswith("AI Core operator groups")]
     assert aicore and aicore == [f.title for f in npumagic.advise(summary).findings
                                  if f.title.startswith("AI Core operator groups")]
+
+
+@pytest.mark.parametrize("field", ["kernel_metrics", "steps", "host", "no_such_table"])
+def test_a_stored_table_reads_back_as_plain_columns_without_pandas(field):
+    # GIVEN a stored Summary WHEN one table is read as plain lists (`npumagic check`'s host samples)
+    # THEN they are the table's values (categories as labels, NaN where a float is missing)
+    from npumagic.analysis.persist_plain import table_columns
+
+    summary = shared_summary(ASCEND / "level1")
+    plain = table_columns(dump_summary(summary), field)
+    frame = getattr(summary, field, pd.DataFrame())
+    assert list(plain) == [str(c) for c in frame.columns]
+    for name in frame.columns:
+        want = frame[name].astype(object).where(frame[name].notna(), None).tolist()
+        got = [None if v != v else v for v in plain[name]]  # NaN as None, as `want` has it
+        assert got == want, name
+        if frame[name].dtype.kind == "f":  # numbers, as the frame's own: a missing one NaN, not None
+            assert all(isinstance(v, float) for v in plain[name]), name
+
+
+def test_a_null_in_a_stored_float_column_reads_as_nan_in_plain_columns_as_in_a_frame():
+    # GIVEN a stored table whose float column holds a null (JSON written by another tool) THEN the
+    # plain read gives NaN, as load_summary's frame does
+    from npumagic.analysis.persist_plain import table_columns
+
+    doc = json.loads(zlib.decompress(dump_summary(shared_summary(ASCEND / "level1"))))
+    steps = doc["summary"]["steps"]
+    column = next(c for c in steps["data"] if c["dtype"] == "float64")
+    column["values"][0] = None
+    data = zlib.compress(json.dumps(doc).encode())
+    name = steps["columns"][steps["data"].index(column)]
+    first = table_columns(data, "steps")[name][0]
+    assert first != first and load_summary(data).steps[name].isna().iloc[0]

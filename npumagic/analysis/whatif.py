@@ -46,6 +46,11 @@ MAX_WORKERS = 8
 # each counted at no less than MIN_LOADER_CPU of a core.
 LOADER_CPU_BOUND = 0.5
 MIN_LOADER_CPU = 0.1
+# Under the profiler, a run of recorded host calls also slows the rest of the step: the operators after
+# 300 .item() calls a step ran slower by 0.28-0.48x the calls' own span (torch 2.13 on the CPU, 200 steps
+# with the calls against 200 without, either order; a tenth of that unprofiled), which no event of the
+# calls records and dropping them gives back; the upper end allows for half the calls' span.
+CALLS_AFTER_EFFECT = 0.5
 # The achieved saving is a difference of two median steps, each off by chance: a median of n steps
 # errs by about MEDIAN_SE * sigma / sqrt(n) (its standard error under normal noise), sigma read from
 # the steps' median absolute deviation (MAD_SIGMA * MAD: one slow step does not widen it); Z95 of
@@ -268,17 +273,21 @@ def calls_lever(own_ms: float, per_step: float, between_us: list[float] | tuple[
     """Dropping per-step ``.item()`` calls on the CPU: nothing waits for a device, but the calls
     take their own recorded time (``own_ms``) and the Python between consecutive calls, which no
     event records (``between_us``: its median and its mean per call, gaps of a loop only, see
-    :func:`.syncs.python_between_us`): the calls and the typical Python go at least, the mean's
-    at most."""
+    :func:`.syncs.python_between_us`): the calls and the typical Python go at least; at most, the
+    mean's, and the slowdown the calls' records cause in the rest of the profiled step
+    (:data:`CALLS_AFTER_EFFECT` of their span)."""
+    after = 1 + CALLS_AFTER_EFFECT
+    effect = (f"; and up to {CALLS_AFTER_EFFECT:.0%} more: under the profiler the rest of the step runs slower "
+              "beside the calls' records")
     basis = f"the {own_ms:,.2f} ms per step the calls themselves take on the CPU"
     if not between_us:
-        return Lever("calls", DEFAULT_LOW * own_ms, own_ms,
-                     basis + " (nothing waits for a device here; on one each would also drain its queue)")
+        return Lever("calls", DEFAULT_LOW * own_ms, own_ms * after,
+                     basis + " (nothing waits for a device here; on one each would also drain its queue)" + effect)
     typical, mean = (per_step * v / 1000 for v in between_us)
-    return Lever("calls", own_ms + typical, own_ms + max(mean, typical),
+    return Lever("calls", own_ms + typical, (own_ms + max(mean, typical)) * after,
                  basis + f" and the Python between them, which no event records: {per_step:.0f} calls x the "
                  f"{between_us[0]:,.2f} µs from a call's end to the next (typical) or {between_us[1]:,.2f} µs (mean): "
-                 "nothing waits for a device here; on one each would also drain its queue")
+                 "nothing waits for a device here; on one each would also drain its queue" + effect)
 
 
 # -- every finding --------------------------------------------------------------------------------

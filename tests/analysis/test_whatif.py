@@ -115,7 +115,8 @@ def test_item_calls_far_apart_are_predicted_by_their_own_time_not_the_python_bet
     # (other Python: dropping the calls would not remove it)
     s = shared_summary(CUDA / "hta_more" / "cpu_only_2024")
     sync = next(f for f in npumagic.advise(s).findings if f.category == "sync")
-    # THEN no loop's gap is read, and the lever is the calls' own time (half of it at least)
+    # THEN no loop's gap is read, and the lever is the calls' own time (half of it at least; at most
+    # half as much again, which the rest of the profiled step loses beside the calls' records)
     own = sync.evidence["calls_ms"]
     assert sync.evidence["python_between_us"] is None
-    assert sync.predicted_interval == pytest.approx((0.5 * own, own), abs=1e-3)
+    assert sync.predicted_interval == pytest.approx((0.5 * own, 1.5 * own), abs=1e-3)

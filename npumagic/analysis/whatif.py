@@ -295,8 +295,22 @@ def _at_stake_ms(s: Summary, f: Finding) -> float:
     return max(f.impact, 0.0) * per_step_ms(s, "wall_us")
 
 
-def lever(s: Summary, f: Finding) -> Lever:
-    """The lever a finding's fix pulls, with its predicted saving per step."""
+def steady_lever(s: Summary, stake: float, data_found: bool) -> Lever:
+    """Steadier steps: what the mean step loses to slow steps (``stake``, mean less median). Where a
+    DataLoader finding stands beside it, the slow steps' wait for data is not counted: it is that
+    finding's cause, and jitter's fix (read the slow steps) would lead to it."""
+    if not data_found or not len(s.steps) or "dataloader_us" not in s.steps:
+        return Lever("steady", 0.0, stake, f"the {stake:,.2f} ms the mean step loses to slow steps, if they all go")
+    rest = (s.steps["wall_us"] - s.steps["dataloader_us"].fillna(0.0)).dropna().to_numpy(dtype=float)
+    lost = min(max(float(rest.mean() - np.median(rest)) / 1000, 0.0), stake) if rest.size else 0.0
+    return Lever("steady", 0.0, lost,
+                 f"the {lost:,.2f} ms the mean step loses to slow steps beside their wait for data (of {stake:,.2f} ms "
+                 "in all; the wait is the DataLoader finding's), if they all go")
+
+
+def lever(s: Summary, f: Finding, beside: frozenset[str] = frozenset()) -> Lever:
+    """The lever a finding's fix pulls, with its predicted saving per step; ``beside``: the rules
+    of the other findings of the run."""
     ev: dict[str, Any] = f.evidence
     rule = f.rule or f.category
     stake = _at_stake_ms(s, f)
@@ -329,7 +343,7 @@ def lever(s: Summary, f: Finding) -> Lever:
         return Lever("none", 0.0, 0.0, "costs no step time now" if f.category != "sync" else
                      "nothing waits on the CPU: it costs time only once the step runs on a device")
     if rule == "jitter":
-        return Lever("steady", 0.0, stake, f"the {stake:,.2f} ms the mean step loses to slow steps, if they all go")
+        return steady_lever(s, stake, "dataloader" in beside)
     if ev.get("rule") == "slow_rank" and f.category == "communication":
         waited = float(ev.get("gap_ms", stake))
         return Lever("straggler", DEFAULT_LOW * waited, waited,
@@ -344,9 +358,10 @@ def predict(s: Summary, found: list[Finding]) -> list[Finding]:
     ranked by the saving (then by impact); a finding already predicted keeps its own."""
     out = []
     noise = noise_ms(s)
+    rules = frozenset(f.rule or f.category for f in found)
     for f in found:
         if f.predicted_saving_ms is None:
-            lv = lever(s, f)
+            lv = lever(s, f, rules - {f.rule or f.category})
             f = replace(f, predicted_saving_ms=round(lv.saving_ms, 3),
                         predicted_interval=(round(lv.low_ms, 3), round(lv.high_ms, 3)), predicted_basis=lv.basis,
                         predicted_noise_ms=round(noise, 3) if noise is not None else None)

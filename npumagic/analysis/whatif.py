@@ -295,6 +295,27 @@ def _at_stake_ms(s: Summary, f: Finding) -> float:
     return max(f.impact, 0.0) * per_step_ms(s, "wall_us")
 
 
+def core_wait_share(s: Summary) -> float:
+    """The share of the steps the training thread was ready to run but waited for a core (npumagic's
+    host samples, the scheduler's own count); 0 where not sampled."""
+    h = s.host
+    if h is None or h.empty or "main_thread_wait_pct" not in h or not h["main_thread_wait_pct"].notna().any():
+        return 0.0
+    return float(np.clip(h["main_thread_wait_pct"].mean() / 100, 0.0, 1.0))
+
+
+def python_lever(s: Summary, stake: float) -> Lever:
+    """Moving Python out of the step (the CPU's time outside operators, ``stake``): it removes the
+    Python's own time, not the time the thread waited for a core meanwhile (other processes or
+    DataLoader workers on the same cores), counted as the same share of it as of the whole step."""
+    waited = core_wait_share(s)
+    own = stake * (1 - waited)
+    return Lever("python", DEFAULT_LOW * own, own,
+                 f"the {stake:,.2f} ms of Python outside operators, if moved out of the step" + (
+                     f", less the {waited:.0%} of it the thread waited for a core (other processes, workers)"
+                     if waited > 0 else ""))
+
+
 def steady_lever(s: Summary, stake: float, data_found: bool) -> Lever:
     """Steadier steps: what the mean step loses to slow steps (``stake``, mean less median). Where a
     DataLoader finding stands beside it, the slow steps' wait for data is not counted: it is that
@@ -319,8 +340,7 @@ def lever(s: Summary, f: Finding, beside: frozenset[str] = frozenset()) -> Lever
     if rule == "dataloader":
         return dataloader_lever(s, stake)
     if rule == "host_bound" and "python_ms" in ev:
-        return Lever("python", DEFAULT_LOW * stake, stake,
-                     f"the {stake:,.2f} ms of Python outside operators, if moved out of the step")
+        return python_lever(s, stake)
     if rule == "host_bound" and ev.get("cpu_work_ms") is not None:
         work = min(float(ev["cpu_work_ms"]), stake)
         return Lever("cpu_work", DEFAULT_LOW * work, work,

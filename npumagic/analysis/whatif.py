@@ -46,6 +46,11 @@ MAX_WORKERS = 8
 # each counted at no less than MIN_LOADER_CPU of a core.
 LOADER_CPU_BOUND = 0.5
 MIN_LOADER_CPU = 0.1
+# Under the profiler, a run of recorded host calls also slows the rest of the step: the operators after
+# 300 .item() calls a step ran slower by 0.28-0.48x the calls' own span (torch 2.13 on the CPU, 200 steps
+# with the calls against 200 without, either order; a tenth of that unprofiled), which no event of the
+# calls records and dropping them gives back; the upper end allows for half the calls' span.
+CALLS_AFTER_EFFECT = 0.5
 # The achieved saving is a difference of two median steps, each off by chance: a median of n steps
 # errs by about MEDIAN_SE * sigma / sqrt(n) (its standard error under normal noise), sigma read from
 # the steps' median absolute deviation (MAD_SIGMA * MAD: one slow step does not widen it); Z95 of
@@ -268,17 +273,21 @@ def calls_lever(own_ms: float, per_step: float, between_us: list[float] | tuple[
     """Dropping per-step ``.item()`` calls on the CPU: nothing waits for a device, but the calls
     take their own recorded time (``own_ms``) and the Python between consecutive calls, which no
     event records (``between_us``: its median and its mean per call, gaps of a loop only, see
-    :func:`.syncs.python_between_us`): the calls and the typical Python go at least, the mean's
-    at most."""
+    :func:`.syncs.python_between_us`): the calls and the typical Python go at least; at most, the
+    mean's, and the slowdown the calls' records cause in the rest of the profiled step
+    (:data:`CALLS_AFTER_EFFECT` of their span)."""
+    after = 1 + CALLS_AFTER_EFFECT
+    effect = (f"; and up to {CALLS_AFTER_EFFECT:.0%} more: under the profiler the rest of the step runs slower "
+              "beside the calls' records")
     basis = f"the {own_ms:,.2f} ms per step the calls themselves take on the CPU"
     if not between_us:
-        return Lever("calls", DEFAULT_LOW * own_ms, own_ms,
-                     basis + " (nothing waits for a device here; on one each would also drain its queue)")
+        return Lever("calls", DEFAULT_LOW * own_ms, own_ms * after,
+                     basis + " (nothing waits for a device here; on one each would also drain its queue)" + effect)
     typical, mean = (per_step * v / 1000 for v in between_us)
-    return Lever("calls", own_ms + typical, own_ms + max(mean, typical),
+    return Lever("calls", own_ms + typical, (own_ms + max(mean, typical)) * after,
                  basis + f" and the Python between them, which no event records: {per_step:.0f} calls x the "
                  f"{between_us[0]:,.2f} µs from a call's end to the next (typical) or {between_us[1]:,.2f} µs (mean): "
-                 "nothing waits for a device here; on one each would also drain its queue")
+                 "nothing waits for a device here; on one each would also drain its queue" + effect)
 
 
 # -- every finding --------------------------------------------------------------------------------
@@ -286,8 +295,43 @@ def _at_stake_ms(s: Summary, f: Finding) -> float:
     return max(f.impact, 0.0) * per_step_ms(s, "wall_us")
 
 
-def lever(s: Summary, f: Finding) -> Lever:
-    """The lever a finding's fix pulls, with its predicted saving per step."""
+def core_wait_share(s: Summary) -> float:
+    """The share of the steps the training thread was ready to run but waited for a core (npumagic's
+    host samples, the scheduler's own count); 0 where not sampled."""
+    h = s.host
+    if h is None or h.empty or "main_thread_wait_pct" not in h or not h["main_thread_wait_pct"].notna().any():
+        return 0.0
+    return float(np.clip(h["main_thread_wait_pct"].mean() / 100, 0.0, 1.0))
+
+
+def python_lever(s: Summary, stake: float) -> Lever:
+    """Moving Python out of the step (the CPU's time outside operators, ``stake``): it removes the
+    Python's own time, not the time the thread waited for a core meanwhile (other processes or
+    DataLoader workers on the same cores), counted as the same share of it as of the whole step."""
+    waited = core_wait_share(s)
+    own = stake * (1 - waited)
+    return Lever("python", DEFAULT_LOW * own, own,
+                 f"the {stake:,.2f} ms of Python outside operators, if moved out of the step" + (
+                     f", less the {waited:.0%} of it the thread waited for a core (other processes, workers)"
+                     if waited > 0 else ""))
+
+
+def steady_lever(s: Summary, stake: float, data_found: bool) -> Lever:
+    """Steadier steps: what the mean step loses to slow steps (``stake``, mean less median). Where a
+    DataLoader finding stands beside it, the slow steps' wait for data is not counted: it is that
+    finding's cause, and jitter's fix (read the slow steps) would lead to it."""
+    if not data_found or not len(s.steps) or "dataloader_us" not in s.steps:
+        return Lever("steady", 0.0, stake, f"the {stake:,.2f} ms the mean step loses to slow steps, if they all go")
+    rest = (s.steps["wall_us"] - s.steps["dataloader_us"].fillna(0.0)).dropna().to_numpy(dtype=float)
+    lost = min(max(float(rest.mean() - np.median(rest)) / 1000, 0.0), stake) if rest.size else 0.0
+    return Lever("steady", 0.0, lost,
+                 f"the {lost:,.2f} ms the mean step loses to slow steps beside their wait for data (of {stake:,.2f} ms "
+                 "in all; the wait is the DataLoader finding's), if they all go")
+
+
+def lever(s: Summary, f: Finding, beside: frozenset[str] = frozenset()) -> Lever:
+    """The lever a finding's fix pulls, with its predicted saving per step; ``beside``: the rules
+    of the other findings of the run."""
     ev: dict[str, Any] = f.evidence
     rule = f.rule or f.category
     stake = _at_stake_ms(s, f)
@@ -296,8 +340,7 @@ def lever(s: Summary, f: Finding) -> Lever:
     if rule == "dataloader":
         return dataloader_lever(s, stake)
     if rule == "host_bound" and "python_ms" in ev:
-        return Lever("python", DEFAULT_LOW * stake, stake,
-                     f"the {stake:,.2f} ms of Python outside operators, if moved out of the step")
+        return python_lever(s, stake)
     if rule == "host_bound" and ev.get("cpu_work_ms") is not None:
         work = min(float(ev["cpu_work_ms"]), stake)
         return Lever("cpu_work", DEFAULT_LOW * work, work,
@@ -320,7 +363,7 @@ def lever(s: Summary, f: Finding) -> Lever:
         return Lever("none", 0.0, 0.0, "costs no step time now" if f.category != "sync" else
                      "nothing waits on the CPU: it costs time only once the step runs on a device")
     if rule == "jitter":
-        return Lever("steady", 0.0, stake, f"the {stake:,.2f} ms the mean step loses to slow steps, if they all go")
+        return steady_lever(s, stake, "dataloader" in beside)
     if ev.get("rule") == "slow_rank" and f.category == "communication":
         waited = float(ev.get("gap_ms", stake))
         return Lever("straggler", DEFAULT_LOW * waited, waited,
@@ -335,9 +378,10 @@ def predict(s: Summary, found: list[Finding]) -> list[Finding]:
     ranked by the saving (then by impact); a finding already predicted keeps its own."""
     out = []
     noise = noise_ms(s)
+    rules = frozenset(f.rule or f.category for f in found)
     for f in found:
         if f.predicted_saving_ms is None:
-            lv = lever(s, f)
+            lv = lever(s, f, rules - {f.rule or f.category})
             f = replace(f, predicted_saving_ms=round(lv.saving_ms, 3),
                         predicted_interval=(round(lv.low_ms, 3), round(lv.high_ms, 3)), predicted_basis=lv.basis,
                         predicted_noise_ms=round(noise, 3) if noise is not None else None)

@@ -81,15 +81,19 @@ def test_dropping_item_calls_saves_their_own_time_and_the_python_around_them(tra
     # WHEN it is advised
     findings = npumagic.advise(summary).findings
     sync = next(f for f in findings if f.category == "sync")
-    # THEN the calls' own recorded time goes, with the Python between consecutive calls (the loop and
-    # the next call's binding, which no event records): its typical gap at least, its mean at most
-    item_ms = float(summary.syncs.set_index("name").loc["aten::item", "total_us"]) / len(summary.steps) / 1e3
+    # THEN the calls' own recorded time (the median step's) goes, with the Python between consecutive calls (the loop and
+    # the next call's binding, which no event records): its typical gap at least; its mean at most,
+    # and half as much again, which the rest of the profiled step loses beside the calls' records
+    ev = summary.events
+    items = ev[(ev["name"] == "aten::item") & (ev["step"] >= 0)]
+    item_ms = float(np.median([items.loc[items["step"] == step, "dur_ns"].sum() for step in summary.steps["step"]])) / 1e6
     typical, mean = _python_between_items_us(summary)
     assert sync.evidence["syncs_per_step"] == 250
     assert sync.evidence["python_between_us"] == pytest.approx((typical, mean))
-    assert sync.predicted_interval == pytest.approx((item_ms + 250 * typical / 1000, item_ms + 250 * mean / 1000),
-                                                    abs=1e-3)
+    assert sync.predicted_interval == pytest.approx((item_ms + 250 * typical / 1000,
+                                                     1.5 * (item_ms + 250 * mean / 1000)), abs=1e-3)
     assert "250 calls x the" in sync.predicted_basis and "which no event records" in sync.predicted_basis
+    assert "up to 50% more: under the profiler the rest of the step runs slower" in sync.predicted_basis
     # AND the reads are not tiny operators to fuse (500 a step with the _local_scalar_dense each calls)
     assert not any(f.rule == "small_ops" for f in findings)
 

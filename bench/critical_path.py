@@ -47,10 +47,16 @@ print(json.dumps({str(k): float(v) for k, v in graph.summary().items() if str(k)
 
 def hta_path_shares(python: str, trace: Path) -> tuple[dict[str, float] | None, str]:
     """HTA's critical path of the trace's first rank, in % of its length by what bounds it."""
+    return run_hta(python, trace, HTA)
+
+
+def run_hta(python: str, trace: Path, script: str) -> tuple[dict | None, str]:
+    """The JSON that ``script`` prints last, run by ``python`` (an interpreter with HTA) on a folder
+    holding ``trace`` (a file, or a folder's traces); or None and HTA's last line of error."""
     with tempfile.TemporaryDirectory() as folder:
         for f in [trace] if trace.is_file() else sorted(trace.glob("*.json*")):
             shutil.copy(f, folder)
-        done = subprocess.run([python, "-c", HTA, folder], capture_output=True, text=True, timeout=900)
+        done = subprocess.run([python, "-c", script, folder], capture_output=True, text=True, timeout=900)
     if done.returncode:
         lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
         return None, lines[-1][:110] if lines else f"exit {done.returncode}"

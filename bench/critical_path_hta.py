@@ -15,17 +15,14 @@ HolisticTraceAnalysis==0.5.0``, then ``python bench/critical_path_hta.py --hta-p
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from critical_path import run_hta  # noqa: E402
 from snapshot import DATA, inputs  # noqa: E402
 
 KINDS = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_kernel_overhead",
@@ -48,14 +45,7 @@ print(json.dumps({"s": time.perf_counter() - t, **{str(k): float(v) for k, v in 
 
 def hta_path(python: str, trace: Path) -> tuple[dict[str, float] | None, str]:
     """HTA's critical path of the first step of the trace's first rank: us by bound kind, and 's'."""
-    with tempfile.TemporaryDirectory() as folder:
-        for f in [trace] if trace.is_file() else sorted(trace.glob("*.json*")):
-            shutil.copy(f, folder)
-        done = subprocess.run([python, "-c", HTA, folder], capture_output=True, text=True, timeout=900)
-    if done.returncode:
-        lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-        return None, lines[-1][:100] if lines else f"exit {done.returncode}"
-    return json.loads(done.stdout.strip().splitlines()[-1]), ""
+    return run_hta(python, trace, HTA)
 
 
 def in_whole_us(events):

@@ -66,9 +66,9 @@ def _variables_moved(ca: dict, cb: dict) -> list[str]:
 
 def _per_step(s: Summary) -> float:
     """The most frequent blocking sync's calls per step, as the sync rule counts them."""
-    from .rules.core import _step_syncs
+    from .syncs import step_syncs
 
-    syncs = _step_syncs(s)
+    syncs = step_syncs(s)
     return float(syncs["per_step"].max()) if len(syncs) else 0.0
 
 

@@ -9,6 +9,8 @@ import sys
 import numpy as np
 import pandas as pd
 
+from .roles import in_data_preparation
+
 
 SYNC_COLUMNS = ["name", "count", "total_us", "per_step", "source"]
 
@@ -113,3 +115,40 @@ def python_between_us(ev: pd.DataFrame | None, name: str) -> tuple[float, float]
     found = np.concatenate(gaps) if gaps else np.zeros(0)
     found = found[found < LOOP_GAP_US * 1000]
     return (float(np.median(found)) / 1000, float(found.mean()) / 1000) if found.size else None
+
+
+def step_syncs(s) -> pd.DataFrame:
+    """Summary ``s``'s syncs less those the DataLoader makes (``.item()`` in ``Dataset.__getitem__``
+    reads a CPU tensor: no sync in the step, on any device)."""
+    ev = s.events
+    if ev is None or ev.empty or s.syncs.empty:
+        return s.syncs
+    mask = is_host_sync(ev).to_numpy()
+    inside = in_data_preparation(ev, mask)
+    if not inside.any():
+        return s.syncs
+    picked = ev[mask][inside]
+    removed = pd.DataFrame({"name": picked["name"].astype(str).to_numpy(), "us": picked["dur_ns"].to_numpy() / 1000.0})
+    removed = removed.groupby("name")["us"].agg(["count", "sum"])
+    table = s.syncs.copy()
+    steps = (table["count"] / table["per_step"]).where(table["per_step"] > 0)
+    gone = table["name"].map(removed["count"]).fillna(0)
+    table["total_us"] = table["total_us"] - table["name"].map(removed["sum"]).fillna(0.0)
+    table["count"] = table["count"] - gone
+    table["per_step"] = table["count"] / steps
+    return table[table["count"] > 0].reset_index(drop=True)
+
+
+def calls_median_ms(s, name: str) -> float | None:
+    """The median step's time in the host calls ``name`` (ms; a step without any counts 0), the
+    DataLoader's own left out: a call descheduled on a busy machine holds milliseconds of one step,
+    which the mean would spread over all of them and the median step (what a fix is verified on)
+    never had. None without events or steps."""
+    ev = s.events
+    if ev is None or ev.empty or not len(s.steps):
+        return None
+    mask = is_host_sync(ev).to_numpy() & (ev["name"].astype(str) == name).to_numpy() & (ev["step"] >= 0).to_numpy()
+    if mask.any():
+        mask[mask] = ~in_data_preparation(ev, mask)
+    per_step = ev.loc[mask, "dur_ns"].groupby(ev.loc[mask, "step"].to_numpy()).sum()
+    return float(np.median(per_step.reindex(s.steps["step"].to_numpy(), fill_value=0).to_numpy())) / 1e6

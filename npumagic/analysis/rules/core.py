@@ -15,7 +15,7 @@ from .. import counters as hw
 from .. import thresholds as T
 from .. import roles, whatif
 from ..blocking import sync_idle_share
-from ..syncs import SYNC_HOST_OPS, is_host_sync, python_between_us
+from ..syncs import SYNC_HOST_OPS, calls_median_ms, python_between_us, step_syncs
 from ..finding import Finding, plural
 from ..gaps import cpu_work, gap_operators
 from ..summary import Summary
@@ -364,43 +364,6 @@ def _sync_fix(s: Summary, call: str = "", library: bool = False) -> str:
             f"torch.{dev}.synchronize() in the loop")
 
 
-def _step_syncs(s: Summary) -> pd.DataFrame:
-    """The run's syncs less those the DataLoader makes (``.item()`` in ``Dataset.__getitem__``
-    reads a CPU tensor: no sync in the step, on any device)."""
-    ev = s.events
-    if ev is None or ev.empty or s.syncs.empty:
-        return s.syncs
-    mask = is_host_sync(ev).to_numpy()
-    inside = roles.in_data_preparation(ev, mask)
-    if not inside.any():
-        return s.syncs
-    picked = ev[mask][inside]
-    removed = pd.DataFrame({"name": picked["name"].astype(str).to_numpy(), "us": picked["dur_ns"].to_numpy() / 1000.0})
-    removed = removed.groupby("name")["us"].agg(["count", "sum"])
-    table = s.syncs.copy()
-    steps = (table["count"] / table["per_step"]).where(table["per_step"] > 0)
-    gone = table["name"].map(removed["count"]).fillna(0)
-    table["total_us"] = table["total_us"] - table["name"].map(removed["sum"]).fillna(0.0)
-    table["count"] = table["count"] - gone
-    table["per_step"] = table["count"] / steps
-    return table[table["count"] > 0].reset_index(drop=True)
-
-
-def _calls_median_ms(s: Summary, name: str) -> float | None:
-    """The median step's time in the host calls ``name`` (ms; a step without any counts 0), the
-    DataLoader's own left out: a call descheduled on a busy machine holds milliseconds of one step,
-    which the mean would spread over all of them and the median step (what a fix is verified on)
-    never had. None without events or steps."""
-    ev = s.events
-    if ev is None or ev.empty or not len(s.steps):
-        return None
-    mask = is_host_sync(ev).to_numpy() & (ev["name"].astype(str) == name).to_numpy() & (ev["step"] >= 0).to_numpy()
-    if mask.any():
-        mask[mask] = ~roles.in_data_preparation(ev, mask)
-    per_step = ev.loc[mask, "dur_ns"].groupby(ev.loc[mask, "step"].to_numpy()).sum()
-    return float(np.median(per_step.reindex(s.steps["step"].to_numpy(), fill_value=0).to_numpy())) / 1e6
-
-
 @rule("sync")
 def _sync(s: Summary) -> list[Finding]:
     """Host calls that block until the device catches up, costed by the device idle time they
@@ -410,7 +373,7 @@ def _sync(s: Summary) -> list[Finding]:
     On the CPU nothing blocks, but ``.item()`` every step becomes a host-device sync on NPU or
     CUDA: a low finding, so the habit is caught before the job moves to the accelerator.
     """
-    syncs = _step_syncs(s)
+    syncs = step_syncs(s)
     if syncs.empty and s.blocking.empty:
         return []
     ranked = syncs.sort_values("total_us", ascending=False, kind="stable")
@@ -425,7 +388,7 @@ def _sync(s: Summary) -> list[Finding]:
             return []
         name = str(ranked.iloc[0]["name"])
         # the calls' own time (the top name's total holds the _local_scalar_dense it calls: never both)
-        calls_ms = _calls_median_ms(s, name)
+        calls_ms = calls_median_ms(s, name)
         if calls_ms is None:
             calls_ms = float(ranked.iloc[0]["total_us"]) / max(len(s.steps), 1) / 1e3
         # on the CPU nothing waits (impact 0: low, never the verdict); it is a habit to drop early

@@ -103,6 +103,36 @@ def critical_path(events: pd.DataFrame, steps: pd.DataFrame, step: int | None = 
     return CriticalPath(int(chosen["step"]), start, end, graph.longest_path())
 
 
+@dataclass(frozen=True)
+class Removal:
+    """What a fix takes out of a step, for :func:`replay`. ``host``: a mask over the events' rows,
+    the host calls that go, with the calls nested in them and the device tasks they launch (a
+    ``.item()`` takes its copy and its sync with it); ``python``: the host's time between a
+    thread's top-level operators goes; ``only_time``: the host calls take no time but launch and
+    wait as recorded (a host infinitely fast)."""
+
+    host: np.ndarray | None = None
+    python: bool = False
+    only_time: bool = False
+
+
+def replay(events: pd.DataFrame, steps: pd.DataFrame, step: int, removals: list[Removal], *,
+           rank: int | None = None) -> tuple[int, list[int]]:
+    """The step's critical-path length (ns) and its length without each of ``removals``: the
+    step's dependencies replayed with what each removes taking no time, everything else as
+    recorded (kernels, launch delays, the device's own gaps). What a fix can save is what the
+    path loses, not the length of what it removes: a host wait removed while the device still
+    computes shortens the step only by what the device then has left to wait. A device task
+    starts no sooner than the task before it on its stream ends, as when it was recorded."""
+    rank = int(steps["rank"].iat[0]) if rank is None else rank
+    chosen = steps[(steps["rank"] == rank) & (steps["step"] == step)]
+    if chosen.empty:
+        raise ValueError(f"critical path: no step {step} of rank {rank}")
+    keep = events["rank"].to_numpy() == rank
+    graph = _Graph(events[keep], int(chosen["start_ns"].iat[0]), int(chosen["end_ns"].iat[0]), like_hta=False)
+    return graph.length(graph.without(Removal(), keep)), [graph.length(graph.without(r, keep)) for r in removals]
+
+
 class _Graph:
     """The step's nodes and edges as arrays; ``longest_path`` walks them once in time order."""
 
@@ -112,7 +142,7 @@ class _Graph:
         on_host = np.isin(kind, HTA_HOST_KINDS if like_hta else HOST_KINDS) & (events["stream"].to_numpy() < 0)
         host = np.flatnonzero(on_host & (ts >= start) & (ts <= end) & (dur > 0))
         self.names = events["name"].to_numpy()
-        self.lanes = events["lane"].to_numpy()
+        self.lanes, self.lane_column = events["lane"].to_numpy(), events["lane"]
         corr = events["correlation"].to_numpy()
         # a device task belongs to the step when its launch does (the launch is a runtime call)
         launches = host[np.isin(kind[host], ("runtime", "sync")) & (corr[host] >= 0)]
@@ -158,7 +188,7 @@ class _Graph:
         n = len(ev)
         # one chain per thread: torch_npu puts a thread's CANN calls in a lane of their own
         # ("CANN/Thread 7" beside "Python/Thread 7"), nested in its operators all the same
-        lane = pd.Categorical(pd.Series(self.lanes[ev], dtype=str).str.rsplit("/Thread ", n=1).str[-1]).codes
+        lane = self.thread = self._threads(ev)  # by position in ``host``
         begin, finish = self.ts[ev], self.ts[ev] + self.dur[ev]
         is_start = np.r_[np.ones(n, bool), np.zeros(n, bool)]
         at = np.r_[begin, finish]
@@ -187,6 +217,17 @@ class _Graph:
         self._add_edges(src, dst, weight, kind, inner[:-1][same])
         return start_node
 
+    def _threads(self, ev: np.ndarray) -> np.ndarray:
+        """The thread of each host event, a code: torch_npu's "CANN/Thread 7" and "Python/Thread 7"
+        are one thread (split once per lane name where the lanes are categorical)."""
+        lanes = self.lane_column
+        if isinstance(lanes.dtype, pd.CategoricalDtype):
+            names, codes = lanes.cat.categories, lanes.cat.codes.to_numpy()[ev]
+        else:
+            codes, names = pd.factorize(pd.Series(self.lanes[ev]))
+        thread = pd.Series(names, dtype=str).str.rsplit("/Thread ", n=1).str[-1]
+        return pd.Categorical(thread).codes.astype(np.int64)[codes]
+
     def _blocking(self, ev: np.ndarray, like_hta: bool) -> np.ndarray:
         """Whether each event is a call the host waits in: HTA's list, and with npumagic's own
         weights every host call the reader calls a sync (torch_npu's AscendCL@aclrtSynchronize*)."""
@@ -203,7 +244,7 @@ class _Graph:
         stream = streams[ev]
         order = np.lexsort((self.ts[ev], stream))
         ev, stream, runtime = ev[order], stream[order], runtime[order]
-        self.device, self.device_stream = ev, stream
+        self.device, self.device_stream, self.device_launch = ev, stream, runtime
         begin, finish = self.ts[ev], self.ts[ev] + self.dur[ev]
         starts = self._add_nodes(ev, begin, np.ones(len(ev), bool), _START)
         ends = self._add_nodes(ev, finish, np.zeros(len(ev), bool), _END)
@@ -227,6 +268,10 @@ class _Graph:
         self._add_edges(ends[np.flatnonzero(queued) - 1], starts[queued], begin[queued] - prev_end[queued],
                         "kernel_gap", ev[np.flatnonzero(queued) - 1])
         self._add_edges(ends[on[waits]], starts[waits], begin[waits] - finish[on[waits]], "kernel_gap", ev[on[waits]])
+        # a stream runs its tasks in order: binding only once a replay moves a launch earlier than
+        # the task before it ends (left out of the recorded path, weight -1; see :meth:`without`)
+        after = np.flatnonzero(~first & ~queued)  # a queued task has its kernel_gap edge from the one before
+        self._add_edges(ends[after - 1], starts[after], np.full(len(after), -1, np.int64), "stream_order", ev[after])
 
     @staticmethod
     def _waited_on(stream: np.ndarray, begin: np.ndarray, finish: np.ndarray, ready: np.ndarray):
@@ -275,34 +320,120 @@ class _Graph:
         return out
 
     # -- the longest path ------------------------------------------------------------------
-    def longest_path(self) -> pd.DataFrame:
-        if not self.node_ev or sum(len(a) for a in self.src) == 0:
-            return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
-                SEGMENT_COLUMNS, ("int64", "int64", "int64", "object", "object", "object"))})
-        node_ts = np.concatenate(self.node_ts)
-        rank = np.empty(len(node_ts), np.int64)
-        rank[np.lexsort((np.concatenate(self.node_seq), np.concatenate(self.node_group), node_ts))] = \
-            np.arange(len(node_ts))
-        src, dst = np.concatenate(self.src), np.concatenate(self.dst)
-        weight = np.concatenate(self.weight).astype(np.int64)
-        forward = rank[src] < rank[dst]  # a task the clocks put before its launch has no edge
-        edges = np.flatnonzero(forward)[np.argsort(rank[dst[forward]], kind="stable")]
+    def _arrays(self):
+        """Nodes in time order and edges in the order of their ends' nodes (built once)."""
+        if not hasattr(self, "_flat"):
+            node_ts = np.concatenate(self.node_ts)
+            rank = np.empty(len(node_ts), np.int64)
+            rank[np.lexsort((np.concatenate(self.node_seq), np.concatenate(self.node_group), node_ts))] = \
+                np.arange(len(node_ts))
+            src, dst = np.concatenate(self.src), np.concatenate(self.dst)
+            forward = rank[src] < rank[dst]  # a task the clocks put before its launch has no edge
+            edges = np.flatnonzero(forward)[np.argsort(rank[dst[forward]], kind="stable")]
+            self._flat = (node_ts, src, dst, np.concatenate(self.weight).astype(np.int64), edges,
+                          np.concatenate(self.edge_kind), np.concatenate(self.edge_ev))
+        return self._flat
+
+    def _walk(self, weight: np.ndarray | None = None) -> tuple[list[int], list[int]]:
+        """The longest path's length to each node and the edge it arrives by (-1: none); an
+        edge of negative weight is left out."""
+        node_ts, src, dst, recorded, edges, _, _ = self._arrays()
+        weight = recorded if weight is None else weight
+        edges = edges[weight[edges] >= 0]
         best = [0] * len(node_ts)
         via = [-1] * len(node_ts)
         for e, s, d, w in zip(edges.tolist(), src[edges].tolist(), dst[edges].tolist(), weight[edges].tolist()):
             length = best[s] + w
             if length > best[d]:
                 best[d], via[d] = length, e
+        return best, via
+
+    def length(self, weight: np.ndarray | None = None) -> int:
+        """The longest path's length (ns), with ``weight`` in place of the recorded edges' weights
+        (the walk of :meth:`_walk` without the path's edges: a replay asks for lengths only)."""
+        if not self.node_ev or sum(len(a) for a in self.src) == 0:
+            return 0
+        node_ts, src, dst, recorded, edges, _, _ = self._arrays()
+        weight = recorded if weight is None else weight
+        edges = edges[weight[edges] >= 0]
+        best = [0] * len(node_ts)
+        for s, d, w in zip(src[edges].tolist(), dst[edges].tolist(), weight[edges].tolist()):
+            length = best[s] + w
+            if length > best[d]:
+                best[d] = length
+        return max(best)
+
+    def without(self, removal: Removal, rows: np.ndarray) -> np.ndarray:
+        """The edges' weights with ``removal``'s calls and Python taking no time (``rows``: the
+        mask that chose this rank's events, to read ``removal.host`` through); a sync on a
+        removed call is left out (-1)."""
+        _, src, dst, recorded, _, kind, ev = self._arrays()
+        weight = recorded.copy()
+        weight[kind == "stream_order"] = 0
+        if removal.python:
+            weight[kind == "host_gap"] = 0
+        if removal.host is None:
+            return weight
+        gone = self.host[np.asarray(removal.host)[rows][self.host]]
+        covered = self._covered(gone)
+        node_ts = self._arrays()[0]
+        on_host = np.isin(kind, ("cpu_bound", "sync_wait")) & (ev >= 0)
+        at = np.flatnonzero(on_host)
+        weight[at[covered(ev[at], node_ts[src[at]], node_ts[dst[at]])]] = 0
+        if removal.only_time:
+            return weight
+        launched = np.flatnonzero(np.isin(kind, ("launch_delay", "gpu_compute_bound", "gpu_communication_bound",
+                                                 "gpu_memcpy")))
+        calls = pd.Series(self.device_launch, index=self.device).reindex(ev[launched]).to_numpy()
+        known = ~np.isnan(calls)
+        calls = calls[known].astype(np.int64)
+        begin = self.ts[calls]
+        weight[launched[known][covered(calls, begin, begin + self.dur[calls])]] = 0
+        syncs = np.flatnonzero(kind == "sync")
+        begin = self.ts[ev[syncs]]
+        weight[syncs[covered(ev[syncs], begin, begin + self.dur[ev[syncs]])]] = -1
+        return weight
+
+    def _covered(self, gone: np.ndarray):
+        """A test of whether host events lie, on their own thread, inside the ``gone`` events
+        (each thread's removed spans, nested or apart, by their start and running latest end)."""
+        position = pd.Index(self.host)
+        base = int(self.ts[self.host].min()) if len(self.host) else 0
+        shift = np.int64(1) << np.int64(44)  # 4.9 hours of ns: a thread's spans never reach the next's keys
+
+        def key(ev: np.ndarray, at: np.ndarray) -> np.ndarray:
+            pos = position.get_indexer(ev)
+            return np.where(pos >= 0, self.thread[np.maximum(pos, 0)] * shift + (at - base), -1)
+
+        starts = key(gone, self.ts[gone])
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], np.maximum.accumulate(key(gone, self.ts[gone] + self.dur[gone])[order]) \
+            if len(gone) else np.zeros(0, np.int64)
+
+        def covered(ev: np.ndarray, begin: np.ndarray, finish: np.ndarray) -> np.ndarray:
+            if not len(starts) or not len(ev):
+                return np.zeros(len(ev), bool)
+            first = key(ev, begin)
+            last = np.searchsorted(starts, first, side="right") - 1
+            return (first >= 0) & (last >= 0) & (ends[np.maximum(last, 0)] >= key(ev, finish))
+        return covered
+
+    def longest_path(self) -> pd.DataFrame:
+        if not self.node_ev or sum(len(a) for a in self.src) == 0:
+            return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
+                SEGMENT_COLUMNS, ("int64", "int64", "int64", "object", "object", "object"))})
+        node_ts, src, dst, weight, _, edge_kind, edge_ev = self._arrays()
+        best, via = self._walk()
         path, node = [], int(np.argmax(best))
         while via[node] >= 0:
             path.append(via[node])
             node = int(src[via[node]])
         path = np.array(path[::-1], dtype=np.int64)
         path = path[node_ts[src[path]] < node_ts[dst[path]]]  # an instant adds nothing to read
-        ev = np.concatenate(self.edge_ev)[path]
+        ev = edge_ev[path]
         return pd.DataFrame({
             "start_ns": node_ts[src[path]], "end_ns": node_ts[dst[path]], "weight_ns": weight[path],
-            "kind": np.concatenate(self.edge_kind)[path].astype(object),
+            "kind": edge_kind[path].astype(object),
             "name": np.where(ev >= 0, pd.Series(self.names[np.maximum(ev, 0)]).astype(str).to_numpy(), ""),
             "lane": np.where(ev >= 0, pd.Series(self.lanes[np.maximum(ev, 0)]).astype(str).to_numpy(), ""),
         })[SEGMENT_COLUMNS]

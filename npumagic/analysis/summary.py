@@ -15,6 +15,7 @@ import pandas as pd
 
 from .. import presentation
 from . import counters as hw
+from . import path_bound
 from . import schema
 from .schema import Trace
 from .blocking import BLOCKING_COLUMNS, blocking_table, blocking_units, device_busy
@@ -107,6 +108,9 @@ class Summary:
     # made from the places while the events are here and stored in the history, so a reloaded run
     # names the same places; {} where none was recorded and in runs stored before it was kept
     placed: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # fix -> its critical-path bound on a device (:func:`~npumagic.analysis.path_bound.made`), made where the
+    # events are and stored, so a reloaded run predicts as the fresh one did; {} on the CPU, in runs stored before
+    path_bounds: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # whether a module or user region was recorded (False: the checklist says how to record them;
     # None: unknown, a run stored before it was kept)
     places_recorded: bool | None = field(default=None, repr=False, compare=False)
@@ -351,6 +355,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         places=where,
         places_recorded=where is not None,
     )
+    summary = dataclasses.replace(summary, path_bounds=path_bound.made(summary))
     return dataclasses.replace(summary, placed=placed(summary)) if where is not None else summary
 
 

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import path_bound
 from . import thresholds as T
+from .path_bound import PathBound
 from .predicted_text import change_ms
 
 if TYPE_CHECKING:
@@ -55,6 +57,12 @@ CALLS_AFTER_EFFECT = 0.5
 # errs by about MEDIAN_SE * sigma / sqrt(n) (its standard error under normal noise), sigma read from
 # the steps' median absolute deviation (MAD_SIGMA * MAD: one slow step does not widen it); Z95 of
 # those errors either side is the difference's 95% interval.
+# The findings whose fixes work on the host alone: none saves more than the host's whole time on
+# the critical path (path_bound's "host")
+HOST_SIDE = frozenset({"dataloader", "cuda_dataloader", "host_bound", "gpu_gaps", "op_dispatch", "gc", "conjectured_gc"})
+# A critical-path bound within this share of a lever's upper end leaves it as it is (the two
+# measure one wait: a last-digit difference is no news)
+BOUND_SLACK = 0.01
 MEDIAN_SE = 1.2533
 MAD_SIGMA = 1.4826
 Z95 = 1.96
@@ -373,15 +381,44 @@ def lever(s: Summary, f: Finding, beside: frozenset[str] = frozenset()) -> Lever
     return Lever("fix", DEFAULT_LOW * stake, stake, f"the {stake:,.2f} ms per step the finding occupies")
 
 
+def path_bound_of(s: Summary, f: Finding) -> PathBound | None:
+    """The critical-path bound of a device finding's fix (:mod:`.path_bound`): the wait for data,
+    the host operators under the gaps, the operator whose call blocks, and for any other host-side
+    fix the host's whole time; None where none models it."""
+    ev: dict[str, Any] = f.evidence
+    rule = f.rule or f.category
+    host = path_bound.stored(s, "host")
+    if rule in ("dataloader", "cuda_dataloader"):
+        own = path_bound.stored(s, "dataloader")
+    elif rule == "host_bound" and ev.get("cpu_work_ms") is not None and ev.get("gap_operators"):
+        own = path_bound.stored(s, "cpu_work", [str(g["op"]) for g in ev["gap_operators"][:3]])
+    elif f.category == "sync" and f.impact > 0 and ev.get("top"):
+        return path_bound.stored(s, "sync", [str(ev["top"])])
+    elif rule in HOST_SIDE:
+        own = None
+    else:
+        return None
+    return min((b for b in (own, host) if b is not None), key=lambda b: b.saving_ms, default=None)
+
+
+def bounded(lv: Lever, bound: PathBound | None) -> Lever:
+    """``lv`` with its upper end no more than what the critical path loses without the cause."""
+    if bound is None or bound.saving_ms >= lv.high_ms * (1 - BOUND_SLACK):
+        return lv
+    share = bound.saving_ms / lv.high_ms  # the lever's low end keeps its share of the high one
+    return Lever(lv.name, lv.low_ms * share, bound.saving_ms, lv.basis + bound.said())
+
+
 def predict(s: Summary, found: list[Finding]) -> list[Finding]:
     """``found`` with each finding's predicted saving (ms per step), its interval and basis,
-    ranked by the saving (then by impact); a finding already predicted keeps its own."""
+    ranked by the saving (then by impact); a finding already predicted keeps its own. On a
+    device, a fix's upper end is at most what the step's critical path loses without its cause."""
     out = []
     noise = noise_ms(s)
     rules = frozenset(f.rule or f.category for f in found)
     for f in found:
         if f.predicted_saving_ms is None:
-            lv = lever(s, f, rules - {f.rule or f.category})
+            lv = bounded(lever(s, f, rules - {f.rule or f.category}), path_bound_of(s, f))
             f = replace(f, predicted_saving_ms=round(lv.saving_ms, 3),
                         predicted_interval=(round(lv.low_ms, 3), round(lv.high_ms, 3)), predicted_basis=lv.basis,
                         predicted_noise_ms=round(noise, 3) if noise is not None else None)

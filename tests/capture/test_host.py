@@ -4,6 +4,7 @@ always stops; its samples in the Summary, the timeline and the advice."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 
@@ -290,4 +291,39 @@ def test_only_children_running_our_python_work_are_workers(source, monkeypatch):
         for process in started:
             if process.pid is not None:
                 process.kill()
+        reader.close()
+
+
+def _burn_on_signal(conn):
+    conn.recv()
+    start = time.thread_time()
+    while time.thread_time() - start < 0.003:
+        pass
+    conn.send(time.thread_time() - start)
+    time.sleep(30)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="need Linux's /proc/PID/schedstat")
+def test_a_workers_cpu_is_read_to_well_under_a_clock_tick():
+    """A worker that loads a batch in 3 ms of CPU is read as 3 ms, not as 0 or 10 ms of clock ticks
+    (the worker fit costs each batch from it: "0.00 ms of CPU" was a tick not yet counted)."""
+    import multiprocessing
+
+    from npumagic.capture.host import _Proc
+
+    reader = _Proc()
+    ours, theirs = multiprocessing.Pipe()
+    worker = multiprocessing.get_context("fork").Process(target=_burn_on_signal, args=(theirs,), daemon=True)
+    worker.start()
+    try:
+        reader.list_children()
+        assert worker.pid in reader.children
+        before = reader.child_times()[worker.pid]
+        ours.send("go")
+        burnt = ours.recv()
+        after = reader.child_times()[worker.pid]
+        # the burn, and the worker's own time answering the pipe: well under a tick either way
+        assert burnt <= after - before < burnt + 0.003
+    finally:
+        worker.kill()
         reader.close()

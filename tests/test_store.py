@@ -19,6 +19,7 @@ from .conftest import ASCEND, CUDA, need
 
 LEVEL1 = ASCEND / "level1"  # a 2-rank torch_npu job
 KINETO = CUDA / "alexnet_sync"  # a real Kineto trace
+STEPS = CUDA / "nccl"  # a real Kineto trace of three steps on a device (its fixes' bounds replay two)
 
 
 @pytest.fixture(autouse=True)
@@ -50,13 +51,15 @@ def same(a, b, where="job"):
     for name, frame in mine.items():
         assert_frame_equal(frame, theirs[name], obj=f"{where}.{name}")
     assert a.meta == b.meta, where
+    # what was made from the events, which a store has not: the findings' places, the fixes' bounds
+    assert (a.placed, a.path_bounds) == (b.placed, b.path_bounds), where
     assert set(a.vendor) == set(b.vendor), where
     for name, frame in a.vendor.items():
         assert_frame_equal(frame, b.vendor[name], obj=f"{where}.vendor.{name}")
     assert sorted(a.per_rank) == sorted(b.per_rank)
 
 
-@pytest.mark.parametrize("source", [LEVEL1, KINETO], ids=["ascend-level1", "kineto"])
+@pytest.mark.parametrize("source", [LEVEL1, KINETO, STEPS], ids=["ascend-level1", "kineto", "kineto-steps"])
 def test_the_store_gives_back_the_parsed_summary_and_a_second_read_parses_nothing(source, tmp_path, monkeypatch,
                                                                                    capsys):
     path = writable_copy(source, tmp_path / "job")

@@ -11,7 +11,8 @@ Layout of ``<output>/npumagic_store/`` (a trace file's: ``<file>.npumagic_store/
   (``ranks``, ``links``, ``matrix``, ``temporal``);
 - ``manifest.json``: :data:`FORMAT`, npumagic's version, how the job was read, the size and
   mtime of every source file, and per rank and table its rows, columns and dtypes (so each
-  table is given back exactly, categories included), meta and vendor tables as JSON.
+  table is given back exactly, categories included), meta and vendor tables as JSON, and what
+  each rank made from its events (``made``: the findings' places, the fixes' bounds).
 
 A store whose manifest does not match (format, version, source stamps, reading) is never
 trusted: the job is parsed again and the store rewritten. A folder that is read-only, or owned
@@ -47,6 +48,8 @@ WORTH_S = 2.0
 STORE_DIR = "npumagic_store"
 MANIFEST = "manifest.json"
 FULL, OUTLINE, RUN = "full", "outline", "run"  # how the job was read (RUN: a recorded run, for queries only)
+# what a Summary made from its events and keeps without them: the findings' places, the fixes' bounds
+MADE = ("placed", "path_bounds")
 PLACES = ("forward", "backward", "regions")  # the Trees of a rank's Places (where.Places), and its launches
 _said: set[str] = set()
 
@@ -264,6 +267,7 @@ def write(path: str | Path, summary: Summary, sources: dict[str, list[int]], rea
                    for r, s in own.items()},
         "skipped": {str(r): {n: getattr(s.places, n).skipped for n in PLACES if getattr(s.places, n) is not None}
                     for r, s in own.items() if s.places is not None},
+        "made": {str(r): _encode({n: getattr(s, n) for n in MADE}) for r, s in own.items()},
         "tables": {}, "job_tables": {}, "categories": {}}
     fields = {f.name for f in dataclasses.fields(Summary)}
     tmp = Path(tempfile.mkdtemp(prefix=f".{STORE_DIR}-", dir=target.parent))
@@ -437,8 +441,9 @@ def _read(folder: Path, doc: dict[str, Any]) -> Summary:
         where = _places(own, (doc.get("skipped") or {}).get(str(r), {})) if "places.launches" in own else None
         vendor = {**_decode(doc["vendor"].get(str(r), {})),
                   **{k[len(VENDOR):]: v for k, v in own.items() if k.startswith(VENDOR)}}
+        made = _decode((doc.get("made") or {}).get(str(r), {}))  # {} in a store written before it was kept
         return Summary(**{k: v for k, v in own.items() if k in fields}, meta=_decode(meta), vendor=vendor,
-                       places=where)
+                       places=where, **{n: made[n] for n in MADE if n in made})
 
     if ranks == [None]:
         return summary(None, doc["meta"]["job"], tables[None])

@@ -26,7 +26,8 @@ import pandas as pd
 from ...analysis import store
 
 log = logging.getLogger(__name__)
-FORMAT = 2  # this index's own layout (the store's FORMAT and npumagic's version are checked too)
+FORMAT = 3  # this index's own layout (the store's FORMAT and npumagic's version are checked too); 3: the critical
+# path null where it was not built yet (2 stored none past 1M events: those are built again)
 FOLDER = "timeline"
 ARRAYS = ("starts", "ends", "reach", "codes", "rows", "depth", "union_starts", "union_ends", "union_cum")
 # a smaller index is built again in about 0.1 s: no folder is written beside the user's trace for it
@@ -106,11 +107,14 @@ class Shelf:
         """The findings' marks stored with the lanes (read after :meth:`lanes` found them)."""
         return None if self.doc is None else pd.DataFrame(self.doc["marks"], columns=self.doc["marks_columns"])
 
-    def critical(self) -> pd.DataFrame:
-        """The critical path's spans stored with the lanes (read after :meth:`lanes` found them)."""
+    def critical(self) -> pd.DataFrame | None:
+        """The critical path's spans stored with the lanes (read after :meth:`lanes` found them);
+        None where the index was stored before its critical path was built."""
         from .nested import COLUMNS
 
-        rows = (self.doc or {}).get("critical") or []
+        rows = (self.doc or {}).get("critical")
+        if rows is None:
+            return None
         return pd.DataFrame(rows, columns=COLUMNS).astype({"ts_ns": np.int64, "dur_ns": np.int64, "step": np.int64,
                                                            "rank": np.int64, "depth": np.int64, "own": bool})
 
@@ -138,7 +142,7 @@ class Shelf:
                    # an array that is another of its lane (a device stream's reach is its ends): its name
                    "aliases": [{a: ln[a] for a in ARRAYS if isinstance(ln.get(a), str)} for ln in lanes],
                    "marks_columns": list(marks.columns), "marks": json.loads(marks.to_json(orient="values")),
-                   "critical": [] if critical is None else json.loads(critical.to_json(orient="values"))}
+                   "critical": None if critical is None else json.loads(critical.to_json(orient="values"))}
             (tmp / store.MANIFEST).write_text(json.dumps(doc))
             shutil.rmtree(self.folder, ignore_errors=True)
             os.replace(tmp, self.folder)

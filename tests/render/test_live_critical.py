@@ -174,3 +174,23 @@ def test_a_steps_path_walked_over_its_own_events_is_the_path_over_the_whole_trac
         starts = np.concatenate([w["start_ns"].to_numpy() for w in whole])
         paths = np.concatenate([(w["kind"] + ": " + w["name"]).to_numpy(object) for w in whole])
         assert np.array_equal(spans["ts_ns"].to_numpy(), starts) and list(spans["path"]) == list(paths), name
+
+
+def test_a_trace_stitched_from_copies_of_one_gets_no_path_lane_and_says_why():
+    import dataclasses
+
+    import pandas as pd
+
+    # GIVEN five copies of a real step one after another, their correlation ids the same (as a
+    # benchmark's file scaled up by copying is): each step's launches would link every copy's kernels
+    trace = shared_trace(CUDA / "alexnet_sync")
+    ev, steps = trace.events, trace.steps
+    span = int((ev["ts_ns"] + ev["dur_ns"]).max() - ev["ts_ns"].min()) + 1_000
+    copies = [ev.assign(ts_ns=ev["ts_ns"] + k * span) for k in range(5)]
+    stitched = dataclasses.replace(trace, events=pd.concat(copies, ignore_index=True), steps=pd.concat(
+        [steps.assign(step=steps["step"] + 1000 * k, start_ns=steps["start_ns"] + k * span,
+                      end_ns=steps["end_ns"] + k * span) for k in range(5)], ignore_index=True))
+    assert len(critical_spans(trace))
+    # THEN the lane is left out, saying why, rather than walking every copy from every step
+    with pytest.warns(UserWarning, match="ids repeat from step to step"):
+        assert critical_spans(stitched).empty

@@ -126,10 +126,11 @@ def nested_rows(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame, 
     the rows of ``nested`` their codes, ts, end, own and depth, and the lanes with rows counted from
     the first of them (an index grown after its first view adds no copy of its events' arrays)."""
     m = len(nested)
-    known = pd.Index(names).get_indexer(nested["name"])
-    fresh = pd.unique(nested["name"][known < 0])
+    # by distinct name (a path of millions of spans has a few thousand), in the order they first come
+    of_name, distinct = pd.factorize(nested["name"])
+    fresh = distinct[pd.Index(names).get_indexer(distinct) < 0]
     names = np.concatenate([names, np.asarray(fresh, dtype=object)]).astype(object)
-    mine = pd.Index(names).get_indexer(nested["name"]).astype(np.int64)
+    mine = pd.Index(names).get_indexer(distinct).astype(np.int64)[of_name]
     kind = _kind(nested["group"].to_numpy())
     kinds = details["kind"].cat.categories.astype(str).tolist()
     kinds += [k for k in ("annotation", "module", "critical") if k not in kinds]
@@ -145,11 +146,8 @@ def nested_rows(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame, 
     both.insert(6, "kind", pd.Categorical.from_codes(kind_codes, categories=kinds))
     start = nested["ts_ns"].to_numpy(np.int64) - origin
     stop = start + np.maximum(nested["dur_ns"].to_numpy(np.int64), 0)
-    keys = nested["rank"].astype(str) + "\0" + nested["group"].astype(str) + "\0" + nested["lane"].astype(str)
-    lanes = []
-    for _, part in pd.Series(np.arange(m)).groupby(keys.to_numpy(), sort=False):
-        first = nested.iloc[int(part.iat[0])]
-        lanes.append((int(first["rank"]), str(first["group"]), str(first["lane"]), part.to_numpy()))
+    lanes = [(int(rank), str(group), str(lane), rows)  # in the order each lane first comes
+             for (rank, group, lane), rows in nested.groupby(["rank", "group", "lane"], sort=False).indices.items()]
     return (names, both, mine, start, stop, nested["own"].to_numpy(bool), nested["depth"].to_numpy(np.int64), lanes)
 
 

@@ -110,8 +110,8 @@ class _StepEvents:
 
 
 def _texts(kind: np.ndarray, name: np.ndarray, texts: dict) -> np.ndarray:
-    """"kind: name" of each segment, one string per pair however many segments share it (a path
-    of millions of spans holds a few thousand)."""
+    """"kind: name" of each segment, each made once per distinct pair (a path of millions of spans
+    holds a few thousand)."""
     codes, pairs = pd.factorize(pd.MultiIndex.from_arrays([kind, name]))
     made = [texts.setdefault(pair, f"{pair[0]}: {pair[1]}") for pair in pairs]
     return np.array(made + [None], dtype=object)[codes]

@@ -48,7 +48,8 @@ class TimelineWidget(anywidget.AnyWidget):
     launch and device work."""
 
     _esm = Path(__file__).with_name("timeline.js")
-    frame = traitlets.Dict().tag(sync=True)  # lanes, series, steps, extent, title, legend: drawn once
+    # lanes, series, steps, extent, title, legend: drawn once, and again when the index grows (grown())
+    frame = traitlets.Dict().tag(sync=True)
     # set by the browser: Any, so a message that is no dict reaches _answer / _describe and is
     # answered, instead of failing the trait's type check inside the comm handler
     view = traitlets.Any({}).tag(sync=True)

@@ -194,3 +194,23 @@ def test_a_trace_stitched_from_copies_of_one_gets_no_path_lane_and_says_why():
     # THEN the lane is left out, saying why, rather than walking every copy from every step
     with pytest.warns(UserWarning, match="ids repeat from step to step"):
         assert critical_spans(stitched).empty
+
+
+def test_the_widget_answers_a_view_under_the_index_lock(built):
+    import threading
+    import time
+
+    from npumagic.render.live.widget import TimelineWidget
+
+    trace, _ = built
+    widget = TimelineWidget(TimelineIndex.build(trace, stored=False, critical_later=True))
+    answered = widget.tiles["seq"]
+    # GIVEN the index's lock held (lanes being swapped in), WHEN the browser asks a view
+    with widget.index.lock:
+        asking = threading.Thread(target=setattr, args=(widget, "view", dict(widget.view, seq=answered + 1)))
+        asking.start()
+        time.sleep(1)  # time for the answer to be made, were it not waiting (a pause, not a measure)
+        # THEN it is answered only once the lock is given back
+        assert widget.tiles["seq"] == answered
+    asking.join(60)
+    assert widget.tiles["seq"] == answered + 1

@@ -5,8 +5,10 @@ ten kernels holding two inner ones), two device streams of kernels from 300 name
 overlapping the first), a collective lane and memory samples. Prints, all measured in this process:
 
 - the first view (the whole run at 1200 px) of a run never opened: the index (its lanes and
-  their coarse pass; pyramids wait for a view that needs them) and the first answer; then the
-  time to store the index beside the run (written after the first view, in the widget's own thread);
+  their coarse pass; pyramids wait for a view that needs them; the critical path's lanes wait for
+  the first view, as the widget builds them) and the first answer; then the time to add the
+  critical path's lanes and to store the index beside the run (both after the first view, in the
+  widget's own thread);
 - the first view on reopening (a kernel restart, ``%npushow``): the index read back from that
   store, memory-mapped, and the first answer;
 - the 50th/95th percentile and maximum of 300 zoom and pan answers (random windows from the whole
@@ -140,7 +142,7 @@ def first_view(trace: schema.Trace, width: int) -> tuple[TimelineIndex, float, f
     """The index of ``trace`` and its first answer (the whole run), and the seconds both took:
     wall and this process's CPU (a neighbour's load stretches the first, hardly the second)."""
     began, cpu = time.perf_counter(), time.process_time()
-    index = TimelineIndex.build(trace)
+    index = TimelineIndex.build(trace, critical_later=True)
     lo, hi = index.layout()["extent"]
     index.query(lo, hi, width)
     return index, time.perf_counter() - began, time.process_time() - cpu
@@ -167,6 +169,9 @@ def main() -> None:
         held = _peak_bytes()
         index, never, never_cpu = first_view(trace, args.width)
         t = time.perf_counter()
+        index.add_critical_path(trace)
+        critical = time.perf_counter() - t
+        t = time.perf_counter()
         index.keep()
         stored = time.perf_counter() - t
         del index
@@ -185,7 +190,8 @@ def main() -> None:
               f"(synthetic trace made in {made - began:.1f} s)")
         print(f"first view (whole run, {args.width} px), index work included: never opened {never * 1e3:.0f} ms "
               f"({never_cpu * 1e3:.0f} ms CPU); reopened {reopened * 1e3:.0f} ms ({reopened_cpu * 1e3:.0f} ms CPU; "
-              f"stored after the first view in {stored * 1e3:.0f} ms); load average {os.getloadavg()[0]:.1f} on "
+              f"after the first view: critical path ({len(index.critical):,} spans) in {critical * 1e3:.0f} ms, "
+              f"stored in {stored * 1e3:.0f} ms); load average {os.getloadavg()[0]:.1f} on "
               f"{os.cpu_count()} cores")
         print(f"zoom/pan answers ({args.views}, pyramids built on demand inside them): p50 {np.percentile(ms, 50):.1f} ms, "
               f"p95 {np.percentile(ms, 95):.1f} ms, max {ms.max():.1f} ms; items per answer: max {max(items):,}")

@@ -4,7 +4,8 @@ it), hovering a lane shows an operator's name, the legend names the kinds drawn,
 "next" move the view to each match, W and D zoom and pan (never reaching JupyterLab's own keys), a
 shift-drag shows the range's aggregate, a screenshot of the shared level1 job's view holds its
 lanes, each rank's findings lane names its marks on hover, a click on a finding of %npuadvise
-moves that view to the finding's mark, and the Perfetto button writes a file Perfetto opens.
+moves that view to the finding's mark, the Perfetto button writes a file Perfetto opens, and a critical
+path walked after the first view is drawn when it arrives (the browser asks its view again).
 Screenshots are kept in the test's tmp dir (the CI artifact)."""
 
 from __future__ import annotations
@@ -50,13 +51,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# level1's view once more, its critical path walked only once the test writes RELEASE (a view whose
+# lanes grow after its first answer)
+RELEASE = "release_the_critical_path"
+LATE_PATH_CELL = f"""import dataclasses, pathlib, time, npumagic
+from npumagic.render.live import lod
+_walk = lod.critical_spans
+def _held(trace):
+    while not pathlib.Path({RELEASE!r}).exists():
+        time.sleep(0.2)
+    return _walk(trace)
+lod.critical_spans = _held
+_trace = npumagic.load({str(ASCEND / 'level1')!r})
+# no path: not the run's open view, which a finding's click moves (that stays cell 2's)
+_trace = dataclasses.replace(_trace, meta=dataclasses.replace(_trace.meta, path=""))
+npumagic.timeline(_trace, live=True, title="late")"""
+
+
 def _notebook(path: Path) -> None:
     import nbformat
 
     cells = ["%load_ext npumagic\n%config NpuMagics.output_dir = 'runs'\nimport torch\ntorch.manual_seed(0)" + TRAIN_SETUP,
              "%%npuprofile --repeat-cell --wait 0 --warmup 1 --steps 2 --name live\ntrain_step()"]
     if (ASCEND / "level1").exists():
-        cells += [f"%npuload {ASCEND / 'level1'} --name level1", "%npuadvise level1 --all"]
+        cells += [f"%npuload {ASCEND / 'level1'} --name level1", "%npuadvise level1 --all", LATE_PATH_CELL]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
@@ -120,7 +138,7 @@ def page(lab):
         page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
         page.wait_for_selector(".npumagic-live", timeout=300_000)
         # every cell run: a later cell's output arriving would move the widgets under the mouse
-        widgets = 2 if (ASCEND / "level1").exists() else 1
+        widgets = 3 if (ASCEND / "level1").exists() else 1
         page.wait_for_function(f"document.querySelectorAll('.npumagic-live').length >= {widgets}", timeout=300_000)
         page.wait_for_function("!document.querySelector('.jp-Notebook-ExecutionIndicator[data-status=\"busy\"]')",
                                timeout=300_000)
@@ -666,3 +684,38 @@ def test_a_notebook_exported_to_html_shows_the_png_timeline(tmp_path, monkeypatc
     # THEN the timeline is there as the PNG
     assert re.search(r"<img alt=[\"']timeline[\"']", body)
     assert '<script type="application/vnd.jupyter.widget-view+json">' not in body
+
+
+@pytest.mark.skipif(not (ASCEND / "level1").exists(), reason=f"{NEED_SHARED} — {ASCEND / 'level1'} is absent")
+def test_a_critical_path_walked_after_the_first_view_is_drawn_when_it_arrives(page):
+    page, home = page
+    root = page.locator(".jp-Cell").nth(4).locator(".npumagic-live")
+    root.scroll_into_view_if_needed()
+    # GIVEN level1's view answered while its critical path is still being walked: no path lanes
+    first = _answered_since(page, root, 0)
+    assert not [key for key in _groups(root) if key.endswith(":critical")], _groups(root)
+    # WHEN the path is walked
+    (home / RELEASE).write_text("")
+    deadline = time.time() + 120
+    while time.time() < deadline and "1:critical" not in _groups(root):
+        page.wait_for_timeout(200)
+    # THEN its lanes are drawn under each rank's, and the browser asked its view again on its own:
+    # hovering rank 0's path names the operators, kernels and waits of that path
+    groups = _groups(root)
+    assert groups["0:critical"][1] == 1 and groups["1:critical"][1] == 1, groups
+    _answered_since(page, root, first["answered"])
+    import npumagic
+    from npumagic.render.live.critical import critical_spans
+
+    spans = critical_spans(npumagic.load(ASCEND / "level1"))
+    names = set(spans.loc[spans["rank"] == 0, "name"])
+    canvas, tip, seen = root.locator("canvas"), root.locator(".npumagic-tip"), []
+    y = groups["0:critical"][0] + 16 + 6
+    box = _at_row(page, canvas, y)
+    for k in range(60):
+        page.mouse.move(box["x"] + GUTTER + 2 + k * (box["width"] - GUTTER - 4) / 60, box["y"] + y)
+        if tip.is_visible():
+            seen.append(tip.inner_text())
+    root.screenshot(path=str(home / "critical_path_late.png"))
+    said = [re.sub(r" \([^()]*\)$", "", t.splitlines()[0]) for t in seen]
+    assert said and set(said) <= names, (said[:5], sorted(names)[:5])

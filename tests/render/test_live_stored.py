@@ -236,3 +236,57 @@ def test_a_reopened_gpu_run_reads_its_critical_path_with_its_lanes(tmp_path, mon
     lane = next(k for k, ln in enumerate(fresh.lanes) if ln.group == "critical")
     row = int(fresh.lanes[lane].rows[len(fresh.lanes[lane].rows) // 2])
     assert again.details(row) == fresh.details(row)
+
+
+@pytest.fixture()
+def gpu_run(tmp_path, monkeypatch):
+    """A genuine GPU trace in a folder of its own, its store on (whatever its size)."""
+    import shutil
+
+    import npumagic
+    from ..conftest import CUDA, need
+
+    source = next(need(CUDA / "ns_resolution").glob("*.json.gz"))
+    shutil.copy(source, tmp_path / source.name)
+    monkeypatch.setenv("NPUMAGIC_STORE", "1")
+    monkeypatch.setattr(shelf, "MIN_EVENTS", 0)
+    return npumagic.load(tmp_path / source.name)
+
+
+def _not_walked(monkeypatch):
+    def walked(_trace):
+        raise AssertionError("the critical path was computed again on reopening")
+
+    monkeypatch.setattr(lod, "critical_spans", walked)
+
+
+def test_the_widget_stores_the_path_it_built_after_the_first_view(gpu_run, monkeypatch):
+    import threading
+
+    from npumagic.render.live.frontend import AFTER_FIRST_VIEW, timeline_widget
+
+    # GIVEN a widget over a GPU run never opened: its first view without the path, the path after
+    first = timeline_widget(gpu_run)
+    for thread in threading.enumerate():
+        if thread.name == AFTER_FIRST_VIEW:
+            thread.join(120)
+    assert first.frame["lanes"][-1]["group"] == "critical" and first.index.in_store
+    # WHEN the run is shown again THEN the path's lanes are read from the store with the others,
+    # in the first view (no walk)
+    _not_walked(monkeypatch)
+    again = timeline_widget(gpu_run)
+    assert again.index.in_store and again.frame["lanes"] == first.frame["lanes"]
+    assert again.tiles["lanes"] == first.index.query(*first.frame["extent"], again.view["width"])["lanes"]
+
+
+def test_an_index_stored_before_its_path_was_built_gets_it_on_reopening(gpu_run, monkeypatch):
+    # GIVEN an index stored before its critical path was added (keep() called first)
+    early = TimelineIndex.build(gpu_run, critical_later=True)
+    assert early.critical is None and early.keep()
+    # WHEN it is reopened THEN the path is built (the store said none was), and the index stored again with it
+    again = TimelineIndex.build(gpu_run)
+    assert any(ln.group == "critical" for ln in again.lanes) and not again.in_store and again.keep()
+    _not_walked(monkeypatch)
+    third = TimelineIndex.build(gpu_run, critical_later=True)
+    assert third.in_store and third.layout() == again.layout()
+    assert third.critical.equals(again.critical.astype(third.critical.dtypes.to_dict()))

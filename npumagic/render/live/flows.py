@@ -85,9 +85,10 @@ def _asked(launch) -> tuple[str, int]:
 
 
 def _lane_of(index) -> np.ndarray:
-    """Each event row's lane (an index into ``index.lanes``), made once per index."""
+    """Each event row's lane (an index into ``index.lanes``), made once per index (again once it
+    grew: its critical path's lanes, added after the first view)."""
     cached = getattr(index, "_lane_of", None)
-    if cached is None:
+    if cached is None or len(cached) != len(index.events):
         cached = np.full(len(index.events), -1, dtype=np.int64)
         for k, lane in enumerate(index.lanes):
             cached[lane.rows] = k

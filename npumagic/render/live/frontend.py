@@ -36,21 +36,31 @@ def widget_frontend() -> bool:
 
 def timeline_widget(trace: Trace, title: str = "", run: str = ""):
     """A :class:`~.widget.TimelineWidget` over ``trace``, of the history's run ``run`` where it is
-    one: its index read from the store beside the run where one matches, else built here; once the
-    first view is answered, the index is stored there on a thread of its own (the view does not
-    wait for the write)."""
+    one: its index read from the store beside the run where one matches, else built here. Once the
+    first view is answered, on a thread of its own (the view waits for neither): each step's
+    critical path is added where the store did not hold it (the widget's lanes grow, and the
+    browser asks its view again), then the index is stored there."""
     from .lod import TimelineIndex
     from .widget import TimelineWidget
 
-    widget = TimelineWidget(TimelineIndex.build(trace), title=title, source=trace.meta.path or None, run=run)
-    if widget.index.shelf is not None:
-        threading.Thread(target=_keep, args=(widget.index,), name="npumagic-timeline-store", daemon=True).start()
+    widget = TimelineWidget(TimelineIndex.build(trace, critical_later=True), title=title,
+                            source=trace.meta.path or None, run=run)
+    if widget.index.critical is None or widget.index.shelf is not None:
+        threading.Thread(target=_after_first_view, args=(widget, trace), name=AFTER_FIRST_VIEW, daemon=True).start()
     return widget
 
 
-def _keep(index) -> None:
+AFTER_FIRST_VIEW = "npumagic-timeline-after"  # the thread's name
+
+
+def _after_first_view(widget, trace: Trace) -> None:
     try:
-        index.keep()
+        if widget.index.add_critical_path(trace):
+            widget.grown()
+    except Exception:  # noqa: BLE001 - a lane less rather than a traceback from a thread
+        log.warning("timeline: the critical path's lane could not be built", exc_info=True)
+    try:
+        widget.index.keep()
     except Exception:  # noqa: BLE001 - the store is a cache: the timeline never fails for it
         log.debug("timeline index not stored", exc_info=True)
 

@@ -10,6 +10,8 @@ pixels. Pure numpy and pandas: no matplotlib, no widget."""
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
@@ -22,11 +24,12 @@ from ...analysis.schema import DEVICE_WORK, Trace
 from .columns import INT64_SAFE, aggregate, cover, dominant, longest, paint_outermost
 from .launches import launches
 from .critical import critical_spans
-from .nested import CRITICAL, MODULES, NESTED_GROUPS, REGIONS, nested_kinds, nested_spans, with_nested
+from .nested import CRITICAL, MODULES, NESTED_GROUPS, REGIONS, nested_kinds, nested_rows, nested_spans, with_nested
 from .rows import stack
 from .shelf import Shelf
 from .series import CORE_LANES, MEMORY_EVENTS_MAX, memory_events, series_columns, series_of  # noqa: F401 (CORE_LANES: re-exported)
 
+log = logging.getLogger(__name__)
 HOST_KINDS = ("host_op", "annotation", "dataloader", "sync")
 GROUP_ORDER = {"host": 0, REGIONS: 1, MODULES: 2, "device": 3, "comm": 4, CRITICAL: 5}  # a rank's lanes, top to bottom
 DEVICE_GROUPS = ("device", "comm")
@@ -332,11 +335,20 @@ class TimelineIndex:
 
     shelf: "Shelf | None" = None  # where the index is stored beside the run (None: nowhere)
     in_store: bool = False  # whether the store holds the lanes (read from it, or written by keep)
+    # each step's critical path (critical.critical_spans), its lanes among the others; None until
+    # add_critical_path has built it (an index built critical_later, for a first view that does not wait)
+    critical: pd.DataFrame | None = None
+    # held by whoever reads the index (the widget's answers) and by add_critical_path while it swaps in
+    # what it built: no answer sees lanes whose rows or names are not there yet
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    _growing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)  # add_critical_path, keep
 
     @classmethod
-    def build(cls, trace: Trace, stored: bool = True) -> "TimelineIndex":
+    def build(cls, trace: Trace, stored: bool = True, critical_later: bool = False) -> "TimelineIndex":
         """The index of ``trace``. ``stored``: its lanes are read from the store beside the run
-        (``trace.meta.path``) where one matches the sources, and :meth:`keep` writes them there."""
+        (``trace.meta.path``) where one matches the sources, and :meth:`keep` writes them there.
+        ``critical_later``: the critical path's lanes are left to :meth:`add_critical_path` (the
+        widget's first view does not wait for them), unless the store holds them."""
         ev = _drawn(trace.events)
         names = np.asarray(ev["name"].cat.categories.astype(str)) if len(ev) else np.array([], dtype=object)
         steps = trace.steps
@@ -346,7 +358,7 @@ class TimelineIndex:
         shelf = Shelf.of(trace.meta.path, len(ev) + len(regions)) if stored else None
         kept = shelf.lanes() if shelf is not None else None
         # the critical path of every step is read back with the lanes: reopening finds it at once
-        path = shelf.critical() if kept is not None else critical_spans(trace)
+        path = shelf.critical() if kept is not None else None
         nested = _joined(regions, path)
         # the marks before the lanes' arrays exist, so that the peaks of memory of both do not add up
         marks = shelf.marks() if kept is not None else _marks(trace, origin)
@@ -379,16 +391,49 @@ class TimelineIndex:
         index.in_store, index.critical = kept is not None, path
         for k, lane in enumerate(lanes):
             lane.pyramid = partial(_kept_pyramid, shelf, k) if shelf is not None else _pyramid
+        if path is None and not critical_later:
+            index.add_critical_path(trace)
         return index
+
+    def add_critical_path(self, trace: Trace) -> bool:
+        """Each step's critical path (:func:`~.critical.critical_spans` of ``trace``, the trace
+        this index was built from) as a lane per rank, where the index has none yet; whether lanes
+        were added. They come after every other lane, their spans' rows after every other row and
+        their new names after the others: lane numbers, rows and name codes answered before stay
+        true. Built without :attr:`lock`, swapped in under it."""
+        with self._growing:
+            if self.critical is not None:
+                return False
+            path = critical_spans(trace)
+            first, before = len(self.events), len(self.lanes)
+            if not len(path):
+                with self.lock:
+                    self.critical, self.in_store = path, False  # a store that had none: kept again with it
+                return False
+            names, details, codes, ts, end, own, depth, more = nested_rows(path, self.names, self.events, self.origin)
+            kinds = nested_kinds(names, self.name_kinds, self.events.iloc[:self.nested_from], path)
+            lanes = [_lane(lane, rank, group, rows, ts=ts, end=end, codes_all=codes, own=own, nested_depth=depth)
+                     for rank, group, lane, rows in sorted(more, key=lambda m: (m[0], int(ts[m[3]].min())))]
+            for k, lane in enumerate(lanes, start=before):
+                lane.rows = _narrow(lane.rows.astype(np.int64) + first)  # the rows of the events frame
+                lane.pyramid = partial(_kept_pyramid, self.shelf, k) if self.shelf is not None else _pyramid
+            paths = np.concatenate([self.paths, path["path"].to_numpy(object)]).astype(object)
+            threads = np.concatenate([self.threads, path["thread"].to_numpy(object)]).astype(object)
+            with self.lock:  # the lanes last: what they point into is there before them
+                self.names, self.events, self.name_kinds, self.paths, self.threads = names, details, kinds, paths, threads
+                self.critical, self.in_store = path, False
+                self.lanes = self.lanes + lanes
+            log.debug("timeline: the critical path's %d spans added in %d lanes", len(path), len(lanes))
+            return True
 
     def keep(self) -> bool:
         """Write the lanes to the store beside the run, unless they came from there (or there is
         none); whether the store holds them now. Pyramids built later are added as they are built."""
         if self.shelf is None:
             return False
-        if not self.in_store:
-            self.in_store = self.shelf.write([_lane_arrays(ln) for ln in self.lanes], self.marks,
-                                            getattr(self, "critical", None))
+        with self._growing:  # not while add_critical_path adds lanes
+            if not self.in_store:
+                self.in_store = self.shelf.write([_lane_arrays(ln) for ln in self.lanes], self.marks, self.critical)
         return self.in_store
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
@@ -486,8 +531,10 @@ class TimelineIndex:
                            "end": ms(m.end_ns), "label": m.label} for m in self.marks.itertuples()]}
 
 
-def _joined(regions: pd.DataFrame, path: pd.DataFrame) -> pd.DataFrame:
+def _joined(regions: pd.DataFrame, path: pd.DataFrame | None) -> pd.DataFrame:
     """The spans drawn in lanes of their own: regions, modules and each step's critical path."""
+    if path is None:
+        return regions
     return pd.concat([regions, path], ignore_index=True) if len(regions) and len(path) else path if len(path) else regions
 
 

@@ -114,11 +114,23 @@ def with_nested(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame, 
     rows of their own (kind "annotation", "module" or "critical"; names already known keep their codes), and
     a lane each. Returns names, details, codes, ts, end, own, depth and the lanes (rank,
     group, lane, rows)."""
-    n, m = len(details), len(nested)
-    known = pd.Index(names).get_indexer(nested["name"])
-    fresh = pd.unique(nested["name"][known < 0])
+    n = len(details)
+    names, both, mine, start, stop, own, depth, lanes = nested_rows(nested, names, details, origin)
+    return (names, both, np.concatenate([codes, mine]), np.concatenate([ts, start]), np.concatenate([end, stop]),
+            np.concatenate([np.zeros(n, bool), own]), np.concatenate([np.zeros(n, np.int64), depth]),
+            [(rank, group, lane, n + rows) for rank, group, lane, rows in lanes])
+
+
+def nested_rows(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame, origin: int):
+    """:func:`with_nested`'s work, its arrays of the new rows only: names, details (all rows), and of
+    the rows of ``nested`` their codes, ts, end, own and depth, and the lanes with rows counted from
+    the first of them (an index grown after its first view adds no copy of its events' arrays)."""
+    m = len(nested)
+    # by distinct name (a path of millions of spans has a few thousand), in the order they first come
+    of_name, distinct = pd.factorize(nested["name"])
+    fresh = distinct[pd.Index(names).get_indexer(distinct) < 0]
     names = np.concatenate([names, np.asarray(fresh, dtype=object)]).astype(object)
-    mine = pd.Index(names).get_indexer(nested["name"]).astype(np.int64)
+    mine = pd.Index(names).get_indexer(distinct).astype(np.int64)[of_name]
     kind = _kind(nested["group"].to_numpy())
     kinds = details["kind"].cat.categories.astype(str).tolist()
     kinds += [k for k in ("annotation", "module", "critical") if k not in kinds]
@@ -133,15 +145,10 @@ def with_nested(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame, 
                                  pd.Index(kinds).get_indexer(kind)])
     both.insert(6, "kind", pd.Categorical.from_codes(kind_codes, categories=kinds))
     start = nested["ts_ns"].to_numpy(np.int64) - origin
-    ts, end = np.concatenate([ts, start]), np.concatenate([end, start + np.maximum(nested["dur_ns"].to_numpy(np.int64), 0)])
-    keys = nested["rank"].astype(str) + "\0" + nested["group"].astype(str) + "\0" + nested["lane"].astype(str)
-    lanes = []
-    for _, part in pd.Series(np.arange(m)).groupby(keys.to_numpy(), sort=False):
-        first = nested.iloc[int(part.iat[0])]
-        lanes.append((int(first["rank"]), str(first["group"]), str(first["lane"]), n + part.to_numpy()))
-    own = np.concatenate([np.zeros(n, bool), nested["own"].to_numpy(bool)])
-    depth = np.concatenate([np.zeros(n, np.int64), nested["depth"].to_numpy(np.int64)])
-    return names, both, np.concatenate([codes, mine]), ts, end, own, depth, lanes
+    stop = start + np.maximum(nested["dur_ns"].to_numpy(np.int64), 0)
+    lanes = [(int(rank), str(group), str(lane), rows)  # in the order each lane first comes
+             for (rank, group, lane), rows in nested.groupby(["rank", "group", "lane"], sort=False).indices.items()]
+    return (names, both, mine, start, stop, nested["own"].to_numpy(bool), nested["depth"].to_numpy(np.int64), lanes)
 
 
 def nested_kinds(names: np.ndarray, kinds: np.ndarray, ev: pd.DataFrame, nested: pd.DataFrame) -> np.ndarray:

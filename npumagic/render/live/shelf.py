@@ -26,7 +26,8 @@ import pandas as pd
 from ...analysis import store
 
 log = logging.getLogger(__name__)
-FORMAT = 2  # this index's own layout (the store's FORMAT and npumagic's version are checked too)
+FORMAT = 3  # this index's own layout (the store's FORMAT and npumagic's version are checked too); 3: the critical
+# path null where it was not built yet (2 stored none past 1M events: those are built again)
 FOLDER = "timeline"
 ARRAYS = ("starts", "ends", "reach", "codes", "rows", "depth", "union_starts", "union_ends", "union_cum")
 # a smaller index is built again in about 0.1 s: no folder is written beside the user's trace for it
@@ -63,6 +64,7 @@ class Shelf:
         self.folder = store.location(path) / FOLDER
         self.stamps = _sources(self.path)
         self.doc: dict | None = None
+        self._critical: pd.DataFrame | None = None
 
     @classmethod
     def of(cls, path: str | None, events: int) -> "Shelf | None":
@@ -96,6 +98,8 @@ class Shelf:
                 arrays.update({a: np.load(self.folder / f"{k}.{a}.npy", mmap_mode="r")
                                for a in OPTIONAL if (self.folder / f"{k}.{a}.npy").exists()})
                 out.append(dict(arrays, rank=rank, name=name, group=group, overview=doc["overviews"][k]))
+            # read with the lanes: the path's lanes are among them, its spans must be there too
+            self._critical = None if doc["critical"] is None else _read_table(self.folder, "critical", doc["critical"])
             self.doc = doc
             return out
         except (OSError, ValueError, KeyError, TypeError) as exc:  # damaged: build again
@@ -106,13 +110,12 @@ class Shelf:
         """The findings' marks stored with the lanes (read after :meth:`lanes` found them)."""
         return None if self.doc is None else pd.DataFrame(self.doc["marks"], columns=self.doc["marks_columns"])
 
-    def critical(self) -> pd.DataFrame:
-        """The critical path's spans stored with the lanes (read after :meth:`lanes` found them)."""
+    def critical(self) -> pd.DataFrame | None:
+        """The critical path's spans stored with the lanes (read after :meth:`lanes` found them);
+        None where the index was stored before its critical path was built."""
         from .nested import COLUMNS
 
-        rows = (self.doc or {}).get("critical") or []
-        return pd.DataFrame(rows, columns=COLUMNS).astype({"ts_ns": np.int64, "dur_ns": np.int64, "step": np.int64,
-                                                           "rank": np.int64, "depth": np.int64, "own": bool})
+        return None if self._critical is None else self._critical[COLUMNS]
 
     def write(self, lanes: list[dict], marks: pd.DataFrame, critical: pd.DataFrame | None = None) -> bool:
         """Write the index (``lanes`` as :meth:`lanes` gives them, an array that is another of its
@@ -138,7 +141,8 @@ class Shelf:
                    # an array that is another of its lane (a device stream's reach is its ends): its name
                    "aliases": [{a: ln[a] for a in ARRAYS if isinstance(ln.get(a), str)} for ln in lanes],
                    "marks_columns": list(marks.columns), "marks": json.loads(marks.to_json(orient="values")),
-                   "critical": [] if critical is None else json.loads(critical.to_json(orient="values"))}
+                   # its spans' columns as arrays too (millions of spans on a trace of millions of events)
+                   "critical": None if critical is None else _save_table(tmp, "critical", critical)}
             (tmp / store.MANIFEST).write_text(json.dumps(doc))
             shutil.rmtree(self.folder, ignore_errors=True)
             os.replace(tmp, self.folder)
@@ -169,3 +173,26 @@ class Shelf:
             np.save(self.folder / f"{k}.levels.npy", np.array([[lo, b] for lo, b, _, _ in levels], dtype=np.float64))
         except OSError as exc:
             log.debug("pyramid of lane %s not stored: %s", k, exc)
+
+
+def _save_table(folder: Path, prefix: str, table: pd.DataFrame) -> dict:
+    """``table``'s columns as ``PREFIX.COLUMN.npy`` in ``folder``, a text column as codes into its
+    texts (listed in the returned dict, which :func:`_read_table` reads it back with)."""
+    doc = {"columns": [str(c) for c in table.columns], "texts": {}}
+    for c in table.columns:
+        values = table[c]
+        if values.dtype.kind in "biuf":
+            np.save(folder / f"{prefix}.{c}.npy", values.to_numpy())
+        else:
+            codes, texts = pd.factorize(values)
+            doc["texts"][str(c)] = [str(t) for t in texts]
+            np.save(folder / f"{prefix}.{c}.npy", codes.astype(np.int32))
+    return doc
+
+
+def _read_table(folder: Path, prefix: str, doc: dict) -> pd.DataFrame:
+    columns = {}
+    for c in doc["columns"]:
+        values = np.load(folder / f"{prefix}.{c}.npy")
+        columns[c] = pd.array(doc["texts"][c], dtype="str").take(values, allow_fill=True) if c in doc["texts"] else values
+    return pd.DataFrame(columns, columns=doc["columns"])

@@ -607,11 +607,13 @@ export default {
       if (d.error) { tip.textContent = d.error; return; }
       tip.textContent = (d.lines || [d.name]).join("\n");
     });
+    // lanes the kernel added after the first view (the critical path): drawn, and the view asked again for them
     model.on("change:frame", () => {
       frame = model.get("frame"); layout = rowsOf(frame, collapsed, folded);
       const fresh = legendOf(frame); legend.replaceWith(fresh); legend = fresh;
       kindColor = Object.fromEntries((frame.legend || []).map(l => [l.kind, l.color]));
       draw();
+      if ((tiles.lanes || []).length < frame.lanes.length) ask();
     });
     const resize = new ResizeObserver(() => { draw(); if (Math.abs(plotWidth() - (tiles.width || 0)) > 2) ask(); });
     resize.observe(root);

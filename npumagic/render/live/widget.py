@@ -48,7 +48,8 @@ class TimelineWidget(anywidget.AnyWidget):
     launch and device work."""
 
     _esm = Path(__file__).with_name("timeline.js")
-    frame = traitlets.Dict().tag(sync=True)  # lanes, series, steps, extent, title, legend: drawn once
+    # lanes, series, steps, extent, title, legend: drawn once, and again when the index grows (grown())
+    frame = traitlets.Dict().tag(sync=True)
     # set by the browser: Any, so a message that is no dict reaches _answer / _describe and is
     # answered, instead of failing the trait's type check inside the comm handler
     view = traitlets.Any({}).tag(sync=True)
@@ -72,12 +73,21 @@ class TimelineWidget(anywidget.AnyWidget):
         self.index = index
         self.title, self.source = title, source  # the profiler output read again to export it (none held)
         self.run_name = run  # the history's name of the run shown, or "" (its export's default file name)
-        self.frame = dict(index.layout(), title=title, legend=legend(index))
+        self.frame = self._frame()
         lo, hi = self.frame["extent"]
         self.view = {"t0": lo, "t1": hi, "width": DEFAULT_WIDTH_PX, "seq": 0}
         self._matches: Matches | None = None
         self._at = -1  # the match shown
         remember(source, self)
+
+    def _frame(self) -> dict:
+        with self.index.lock:
+            return dict(self.index.layout(), title=self.title, legend=legend(self.index))
+
+    def grown(self) -> None:
+        """Send the lanes again, after the index grew (its critical path's lanes, built after the
+        first view): the browser draws them and asks its view again (the answer then holds them)."""
+        self.frame = self._frame()
 
     @traitlets.observe("view")
     def _answer(self, change) -> None:
@@ -90,7 +100,8 @@ class TimelineWidget(anywidget.AnyWidget):
             self.tiles = {"seq": seq, "error": f"view refused: {exc}", "lanes": [], "names": [], "series": []}
             return
         began = time.perf_counter()
-        answer = self.index.query(t0, t1, width)
+        with self.index.lock:
+            answer = self.index.query(t0, t1, width)
         answer.update(seq=seq, query_ms=round((time.perf_counter() - began) * 1e3, 2))
         self.tiles = answer
         log.debug("timeline view %.3f..%.3f ms at %s px answered in %s ms", t0, t1, width, answer["query_ms"])
@@ -104,7 +115,8 @@ class TimelineWidget(anywidget.AnyWidget):
         try:
             if not isinstance(p, dict):
                 raise ValueError(f"a probe is {{\"id\": N}}, not {type(p).__name__}")
-            self.detail = dict(self.index.details(_event_id(row, len(self.index.events))), id=row)
+            with self.index.lock:
+                self.detail = dict(self.index.details(_event_id(row, len(self.index.events))), id=row)
         except ValueError as exc:
             log.debug("timeline probe %r refused: %s", p, exc)
             self.detail = {"id": _seq(row), "error": f"probe refused: {exc}"}
@@ -124,10 +136,11 @@ class TimelineWidget(anywidget.AnyWidget):
             query, regex = f.get("query"), f.get("regex", False)
             if not isinstance(regex, bool):
                 raise ValueError(f"regex {regex!r:.40}: true or false")
-            if move and self._matches is not None and (query, regex) == (self._matches.query, self._matches.regex):
-                self._step(move)
-            else:
-                self.search(query, regex)
+            with self.index.lock:  # the view it moves to is answered under it too (a lock of this thread again)
+                if move and self._matches is not None and (query, regex) == (self._matches.query, self._matches.regex):
+                    self._step(move)
+                else:
+                    self.search(query, regex)
             self.found = dict(self.found, seq=seq)
         except ValueError as exc:
             log.debug("timeline search %r refused: %s", f, exc)
@@ -141,7 +154,8 @@ class TimelineWidget(anywidget.AnyWidget):
         seq = _seq(s.get("seq", 0) if isinstance(s, dict) else None)
         try:
             t0, t1, _ = _read_view(dict(s, width=None) if isinstance(s, dict) else s)
-            self.selection = dict(aggregate(self.index, t0, t1), seq=seq)
+            with self.index.lock:
+                self.selection = dict(aggregate(self.index, t0, t1), seq=seq)
         except ValueError as exc:
             log.debug("timeline selection %r refused: %s", s, exc)
             self.selection = {"seq": seq, "error": f"selection refused: {exc}"}
@@ -155,7 +169,8 @@ class TimelineWidget(anywidget.AnyWidget):
         try:
             if not isinstance(p, dict):
                 raise ValueError(f"a click is {{\"id\": N}}, not {type(p).__name__}")
-            self.flow = dict(flows(self.index, _event_id(p.get("id"), len(self.index.events))), seq=seq, id=p["id"])
+            with self.index.lock:
+                self.flow = dict(flows(self.index, _event_id(p.get("id"), len(self.index.events))), seq=seq, id=p["id"])
         except ValueError as exc:
             log.debug("timeline click %r refused: %s", p, exc)
             self.flow = {"seq": seq, "error": f"click refused: {exc}", "arrows": []}
@@ -200,7 +215,8 @@ class TimelineWidget(anywidget.AnyWidget):
         """Find the events whose name holds ``query`` (case-insensitive; a regular expression with
         ``regex=True``) and show the first one from the view's start on. Returns how many there
         are; :meth:`next` and :meth:`previous` show the others."""
-        self._matches = search(self.index, query, regex)
+        with self.index.lock:
+            self._matches = search(self.index, query, regex)
         if not len(self._matches):
             self._at = -1
             self.found = {"query": query, "regex": regex, "count": 0, "at": 0, "names": []}

@@ -46,6 +46,7 @@ KINETO_FILES = (".pt.trace.json", ".pt.trace.json.gz")  # what torch.profiler's 
 NESTED_DEPTH = 4  # folder levels searched below the one given
 NESTED_ENTRIES = 20_000  # files and folders looked at, at most
 SNIFF_BYTES = 2**20  # Kineto writes its small header (schemaVersion, deviceProperties, ...) first
+SNIFF_STEP = 2**16
 
 
 class AscendReader:
@@ -140,9 +141,20 @@ def _nested_traces(path: Path) -> list[Path]:
 def _looks_like_trace(path: Path) -> bool:
     """Whether a *.json[.gz] file starts as a Chrome trace: an event array, or an object with a
     ``traceEvents`` key in its first MiB."""
+    head = b""
     try:
         with open_trace(path) as fh:
-            head = fh.read(SNIFF_BYTES)
+            # read a little at a time: the key is in the first few KiB of a trace, and inflating a
+            # whole MiB of a .gz to find it cost more than the rest of the sniff (it is read again)
+            while len(head) < SNIFF_BYTES:
+                more = fh.read(min(SNIFF_STEP, SNIFF_BYTES - len(head)))
+                head += more
+                if not more or _trace_head(head):
+                    break
     except (OSError, NpumagicError):
         return True  # unreadable: let the reader name what is wrong with it
+    return _trace_head(head)
+
+
+def _trace_head(head: bytes) -> bool:
     return head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[" or b'"traceEvents"' in head

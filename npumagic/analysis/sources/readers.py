@@ -16,8 +16,6 @@ from ...errors import NpumagicError, TraceError
 from ._inflate import open_trace
 from . import kineto
 from .ascend import discover
-from .ascend import outline as ascend_outline
-from .ascend import reader as ascend_reader
 
 
 class Reader(Protocol):
@@ -52,7 +50,15 @@ SNIFF_STEP = 2**16
 class AscendReader:
     """torch_npu's ``*_ascend_pt`` rank directories, one rank each."""
 
-    name, unit, leaves_out_unreadable, outline = "ascend", "rank", True, ascend_outline
+    name, unit, leaves_out_unreadable = "ascend", "rank", True
+
+    # torch_npu's reader and outline (CSV, SQLite) are imported where a job is torch_npu's: a
+    # Kineto trace's analysis never loads them
+    @property
+    def outline(self):
+        from .ascend import outline
+
+        return outline
 
     def sniff(self, path: Path) -> list[Path] | None:
         inside = path if path.is_dir() else path.parent  # torch_npu's ASCEND_PROFILER_OUTPUT or a file in it
@@ -63,13 +69,17 @@ class AscendReader:
         return None
 
     def read(self, paths: list[Path], progress=None):
-        return ascend_reader.read(paths, progress=progress)
+        from .ascend import reader
+
+        return reader.read(paths, progress=progress)
 
     def rank_groups(self, paths: list[Path]) -> list[list[Path]]:
         return [[p] for p in paths]
 
     def merge_meta(self, paths: list[Path], metas: list[dict], unreadable: dict | None = None) -> dict:
-        return ascend_reader.merge_meta(paths, metas, unreadable)
+        from .ascend import reader
+
+        return reader.merge_meta(paths, metas, unreadable)
 
 
 class KinetoReader:

@@ -7,7 +7,8 @@ times, and prints the median wall time of plain runs, its ratio to ``python -c p
 interpreter's own start, measured alike), the median time its imports took in runs with ``-X
 importtime`` (interleaved with the plain ones; the top-level entries, whose own overhead they
 include) with their share of those runs' wall time, which of pandas, numpy, torch
-and matplotlib it imported, and the heaviest top-level imports of the last run. Targets (issue
+and matplotlib it imported, and the heaviest top-level imports of the last run; and ``python -c
+"import pandas, numpy"`` alike, the floor under ``analyze`` (it reads the trace with them). Targets (issue
 45): ``--help``, ``runs``, ``export`` and ``check`` import no pandas, numpy, torch or matplotlib,
 ``--help`` and ``runs`` answer under 0.3 s;
 ``analyze`` of a small trace under 0.6 s.
@@ -38,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = ROOT.parent / "shared" / "data" / "cuda" / "ns_resolution"
 HEAVY = ("pandas", "numpy", "torch", "matplotlib")
+FLOOR = "import pandas, numpy"
 LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 
 
@@ -60,10 +62,10 @@ def run(argv: list[str], env: dict[str, str], importtime: bool = True) -> tuple[
     return wall, top, sorted(heavy)
 
 
-def bare_python(env: dict[str, str]) -> float:
-    """Wall seconds of ``python -c pass`` in a fresh process."""
+def bare_python(env: dict[str, str], code: str = "pass") -> float:
+    """Wall seconds of ``python -c CODE`` in a fresh process."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "pass"], check=True, env=env)
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
     return time.perf_counter() - start
 
 
@@ -92,6 +94,9 @@ def main() -> None:
               f"{'bytecode compiled at every run' if args.no_bytecode_cache else 'bytecode cached, as installed'}")
         bare = statistics.median(bare_python(env) for _ in range(args.repeat))
         print(f"python -c pass: {bare:.3f} s")
+        # what analyze cannot go below: the interpreter and the two libraries that read the trace
+        floor = statistics.median(bare_python(env, FLOOR) for _ in range(args.repeat))
+        print(f"python -c '{FLOOR}': {floor:.3f} s ({floor / bare:.1f}x python -c pass), analyze's floor")
         for argv in (["--help"], ["runs", history], ["runs", history, "--json"], ["rules", history],
                      ["export", history], ["check", "fixed", "--history", history],
                      ["analyze", args.trace], ["analyze", args.trace, "--json"]):
@@ -105,7 +110,8 @@ def main() -> None:
             traced = statistics.median(w for w, _, _ in runs)
             top = sorted(runs[-1][1].items(), key=lambda kv: -kv[1])[:5]
             shown = ["DIR" if a == history else a for a in argv]
-            print(f"npumagic {' '.join(shown)}: {wall:.2f} s ({wall / bare:.1f}x python -c pass), imports {imports:.2f} s "
+            over = f", {wall - floor:.2f} s over the floor" if argv[0] == "analyze" else ""
+            print(f"npumagic {' '.join(shown)}: {wall:.2f} s ({wall / bare:.1f}x python -c pass{over}), imports {imports:.2f} s "
                   f"({imports / traced:.0%} of {traced:.2f} s with -X importtime), importing {', '.join(runs[-1][2]) or 'none'} of {', '.join(HEAVY)}; "
                   f"heaviest: {', '.join(f'{name} {t * 1000:.0f} ms' for name, t in top)}")
         print(f"load average {os.getloadavg()[0]:.2f} at the end")

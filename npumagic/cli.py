@@ -424,41 +424,50 @@ def _trigger_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="active steps to record (default the job's --steps)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of every subcommand: those of :data:`~npumagic.commands.COMMANDS`, then
-    the CLI's own (check, show, run, trigger, mcp, demo)."""
+def _subcommands() -> list[tuple]:
+    """(name, handler, help, declare its arguments, what --json adds or None for no --json) of
+    every subcommand: those of :data:`~npumagic.commands.COMMANDS`, then the CLI's own."""
+    return [(command.name, CLI_HANDLERS.get(command.name, _command), command.help, _arguments_of(command),
+             JSON_DETAIL.get(command.name, "")) for command in COMMANDS] + [
+        ("check", _check, "check a run against the band learned from the earlier runs of its configuration (exit 1 "
+                          "outside it, 0 inside or before 2 earlier runs give a band, 3 when the run cannot be judged: "
+                          "contended, or a single step)", _check_arguments, ""),
+        ("show", _show, "draw one view of an output to an image file (default the timeline)", _show_arguments,
+         ": the file written and the view's data"),
+        ("mcp", _mcp, "serve these analyses to coding assistants: a Model Context Protocol server over stdio",
+         _mcp_arguments, None),
+        ("run", run_command, "run a command unmodified (python train.py, torchrun ...) under the scheduled capture: "
+                             "the trace of each rank, the step table, the checklist, and a run in the history; exits "
+                             "with the command's own status", run_arguments,
+         " on stdout (the command's own output goes to stderr)"),
+        ("ab", ab_command, "decide whether script B steps faster than script A on a shared machine: short captures "
+                           "of each alternated (A B B A ...), decided on their paired median steps", ab_arguments,
+         ": the decision and the figures"),
+        ("trigger", send_trigger, "make a job started with `npumagic run --on-demand` capture its next steps",
+         _trigger_arguments, ": the trigger sent"),
+        ("demo", _demo, "profile a small CPU training loop through the magics in a real IPython shell",
+         lambda p: p.add_argument("--out", default=DEMO_DIR, help=f"output directory (default ./{DEMO_DIR})"), None),
+    ]
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argparse parser of every subcommand (:func:`_subcommands`); with ``only``, of that
+    subcommand alone: what parsing its command line needs (declaring the others cost 5-12 ms of
+    every command's start), its usage and errors worded as the whole parser words them."""
+    subcommands = _subcommands()
     parser = argparse.ArgumentParser(prog="npumagic", description="Profile analysis for PyTorch on Ascend NPU, CUDA and "
                                                                   "CPU: the notebook magics' analyses, offline.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def add(name: str, func, help_text: str, options, json: str | None = "") -> None:
+    # with only one declared, the usage line still names them all, as argparse spells its choices
+    sub = parser.add_subparsers(dest="command", required=True, metavar=None if only is None else
+                                "{" + ",".join(name for name, *_ in subcommands) + "}")
+    for name, func, help_text, options, json in subcommands:
+        if only is not None and name != only:
+            continue
         p = sub.add_parser(name, help=help_text, description=help_text.replace("%%", "%"))  # help is %-formatted
         p.set_defaults(func=func)
         options(p)
         if json is not None:  # the one declaration of --json
             p.add_argument("--json", action="store_true", help=f"machine-readable output{json}")
-
-    for command in COMMANDS:
-        add(command.name, CLI_HANDLERS.get(command.name, _command), command.help, _arguments_of(command),
-            JSON_DETAIL.get(command.name, ""))
-    add("check", _check, "check a run against the band learned from the earlier runs of its configuration (exit 1 "
-                         "outside it, 0 inside or before 2 earlier runs give a band, 3 when the run cannot be judged: "
-                         "contended, or a single step)", _check_arguments)
-    add("show", _show, "draw one view of an output to an image file (default the timeline)", _show_arguments,
-        ": the file written and the view's data")
-    add("mcp", _mcp, "serve these analyses to coding assistants: a Model Context Protocol server over stdio",
-        _mcp_arguments, None)
-    add("run", run_command, "run a command unmodified (python train.py, torchrun ...) under the scheduled capture: "
-                            "the trace of each rank, the step table, the checklist, and a run in the history; exits "
-                            "with the command's own status", run_arguments,
-        " on stdout (the command's own output goes to stderr)")
-    add("ab", ab_command, "decide whether script B steps faster than script A on a shared machine: short captures "
-                          "of each alternated (A B B A ...), decided on their paired median steps", ab_arguments,
-        ": the decision and the figures")
-    add("trigger", send_trigger, "make a job started with `npumagic run --on-demand` capture its next steps",
-        _trigger_arguments, ": the trigger sent")
-    add("demo", _demo, "profile a small CPU training loop through the magics in a real IPython shell",
-        lambda p: p.add_argument("--out", default=DEMO_DIR, help=f"output directory (default ./{DEMO_DIR})"), None)
     return parser
 
 
@@ -492,7 +501,9 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; return the exit status (2 on bad input)."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    named = argv[0] if argv and argv[0] in {name for name, *_ in _subcommands()} else None
+    args = build_parser(only=named).parse_args(argv)
     python_format, warnings.formatwarning = warnings.formatwarning, _one_line_warning  # printed ones only
     # no escape sequence from a trace reaches the terminal; stderr's messages are made safe where
     # they are written (the progress bar there needs its carriage returns)

@@ -11,26 +11,31 @@ import sys
 
 import pytest
 
+from npumagic.cli import _subcommands, build_parser
+
 from .conftest import CUDA, need
 
 HEAVY = ("pandas", "numpy", "torch", "matplotlib")
 # what no command below needs: the notebook's, plotting, SQL and cluster stacks, and the comparison
 # of two runs (about 12 ms of dataclasses to define)
 UNUSED = ("IPython", "scipy", "duckdb", "dask", "npumagic.analysis.compare")
-# runs the CLI as the console script does, then says on stderr's last line which heavy modules it imported
-PROBE = f"""
+# torch_npu's reader and outline (CSV tables, SQLite): a Kineto trace's analysis needs neither
+ASCEND_READER = ("npumagic.analysis.sources.ascend.reader", "npumagic.analysis.sources.ascend.outline", "sqlite3")
+# runs the CLI as the console script does, then says on stderr's last line which of WATCHED it imported
+PROBE = """
 import json, sys
 from npumagic.cli import main
 try:
     status = main(sys.argv[1:])
 except SystemExit as exit:
     status = exit.code
-print(json.dumps([status, sorted(m for m in {HEAVY + UNUSED!r} if m in sys.modules)]), file=sys.stderr)
+print(json.dumps([status, sorted(m for m in WATCHED if m in sys.modules)]), file=sys.stderr)
 """
 
 
-def probe(*argv: str, cwd=None, env=None) -> tuple[int, list[str], str]:
-    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, cwd=cwd, timeout=120,
+def probe(*argv: str, cwd=None, env=None, watched=HEAVY + UNUSED) -> tuple[int, list[str], str]:
+    code = f"WATCHED = {tuple(watched)!r}\n{PROBE}"
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=cwd, timeout=120,
                           env=env)
     *said, last = done.stderr.strip().splitlines()
     status, heavy = json.loads(last)
@@ -70,6 +75,32 @@ def test_analyze_imports_pandas_and_numpy_only(json_flag):
     trace = need(CUDA / "ns_resolution")
     status, heavy, _ = probe("analyze", str(trace), *json_flag)
     assert (status, heavy) == (0, ["numpy", "pandas"])
+
+
+def test_analyze_of_a_kineto_trace_loads_no_torch_npu_reader():
+    # GIVEN the shared V100 Kineto trace WHEN `npumagic analyze` reads it THEN torch_npu's reader,
+    # its outline and SQLite stay unloaded: only a torch_npu job's reading imports them
+    trace = need(CUDA / "ns_resolution")
+    status, loaded, _ = probe("analyze", str(trace), "--json", watched=ASCEND_READER)
+    assert (status, loaded) == (0, [])
+
+
+@pytest.mark.parametrize("name", [name for name, *_ in _subcommands()])
+def test_one_subcommand_parses_as_the_whole_parser_does(name, capsys):
+    # GIVEN the parser `npumagic NAME ...` builds (that subcommand alone declared) WHEN it words
+    # its usage, the subcommand's help and an error THEN each reads as the whole parser's
+    whole, alone = build_parser(), build_parser(only=name)
+    choices = lambda parser: parser._subparsers._group_actions[0].choices  # noqa: E731
+    assert list(choices(alone)) == [name]
+    assert alone.format_usage() == whole.format_usage()
+    assert choices(alone)[name].format_help() == choices(whole)[name].format_help()
+    said = []
+    for parser in (whole, alone):
+        with pytest.raises(SystemExit):
+            parser.parse_args([name, "--no-such-option"])
+        said.append(capsys.readouterr().err)
+    assert said[0] == said[1]
+    assert "unrecognized arguments: --no-such-option" in said[0] or "the following arguments are required" in said[0]
 
 
 def test_the_public_api_loads_on_first_use():

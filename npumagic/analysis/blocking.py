@@ -121,12 +121,14 @@ def user_call(op: str, runtime: str, device_module: str) -> tuple[str, bool]:
     return runtime, False
 
 
-def blocking_units(ev: pd.DataFrame, device_busy: Spans | None, device_module: str = "cuda") -> pd.DataFrame:
+def blocking_units(ev: pd.DataFrame, device_busy: Spans | None, device_module: str = "cuda",
+                   blocking: np.ndarray | None = None) -> pd.DataFrame:
     """One row per blocking unit in the steps: a top-level host operator that blocked (or a bare
     runtime call), with ``blocked_ns`` (host time from its first blocking event to the end of its
-    last) and ``idle_ns`` (device idle within that time; NaN without device lanes)."""
+    last) and ``idle_ns`` (device idle within that time; NaN without device lanes); ``blocking``:
+    :func:`blocking_mask` of ``ev``, where the caller has it."""
     columns = ["call", "op", "lane", "ts_ns", "blocked_ns", "idle_ns", "step", "library"]
-    block = ev[blocking_mask(ev) & (ev["step"].to_numpy() >= 0)]
+    block = ev[(blocking_mask(ev) if blocking is None else blocking) & (ev["step"].to_numpy() >= 0)]
     if block.empty:
         return pd.DataFrame(columns=columns)
     ops = ev.loc[((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy(), ["name", "lane", "ts_ns", "dur_ns"]]

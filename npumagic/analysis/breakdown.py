@@ -120,16 +120,18 @@ def cycle_of(ts_ns: np.ndarray, bounds: np.ndarray) -> np.ndarray:
 
 
 def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool,
-               bounds: np.ndarray | None = None, host_tail: bool = False) -> pd.DataFrame:
+               bounds: np.ndarray | None = None, host_tail: bool = False,
+               blocking: np.ndarray | None = None) -> pd.DataFrame:
     """Per-step breakdown (:data:`STEP_COLUMNS`) of one rank's events ``ev`` and its ``steps``
     (sorted by start); ``bounds``: where its later profiling cycles begin (:func:`cycle_bounds`);
     ``host_tail``: each cycle's last step holds the host work recorded after its last device
-    activity (see :func:`device_windows`)."""
+    activity (see :func:`device_windows`); ``blocking``: :func:`blocking_mask` of ``ev``, where
+    the caller has it."""
     if steps.empty:
         return pd.DataFrame(columns=STEP_COLUMNS)
     kind = ev["kind"]
     dataloader = spans_of(ev[kind == "dataloader"])
-    syncs = spans_of(ev[blocking_mask(ev)])
+    syncs = spans_of(ev[blocking_mask(ev) if blocking is None else blocking])
     host_start = steps["start_ns"].to_numpy()
     host_end = steps["end_ns"].to_numpy()
     if device_mode:

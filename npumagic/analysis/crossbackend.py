@@ -72,8 +72,10 @@ def launch_points(e: pd.DataFrame) -> pd.DataFrame:
     host = e["device"].to_numpy() < 0
     launch = _at(e[host & e["kind"].isin(LAUNCH_KINDS).to_numpy() & (e["correlation"] >= 0).to_numpy()])
     queue = e[host & text_mask(e["name"], lambda n: n == "Enqueue")]
+    if not len(queue):  # no task queue (CUDA, ROCm, a CPU run): the launches are where they ran
+        return launch
     dequeue = _outermost(e[host & text_mask(e["name"], lambda n: n.str.startswith("Dequeue"))], keep="correlation")
-    if len(queue) and len(dequeue):
+    if len(dequeue):
         inside = _enclosing(launch, dequeue, "correlation", suffix="_queue")
         enqueue = _at(queue).drop_duplicates("correlation").set_index("correlation")
         moved = inside["correlation_queue"].map(enqueue["ts"])

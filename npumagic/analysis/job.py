@@ -103,7 +103,7 @@ def _analyze(reader: sources.Reader, fmt: str, paths: list[Path], path: str | Pa
         return _outline(reader, path, paths, rank, progress)
     groups = reader.rank_groups(paths)
     if not _on_dask(len(groups), scheduler):
-        return summarize(sources.load(path, progress=progress), rank)
+        return summarize(sources.load(path, progress=progress, found=(fmt, paths)), rank)
     results = _run_on_dask(reader, groups, scheduler, progress)
     read, metas, unreadable = [], [], {}
     for group, (per_rank, meta, caught, error) in zip(groups, results):

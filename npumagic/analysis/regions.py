@@ -126,22 +126,28 @@ def innermost(tree: Tree, thread: np.ndarray, ts: np.ndarray) -> np.ndarray:
     s = tree.spans
     if not len(s) or not len(ts):
         return np.full(len(ts), -1, np.int64)
-    points = pd.DataFrame({"thread": np.asarray(thread).astype(str), "ts": np.asarray(ts, np.int64),
-                           "order": np.arange(len(ts))}).sort_values("ts", kind="stable")
-    starts = pd.DataFrame({"thread": s["thread"].astype(str), "ts": s["ts"], "span": np.arange(len(s))})
-    found = pd.merge_asof(points, starts.sort_values("ts", kind="stable"), on="ts", by="thread", direction="backward")
-    span = found["span"].fillna(-1).to_numpy(np.int64)
-    at = found["ts"].to_numpy(np.int64)
+    at, span_ts = np.asarray(ts, np.int64), s["ts"].to_numpy(np.int64)
+    # per thread, the last span (of those starting together, the last in the tree's order) to
+    # start at or before each point: what a merge_asof by thread found, at a fraction of its cost
+    codes, _ = pd.factorize(np.concatenate([s["thread"].astype(str).to_numpy(object),
+                                            np.asarray(thread).astype(str).astype(object)]))
+    span_code, point_code = codes[:len(s)], codes[len(s):]
+    spans = np.lexsort((span_ts, span_code))  # by thread, then start; stable: ties keep the tree's order
+    points = np.argsort(point_code, kind="stable")
+    span_edges = np.searchsorted(span_code[spans], np.arange(span_code.max() + 2))
+    point_edges = np.searchsorted(point_code[points], np.arange(span_code.max() + 2))
+    out = np.full(len(at), -1, np.int64)
+    for c in range(span_code.max() + 1):  # the threads that have spans
+        mine, here = spans[span_edges[c]:span_edges[c + 1]], points[point_edges[c]:point_edges[c + 1]]
+        k = np.searchsorted(span_ts[mine], at[here], side="right") - 1
+        out[here] = np.where(k >= 0, mine[np.maximum(k, 0)], -1)
     end, parent = s["end"].to_numpy(np.int64), s["parent"].to_numpy(np.int64)
-    out = span.copy()
     while True:  # the last span to start may have ended: its ancestors may still be open
         ended = (out >= 0) & (end[np.maximum(out, 0)] <= at)
         if not ended.any():
             break
         out[ended] = parent[out[ended]]
-    result = np.empty(len(ts), np.int64)
-    result[found["order"].to_numpy()] = out
-    return result
+    return out
 
 
 def _inclusive(values: np.ndarray, parent: np.ndarray) -> np.ndarray:

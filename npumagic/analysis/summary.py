@@ -18,7 +18,7 @@ from . import counters as hw
 from . import path_bound
 from . import schema
 from .schema import Trace
-from .blocking import BLOCKING_COLUMNS, blocking_table, blocking_units, device_busy
+from .blocking import BLOCKING_COLUMNS, blocking_table, blocking_units, device_busy, pageable_copy_launches
 from .breakdown import cycle_bounds, disagreement, step_table, vendor_rule, vendor_step_table
 from .collectives import LINK_COLUMNS, comm_table, communication_matrix
 from .device_memory import memory_table
@@ -223,10 +223,11 @@ def combine(per_rank: dict[int, Summary], rank: int | None = None) -> Summary:
 
 
 def _step_breakdown(trace: Trace, rank: int, ev: pd.DataFrame, steps: pd.DataFrame,
-                    bounds) -> tuple[pd.DataFrame, bool, dict, str]:
+                    bounds, blocking: np.ndarray) -> tuple[pd.DataFrame, bool, dict, str]:
     """One rank's step table (from its events, or torch_npu's step_trace_time where only that is
     there or the events disagree with it), whether it is a device's, the rank's sources and the
-    note that says where the two disagreed ("" where they did not)."""
+    note that says where the two disagreed ("" where they did not); ``blocking``: the rows of
+    ``ev`` that block (:func:`~.blocking.blocking_mask`)."""
     backend = trace.meta.backend or "cpu"
     device_mode = bool((ev["device"].to_numpy() >= 0).any())
     sources = trace.meta.sources.get(rank, {})
@@ -238,7 +239,7 @@ def _step_breakdown(trace: Trace, rank: int, ev: pd.DataFrame, steps: pd.DataFra
     else:
         # a Kineto step cut by ProfilerStep# holds the host's work after its last kernel
         host_tail = backend != "npu" and rank not in trace.meta.steps_from
-        breakdown = step_table(ev, steps, device_mode, bounds, host_tail)
+        breakdown = step_table(ev, steps, device_mode, bounds, host_tail, blocking)
         differ = disagreement(breakdown, vendor.get("step_trace_time")) if backend == "npu" else ""
         as_vendor = vendor_rule(ev) if differ else ev
         if as_vendor is not ev and not disagreement(step_table(as_vendor, steps, device_mode, bounds, host_tail),
@@ -301,7 +302,10 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     backend = trace.meta.backend or "cpu"
     bounds = cycle_bounds(steps, trace.meta.cycle_starts, rank)
     vendor = trace.meta.vendor.get(rank, {})
-    breakdown, device_mode, sources, disagree_note = _step_breakdown(trace, rank, ev, steps, bounds)
+    # the host calls that block, found once for the step table, the syncs and the blocking units
+    host_sync = is_host_sync(ev).to_numpy()
+    blocks = host_sync | pageable_copy_launches(ev)
+    breakdown, device_mode, sources, disagree_note = _step_breakdown(trace, rank, ev, steps, bounds, blocks)
     total_wall = float(breakdown["wall_us"].sum())
     # what reads every event first, so that its temporaries and the copy below are never live at once
     # HTA drops the last step only where ProfilerStep marks cut them, not where npumagic inferred them
@@ -316,8 +320,8 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         return schema.where(ev if columns is None else ev[columns], in_step & mask)
 
     kernel_metrics = _own_categories(mine.kernel_metrics, schema.KERNEL_METRIC_COLUMNS)
-    syncs = sync_table(in_steps((is_host_sync(ev) | (kind == "python")).to_numpy()), max(len(steps), 1))
-    units = blocking_units(ev, device_busy(ev) if device_mode else None, "npu" if backend == "npu" else "cuda")
+    syncs = sync_table(in_steps(host_sync | (kind == "python").to_numpy()), max(len(steps), 1))
+    units = blocking_units(ev, device_busy(ev) if device_mode else None, "npu" if backend == "npu" else "cuda", blocks)
     blocking = blocking_table(units, dict(zip(syncs["name"], syncs["source"])), len(steps))
     kernel_rows = in_steps((kind == "kernel").to_numpy())
     device_kernels = schema.where(kernel_rows, (kernel_rows["device"] >= 0).to_numpy())

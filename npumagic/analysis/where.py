@@ -11,8 +11,6 @@ recorded neither modules nor regions has no :class:`Places` (None), and nothing 
 
 from __future__ import annotations
 
-from collections import Counter
-
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -246,26 +244,28 @@ def placed(s) -> dict[str, list]:
     out = {}
     in_steps = ev["step"].to_numpy() >= 0
     selectors = _selectors()
-    # host_bound and gpu_gaps share one selector: weighed once, kept only until its last rule
-    # (a weight is 8 bytes an event: 80 MB at 10M events)
-    left, kept = Counter(selectors.values()), {}
+    # host_bound and gpu_gaps share one selector: weighed and placed once
+    done: dict[Callable, list | None] = {}
     for rule, select in selectors.items():
-        left[select] -= 1
-        weight = chosen = None  # the last rule's arrays go before this one's are made
-        weight = kept.pop(select) if select in kept else select(s, ev) * in_steps
-        if left[select]:
-            kept[select] = weight
-        if not (weight > 0).any():
-            continue
-        chosen = weight > 0
-        module, region = where.of(ev[chosen])
-        name, share = largest(module, weight[chosen])
-        kind = "module"
-        if not name:
-            (name, share), kind = largest(region, weight[chosen]), "region"
-        if name:
-            out[rule] = [f"{kind} {name}", float(share)]  # a list: it reads back from JSON as it was stored
+        if select not in done:
+            done[select] = _place(where, ev, select(s, ev) * in_steps)
+        if done[select] is not None:
+            out[rule] = list(done[select])  # a list: it reads back from JSON as it was stored
     return out
+
+
+def _place(where: Places, ev: pd.DataFrame, weight: np.ndarray) -> list | None:
+    """[place, share] of the events weighing ``weight`` (the module, else the region, holding the
+    largest share of it); None where none weighs anything or no place holds enough."""
+    chosen = weight > 0
+    if not chosen.any():
+        return None
+    module, region = where.of(ev[chosen])
+    name, share = largest(module, weight[chosen])
+    kind = "module"
+    if not name:
+        (name, share), kind = largest(region, weight[chosen]), "region"
+    return [f"{kind} {name}", float(share)] if name else None
 
 
 def locate(s, findings: list[Finding]) -> list[Finding]:

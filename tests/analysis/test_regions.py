@@ -137,6 +137,18 @@ def test_spans_that_cannot_nest_are_skipped_and_counted_never_a_traceback():
     assert [index.get(i) for i in found] == ["inner", "outer", None, "other thread", "outer"]
 
 
+def test_a_point_where_spans_start_together_is_charged_to_the_inner_one():
+    # GIVEN an outer and an inner span starting at the same ns on one thread, a span on another
+    # WHEN points fall at that start, inside the inner, after it, before any span and on a thread
+    # with none (in no order) THEN each is charged to the innermost span open there, if any
+    tree = nest(span_frame([("outer", "p/Thread 1", 10, 100, 1), ("inner", "p/Thread 1", 10, 20, 1),
+                            ("late", "p/Thread 2", 50, 10, 1)]))
+    index = dict(enumerate(tree.spans["name"]))
+    found = innermost(tree, np.array(["Thread 1", "Thread 2", "Thread 1", "Thread 1", "Thread 3", "Thread 2"]),
+                      np.array([40, 55, 10, 29, 15, 49]))
+    assert [index.get(i) for i in found] == ["outer", "late", "inner", "inner", None, None]
+
+
 def test_a_real_trace_with_a_crossing_annotation_warns_and_counts_it(loop):
     # a copy of the first forward_backward region that starts inside it and ends after it
     events = loop.events

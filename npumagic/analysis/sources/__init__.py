@@ -60,7 +60,7 @@ def progress_bar_class():
     return tqdm
 
 
-def load(path: str | Path, progress: bool = False) -> Trace:
+def load(path: str | Path, progress: bool = False, found: tuple[str, list[Path]] | None = None) -> Trace:
     """Read any supported profiler output into a normalized :class:`~npumagic.analysis.schema.Trace`.
 
     Parameters
@@ -68,12 +68,14 @@ def load(path: str | Path, progress: bool = False) -> Trace:
     path : a trace file, a run directory, or a folder of torch_npu rank directories.
     progress : show a tqdm progress bar (events decoded, files read) while reading; it appears
         only when reading takes longer than half a second.
+    found : ``(format, paths)`` as :func:`detect` gave them for ``path`` (a caller that has
+        detected it already: the format is not sniffed again).
 
     Raises
     ------
     TraceError : naming the file that could not be read and what was expected.
     """
-    fmt, paths = detect(path)
+    fmt, paths = found if found is not None else detect(path)
     bar = None
     if progress:
         tqdm = progress_bar_class()

@@ -16,8 +16,6 @@ from ...errors import NpumagicError, TraceError
 from ._inflate import open_trace
 from . import kineto
 from .ascend import discover
-from .ascend import outline as ascend_outline
-from .ascend import reader as ascend_reader
 
 
 class Reader(Protocol):
@@ -46,12 +44,21 @@ KINETO_FILES = (".pt.trace.json", ".pt.trace.json.gz")  # what torch.profiler's 
 NESTED_DEPTH = 4  # folder levels searched below the one given
 NESTED_ENTRIES = 20_000  # files and folders looked at, at most
 SNIFF_BYTES = 2**20  # Kineto writes its small header (schemaVersion, deviceProperties, ...) first
+SNIFF_STEP = 2**16
 
 
 class AscendReader:
     """torch_npu's ``*_ascend_pt`` rank directories, one rank each."""
 
-    name, unit, leaves_out_unreadable, outline = "ascend", "rank", True, ascend_outline
+    name, unit, leaves_out_unreadable = "ascend", "rank", True
+
+    # torch_npu's reader and outline (CSV, SQLite) are imported where a job is torch_npu's: a
+    # Kineto trace's analysis never loads them
+    @property
+    def outline(self):
+        from .ascend import outline
+
+        return outline
 
     def sniff(self, path: Path) -> list[Path] | None:
         inside = path if path.is_dir() else path.parent  # torch_npu's ASCEND_PROFILER_OUTPUT or a file in it
@@ -62,13 +69,17 @@ class AscendReader:
         return None
 
     def read(self, paths: list[Path], progress=None):
-        return ascend_reader.read(paths, progress=progress)
+        from .ascend import reader
+
+        return reader.read(paths, progress=progress)
 
     def rank_groups(self, paths: list[Path]) -> list[list[Path]]:
         return [[p] for p in paths]
 
     def merge_meta(self, paths: list[Path], metas: list[dict], unreadable: dict | None = None) -> dict:
-        return ascend_reader.merge_meta(paths, metas, unreadable)
+        from .ascend import reader
+
+        return reader.merge_meta(paths, metas, unreadable)
 
 
 class KinetoReader:
@@ -140,9 +151,20 @@ def _nested_traces(path: Path) -> list[Path]:
 def _looks_like_trace(path: Path) -> bool:
     """Whether a *.json[.gz] file starts as a Chrome trace: an event array, or an object with a
     ``traceEvents`` key in its first MiB."""
+    head = b""
     try:
         with open_trace(path) as fh:
-            head = fh.read(SNIFF_BYTES)
+            # read a little at a time: the key is in the first few KiB of a trace, and inflating a
+            # whole MiB of a .gz to find it cost more than the rest of the sniff (it is read again)
+            while len(head) < SNIFF_BYTES:
+                more = fh.read(min(SNIFF_STEP, SNIFF_BYTES - len(head)))
+                head += more
+                if not more or _trace_head(head):
+                    break
     except (OSError, NpumagicError):
         return True  # unreadable: let the reader name what is wrong with it
+    return _trace_head(head)
+
+
+def _trace_head(head: bytes) -> bool:
     return head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[" or b'"traceEvents"' in head

@@ -367,37 +367,55 @@ class _Graph:
         """The edges' weights with ``removal``'s calls and Python taking no time (``rows``: the
         mask that chose this rank's events, to read ``removal.host`` through); a sync on a
         removed call is left out (-1)."""
-        _, src, dst, recorded, _, kind, ev = self._arrays()
+        node_ts, src, dst, recorded, _, kind, ev = self._arrays()
+        edges = self._edges_by_role()
         weight = recorded.copy()
-        weight[kind == "stream_order"] = 0
+        weight[edges["stream_order"]] = 0
         if removal.python:
-            weight[kind == "host_gap"] = 0
+            weight[edges["host_gap"]] = 0
         if removal.host is None:
             return weight
         gone = self.host[np.asarray(removal.host)[rows][self.host]]
         covered = self._covered(gone)
-        node_ts = self._arrays()[0]
-        on_host = np.isin(kind, ("cpu_bound", "sync_wait")) & (ev >= 0)
-        at = np.flatnonzero(on_host)
+        at = edges["on_host"]
         weight[at[covered(ev[at], node_ts[src[at]], node_ts[dst[at]])]] = 0
         if removal.only_time:
             return weight
-        launched = np.flatnonzero(np.isin(kind, ("launch_delay", "gpu_compute_bound", "gpu_communication_bound",
-                                                 "gpu_memcpy")))
-        calls = pd.Series(self.device_launch, index=self.device).reindex(ev[launched]).to_numpy()
-        known = ~np.isnan(calls)
-        calls = calls[known].astype(np.int64)
+        launched, calls = edges["launched"], edges["launched_by"]
         begin = self.ts[calls]
-        weight[launched[known][covered(calls, begin, begin + self.dur[calls])]] = 0
-        syncs = np.flatnonzero(kind == "sync")
+        weight[launched[covered(calls, begin, begin + self.dur[calls])]] = 0
+        syncs = edges["sync"]
         begin = self.ts[ev[syncs]]
         weight[syncs[covered(ev[syncs], begin, begin + self.dur[ev[syncs]])]] = -1
         return weight
 
+    def _edges_by_role(self) -> dict[str, np.ndarray]:
+        """The edges a replay reweighs, by role (made once per graph): stream order, Python
+        between operators, a host call's own time, a device task's (with the call that launched
+        it), a sync."""
+        if not hasattr(self, "_roles"):
+            _, _, _, _, _, kind, ev = self._arrays()
+            codes, names = pd.factorize(kind)
+            named = {n: codes == i for i, n in enumerate(names)}
+            none = np.zeros(len(kind), bool)
+            launched = np.flatnonzero(sum((named.get(k, none) for k in (
+                "launch_delay", "gpu_compute_bound", "gpu_communication_bound", "gpu_memcpy")), none))
+            calls = pd.Series(self.device_launch, index=self.device).reindex(ev[launched]).to_numpy()
+            known = ~np.isnan(calls)
+            self._roles = {
+                "stream_order": np.flatnonzero(named.get("stream_order", none)),
+                "host_gap": np.flatnonzero(named.get("host_gap", none)),
+                "on_host": np.flatnonzero((named.get("cpu_bound", none) | named.get("sync_wait", none)) & (ev >= 0)),
+                "launched": launched[known], "launched_by": calls[known].astype(np.int64),
+                "sync": np.flatnonzero(named.get("sync", none))}
+        return self._roles
+
     def _covered(self, gone: np.ndarray):
         """A test of whether host events lie, on their own thread, inside the ``gone`` events
         (each thread's removed spans, nested or apart, by their start and running latest end)."""
-        position = pd.Index(self.host)
+        if not hasattr(self, "_host_position"):
+            self._host_position = pd.Index(self.host)
+        position = self._host_position
         base = int(self.ts[self.host].min()) if len(self.host) else 0
         shift = np.int64(1) << np.int64(44)  # 4.9 hours of ns: a thread's spans never reach the next's keys
 

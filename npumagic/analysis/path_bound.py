@@ -114,14 +114,16 @@ def bounds(s: Summary, removals: Callable[[pd.DataFrame], dict[str, Removal]]) -
     names = list(wanted)
     rank = int(ev["rank"].iat[0]) if len(ev) else 0
 
-    def replayed(lo: int) -> tuple[int, list[int]]:
+    def replayed(lo: int, which: list[str]) -> tuple[int, dict[str, int]]:
         window = pd.DataFrame({"rank": [rank], "step": [0], "start_ns": [lo], "end_ns": [end]})
-        return replay(ev, window, 0, [wanted[n] for n in names], rank=rank)
+        length, without = replay(ev, window, 0, [wanted[n] for n in which], rank=rank)
+        return length, {n: length - w for n, w in zip(which, without)}
 
-    together, without_together = replayed(start)
-    alone, without_alone = replayed(middle)
-    return {n: PathBound(max(float((together - a) - (alone - b)) / 1e6, 0.0), max(together - alone, 0) / 1e6)
-            for n, a, b in zip(names, without_together, without_alone)}
+    together, lost = replayed(start, names)
+    # what loses nothing over both steps saves nothing: the second step alone is not asked about it
+    alone, lost_alone = replayed(middle, [n for n in names if lost[n] > 0])
+    return {n: PathBound(max(float(lost[n] - lost_alone.get(n, 0)) / 1e6, 0.0), max(together - alone, 0) / 1e6)
+            for n in names}
 
 
 def _window(ev: pd.DataFrame, start: int, end: int) -> pd.DataFrame:

@@ -411,7 +411,7 @@ def bounded(lv: Lever, bound: PathBound | None) -> Lever:
 
 def predict(s: Summary, found: list[Finding]) -> list[Finding]:
     """``found`` with each finding's predicted saving (ms per step), its interval and basis,
-    ranked by the saving (then by impact); a finding already predicted keeps its own. On a
+    ranked by the saving (see :func:`rank`); a finding already predicted keeps its own. On a
     device, a fix's upper end is at most what the step's critical path loses without its cause."""
     out = []
     noise = noise_ms(s)
@@ -423,12 +423,16 @@ def predict(s: Summary, found: list[Finding]) -> list[Finding]:
                         predicted_interval=(round(lv.low_ms, 3), round(lv.high_ms, 3)), predicted_basis=lv.basis,
                         predicted_noise_ms=round(noise, 3) if noise is not None else None)
         out.append(f)
-    return rank(out)
+    return rank(out, s)
 
 
-def rank(found: list[Finding]) -> list[Finding]:
-    """Most to least predicted saving; findings without a prediction by impact, after."""
-    return sorted(found, key=lambda f: (f.predicted_saving_ms if f.predicted_saving_ms is not None else -1.0,
+def rank(found: list[Finding], s: Summary | None = None) -> list[Finding]:
+    """Most to least predicted saving, findings without a prediction by impact after them; given the
+    run's Summary ``s``, the fixes that can be the Next change (:func:`reaches`) first, so advice
+    leads with the checklist's Next change (a fix whose cause holds under the verdict threshold of
+    the step is never it, however much its prediction says)."""
+    return sorted(found, key=lambda f: (s is None or reaches(s, f),
+                                        f.predicted_saving_ms if f.predicted_saving_ms is not None else -1.0,
                                         f.impact), reverse=True)
 
 

@@ -52,19 +52,37 @@ def test_the_checklists_next_change_carries_the_prediction(path):
 
 @pytest.mark.parametrize("path", [ASCEND / "level1", CUDA / "nccl", CUDA / "ns_resolution"], ids=lambda p: p.name)
 def test_every_finding_is_predicted_and_ranked_by_it(path):
-    advice = advise_run(shared_summary(path), every_rank=True)
+    s = shared_summary(path)
+    advice = advise_run(s, every_rank=True)
     assert len(advice)
     for f in advice:
         lo, hi = f.predicted_interval
         assert 0 <= lo <= f.predicted_saving_ms <= hi and f.predicted_basis
     savings = [f.predicted_saving_ms for f in advice]
-    assert savings == sorted(savings, reverse=True)
+    ranked = [(whatif.reaches(s, f), f.predicted_saving_ms) for f in advice]
+    assert ranked == sorted(ranked, reverse=True)
     # the JSON of the advice and of the checklist carry them
     doc = json.loads(json.dumps(advice.to_dict()))
     assert [d["predicted_saving_ms"] for d in doc["findings"]] == savings
     assert all(len(d["predicted_interval_ms"]) == 2 for d in doc["findings"])
     checklist = npumagic.checklist(shared_summary(path)).as_dict()
     assert all("predicted_saving_ms" in d for d in checklist["findings"])
+
+
+def test_advice_leads_with_the_next_change_though_a_smaller_cause_predicts_more():
+    # GIVEN the level1 job's findings, one of a cause under the verdict threshold (impact under 5% of the
+    # step) given the largest prediction of all
+    s = shared_summary(ASCEND / "level1" / "rank0_ascend_pt")
+    found = npumagic.advise(s).findings
+    small = next(f for f in found if f.impact < T.VERDICT_MIN_IMPACT)
+    big = 10 * max(f.predicted_saving_ms for f in found)
+    found = [replace(f, predicted_saving_ms=big, predicted_interval=(big, big)) if f is small else f for f in found]
+    # WHEN they are ranked THEN the fixes that can be the Next change come first, the first of them leading
+    ranked = whatif.rank(found, s)
+    assert ranked[0].rule == "communication" == npumagic.checklist(s).advice[0].rule
+    assert [whatif.reaches(s, f) for f in ranked] == sorted((whatif.reaches(s, f) for f in ranked), reverse=True)
+    # AND without the run, by the prediction alone
+    assert whatif.rank(found)[0].predicted_saving_ms == big
 
 
 def test_a_fix_below_the_threshold_is_never_the_next_change():

@@ -407,6 +407,12 @@ def test_each_ranks_critical_path_shows_under_its_lanes_and_says_what_bounds_it(
     assert all(y < groups["0:critical"][0] for key, (y, _) in groups.items() if key.startswith("0:") and key != "0:critical")
     assert heads[0] < groups["0:critical"][0] < heads[1] < groups["1:critical"][0]
     # WHEN its lane is hovered across THEN each tooltip names an operator, kernel or wait of rank 0's path
+    _hover_rank0_critical_path(page, root, groups, home / "critical_path.png")
+
+
+def _hover_rank0_critical_path(page, root, groups: dict, shot: Path) -> None:
+    """Hover across rank 0's critical-path lane of level1's view: each tooltip names an operator,
+    kernel or wait of that rank's path (and a screenshot is kept at ``shot``)."""
     import npumagic
     from npumagic.render.live.critical import critical_spans
 
@@ -419,7 +425,7 @@ def test_each_ranks_critical_path_shows_under_its_lanes_and_says_what_bounds_it(
         page.mouse.move(box["x"] + GUTTER + 2 + k * (box["width"] - GUTTER - 4) / 60, box["y"] + y)
         if tip.is_visible():
             seen.append(tip.inner_text())
-    root.screenshot(path=str(home / "critical_path.png"))
+    root.screenshot(path=str(shot))
     said = [re.sub(r" \([^()]*\)$", "", t.splitlines()[0]) for t in seen]  # "NAME (its kind)"
     assert said and set(said) <= names, (said[:5], sorted(names)[:5])
 
@@ -704,18 +710,4 @@ def test_a_critical_path_walked_after_the_first_view_is_drawn_when_it_arrives(pa
     groups = _groups(root)
     assert groups["0:critical"][1] == 1 and groups["1:critical"][1] == 1, groups
     _answered_since(page, root, first["answered"])
-    import npumagic
-    from npumagic.render.live.critical import critical_spans
-
-    spans = critical_spans(npumagic.load(ASCEND / "level1"))
-    names = set(spans.loc[spans["rank"] == 0, "name"])
-    canvas, tip, seen = root.locator("canvas"), root.locator(".npumagic-tip"), []
-    y = groups["0:critical"][0] + 16 + 6
-    box = _at_row(page, canvas, y)
-    for k in range(60):
-        page.mouse.move(box["x"] + GUTTER + 2 + k * (box["width"] - GUTTER - 4) / 60, box["y"] + y)
-        if tip.is_visible():
-            seen.append(tip.inner_text())
-    root.screenshot(path=str(home / "critical_path_late.png"))
-    said = [re.sub(r" \([^()]*\)$", "", t.splitlines()[0]) for t in seen]
-    assert said and set(said) <= names, (said[:5], sorted(names)[:5])
+    _hover_rank0_critical_path(page, root, groups, home / "critical_path_late.png")

@@ -124,3 +124,31 @@ def cpu_work(table: pd.DataFrame, per_launch_us: float) -> pd.DataFrame:
     framework = table["op"].str.contains("|".join(_FRAMEWORK), regex=True)
     return table[(table["idle_us"] > per_launch_us * np.maximum(table["launches"], 1)) & ~framework]
 
+
+
+# Between two operators the host runs the Python that dispatches the next: microseconds an operator
+# (tens under load); a longer gap is the step's own Python (a loop, logging, a sleep), which fusing the
+# operators leaves in place
+DISPATCH_GAP_US = 50.0
+
+
+def dispatch_ms(ev: pd.DataFrame | None, steps: int) -> float | None:
+    """The host's time per step (ms) between consecutive top-level operators of each thread inside
+    a step, in gaps under :data:`DISPATCH_GAP_US`: the dispatch that fewer, fused operators save;
+    None without events."""
+    if ev is None or ev.empty:
+        return None
+    host = ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy() & (ev["step"].to_numpy() >= 0)
+    rows = np.flatnonzero(host)
+    if rows.size < 2:
+        return 0.0
+    lanes = pd.factorize(ev["lane"].iloc[rows])[0]
+    start = ev["ts_ns"].to_numpy()[rows]
+    end = start + ev["dur_ns"].to_numpy()[rows]
+    top = _top_level_mask(lanes, start, end)
+    lanes, start, end, step = lanes[top], start[top], end[top], ev["step"].to_numpy()[rows][top]
+    order = np.lexsort((start, lanes))
+    lanes, start, end, step = lanes[order], start[order], end[order], step[order]
+    gap = start[1:] - end[:-1]
+    same = (lanes[1:] == lanes[:-1]) & (step[1:] == step[:-1]) & (gap > 0) & (gap < DISPATCH_GAP_US * 1000)
+    return float(gap[same].sum()) / 1e6 / max(steps, 1)

@@ -11,16 +11,12 @@ taken on device runs only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from .critical_path import HOST_KINDS, Removal, replay
-
-if TYPE_CHECKING:
-    from .summary import Summary
-
 # Events in the two replayed steps (host calls and the tasks they launched) beyond which no bound is
 # computed: the path is walked in Python, about 0.3 us an edge and a walk per fix, so 150k events
 # cost about a second of the analysis
@@ -42,7 +38,7 @@ class PathBound:
                 f"{self.saving_ms:,.2f} ms shorter, which bounds the saving")
 
 
-def replayed_steps(s: Summary) -> list[int]:
+def replayed_steps(s) -> list[int]:
     """The steps to replay: the step nearest the median wall time that has a step after it, and
     that step (what a fix removes at a step's end lets the next one start sooner: the saving is
     what the two lose together less what the second loses alone); [] on the CPU or without events."""
@@ -62,7 +58,7 @@ def replayed_steps(s: Summary) -> list[int]:
     return pair
 
 
-def made(s: Summary) -> dict[str, dict]:
+def made(s) -> dict[str, dict]:
     """The critical-path bound of each fix a device run's findings can offer, made once where the
     events are (:func:`~.summary.summarize_rank`) and stored with the Summary, so a run read back
     from the history predicts as the fresh analysis did: ``"dataloader"`` (the wait for data),
@@ -98,7 +94,7 @@ def made(s: Summary) -> dict[str, dict]:
             for key, b in bounds(s, removals).items()}
 
 
-def bounds(s: Summary, removals: Callable[[pd.DataFrame], dict[str, Removal]]) -> dict[str, PathBound]:
+def bounds(s, removals: Callable[[pd.DataFrame], dict[str, Removal]]) -> dict[str, PathBound]:
     """The :class:`PathBound` of each removal ``removals`` names for the replayed steps' events
     (given those alone); empty where no step can be replayed."""
     steps = replayed_steps(s)
@@ -137,7 +133,7 @@ def _window(ev: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
     return ev[host | device]
 
 
-def stored(s: Summary, key: str, ops: list[str] | None = None) -> PathBound | None:
+def stored(s, key: str, ops: list[str] | None = None) -> PathBound | None:
     """The bound of fix ``key`` stored with ``s`` (:func:`made`); None where none was made, or
     where it removed other operators than ``ops``."""
     got = (getattr(s, "path_bounds", None) or {}).get(key)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import path_bound
+from .gaps import dispatch_ms
 from . import thresholds as T
 from .path_bound import PathBound
 from .predicted_text import change_ms
@@ -359,10 +360,12 @@ def lever(s: Summary, f: Finding, beside: frozenset[str] = frozenset()) -> Lever
                      f"graphs remove the {short:,.2f} ms of launch gaps under {LAUNCH_GAP_US:.0f} µs, not the kernels")
     if rule == "small_ops":
         # fusing removes the tiny operators and the host time between them: on the CPU the Python
-        # that dispatches each one, on a device the launch gaps
+        # that dispatches each one (short gaps between operators: a longer one is the step's own
+        # Python, host_bound's), on a device the launch gaps
         gaps = idle_gaps(s) if s.meta.get("device_mode") else None
-        between = (gaps["short"] if gaps else 0.0) if s.meta.get("device_mode") else \
-            max(per_step_ms(s, "idle_us") - per_step_ms(s, "dataloader_us"), 0.0)
+        dispatch = None if s.meta.get("device_mode") else dispatch_ms(s.events, len(s.steps))
+        between = (gaps["short"] if gaps else 0.0) if s.meta.get("device_mode") else dispatch if dispatch is not None \
+            else max(per_step_ms(s, "idle_us") - per_step_ms(s, "dataloader_us"), 0.0)
         return Lever("fuse", DEFAULT_LOW * stake, stake + between,
                      f"the {stake:,.2f} ms of tiny operators and up to the {between:,.2f} ms of dispatch between them")
     if f.category == "sync" and f.impact == 0 and ev.get("calls_ms"):

@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import npumagic
@@ -143,3 +144,18 @@ def test_item_calls_far_apart_are_predicted_by_their_own_time_not_the_python_bet
     assert own == pytest.approx(float(np.median(per_step)), abs=1e-6)  # the median step's, not the mean
     assert sync.evidence["python_between_us"] is None
     assert sync.predicted_interval == pytest.approx((0.5 * own, 1.5 * own), abs=1e-3)
+
+
+def test_fusing_small_operators_saves_the_dispatch_between_them_not_the_steps_own_python():
+    # GIVEN a CPU step: operators 10 us and 30 us apart (the Python that dispatches the next), a nested
+    # call inside one, then a 200 us Python loop before the last operator, and an operator of another thread
+    from npumagic.analysis.gaps import dispatch_ms
+
+    rows = [("aten::add", "main", 0, 100), ("aten::mul", "main", 110, 50), ("aten::copy_", "main", 120, 20),
+            ("aten::sub", "main", 190, 10), ("aten::div", "main", 400, 10), ("aten::add", "worker", 405, 10)]
+    ev = pd.DataFrame(rows, columns=["name", "lane", "ts", "dur"])
+    ev = ev.assign(kind="host_op", device=-1, step=0, ts_ns=ev.pop("ts") * 1000, dur_ns=ev.pop("dur") * 1000)
+    # WHEN the dispatch between operators is measured THEN it is the short gaps, per step
+    assert dispatch_ms(ev, steps=1) == pytest.approx(0.040)
+    assert dispatch_ms(ev, steps=2) == pytest.approx(0.020)
+    assert dispatch_ms(ev.iloc[:0], steps=1) is None

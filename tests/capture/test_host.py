@@ -295,6 +295,7 @@ def test_only_children_running_our_python_work_are_workers(source, monkeypatch):
 
 
 def _burn_on_signal(conn):
+    conn.send("ready")  # the child's own start-up (multiprocessing's bootstrap) is done before it is read
     conn.recv()
     start = time.thread_time()
     while time.thread_time() - start < 0.003:
@@ -318,6 +319,7 @@ def test_a_workers_cpu_is_read_to_well_under_a_clock_tick():
     try:
         reader.list_children()
         assert worker.pid in reader.children
+        assert ours.recv() == "ready"
         before = reader.child_times()[worker.pid]
         ours.send("go")
         burnt = ours.recv()

@@ -253,3 +253,25 @@ def torch_npu_wheel() -> Path:
         pytest.skip(f"need the torch-npu 2.14.0 wheel — not in {WHEEL_CACHE} and could not be downloaded "
                     "(.ci/run fetches it with `pip download --no-deps torch-npu==2.14.0`)")
     return wheels[0]
+
+
+def profiled_loader_run(dataset, steps: int):
+    """A real CPU run of ``steps`` profiled steps (after one waited and one warm-up step) of a small
+    model fed by a DataLoader over ``dataset`` in the training process (num_workers=0, batches of
+    two), analysed."""
+    import tempfile
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    import npumagic
+
+    folder = tempfile.mkdtemp()
+    batches = iter(torch.utils.data.DataLoader(dataset, batch_size=2))
+    model = torch.nn.Linear(16, 4)
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=steps, repeat=1),
+                 on_trace_ready=tensorboard_trace_handler(folder)) as prof:
+        for _ in range(steps + 2):
+            model(next(batches)).sum().backward()
+            prof.step()
+    return npumagic.analyze(folder)

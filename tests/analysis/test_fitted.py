@@ -5,17 +5,17 @@ Ascend settings are offered only on torch_npu runs."""
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 import time
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
 import npumagic
 from npumagic.analysis import cluster, whatif
+
+from ..conftest import profiled_loader_run
 
 
 class _Slow(torch.utils.data.Dataset):
@@ -30,15 +30,7 @@ class _Slow(torch.utils.data.Dataset):
 @pytest.fixture(scope="module")
 def loading():
     """A real CPU run whose step waits on a DataLoader in the training process (num_workers=0)."""
-    folder = tempfile.mkdtemp()
-    batches = iter(torch.utils.data.DataLoader(_Slow(), batch_size=2))
-    model = torch.nn.Linear(16, 4)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=4, repeat=1),
-                 on_trace_ready=tensorboard_trace_handler(folder)) as prof:
-        for _ in range(6):
-            model(next(batches)).sum().backward()
-            prof.step()
-    return npumagic.analyze(folder)
+    return profiled_loader_run(_Slow(), 4)
 
 
 def _with_host(summary, cores, idle, workers=0, main=95.0, busy=50.0):

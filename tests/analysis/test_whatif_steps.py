@@ -17,6 +17,8 @@ from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trac
 
 import npumagic
 
+from ..conftest import profiled_loader_run
+
 STALLED = {6, 7}  # the batches (of two samples) whose samples wait 15 ms instead of 1 ms
 
 
@@ -32,15 +34,7 @@ class _Stalling(torch.utils.data.Dataset):
 @pytest.fixture(scope="module")
 def stalling():
     """A real CPU run of 8 steps whose DataLoader (in the training process) stalls in two of them."""
-    folder = tempfile.mkdtemp()
-    batches = iter(torch.utils.data.DataLoader(_Stalling(), batch_size=2))
-    model = torch.nn.Linear(16, 4)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=8, repeat=1),
-                 on_trace_ready=tensorboard_trace_handler(folder)) as prof:
-        for _ in range(10):
-            model(next(batches)).sum().backward()
-            prof.step()
-    return npumagic.analyze(folder)
+    return profiled_loader_run(_Stalling(), 8)
 
 
 def test_jitter_beside_a_dataloader_finding_leaves_the_stalls_to_it(stalling):

@@ -349,19 +349,10 @@ class _Graph:
         return best, via
 
     def length(self, weight: np.ndarray | None = None) -> int:
-        """The longest path's length (ns), with ``weight`` in place of the recorded edges' weights
-        (the walk of :meth:`_walk` without the path's edges: a replay asks for lengths only)."""
+        """The longest path's length (ns), with ``weight`` in place of the recorded edges' weights."""
         if not self.node_ev or sum(len(a) for a in self.src) == 0:
             return 0
-        node_ts, src, dst, recorded, edges, _, _ = self._arrays()
-        weight = recorded if weight is None else weight
-        edges = edges[weight[edges] >= 0]
-        best = [0] * len(node_ts)
-        for s, d, w in zip(src[edges].tolist(), dst[edges].tolist(), weight[edges].tolist()):
-            length = best[s] + w
-            if length > best[d]:
-                best[d] = length
-        return max(best)
+        return max(self._walk(weight)[0])
 
     def without(self, removal: Removal, rows: np.ndarray) -> np.ndarray:
         """The edges' weights with ``removal``'s calls and Python taking no time (``rows``: the

@@ -125,7 +125,6 @@ def cpu_work(table: pd.DataFrame, per_launch_us: float) -> pd.DataFrame:
     return table[(table["idle_us"] > per_launch_us * np.maximum(table["launches"], 1)) & ~framework]
 
 
-
 # Between two operators the host runs the Python that dispatches the next: microseconds an operator
 # (tens under load); a longer gap is the step's own Python (a loop, logging, a sleep), which fusing the
 # operators leaves in place

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .critical_path import HOST_KINDS, Removal, replay
+
 # Events in the two replayed steps (host calls and the tasks they launched) beyond which no bound is
 # computed: the path is walked in Python, about 0.3 us an edge and a walk per fix, so 150k events
 # cost about a second of the analysis
@@ -54,8 +55,7 @@ def replayed_steps(s) -> list[int]:
     if wall.empty:
         return []
     step = int((wall - wall.median()).abs().sort_values(kind="stable").index[0])
-    pair = [step, followed[step]]
-    return pair
+    return [step, followed[step]]
 
 
 def made(s) -> dict[str, dict]:

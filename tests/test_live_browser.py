@@ -183,6 +183,14 @@ def _whole_run(page, root) -> dict:
     return state
 
 
+def _level1_whole_run(page):
+    """The level1 job's view (cell 2), scrolled to and showing the whole run."""
+    root = page.locator(".jp-Cell").nth(2).locator(".npumagic-live")
+    root.scroll_into_view_if_needed()
+    _whole_run(page, root)
+    return root
+
+
 def test_the_widget_appears_under_the_cell_and_is_answered_by_the_kernel(page):
     page, _ = page
     root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")
@@ -397,9 +405,7 @@ def test_the_regions_group_shows_and_folds_into_one_row(page):
 @pytest.mark.skipif(not (ASCEND / "level1").exists(), reason=f"{NEED_SHARED} — {ASCEND / 'level1'} is absent")
 def test_each_ranks_critical_path_shows_under_its_lanes_and_says_what_bounds_it(page):
     page, home = page
-    root = page.locator(".jp-Cell").nth(2).locator(".npumagic-live")
-    root.scroll_into_view_if_needed()
-    _whole_run(page, root)
+    root = _level1_whole_run(page)
     # GIVEN the two-rank job's view: a critical path group per rank, the last of its rank's groups
     groups = _groups(root)
     heads = [float(y) for y in root.evaluate("el => el.dataset.heads").split(",")]
@@ -485,9 +491,7 @@ def _at_row(page, canvas, y: float) -> dict:
 @pytest.mark.skipif(not (ASCEND / "level1").exists(), reason=f"{NEED_SHARED} — {ASCEND / 'level1'} is absent")
 def test_a_zoomed_memory_lane_shows_each_allocation_and_free(page):
     page, home = page
-    root = page.locator(".jp-Cell").nth(2).locator(".npumagic-live")
-    root.scroll_into_view_if_needed()
-    _whole_run(page, root)
+    root = _level1_whole_run(page)
     canvas, tip = root.locator("canvas"), root.locator(".npumagic-tip")
     heads = [float(y) for y in root.evaluate("el => el.dataset.heads").split(",")]
     # rank 0's memory lane: where hovering reads its samples ("NPU:0 allocated: 1,234 MiB")
@@ -544,9 +548,7 @@ def _mark_tips(page, root, y: float, columns: int) -> list[str]:
 @pytest.mark.skipif(not (ASCEND / "level1").exists(), reason=f"{NEED_SHARED} — {ASCEND / 'level1'} is absent")
 def test_each_ranks_findings_lane_names_its_marks_on_hover(page):
     page, home = page
-    root = page.locator(".jp-Cell").nth(2).locator(".npumagic-live")
-    root.scroll_into_view_if_needed()
-    _whole_run(page, root)
+    root = _level1_whole_run(page)
     # GIVEN the two-rank job's view: a findings lane per rank, under its other lanes
     lanes = _findings_lanes(root)
     heads = [float(y) for y in root.evaluate("el => el.dataset.heads").split(",")]

@@ -142,3 +142,24 @@ def test_reading_a_store_leaves_the_garbage_collector_as_it_found_it(tmp_path, c
         assert gc.isenabled() is collecting and len(again.per_rank) == 2
     finally:
         gc.enable()
+
+
+def test_a_jobs_bounds_made_from_its_ranks_together_come_back_from_its_store(tmp_path, monkeypatch, capsys):
+    # GIVEN a 2-rank NCCL job: the genuine rank 0 and a copy of it as rank 1
+    import gzip
+
+    path = writable_copy(STEPS, tmp_path / "job")
+    doc = json.loads(gzip.decompress((path / "nccl_data.json.gz").read_bytes()))
+    doc["distributedInfo"]["rank"] = 1
+    (path / "nccl_data_rank1.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    parsed = analyze(path)
+    assert sorted(parsed.per_rank) == [0, 1]
+    assert {b["ranks"] for b in parsed.path_bounds.values()} == {2}  # replayed together, not rank 0's own
+    calls = []
+    monkeypatch.setattr(sources, "load", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(job, "summarize_group", lambda *a, **k: calls.append(a))
+    # WHEN it is read again, of rank 0 and of rank 1, from its store (no events there to replay)
+    again, other = analyze(path), analyze(path, rank=1)
+    assert calls == [] and "read from its store" in capsys.readouterr().err
+    # THEN both keep the job's bounds
+    assert again.path_bounds == parsed.path_bounds == other.path_bounds

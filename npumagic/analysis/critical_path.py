@@ -133,6 +133,12 @@ def replay(events: pd.DataFrame, steps: pd.DataFrame, step: int, removals: list[
     return graph.length(graph.without(Removal(), keep)), [graph.length(graph.without(r, keep)) for r in removals]
 
 
+def step_graph(events: pd.DataFrame, start: int, end: int) -> "_Graph":
+    """The dependency graph of one rank's events between ``start`` and ``end`` (ns), weighed as
+    npumagic weighs a critical path (not like HTA), for replays of it."""
+    return _Graph(events, start, end, like_hta=False)
+
+
 class _Graph:
     """The step's nodes and edges as arrays; ``longest_path`` walks them once in time order."""
 
@@ -330,6 +336,7 @@ class _Graph:
             src, dst = np.concatenate(self.src), np.concatenate(self.dst)
             forward = rank[src] < rank[dst]  # a task the clocks put before its launch has no edge
             edges = np.flatnonzero(forward)[np.argsort(rank[dst[forward]], kind="stable")]
+            self.node_order = rank  # each node's place in the walk (time order, ties as _END/_HOST/_START)
             self._flat = (node_ts, src, dst, np.concatenate(self.weight).astype(np.int64), edges,
                           np.concatenate(self.edge_kind), np.concatenate(self.edge_ev))
         return self._flat
@@ -347,6 +354,23 @@ class _Graph:
             if length > best[d]:
                 best[d], via[d] = length, e
         return best, via
+
+    def edges_in_order(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The edges a walk takes with ``weight`` (those of weight >= 0), in the order it takes
+        them: (source node, end node, weight, the end node's place in the walk)."""
+        _, src, dst, _, edges, _, _ = self._arrays()
+        edges = edges[weight[edges] >= 0]
+        return src[edges], dst[edges], weight[edges], self.node_order[dst[edges]]
+
+    def collectives(self) -> pd.DataFrame:
+        """The step's communication kernels: their edge (start -> end node), event row, name and
+        recorded start, end and duration (ns), in time order."""
+        node_ts, src, dst, recorded, _, kind, ev = self._arrays()
+        edge = np.flatnonzero(kind == "gpu_communication_bound")
+        return pd.DataFrame({"edge": edge, "ev": ev[edge], "name": pd.Series(self.names[ev[edge]]).astype(str).to_numpy(),
+                             "start_node": src[edge], "end_node": dst[edge], "start_ns": node_ts[src[edge]],
+                             "end_ns": node_ts[dst[edge]], "dur_ns": recorded[edge]}).sort_values(
+            ["start_ns", "edge"], kind="stable", ignore_index=True)
 
     def length(self, weight: np.ndarray | None = None) -> int:
         """The longest path's length (ns), with ``weight`` in place of the recorded edges' weights."""

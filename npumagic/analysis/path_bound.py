@@ -33,9 +33,12 @@ class PathBound:
 
     saving_ms: float
     length_ms: float
+    ranks: int = 1  # the ranks replayed together (:mod:`.job_path`), each collective waiting for its last
 
     def said(self) -> str:
-        return (f"; replayed without it, the median step's critical path ({self.length_ms:,.2f} ms) is "
+        together = (f" on its {self.ranks} ranks together (a collective ends once its last rank is there)"
+                    if self.ranks > 1 else "")
+        return (f"; replayed without it{together}, the median step's critical path ({self.length_ms:,.2f} ms) is "
                 f"{self.saving_ms:,.2f} ms shorter, which bounds the saving")
 
 
@@ -67,10 +70,18 @@ def made(s) -> dict[str, dict]:
     them on CUDA and ROCm), ``"host"`` (every host operator and the Python between them: no
     host-side fix saves more, as the device's own chain is left). Each: saving_ms, length_ms, ops
     (the operators removed); {} where no step can be replayed."""
-    from .gaps import gap_operators
-
     if not replayed_steps(s):
         return {}
+    ops = removed_ops(s)
+    return {key: {"saving_ms": b.saving_ms, "length_ms": b.length_ms, "ops": ops.get(key, [])}
+            for key, b in bounds(s, removals(ops)).items()}
+
+
+def removed_ops(s) -> dict[str, list[str]]:
+    """The operators each fix of :func:`made` removes, by name: ``"sync"`` the operator behind the
+    costliest blocking call, ``"cpu_work"`` those under the largest gaps (CUDA and ROCm)."""
+    from .gaps import gap_operators
+
     ops: dict[str, list[str]] = {"host": []}
     if len(s.blocking):
         ops["sync"] = [str(s.blocking["op"].iat[0])]
@@ -78,8 +89,14 @@ def made(s) -> dict[str, dict]:
         under = gap_operators(s.events)  # the rule asks for the same table: it is made once
         if len(under):
             ops["cpu_work"] = [str(op) for op in under["op"].head(3)]
+    return ops
 
-    def removals(ev: pd.DataFrame) -> dict[str, Removal]:
+
+def removals(ops: dict[str, list[str]]) -> Callable[[pd.DataFrame], dict[str, Removal]]:
+    """What each fix of :func:`made` removes from a window's events: every host call with the
+    Python between them (``"host"``, taking no time but launching and waiting as recorded), the
+    DataLoader wait, and the operators ``ops`` names."""
+    def removed(ev: pd.DataFrame) -> dict[str, Removal]:
         out = {"host": Removal(host=np.isin(ev["kind"].to_numpy(), HOST_KINDS) & (ev["stream"].to_numpy() < 0),
                                python=True, only_time=True)}
         loader = (ev["kind"] == "dataloader").to_numpy()
@@ -89,9 +106,7 @@ def made(s) -> dict[str, dict]:
             if key in ops:
                 out[key] = Removal(host=ev["name"].isin(ops[key]).to_numpy())
         return out
-
-    return {key: {"saving_ms": b.saving_ms, "length_ms": b.length_ms, "ops": ops.get(key, [])}
-            for key, b in bounds(s, removals).items()}
+    return removed
 
 
 def bounds(s, removals: Callable[[pd.DataFrame], dict[str, Removal]]) -> dict[str, PathBound]:
@@ -103,7 +118,7 @@ def bounds(s, removals: Callable[[pd.DataFrame], dict[str, Removal]]) -> dict[st
     windows = pd.DataFrame(s.meta["step_windows_ns"], columns=["step", "start_ns", "end_ns"]).set_index("step")
     start, middle, end = (int(windows.at[steps[0], "start_ns"]), int(windows.at[steps[1], "start_ns"]),
                           int(windows.at[steps[1], "end_ns"]))
-    ev = _window(s.events, start, end)
+    ev = step_events(s.events, start, end)
     if len(ev) > MAX_EVENTS:
         return {}
     wanted = removals(ev)
@@ -122,7 +137,7 @@ def bounds(s, removals: Callable[[pd.DataFrame], dict[str, Removal]]) -> dict[st
             for n in names}
 
 
-def _window(ev: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
+def step_events(ev: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
     """The events a replay of ``start``..``end`` reads: the host's there, and the device tasks
     their calls launched (however late they ran)."""
     ts, stream = ev["ts_ns"].to_numpy(), ev["stream"].to_numpy()
@@ -139,4 +154,4 @@ def stored(s, key: str, ops: list[str] | None = None) -> PathBound | None:
     got = (getattr(s, "path_bounds", None) or {}).get(key)
     if not got or (ops is not None and list(got.get("ops") or []) != list(ops)):
         return None
-    return PathBound(float(got["saving_ms"]), float(got["length_ms"]))
+    return PathBound(float(got["saving_ms"]), float(got["length_ms"]), int(got.get("ranks") or 1))

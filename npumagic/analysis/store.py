@@ -54,6 +54,11 @@ PLACES = ("forward", "backward", "regions")  # the Trees of a rank's Places (whe
 _said: set[str] = set()
 
 
+def _replayed_together(summary: Summary) -> bool:
+    """Whether the job's bounds are its ranks' replayed together (:mod:`.job_path`), not a rank's own."""
+    return any((b or {}).get("ranks", 1) > 1 for b in (summary.path_bounds or {}).values())
+
+
 def enabled() -> bool:
     """Whether stores are read and written: on unless ``NPUMAGIC_STORE=0``, where pyarrow is there."""
     import importlib.util
@@ -268,6 +273,7 @@ def write(path: str | Path, summary: Summary, sources: dict[str, list[int]], rea
         "skipped": {str(r): {n: getattr(s.places, n).skipped for n in PLACES if getattr(s.places, n) is not None}
                     for r, s in own.items() if s.places is not None},
         "made": {str(r): _encode({n: getattr(s, n) for n in MADE}) for r, s in own.items()},
+        "job_bounds": _encode(summary.path_bounds) if _replayed_together(summary) else {},
         "tables": {}, "job_tables": {}, "categories": {}}
     fields = {f.name for f in dataclasses.fields(Summary)}
     tmp = Path(tempfile.mkdtemp(prefix=f".{STORE_DIR}-", dir=target.parent))
@@ -451,7 +457,8 @@ def _read(folder: Path, doc: dict[str, Any]) -> Summary:
     focus = doc.get("focus")
     base = per_rank[focus] if focus in per_rank else per_rank[ranks[0]]
     job = {name: _read_table(folder, entry, categories)[0] for name, entry in doc["job_tables"].items()}
-    return dataclasses.replace(base, meta=_decode(doc["meta"]["job"]), per_rank=per_rank, **job)
+    return dataclasses.replace(base, meta=_decode(doc["meta"]["job"]), per_rank=per_rank, **job,
+                               path_bounds=_decode(doc.get("job_bounds") or {}) or base.path_bounds)
 
 
 def open_store(path: str | Path, sources: dict[str, list[int]], reading: str, rank: int | None) -> Summary | None:
@@ -480,7 +487,7 @@ def open_store(path: str | Path, sources: dict[str, list[int]], reading: str, ra
     if rank is not None and rank != doc.get("focus"):
         from .summary import combine
 
-        summary = combine(summary.per_rank, rank)
+        summary = combine(summary.per_rank, rank, _decode(doc.get("job_bounds") or {}))
     for w in doc.get("warnings", []):
         warnings.warn(w["message"], _category(w["category"]), stacklevel=3)
     how = (f"an outline, rank {doc.get('focus')} in full" if reading == OUTLINE

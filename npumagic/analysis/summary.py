@@ -15,7 +15,7 @@ import pandas as pd
 
 from .. import presentation
 from . import counters as hw
-from . import path_bound
+from . import job_path, path_bound
 from . import schema
 from .schema import Trace
 from .blocking import BLOCKING_COLUMNS, blocking_table, blocking_units, device_busy, pageable_copy_launches
@@ -203,11 +203,13 @@ def summarize(trace: Trace, rank: int | None = None) -> Summary:
     return combine({r: summarize_rank(trace, r) for r in ranks}, rank)
 
 
-def combine(per_rank: dict[int, Summary], rank: int | None = None) -> Summary:
+def combine(per_rank: dict[int, Summary], rank: int | None = None, job_bounds: dict | None = None) -> Summary:
     """The Summary of a job from its ranks' own Summaries: ``rank``'s tables (default: the lowest
     rank), the rank comparison in ``.ranks`` and every rank's links and matrix. Only per-rank
     summaries are needed, so ranks can be summarised apart (on Dask workers: :mod:`npumagic.parallel`),
-    and every cluster view must be computed here, from them alone."""
+    and every cluster view must be computed here, from them alone. The fixes' bounds are the job's,
+    its ranks replayed together (:mod:`.job_path`) where their events are here, else ``job_bounds``
+    (made so before), else the rank's own."""
     ranks = sorted(per_rank)
     if rank is not None and rank not in per_rank:
         raise ValueError(f"rank {rank} not in trace; ranks: {ranks}")
@@ -219,7 +221,9 @@ def combine(per_rank: dict[int, Summary], rank: int | None = None) -> Summary:
     links = pd.concat([per_rank[r].links for r in ranks], ignore_index=True)
     matrix = pd.concat([per_rank[r].matrix for r in ranks], ignore_index=True)
     temporal = pd.concat([per_rank[r].temporal for r in ranks], ignore_index=True).reindex(columns=TEMPORAL_COLUMNS)
-    return dataclasses.replace(chosen, ranks=table, per_rank=per_rank, links=links, matrix=matrix, temporal=temporal)
+    bounds = (job_path.bounds(per_rank, chosen) if len(per_rank) > 1 else {}) or job_bounds or chosen.path_bounds
+    return dataclasses.replace(chosen, ranks=table, per_rank=per_rank, links=links, matrix=matrix, temporal=temporal,
+                               path_bounds=bounds)
 
 
 def _step_breakdown(trace: Trace, rank: int, ev: pd.DataFrame, steps: pd.DataFrame,

@@ -385,9 +385,10 @@ def lever(s: Summary, f: Finding, beside: frozenset[str] = frozenset()) -> Lever
 
 
 def path_bound_of(s: Summary, f: Finding) -> PathBound | None:
-    """The critical-path bound of a device finding's fix (:mod:`.path_bound`): the wait for data,
-    the host operators under the gaps, the operator whose call blocks, and for any other host-side
-    fix the host's whole time; None where none models it."""
+    """The critical-path bound of a device finding's fix (:mod:`.path_bound`, a job's ranks together
+    in :mod:`.job_path`): the wait for data, the host operators under the gaps, the operator whose
+    call blocks, the late rank's wait, and for any other host-side fix the host's whole time; None
+    where none models it."""
     ev: dict[str, Any] = f.evidence
     rule = f.rule or f.category
     host = path_bound.stored(s, "host")
@@ -397,6 +398,9 @@ def path_bound_of(s: Summary, f: Finding) -> PathBound | None:
         own = path_bound.stored(s, "cpu_work", [str(g["op"]) for g in ev["gap_operators"][:3]])
     elif f.category == "sync" and f.impact > 0 and ev.get("top"):
         return path_bound.stored(s, "sync", [str(ev["top"])])
+    elif ev.get("rule") == "slow_rank" and f.category == "communication":
+        late = (getattr(s, "path_bounds", None) or {}).get("straggler") or {}
+        return path_bound.stored(s, "straggler") if late.get("rank") == ev.get("low_rank") else None
     elif rule in HOST_SIDE:
         own = None
     else:

@@ -10,7 +10,8 @@ same occurrence in the window) starts on each rank when its own path reaches it,
 every rank at the latest of those starts plus its transfer time (its shortest recorded duration:
 the last rank to arrive waits for no one). Every fix removes its cause on every rank, as the same
 code runs on each; the straggler's bound is what the job loses when the rank that arrives last
-most often waits for no one and no one waits for it. A job is replayed together only where its
+most often waits for no one and no one waits for it; fewer bytes', what it loses when each
+transfer takes half its time (bf16 gradients). A job is replayed together only where its
 clocks agree with that model (no rank's collective ends before its last rank's starts) and its
 ranks reach their collectives in one order; else each rank's own bound stands.
 """
@@ -26,6 +27,8 @@ from .path_bound import MAX_EVENTS, removals, removed_ops, replayed_steps, step_
 
 # A collective's end may read this much before its last rank's start (clock resolution, rounding)
 CLOCK_SLACK_NS = 2_000
+# What sending fewer bytes leaves of a collective's transfer at most: bf16 gradients halve them
+FEWER_BYTES = 0.5
 
 
 def bounds(per_rank: dict, chosen) -> dict[str, dict]:
@@ -65,9 +68,10 @@ def bounds(per_rank: dict, chosen) -> dict[str, dict]:
         for n in names:
             out[n] = base - job.length({r: wanted[r].get(n, Removal()) for r in per_rank})
         out["straggler"] = base - job.length({r: Removal() for r in per_rank}, without_rank=together.last)
+        out["bytes"] = base - job.length({r: Removal() for r in per_rank}, transfer_share=FEWER_BYTES)
     length_ms = max(lost[""] - lost_alone[""], 0) / 1e6
     made = {n: {"saving_ms": max(lost[n] - lost_alone[n], 0) / 1e6, "length_ms": length_ms,
-                "ops": ops.get(n, []), "ranks": len(per_rank)} for n in [*names, "straggler"]}
+                "ops": ops.get(n, []), "ranks": len(per_rank)} for n in [*names, "straggler", "bytes"]}
     made["straggler"]["rank"] = int(together.last)
     return made
 
@@ -104,9 +108,10 @@ class _Job:
         return c.assign(occurrence=c.groupby("op").cumcount(), end_order=graph.node_order[c["end_node"].to_numpy()]
                         ).set_index(["op", "occurrence"])
 
-    def length(self, removal: dict, without_rank: int | None = None) -> int:
+    def length(self, removal: dict, without_rank: int | None = None, transfer_share: float = 1.0) -> int:
         """The job's critical-path length (ns) with each rank's ``removal``; ``without_rank``'s
-        arrivals wait for no one and its path is not the job's."""
+        arrivals wait for no one and its path is not the job's; each collective's transfer takes
+        ``transfer_share`` of its recorded time."""
         walks = {}
         for r, g in self.graphs.items():
             weight = g.without(removal[r], np.ones(len(g.ts), bool))
@@ -118,10 +123,10 @@ class _Job:
             walks[r] = _Walk(src.tolist(), dst.tolist(), w.tolist(), len(g.node_order), stops.tolist(),
                              part["start_node"].tolist(), part["end_node"].tolist(), (kept > 0).tolist())
         for k in range(self.matched):
-            arrived = [walk.reach(k) for r, walk in walks.items() if r != without_rank]
-            ends = max(arrived) + int(self.transfer[k])
-            for r, walk in walks.items():
-                walk.join(k, ends if walk.runs[k] else max(walk.best[walk.starts[k]], ends - int(self.transfer[k])))
+            arrived = max(walk.reach(k) for r, walk in walks.items() if r != without_rank)
+            transfer = int(self.transfer[k] * transfer_share)
+            for r, walk in walks.items():  # a collective whose launch a fix removed takes no time
+                walk.join(k, arrived + transfer if walk.runs[k] else max(walk.best[walk.starts[k]], arrived))
         return max(walk.finish() for r, walk in walks.items() if r != without_rank)
 
 

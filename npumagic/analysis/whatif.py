@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import path_bound
+from . import job_path, path_bound
 from .gaps import dispatch_ms
 from . import thresholds as T
 from .path_bound import PathBound
@@ -36,7 +36,7 @@ LAUNCH_GAP_SHARE = 0.5
 LAUNCH_KERNEL_US = 50.0
 # bf16 gradient compression halves the bytes on the wire; the latency part of a collective does
 # not shrink, so a quarter of the exposed time is the pessimistic end.
-BYTES_SAVED_HIGH = 0.5
+BYTES_SAVED_HIGH = job_path.FEWER_BYTES
 BYTES_SAVED_LOW = 0.25
 # The share of a fix's upper bound taken as its lower end where the trace cannot tell how much of
 # the cause the fix removes (half: a fix rarely removes all of its cause, seldom less than half).
@@ -146,6 +146,9 @@ def communication_levers(s: Summary, wait_ratio: float = 0.0) -> list[Lever]:
                             f"the collectives wait {waited:,.2f} ms a step for a late rank "
                             + (f"({wait_ratio:.0%} of their time), " if wait_ratio > 0.5 else
                                "(beyond the rank that waits least), ") + "which balancing the ranks removes"))
+    # a job replayed together (job_path) bounds fewer bytes and the straggler by what its path loses
+    levers = [bounded(lv, path_bound.stored(s, lv.name)) if lv.name in ("bytes", "straggler") else lv
+              for lv in levers]
     return sorted(levers, key=lambda lv: (lv.high_ms, lv.low_ms), reverse=True)
 
 

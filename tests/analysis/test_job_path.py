@@ -59,6 +59,8 @@ def test_a_fix_on_every_rank_saves_what_the_late_rank_waits_not_what_one_rank_do
     # and rank 1 arriving with rank 0 saves the 300 us rank 0 waited in the all-reduce
     assert made["straggler"]["rank"] == 1
     assert made["straggler"]["saving_ms"] == pytest.approx(0.3)
+    # half the bytes on the wire: each all-reduce's 100 us transfer (rank 1's, which waits for no one) halved
+    assert made["bytes"]["saving_ms"] == pytest.approx(0.05)
 
 
 def test_a_job_replayed_together_bounds_the_straggler_fix_and_says_how():
@@ -86,12 +88,20 @@ def test_a_genuine_rank_beside_a_copy_of_itself_is_bounded_as_alone(nccl_rank):
     copy = dataclasses.replace(nccl_rank, events=nccl_rank.events.assign(rank=1))
     made = job_path.bounds({0: nccl_rank, 1: copy}, nccl_rank)
     # THEN each fix saves the job what it saves the rank, and no rank holds the other up
-    assert set(made) == {*nccl_rank.path_bounds, "straggler"}
+    assert set(made) == {*nccl_rank.path_bounds, "straggler", "bytes"}
     for key, own in nccl_rank.path_bounds.items():
         assert made[key]["saving_ms"] == pytest.approx(own["saving_ms"]), key
         assert made[key]["length_ms"] == pytest.approx(own["length_ms"]) and made[key]["ranks"] == 2
     assert made["straggler"]["saving_ms"] == 0
-    assert combine({0: nccl_rank, 1: copy}).path_bounds == made
+    assert made["bytes"]["saving_ms"] == 0  # its path is the host's (HTA's too): no all-reduce lies on it
+    job = combine({0: nccl_rank, 1: copy})
+    assert job.path_bounds == made
+    # so sending fewer bytes is ranked last among the communication fixes, with nothing to save
+    levers = whatif.communication_levers(job)
+    assert [lv.name for lv in levers][-1] == "bytes" and levers[-1].high_ms == 0
+    assert "on its 2 ranks together" in levers[-1].basis
+    alone = {lv.name: lv for lv in whatif.communication_levers(nccl_rank)}
+    assert alone["bytes"].high_ms > 0  # the rank alone: half the time it moves bytes
 
 
 def test_ranks_whose_clocks_disagree_keep_their_own_bounds(nccl_rank):

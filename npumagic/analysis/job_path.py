@@ -104,9 +104,9 @@ class _Job:
         point-to-point sends and receives pair two ranks, not all: left as recorded."""
         c = graph.collectives()
         op = c["name"].map(collective_name).astype(str)
-        c = c[~op.str.contains("send|recv", case=False).to_numpy()].assign(op=op)
-        return c.assign(occurrence=c.groupby("op").cumcount(), end_order=graph.node_order[c["end_node"].to_numpy()]
-                        ).set_index(["op", "occurrence"])
+        c = c.assign(op=op)[~op.str.contains("send|recv", case=False).to_numpy(dtype=bool)]
+        return c.assign(occurrence=c.groupby("op").cumcount(),
+                        end_order=graph.node_order[c["end_node"].to_numpy(dtype=np.int64)]).set_index(["op", "occurrence"])
 
     def length(self, removal: dict, without_rank: int | None = None, transfer_share: float = 1.0) -> int:
         """The job's critical-path length (ns) with each rank's ``removal``; ``without_rank``'s

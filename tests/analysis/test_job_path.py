@@ -113,3 +113,12 @@ def test_ranks_whose_clocks_disagree_keep_their_own_bounds(nccl_rank):
                                meta=dict(nccl_rank.meta, step_windows_ns=windows))
     assert job_path.bounds({0: nccl_rank, 1: copy}, nccl_rank) == {}
     assert combine({0: nccl_rank, 1: copy}).path_bounds == nccl_rank.path_bounds
+
+
+def test_a_job_of_sends_and_receives_alone_keeps_each_ranks_own_bounds():
+    # GIVEN the two ranks, their collective a point-to-point exchange (pipeline stages pair up, not all ranks)
+    ranks = {r: _rank(r, wait) for r, wait in ((0, 100), (1, 400))}
+    for s in ranks.values():
+        s.events["name"] = s.events["name"].cat.rename_categories(
+            {"ncclDevKernel_AllReduce_Sum_f32_RING_LL": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8"})
+    assert job_path.bounds(ranks, ranks[0]) == {}

@@ -223,6 +223,55 @@ def test_a_wheel_zoom_changes_the_visible_window(page):
     root.screenshot(path=str(home / "zoomed.png"))
 
 
+# Turns of the wheel timed from the event to the repaint that draws the kernel's answer to it
+# (the target, issue 44: p95 under 150 ms); printed and kept beside the screenshots, never asserted
+WHEEL_TURNS = 40
+WHEEL_TO_ANSWER = """async (el, n) => {
+  const canvas = el.querySelector("canvas"), box = canvas.getBoundingClientRect();
+  const at = {clientX: box.left + 190 + (box.width - 190) / 2, clientY: box.top + 40, bubbles: true, cancelable: true};
+  const answered = want => new Promise(done => {
+    if (+el.dataset.answered >= want) return done(true);
+    const seen = new MutationObserver(() => { if (+el.dataset.answered >= want) { seen.disconnect(); done(true); } });
+    seen.observe(el, {attributes: true, attributeFilter: ["data-answered"]});
+    setTimeout(() => { seen.disconnect(); done(false); }, 30000);
+  });
+  const out = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    canvas.dispatchEvent(new WheelEvent("wheel", {...at, deltaY: i % 2 ? 300 : -300}));
+    const ok = await answered(+el.dataset.asked);
+    await new Promise(r => requestAnimationFrame(() => r()));  // the answered frame on screen
+    out.push(ok ? performance.now() - t : null);
+  }
+  return out;
+}"""
+
+
+def _wheel_to_answer_ms(root) -> list[float | None]:
+    return root.evaluate(WHEEL_TO_ANSWER, WHEEL_TURNS)
+
+
+def test_each_turn_of_the_wheel_is_answered_and_its_latency_is_kept(page):
+    page, home = page
+    figures = {}
+    for name, cell in (("cpu run", 1), ("level1 job", 2)):
+        root = page.locator(".jp-Cell").nth(cell).locator(".npumagic-live")
+        if not root.count():
+            continue
+        root.scroll_into_view_if_needed()
+        _whole_run(page, root)
+        ms = _wheel_to_answer_ms(root)
+        assert None not in ms, f"{name}: {ms.count(None)} of {len(ms)} turns of the wheel never answered"
+        assert _settled(page, root)["answered"] >= 1
+        figures[name] = {"turns": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 1),
+                         "p95_ms": round(float(np.percentile(ms, 95)), 1), "max_ms": round(max(ms), 1),
+                         "load_average": round(os.getloadavg()[0], 2)}
+        _whole_run(page, root)
+    assert figures
+    (home / "wheel_to_answer.json").write_text(json.dumps(figures, indent=1))
+    print(f"\nwheel to answered repaint (target p95 < 150 ms): {json.dumps(figures)}")
+
+
 def test_hovering_a_lane_shows_an_operators_name(page):
     page, _ = page
     root = page.locator(".jp-Cell").nth(1).locator(".npumagic-live")

@@ -23,8 +23,11 @@ identical cell.
 A run is also called faster (or slower) when one breakdown component (every ``*_us`` column of
 the step table that is a part of the step, see :func:`components`) moved the same way in every
 step, carries most of the step-time change, the rest of the step held, and the component's own
-per-step times differ by Welch's t (:func:`component_test`, the run-to-run noise included as
-for the step), provided the step median moved beyond the noise floor: a DataLoader wait that
+per-step times differ by Welch's t (:func:`component_test`, the run-to-run noise included: the
+step's, scaled to the component, and the component's own from the same replicates, for a
+component drifts between runs under steps too jittery to show it; and the time the cell's thread
+waited for a core in each step taken off the side that grew: a neighbour's time, below the
+contention check's threshold, that may all have landed in this component), provided the step median moved beyond the noise floor: a DataLoader wait that
 falls from 69 to 1 ms in each step is a real change even when three steps of the faster run are
 jittery. "In every step" alone is no evidence at 3 steps: it is a rank test's most extreme
 outcome, which two runs of the identical cell reach 1 time in 10 (2 of the C(6,3) = 20
@@ -100,17 +103,20 @@ class Noise:
         return f"run-to-run noise {math.expm1(self.sigma):.1%} measured from {of}"
 
 
-def between_run_noise(groups: list[list[np.ndarray]]) -> Noise:
+def between_run_noise(groups: list[list[np.ndarray]], log: bool = True) -> Noise:
     """Between-run noise from replicates.
 
     Parameters
     ----------
     groups : one list per configuration, holding each replicate run's step times (us); groups
         with fewer than two runs carry no information and are skipped.
+    log : of the times' logarithms (sigma a ratio's log); False: of the times themselves (sigma
+        in us: a component's, which can be 0 in every step). A run with a NaN time is left out.
     """
     between, df, within, runs, used = 0.0, 0, [], 0, 0
     for group in groups:
-        logs = [np.log(np.asarray(w, float)) for w in group if len(w)]
+        values = [np.asarray(w, float) for w in group if len(w) and not np.isnan(np.asarray(w, float)).any()]
+        logs = [np.log(w) for w in values] if log else values
         if len(logs) < 2:
             continue
         means = np.array([x.mean() for x in logs])
@@ -170,15 +176,20 @@ def _welch(x: np.ndarray, y: np.ndarray, between: float = 0.0, between_df: int =
     return d, (d - half, d + half), p, float(df)
 
 
-def component_test(a: np.ndarray, b: np.ndarray, noise: Noise | None = None) -> float:
+def component_test(a: np.ndarray, b: np.ndarray, noise: Noise | None = None, own: Noise | None = None) -> float:
     """Two-sided p-value of Welch's t on one component's per-step times (us) in A and B. On the
     times themselves, not their logarithms: a component can be 0 in every step of a run. The
-    run-to-run noise, where known, is added as for the step: a neighbour stretches every
-    operator, so a run's component moves by sigma of its own size (the larger side's mean)."""
+    run-to-run noise, where known, is added as for the step, the larger of: the component's own
+    (``own``, sigma in us, from the history's replicates: ``between_run_noise(..., log=False)``),
+    and the step's (``noise``) scaled to the component's size (a neighbour stretches every
+    operator, so a run's component moves by sigma of its own size, the larger side's mean). The
+    step's alone does not do: a component's drift between runs hides under jittery steps."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     size = max(abs(a.mean()), abs(b.mean())) if a.size and b.size else 0.0
-    between = 2 * (noise.sigma * size) ** 2 if noise is not None and noise.known else 0.0
-    return _welch(a, b, between, noise.df if noise is not None else 0)[2]
+    terms = [(2 * (noise.sigma * size) ** 2, noise.df)] if noise is not None and noise.known else []
+    terms += [(2 * own.sigma ** 2, own.df)] if own is not None and own.known else []
+    between, df = max(terms, default=(0.0, 0))
+    return _welch(a, b, between, df)[2]
 
 
 def profiling_inflation(facts: RunFacts | None) -> StepTest | None:
@@ -230,11 +241,16 @@ def _separated(a: np.ndarray, b: np.ndarray) -> int:
     return 1 if b.max() < a.min() else (-1 if b.min() > a.max() else 0)
 
 
-def explain(a: pd.DataFrame, b: pd.DataFrame, noise: Noise | None = None) -> Explanation | None:
+def explain(a: pd.DataFrame, b: pd.DataFrame, noise: Noise | None = None,
+            waited: tuple[np.ndarray, np.ndarray] | None = None,
+            component_noise: dict[str, Noise] | None = None) -> Explanation | None:
     """The component that carries the step-time change between two step tables, if one does:
     it moved in the step's direction by at least EXPLAINS of the step median's change. The most
     specific such component wins (free time, the residual, last); ties go to the larger change.
-    Its ``p_value`` is :func:`component_test`'s, with ``noise``."""
+    Its ``p_value`` is :func:`component_test`'s, with ``noise`` and the component's own
+    (``component_noise``, by column, sigma in us), the side it grew on less the time
+    that side's thread waited for a core in each step (``waited``, us per step of A and B,
+    :func:`waited_us`): a neighbour's time, which may all have landed in this component."""
     if not len(a) or not len(b):
         return None
     dw = float(b["wall_us"].median() - a["wall_us"].median())
@@ -256,8 +272,22 @@ def explain(a: pd.DataFrame, b: pd.DataFrame, noise: Noise | None = None) -> Exp
         return None
     found.sort(key=lambda f: f[:2])
     chosen = found[0][2]
-    return dataclasses.replace(chosen, p_value=component_test(a[chosen.column].to_numpy(float),
-                                                              b[chosen.column].to_numpy(float), noise))
+    ca, cb = a[chosen.column].to_numpy(float), b[chosen.column].to_numpy(float)
+    if waited is not None:
+        ca, cb = (ca, cb - waited[1]) if chosen.b_us > chosen.a_us else (ca - waited[0], cb)
+    own = (component_noise or {}).get(chosen.column)
+    return dataclasses.replace(chosen, p_value=component_test(ca, cb, noise, own))
+
+
+def waited_us(s: Summary) -> np.ndarray:
+    """Per step of ``s.steps``, the time (us) its cell's thread was ready to run but waited for a
+    core (the host samples' ``main_thread_wait_pct`` of the step); 0 where not measured."""
+    steps = s.steps
+    host = s.host
+    if host is None or not len(host) or "main_thread_wait_pct" not in host or "step" not in steps:
+        return np.zeros(len(steps))
+    share = steps["step"].map(host.groupby("step")["main_thread_wait_pct"].mean()).to_numpy(float) / 100
+    return np.nan_to_num(share, nan=0.0).clip(0, 1) * steps["wall_us"].to_numpy(float)
 
 
 @dataclass(frozen=True)
@@ -537,7 +567,8 @@ def step_verdict(wa: np.ndarray, wb: np.ndarray, noise: Noise, min_effect: float
 def compare(a: Summary, b: Summary, name_a: str = "A", name_b: str = "B",
             context_a: dict[str, Any] | None = None, context_b: dict[str, Any] | None = None,
             min_effect: float = MIN_EFFECT, noise: Noise | None = None, *,
-            facts_a: RunFacts | None = None, facts_b: RunFacts | None = None) -> Comparison:
+            facts_a: RunFacts | None = None, facts_b: RunFacts | None = None,
+            component_noise: dict[str, Noise] | None = None) -> Comparison:
     """Compare run A (the reference) with run B.
 
     Parameters
@@ -552,12 +583,14 @@ def compare(a: Summary, b: Summary, name_a: str = "A", name_b: str = "B",
         interval and replaces ``min_effect``.
     facts_a, facts_b : what the runs' records know beside their traces (other processes on the
         device: a run that shared it is never called significantly different).
+    component_noise : each step component's own between-run noise (by column, sigma in us), from
+        the same replicates as ``noise``; the component rule's test adds it (:func:`component_test`).
     """
     noise = noise if noise is not None else Noise()
     wa = a.steps["wall_us"].to_numpy(dtype=float)
     wb = b.steps["wall_us"].to_numpy(dtype=float)
     ok, test, speedup, beyond, by_test = step_verdict(wa, wb, noise, min_effect)
-    why = explain(a.steps, b.steps, noise) if ok else None
+    why = explain(a.steps, b.steps, noise, (waited_us(a), waited_us(b)), component_noise) if ok else None
     by_component = bool(beyond and why is not None and why.every_step and why.rest_held and why.p_value < ALPHA
                         and min(wa.size, wb.size) >= 3)
     untrusted = "; ".join(f"{name}'s step times are unreliable: {'; '.join(why)}"

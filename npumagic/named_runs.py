@@ -144,7 +144,8 @@ class NamedRuns:
         :meth:`noise` reads: a component can drift between runs under steps too jittery to show it."""
         from .analysis.compare import NOT_COMPONENTS
 
-        return history_noise(self.store, names, tuple(f for f in STEP_FIELDS if f.endswith("_us") and f not in NOT_COMPONENTS))
+        columns = tuple(f for f in STEP_FIELDS if f.endswith("_us") and f not in NOT_COMPONENTS)
+        return history_noise(self.store, names, columns)
 
     def context(self, name: str) -> dict:
         """A run's record as the comparison's "what changed" section reads it."""

@@ -27,12 +27,12 @@ per-step times differ by Welch's t (:func:`component_test`, the run-to-run noise
 step's, scaled to the component, and the component's own from the same replicates, for a
 component drifts between runs under steps too jittery to show it; and the time the cell's thread
 waited for a core in each step taken off the side that grew: a neighbour's time, below the
-contention check's threshold, that may all have landed in this component), provided the step median moved beyond the noise floor: a DataLoader wait that
-falls from 69 to 1 ms in each step is a real change even when three steps of the faster run are
-jittery. "In every step" alone is no evidence at 3 steps: it is a rank test's most extreme
-outcome, which two runs of the identical cell reach 1 time in 10 (2 of the C(6,3) = 20
-arrangements), and it let the component rule call 5-6% of identical pairs different on top of
-the step test's own 5%.
+contention check's threshold, that may all have landed in this component), provided the step
+median moved beyond the noise floor: a DataLoader wait that falls from 69 to 1 ms in each step
+is a real change even when three steps of the faster run are jittery. "In every step" alone is
+no evidence at 3 steps: it is a rank test's most extreme outcome, which two runs of the
+identical cell reach 1 time in 10 (2 of the C(6,3) = 20 arrangements), and it let the component
+rule call 5-6% of identical pairs different on top of the step test's own 5%.
 """
 
 from __future__ import annotations

@@ -555,12 +555,15 @@ class HistoryStore:
         return dataclasses.replace(run, step_times=_decode(_json(moved.get("step_times")), {}),
                                    device_neighbours=_decode(_json(moved.get("device_neighbours")), []))
 
-    def step_walls(self, name: str | None = None) -> dict[str, list[float]]:
+    def step_walls(self, name: str | None = None, column: str = "wall_us") -> dict[str, list[float]]:
         """Every run's step wall times (us; NaN where a stored value is no number), by run name, in
-        run order; with ``name``, that run's only. Plain lists: ``npumagic check`` imports no numpy."""
+        run order; with ``name``, that run's only; with ``column``, that column of the step table
+        (one of :data:`STEP_FIELDS`) instead. Plain lists: ``npumagic check`` imports no numpy."""
+        if column not in STEP_FIELDS:
+            raise ValueError(f"no step column {column!r}; the history keeps {', '.join(STEP_FIELDS)}")
         where, params = ("WHERE runs.name = ? ", (name,)) if name is not None else ("", ())
         with self._connect() as db:
-            rows = db.execute("SELECT runs.name, steps.wall_us FROM steps JOIN runs ON runs.id = steps.run_id "
+            rows = db.execute(f"SELECT runs.name, steps.{column} FROM steps JOIN runs ON runs.id = steps.run_id "
                               f"{where}ORDER BY runs.id, steps.step", params).fetchall()
         out: dict[str, list[float]] = {}
         for run, wall in rows:

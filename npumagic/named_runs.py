@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from . import analysis
 from .wording import say
 from .errors import NpumagicError
-from .history import HistoryStore
+from .history import STEP_FIELDS, HistoryStore
 from .names import check_name
 from .records import Run
 from .run_files import delete_files
@@ -139,6 +139,14 @@ class NamedRuns:
         settings), on the backend and device of ``names``."""
         return history_noise(self.store, names)
 
+    def component_noise(self, *names: str) -> dict[str, Noise]:
+        """Each step component's own between-run noise (sigma in us) from the replicates
+        :meth:`noise` reads: a component can drift between runs under steps too jittery to show it."""
+        from .analysis.compare import NOT_COMPONENTS
+
+        columns = tuple(f for f in STEP_FIELDS if f.endswith("_us") and f not in NOT_COMPONENTS)
+        return history_noise(self.store, names, columns)
+
     def context(self, name: str) -> dict:
         """A run's record as the comparison's "what changed" section reads it."""
         return run_context(self.store.get(name))
@@ -203,7 +211,7 @@ class NamedRuns:
 
         return compare(self.summary(a), summary_b if summary_b is not None else self.summary(b), a, b,
                        self.context(a), self.context(b), noise=self.noise(a, b), facts_a=self.facts(a),
-                       facts_b=self.facts(b))
+                       facts_b=self.facts(b), component_noise=self.component_noise(a, b))
 
 
     # -- the history as a whole -------------------------------------------------------------------
@@ -279,18 +287,28 @@ class NamedRuns:
 
 
 
-def history_noise(store: HistoryStore, names) -> Noise:
-    """:meth:`NamedRuns.noise`."""
+def history_noise(store: HistoryStore, names, columns: tuple[str, ...] | None = None):
+    """:meth:`NamedRuns.noise`; with ``columns`` (step components), :meth:`NamedRuns.component_noise`:
+    a Noise of each column's times themselves (not their logarithms), by column."""
     from .analysis.compare import between_run_noise
 
     runs = [r for r in store.runs() if r.status == "ok" and r.kind == "profile"]
     wanted = {(r.backend, r.device) for r in runs if r.name in names}
     walls = store.step_walls()
-    groups: dict[str, list] = {}
-    for r in runs:
-        if (r.backend, r.device) in wanted and len(walls.get(r.name, ())):
-            groups.setdefault(_configuration(r), []).append(walls[r.name])
-    return between_run_noise(list(groups.values()))
+    same = [r for r in runs if (r.backend, r.device) in wanted and len(walls.get(r.name, ()))]
+
+    def groups(times: dict[str, list]) -> list[list]:
+        by: dict[str, list] = {}
+        for r in same:
+            if len(times.get(r.name, ())):
+                by.setdefault(_configuration(r), []).append(times[r.name])
+        return list(by.values())
+
+    if columns is None:
+        return between_run_noise(groups(walls))
+    if not any(len(g) > 1 for g in groups(walls)):
+        return {}  # no replicates: no query per column
+    return {c: between_run_noise(groups(store.step_walls(column=c)), log=False) for c in columns}
 
 
 def history_band(store: HistoryStore, like: str, include: bool) -> Band | None:

@@ -5,7 +5,8 @@ it), hovering a lane shows an operator's name, the legend names the kinds drawn,
 shift-drag shows the range's aggregate, a screenshot of the shared level1 job's view holds its
 lanes, each rank's findings lane names its marks on hover, a click on a finding of %npuadvise
 moves that view to the finding's mark, the Perfetto button writes a file Perfetto opens, and a critical
-path walked after the first view is drawn when it arrives (the browser asks its view again).
+path walked after the first view is drawn when it arrives (the browser asks its view again), with
+what its walk said shown under the view's legend, in no cell's output.
 Screenshots are kept in the test's tmp dir (the CI artifact)."""
 
 from __future__ import annotations
@@ -54,12 +55,16 @@ def _free_port() -> int:
 # level1's view once more, its critical path walked only once the test writes RELEASE (a view whose
 # lanes grow after its first answer)
 RELEASE = "release_the_critical_path"
+# what the walk says on the widget's own thread (as a walk that leaves a lane out says why)
+LATE_NOTE = "timeline: said on the widget's own thread"
 LATE_PATH_CELL = f"""import dataclasses, pathlib, time, npumagic
 from npumagic.render.live import lod
+from npumagic.render.live.said import say
 _walk = lod.critical_spans
 def _held(trace):
     while not pathlib.Path({RELEASE!r}).exists():
         time.sleep(0.2)
+    say({LATE_NOTE!r})
     return _walk(trace)
 lod.critical_spans = _held
 _trace = npumagic.load({str(ASCEND / 'level1')!r})
@@ -762,3 +767,9 @@ def test_a_critical_path_walked_after_the_first_view_is_drawn_when_it_arrives(pa
     assert groups["0:critical"][1] == 1 and groups["1:critical"][1] == 1, groups
     _answered_since(page, root, first["answered"])
     _hover_rank0_critical_path(page, root, groups, home / "critical_path_late.png")
+    # and what the walk said on the widget's thread shows under the view's legend, in no cell's output
+    elsewhere = page.evaluate("t => [...document.querySelectorAll('.jp-OutputArea-output')].filter(o => "
+                              "!o.querySelector('.npumagic-live') && o.textContent.includes(t)).length", LATE_NOTE)
+    assert elsewhere == 0
+    notes = root.locator(".npumagic-notes")
+    assert notes.is_visible() and notes.inner_text() == LATE_NOTE

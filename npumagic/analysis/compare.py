@@ -22,13 +22,22 @@ identical cell.
 
 A run is also called faster (or slower) when one breakdown component (every ``*_us`` column of
 the step table that is a part of the step, see :func:`components`) moved the same way in every
-step, carries most of the step-time change, and the rest of the step held, provided the step
+step, carries most of the step-time change, the rest of the step held, and the component's own
+per-step times differ by Welch's t (:func:`component_test`, the run-to-run noise included: the
+step's, scaled to the component, and the component's own from the same replicates, for a
+component drifts between runs under steps too jittery to show it; and the time the cell's thread
+waited for a core in each step taken off the side that grew: a neighbour's time, below the
+contention check's threshold, that may all have landed in this component), provided the step
 median moved beyond the noise floor: a DataLoader wait that falls from 69 to 1 ms in each step
-is a real change even when three steps of the faster run are jittery.
+is a real change even when three steps of the faster run are jittery. "In every step" alone is
+no evidence at 3 steps: it is a rank test's most extreme outcome, which two runs of the
+identical cell reach 1 time in 10 (2 of the C(6,3) = 20 arrangements), and it let the component
+rule call 5-6% of identical pairs different on top of the step test's own 5%.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import re
@@ -94,17 +103,20 @@ class Noise:
         return f"run-to-run noise {math.expm1(self.sigma):.1%} measured from {of}"
 
 
-def between_run_noise(groups: list[list[np.ndarray]]) -> Noise:
+def between_run_noise(groups: list[list[np.ndarray]], log: bool = True) -> Noise:
     """Between-run noise from replicates.
 
     Parameters
     ----------
     groups : one list per configuration, holding each replicate run's step times (us); groups
         with fewer than two runs carry no information and are skipped.
+    log : of the times' logarithms (sigma a ratio's log); False: of the times themselves (sigma
+        in us: a component's, which can be 0 in every step). A run with a NaN time is left out.
     """
     between, df, within, runs, used = 0.0, 0, [], 0, 0
     for group in groups:
-        logs = [np.log(np.asarray(w, float)) for w in group if len(w)]
+        values = [np.asarray(w, float) for w in group if len(w) and not np.isnan(np.asarray(w, float)).any()]
+        logs = [np.log(w) for w in values] if log else values
         if len(logs) < 2:
             continue
         means = np.array([x.mean() for x in logs])
@@ -134,23 +146,50 @@ def step_test(a: np.ndarray, b: np.ndarray, noise: Noise | None = None, alpha: f
     variance of ``noise`` added for each run when it is known (Welch-Satterthwaite degrees of
     freedom over all three variance terms). Fewer than two steps on a side: p = 1, no interval."""
     la, lb = np.log(np.asarray(a, float)), np.log(np.asarray(b, float))
-    if la.size < 2 or lb.size < 2:
-        d = float(la.mean() - lb.mean()) if la.size and lb.size else float("nan")
-        return StepTest(math.exp(d) if d == d else float("nan"), (0.0, float("inf")), 1.0, float("nan"))
-    d = float(la.mean() - lb.mean())
-    terms = [(la.var(ddof=1) / la.size, la.size - 1), (lb.var(ddof=1) / lb.size, lb.size - 1)]
-    if noise is not None and noise.known:
-        terms.append((2 * noise.sigma ** 2, noise.df))
+    between = 2 * noise.sigma ** 2 if noise is not None and noise.known else 0.0
+    d, (lo, hi), p, df = _welch(la, lb, between, noise.df if noise is not None else 0, alpha)
+    return StepTest(math.exp(d) if d == d else float("nan"), (math.exp(lo), math.exp(hi)), p, df)
+
+
+def _welch(x: np.ndarray, y: np.ndarray, between: float = 0.0, between_df: int = 0,
+           alpha: float = ALPHA) -> tuple[float, tuple[float, float], float, float]:
+    """Welch's t-test of mean(x) - mean(y), with a between-run variance term ``between`` of
+    ``between_df`` degrees of freedom added when it is positive (Welch-Satterthwaite degrees of
+    freedom over all the terms): (difference, its 1 - alpha interval, two-sided p, df). Fewer
+    than two values on a side: p = 1, the interval (-inf, inf)."""
+    if x.size < 2 or y.size < 2:
+        d = float(x.mean() - y.mean()) if x.size and y.size else float("nan")
+        return d, (-math.inf, math.inf), 1.0, float("nan")
+    d = float(x.mean() - y.mean())
+    terms = [(x.var(ddof=1) / x.size, x.size - 1), (y.var(ddof=1) / y.size, y.size - 1)]
+    if between > 0:
+        terms.append((between, between_df))
     var = sum(v for v, _ in terms)
     if var <= 0:  # no spread at all: any difference is exact
-        return StepTest(math.exp(d), (math.exp(d), math.exp(d)), 0.0 if d else 1.0, float("inf"))
+        return d, (d, d), 0.0 if d else 1.0, float("inf")
     from scipy import special  # a third of a second to import: only when a comparison is made
 
     df = var ** 2 / sum(v ** 2 / k for v, k in terms if v > 0)
     se = math.sqrt(var)
     p = float(2 * special.stdtr(df, -abs(d) / se))
     half = float(special.stdtrit(df, 1 - alpha / 2)) * se
-    return StepTest(math.exp(d), (math.exp(d - half), math.exp(d + half)), p, float(df))
+    return d, (d - half, d + half), p, float(df)
+
+
+def component_test(a: np.ndarray, b: np.ndarray, noise: Noise | None = None, own: Noise | None = None) -> float:
+    """Two-sided p-value of Welch's t on one component's per-step times (us) in A and B. On the
+    times themselves, not their logarithms: a component can be 0 in every step of a run. The
+    run-to-run noise, where known, is added as for the step, the larger of: the component's own
+    (``own``, sigma in us, from the history's replicates: ``between_run_noise(..., log=False)``),
+    and the step's (``noise``) scaled to the component's size (a neighbour stretches every
+    operator, so a run's component moves by sigma of its own size, the larger side's mean). The
+    step's alone does not do: a component's drift between runs hides under jittery steps."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    size = max(abs(a.mean()), abs(b.mean())) if a.size and b.size else 0.0
+    terms = [(2 * (noise.sigma * size) ** 2, noise.df)] if noise is not None and noise.known else []
+    terms += [(2 * own.sigma ** 2, own.df)] if own is not None and own.known else []
+    between, df = max(terms, default=(0.0, 0))
+    return _welch(a, b, between, df)[2]
 
 
 def profiling_inflation(facts: RunFacts | None) -> StepTest | None:
@@ -184,6 +223,7 @@ class Explanation:
     b_us: float
     every_step: bool
     rest_held: bool
+    p_value: float = 1.0  # Welch's t on the component's per-step times (:func:`component_test`)
 
     @property
     def label(self) -> str:
@@ -201,10 +241,16 @@ def _separated(a: np.ndarray, b: np.ndarray) -> int:
     return 1 if b.max() < a.min() else (-1 if b.min() > a.max() else 0)
 
 
-def explain(a: pd.DataFrame, b: pd.DataFrame) -> Explanation | None:
+def explain(a: pd.DataFrame, b: pd.DataFrame, noise: Noise | None = None,
+            waited: tuple[np.ndarray, np.ndarray] | None = None,
+            component_noise: dict[str, Noise] | None = None) -> Explanation | None:
     """The component that carries the step-time change between two step tables, if one does:
     it moved in the step's direction by at least EXPLAINS of the step median's change. The most
-    specific such component wins (free time, the residual, last); ties go to the larger change."""
+    specific such component wins (free time, the residual, last); ties go to the larger change.
+    Its ``p_value`` is :func:`component_test`'s, with ``noise`` and the component's own
+    (``component_noise``, by column, sigma in us), the side it grew on less the time
+    that side's thread waited for a core in each step (``waited``, us per step of A and B,
+    :func:`waited_us`): a neighbour's time, which may all have landed in this component."""
     if not len(a) or not len(b):
         return None
     dw = float(b["wall_us"].median() - a["wall_us"].median())
@@ -225,7 +271,23 @@ def explain(a: pd.DataFrame, b: pd.DataFrame) -> Explanation | None:
     if not found:
         return None
     found.sort(key=lambda f: f[:2])
-    return found[0][2]
+    chosen = found[0][2]
+    ca, cb = a[chosen.column].to_numpy(float), b[chosen.column].to_numpy(float)
+    if waited is not None:
+        ca, cb = (ca, cb - waited[1]) if chosen.b_us > chosen.a_us else (ca - waited[0], cb)
+    own = (component_noise or {}).get(chosen.column)
+    return dataclasses.replace(chosen, p_value=component_test(ca, cb, noise, own))
+
+
+def waited_us(s: Summary) -> np.ndarray:
+    """Per step of ``s.steps``, the time (us) its cell's thread was ready to run but waited for a
+    core (the host samples' ``main_thread_wait_pct`` of the step); 0 where not measured."""
+    steps = s.steps
+    host = s.host
+    if host is None or not len(host) or "main_thread_wait_pct" not in host or "step" not in steps:
+        return np.zeros(len(steps))
+    share = steps["step"].map(host.groupby("step")["main_thread_wait_pct"].mean()).to_numpy(float) / 100
+    return np.nan_to_num(share, nan=0.0).clip(0, 1) * steps["wall_us"].to_numpy(float)
 
 
 @dataclass(frozen=True)
@@ -317,7 +379,8 @@ class Comparison:
         if self.decided_by == "component":
             way = "lower" if self.speedup > 1 else "higher"
             return (f"decided by the {self.explained_by.label}, {way} in every step of {self.b} than in any of "
-                    f"{self.a} while the rest of the step held; the step time alone is too noisy to decide "
+                    f"{self.a} (Welch p={self.explained_by.p_value:.3f}) while the rest of the step held; the step time "
+                    f"alone is too noisy to decide "
                     f"({test}); {self.noise.describe()}")
         return f"step-time ratio {self.a}/{self.b} {self.speedup:.2f}x, {test}; {self.noise.describe()}"
 
@@ -504,7 +567,8 @@ def step_verdict(wa: np.ndarray, wb: np.ndarray, noise: Noise, min_effect: float
 def compare(a: Summary, b: Summary, name_a: str = "A", name_b: str = "B",
             context_a: dict[str, Any] | None = None, context_b: dict[str, Any] | None = None,
             min_effect: float = MIN_EFFECT, noise: Noise | None = None, *,
-            facts_a: RunFacts | None = None, facts_b: RunFacts | None = None) -> Comparison:
+            facts_a: RunFacts | None = None, facts_b: RunFacts | None = None,
+            component_noise: dict[str, Noise] | None = None) -> Comparison:
     """Compare run A (the reference) with run B.
 
     Parameters
@@ -519,13 +583,16 @@ def compare(a: Summary, b: Summary, name_a: str = "A", name_b: str = "B",
         interval and replaces ``min_effect``.
     facts_a, facts_b : what the runs' records know beside their traces (other processes on the
         device: a run that shared it is never called significantly different).
+    component_noise : each step component's own between-run noise (by column, sigma in us), from
+        the same replicates as ``noise``; the component rule's test adds it (:func:`component_test`).
     """
     noise = noise if noise is not None else Noise()
     wa = a.steps["wall_us"].to_numpy(dtype=float)
     wb = b.steps["wall_us"].to_numpy(dtype=float)
     ok, test, speedup, beyond, by_test = step_verdict(wa, wb, noise, min_effect)
-    why = explain(a.steps, b.steps) if ok else None
-    by_component = bool(beyond and why is not None and why.every_step and why.rest_held and min(wa.size, wb.size) >= 3)
+    why = explain(a.steps, b.steps, noise, (waited_us(a), waited_us(b)), component_noise) if ok else None
+    by_component = bool(beyond and why is not None and why.every_step and why.rest_held and why.p_value < ALPHA
+                        and min(wa.size, wb.size) >= 3)
     untrusted = "; ".join(f"{name}'s step times are unreliable: {'; '.join(why)}"
                           for name, why in ((name_a, reasons(a, facts_a)), (name_b, reasons(b, facts_b))) if why)
     significant = (by_test or by_component) and not untrusted

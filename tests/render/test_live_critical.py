@@ -176,20 +176,27 @@ def test_a_steps_path_walked_over_its_own_events_is_the_path_over_the_whole_trac
         assert np.array_equal(spans["ts_ns"].to_numpy(), starts) and list(spans["path"]) == list(paths), name
 
 
-def test_a_trace_stitched_from_copies_of_one_gets_no_path_lane_and_says_why():
+def _stitched():
+    """Five copies of a real step one after another, their correlation ids the same (as a
+    benchmark's file scaled up by copying is): each step's launches would link every copy's
+    kernels. No path: nothing to store the index beside."""
     import dataclasses
 
     import pandas as pd
 
-    # GIVEN five copies of a real step one after another, their correlation ids the same (as a
-    # benchmark's file scaled up by copying is): each step's launches would link every copy's kernels
     trace = shared_trace(CUDA / "alexnet_sync")
     ev, steps = trace.events, trace.steps
     span = int((ev["ts_ns"] + ev["dur_ns"]).max() - ev["ts_ns"].min()) + 1_000
     copies = [ev.assign(ts_ns=ev["ts_ns"] + k * span) for k in range(5)]
-    stitched = dataclasses.replace(trace, events=pd.concat(copies, ignore_index=True), steps=pd.concat(
+    return trace, dataclasses.replace(trace, events=pd.concat(copies, ignore_index=True), steps=pd.concat(
         [steps.assign(step=steps["step"] + 1000 * k, start_ns=steps["start_ns"] + k * span,
-                      end_ns=steps["end_ns"] + k * span) for k in range(5)], ignore_index=True))
+                      end_ns=steps["end_ns"] + k * span) for k in range(5)], ignore_index=True),
+        meta=dataclasses.replace(trace.meta, path=""))
+
+
+def test_a_trace_stitched_from_copies_of_one_gets_no_path_lane_and_says_why():
+    # GIVEN a trace stitched from copies of one step
+    trace, stitched = _stitched()
     assert len(critical_spans(trace))
     # THEN the lane is left out, saying why, rather than walking every copy from every step
     with pytest.warns(UserWarning, match="ids repeat from step to step"):
@@ -214,3 +221,48 @@ def test_the_widget_answers_a_view_under_the_index_lock(built):
         assert widget.tiles["seq"] == answered
     asking.join(60)
     assert widget.tiles["seq"] == answered + 1
+
+
+def test_what_the_widgets_own_thread_is_told_is_said_on_the_widget_not_in_the_cell_running(held, monkeypatch):
+    import contextlib
+    import io
+    import logging
+    import warnings
+
+    from npumagic.render.live.frontend import timeline_widget
+
+    _, stitched = _stitched()
+    release, _ = held
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # a kernel whose logging nobody configured
+    # GIVEN a widget whose critical path, walked on its own thread after the first view, cannot be
+    # drawn (a stitched trace: the walk says why it leaves the lane out)
+    widget = timeline_widget(stitched)
+    assert widget.notes == []
+    # WHEN the walk runs while another cell runs (its warnings and its stderr caught, as a cell's are)
+    cell_err = io.StringIO()
+    with warnings.catch_warnings(record=True) as cell_warnings, contextlib.redirect_stderr(cell_err):
+        warnings.simplefilter("always")
+        release.set()
+        _join_after_first_view()
+    # THEN the cell got nothing, no warning, no log line; the widget says it (shown under its legend)
+    assert [str(w.message) for w in cell_warnings] == [] and cell_err.getvalue() == ""
+    assert len(widget.notes) == 1 and "no critical path lane" in widget.notes[0]
+    assert "ids repeat from step to step" in widget.notes[0]
+    assert "critical" not in {ln["group"] for ln in widget.frame["lanes"]}
+
+
+def test_a_walk_that_fails_on_the_widgets_thread_is_said_on_the_widget_and_logged(monkeypatch, caplog):
+    import logging
+
+    from npumagic.render.live import lod
+    from npumagic.render.live.frontend import timeline_widget
+
+    def broken(_trace):
+        raise MemoryError("the walk ran out of memory")
+
+    monkeypatch.setattr(lod, "critical_spans", broken)
+    with caplog.at_level(logging.WARNING):
+        widget = timeline_widget(shared_trace(CUDA / "ns_resolution"))
+        _join_after_first_view()
+    said = "timeline: the critical path's lane could not be built: MemoryError: the walk ran out of memory"
+    assert widget.notes == [said] and said in caplog.messages

@@ -195,13 +195,13 @@ def test_a_trace_without_a_path_is_never_stored():
 def test_the_widget_stores_its_index_once_the_first_view_is_answered(recorded):
     import threading
 
-    from npumagic.render.live.frontend import timeline_widget
+    from npumagic.render.live.frontend import AFTER_FIRST_VIEW, timeline_widget
 
     # GIVEN a widget over a run never opened
     first = timeline_widget(recorded)
     assert first.tiles["lanes"]  # its first view answered
     for thread in threading.enumerate():
-        if thread.name == "npumagic-timeline-store":
+        if thread.name == AFTER_FIRST_VIEW:
             thread.join(60)
     # WHEN the run is shown again THEN its index is read from the store
     again = timeline_widget(recorded)

@@ -8,7 +8,6 @@ launched device work only: on the host alone the path is the host lane again."""
 from __future__ import annotations
 
 import logging
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -16,6 +15,7 @@ import pandas as pd
 from ...analysis.critical_path import critical_path
 from ...analysis.schema import DEVICE_WORK
 from .nested import COLUMNS, CRITICAL
+from .said import say
 
 log = logging.getLogger(__name__)
 LANE = "critical path"
@@ -46,9 +46,9 @@ def critical_spans(trace) -> pd.DataFrame:
         windows = ordered.loc[ordered["rank"] == rank, ["start_ns", "end_ns"]].to_numpy()
         taken = sum(mine.count(int(a), int(b)) for a, b in windows)
         if taken > LINKED_MAX * max(len(mine.rows), 1):
-            warnings.warn(f"timeline: no critical path lane for {trace.meta.path or 'this trace'}: rank {rank}'s "
-                          f"steps link {taken:,} events through their correlation ids, {taken / len(mine.rows):.0f} "
-                          f"times its {len(mine.rows):,} (ids repeat from step to step)", stacklevel=2)
+            say(f"timeline: no critical path lane for {trace.meta.path or 'this trace'}: rank {rank}'s "
+                f"steps link {taken:,} events through their correlation ids, {taken / len(mine.rows):.0f} "
+                f"times its {len(mine.rows):,} (ids repeat from step to step)", stacklevel=2)
             return pd.DataFrame(columns=COLUMNS)
     parts, free_at, texts = [], {}, {}  # by rank: where each row's last path ends; each path text once
     for rank, step, start, end in ordered.itertuples(index=False):

@@ -39,7 +39,8 @@ def timeline_widget(trace: Trace, title: str = "", run: str = ""):
     one: its index read from the store beside the run where one matches, else built here. Once the
     first view is answered, on a thread of its own (the view waits for neither): each step's
     critical path is added where the store did not hold it (the widget's lanes grow, and the
-    browser asks its view again), then the index is stored there."""
+    browser asks its view again), then the index is stored there. What that thread is told, or
+    its failure, is said with the widget (``notes``), never as a warning in the cell that runs then."""
     from .lod import TimelineIndex
     from .widget import TimelineWidget
 
@@ -54,11 +55,15 @@ AFTER_FIRST_VIEW = "npumagic-timeline-after"  # the thread's name
 
 
 def _after_first_view(widget, trace: Trace) -> None:
+    from .said import said_to
+
     try:
-        if widget.index.add_critical_path(trace):
-            widget.grown()
-    except Exception:  # noqa: BLE001 - a lane less rather than a traceback from a thread
-        log.warning("timeline: the critical path's lane could not be built", exc_info=True)
+        with said_to(widget.note):
+            if widget.index.add_critical_path(trace):
+                widget.grown()
+    except Exception as exc:  # noqa: BLE001 - a lane less rather than a traceback from a thread
+        log.debug("timeline: the critical path's lane could not be built", exc_info=True)
+        widget.note(f"timeline: the critical path's lane could not be built: {type(exc).__name__}: {exc}")
     try:
         widget.index.keep()
     except Exception:  # noqa: BLE001 - the store is a cache: the timeline never fails for it

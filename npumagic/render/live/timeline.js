@@ -69,6 +69,15 @@ function legendOf(frame) {
   return box;
 }
 
+function notesOf(notes) {
+  // what the kernel's own work after the first view left out, and why (the widget's notes)
+  const box = document.createElement("div");
+  box.className = "npumagic-notes";
+  box.style.cssText = "margin:0 0 4px 0;color:#8a4b00;white-space:pre-wrap" + (notes.length ? "" : ";display:none");
+  box.textContent = notes.join("\n");
+  return box;
+}
+
 function rowsOf(frame, collapsed = new Set(), folded = new Set()) {
   // one group per rank: a header, its lanes (host lanes as tall as their nesting), then its series;
   // a collapsed rank (a click on its header) keeps its header only. A rank's regions and modules
@@ -158,7 +167,8 @@ export default {
     const tools = toolsOf();
     const collapsed = new Set(), folded = new Set();  // ranks collapsed; "rank:group" regions/modules folded
     let frame = model.get("frame"), layout = rowsOf(frame, collapsed, folded), legend = legendOf(frame);
-    root.append(bar, tools.box, legend, canvas, tip, panel);
+    let notes = notesOf(model.get("notes") || []);
+    root.append(bar, tools.box, legend, notes, canvas, tip, panel);
     root.tabIndex = 0;  // W/S/A/D reach the view once it is clicked
     root.setAttribute("data-lm-suppress-shortcuts", "true");  // not JupyterLab's command-mode keys (A, D, D...)
     el.appendChild(root);
@@ -615,6 +625,7 @@ export default {
       draw();
       if ((tiles.lanes || []).length < frame.lanes.length) ask();
     });
+    model.on("change:notes", () => { const fresh = notesOf(model.get("notes") || []); notes.replaceWith(fresh); notes = fresh; });
     const resize = new ResizeObserver(() => { draw(); if (Math.abs(plotWidth() - (tiles.width || 0)) > 2) ask(); });
     resize.observe(root);
     draw();

@@ -31,6 +31,9 @@ from .opened import remember
 from .selection import aggregate
 
 log = logging.getLogger(__name__)
+# a note is logged for whoever configured logging, never printed by logging's last resort (stderr):
+# it is said on the widget's own thread, and stderr there is whichever cell runs then
+log.addHandler(logging.NullHandler())
 DEFAULT_WIDTH_PX = 1000  # the plot's width until the browser reports its own
 
 
@@ -45,7 +48,8 @@ class TimelineWidget(anywidget.AnyWidget):
     ``find``/``found``: a search and its count, the view moved to the match shown (:meth:`search`,
     :meth:`next`, :meth:`previous`). ``select``/``selection``: a shift-dragged range and its
     aggregate (:meth:`select_range`). ``link``/``flow``: a clicked event and its arrows between
-    launch and device work."""
+    launch and device work. ``notes``: what the widget's own work after its first view left out,
+    and why (a critical path lane that could not be built), shown under its legend (:meth:`note`)."""
 
     _esm = Path(__file__).with_name("timeline.js")
     # lanes, series, steps, extent, title, legend: drawn once, and again when the index grows (grown())
@@ -66,6 +70,7 @@ class TimelineWidget(anywidget.AnyWidget):
     export = traitlets.Any({}).tag(sync=True)  # set by the browser (its Perfetto button): {seq}
     exported = traitlets.Dict().tag(sync=True)  # the file written (export_perfetto), or an error
     reveal = traitlets.Int(0).tag(sync=True)  # raised by a click on a finding elsewhere: the view scrolls into sight
+    notes = traitlets.List(traitlets.Unicode()).tag(sync=True)
 
     def __init__(self, index: TimelineIndex, title: str = "", source: str | None = None, run: str = "",
                  **kwargs) -> None:
@@ -83,6 +88,12 @@ class TimelineWidget(anywidget.AnyWidget):
     def _frame(self) -> dict:
         with self.index.lock:
             return dict(self.index.layout(), title=self.title, legend=legend(self.index))
+
+    def note(self, text: str) -> None:
+        """Say ``text`` with this widget (under its legend, and logged): what its own thread was
+        told (:func:`~.said.said_to`), rather than a warning in whichever cell runs then."""
+        log.warning("%s", text)
+        self.notes = [*self.notes, text]
 
     def grown(self) -> None:
         """Send the lanes again, after the index grew (its critical path's lanes, built after the

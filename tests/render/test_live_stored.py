@@ -316,3 +316,28 @@ def test_a_reopened_runs_first_view_makes_neither_its_events_nor_its_launches_wh
     pd.testing.assert_frame_equal(again.launches, launches(gpu_run.events, fresh.origin))
     assert again.launch_events is None
     assert again.names.tolist() == fresh.names.tolist() and again.name_kinds.tolist() == fresh.name_kinds.tolist()
+
+
+def test_a_store_of_the_format_before_is_built_again_and_written_anew(gpu_run, capsys):
+    import json
+
+    # GIVEN a store as format 3 wrote it (no names, kinds or kinds drawn; its count of events as this one's)
+    fresh = TimelineIndex.build(gpu_run)
+    assert fresh.keep()
+    folder = fresh.shelf.folder
+    doc = json.loads((folder / "manifest.json").read_text())
+    for key in ("kinds", "drawn_kinds"):
+        del doc[key]
+    doc["timeline"] = 3
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    for name in ("names.npy", "name_kinds.npy"):
+        (folder / name).unlink()
+    capsys.readouterr()
+    # WHEN the run is reopened THEN the index is built again (said once), answers as the fresh one
+    again = TimelineIndex.build(gpu_run, critical_later=True)
+    assert not again.in_store and "written for another index" in capsys.readouterr().err
+    assert again.layout()["lanes"] == [ln for ln in fresh.layout()["lanes"] if ln["group"] != "critical"]
+    # AND once kept with its path, the next reopening reads it
+    assert again.add_critical_path(gpu_run) and again.keep()
+    third = TimelineIndex.build(gpu_run, critical_later=True)
+    assert third.in_store and third.layout() == fresh.layout() and third.names.tolist() == fresh.names.tolist()

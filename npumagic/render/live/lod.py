@@ -24,8 +24,8 @@ from ...analysis.schema import DEVICE_WORK, Trace
 from .columns import INT64_SAFE, aggregate, cover, dominant, longest, paint_outermost
 from .launches import launches
 from .critical import critical_spans
-from .nested import (CRITICAL, MODULES, NESTED_GROUPS, REGIONS, kind_of_group, nested_kinds, nested_names, nested_rows,
-                     nested_spans, with_nested)
+from .nested import (CRITICAL, MODULES, NESTED_GROUPS, REGIONS, kind_of_group, nested_kinds, nested_rows, nested_spans,
+                     with_nested)
 from .rows import stack
 from .shelf import Shelf
 from .series import CORE_LANES, MEMORY_EVENTS_MAX, memory_events, series_columns, series_of  # noqa: F401 (CORE_LANES: re-exported)
@@ -233,11 +233,17 @@ def _drawn(ev: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
     return ev.reset_index(drop=True) if keep.all() else ev[keep].reset_index(drop=True)
 
 
-def _details(events: pd.DataFrame, keep: np.ndarray, nested: pd.DataFrame, names: np.ndarray, origin: int) -> pd.DataFrame:
-    """:attr:`TimelineIndex.events` of the events drawn (``keep``) and the nested spans after them,
-    as a build makes them."""
-    details = _drawn(events, keep)[DETAILS]
-    return nested_rows(nested, names, details, origin)[1] if len(nested) else details
+def _reopened_events(trace: Trace, keep: np.ndarray, path: pd.DataFrame | None, origin: int):
+    """:attr:`TimelineIndex.events` of a reopened index, and its nested spans' paths and threads, as
+    a build makes them: the events drawn (``keep``), then the regions and modules of ``trace`` and
+    the stored critical ``path``."""
+    events = _drawn(trace.events, keep)
+    details = events[DETAILS]
+    nested = _joined(nested_spans(trace), path)
+    if not len(nested):
+        return details, np.array([], dtype=object), np.array([], dtype=object)
+    names = np.asarray(events["name"].cat.categories.astype(str)) if len(events) else np.array([], dtype=object)
+    return (nested_rows(nested, names, details, origin)[1], nested["path"].to_numpy(object), nested["thread"].to_numpy(object))
 
 
 def _extent(lanes: list[LaneIndex], steps: pd.DataFrame, origin: int) -> tuple[int, int]:
@@ -350,10 +356,8 @@ class TimelineIndex:
     launch_events: pd.DataFrame | None = field(default=None, repr=False)
     # where the findings are (:func:`~npumagic.analysis.marks.marks`), start_ns/end_ns from origin
     marks: pd.DataFrame = field(default_factory=pd.DataFrame)
-    # the rows of regions and modules lanes' spans follow the other events' from this row: each one's tree path
+    # the rows of regions and modules lanes' spans follow the other events' from this row (paths, threads)
     nested_from: int = 0
-    paths: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))
-    threads: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))  # and its host thread
     drawn_kinds: set[str] = field(default_factory=set)  # the kinds of the events and spans drawn (the legend's)
 
     shelf: "Shelf | None" = None  # where the index is stored beside the run (None: nowhere)
@@ -368,7 +372,10 @@ class TimelineIndex:
     _launches: pd.DataFrame | None = field(default=None, repr=False, compare=False)
     _launching: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _events: pd.DataFrame | None = field(default=None, repr=False)  # :attr:`events`, once made
-    _make_events: Callable[[], pd.DataFrame] | None = field(default=None, repr=False, compare=False)  # makes them
+    _paths: np.ndarray = field(default_factory=lambda: np.array([], dtype=object), repr=False)
+    _threads: np.ndarray = field(default_factory=lambda: np.array([], dtype=object), repr=False)
+    # makes the events frame, paths and threads of a reopened index (:func:`_reopened_events`)
+    _make_events: Callable[[], tuple] | None = field(default=None, repr=False, compare=False)
     _making: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
@@ -380,83 +387,110 @@ class TimelineIndex:
         events = trace.events
         drawn = _drawn_rows(events)
         count = int(drawn.sum())
-        names = np.asarray(events["name"].cat.categories.astype(str)) if count else np.array([], dtype=object)
-        name_codes, kind_codes = (events[c].cat.codes.to_numpy()[drawn] for c in ("name", "kind"))
-        kind_names = events["kind"].cat.categories.astype(str)
-        kinds = _name_kinds(name_codes, kind_codes, kind_names, len(events["name"].cat.categories) if count else 0)
-        drawn_kinds = {str(kind_names[c]) for c in np.flatnonzero(np.bincount(kind_codes, minlength=len(kind_names)))}
-        del kind_codes
         steps = trace.steps
         first = int(np.min(events["ts_ns"].to_numpy(), where=drawn, initial=np.iinfo(np.int64).max)) if count else 0
         origin = int(steps["start_ns"].min()) if len(steps) else first
-        regions = nested_spans(trace)
-        shelf = Shelf.of(trace.meta.path, count + len(regions)) if stored else None
+        kind_counts = np.bincount(events["kind"].cat.codes.to_numpy() + 1, minlength=len(events["kind"].cat.categories) + 1)
+        shelf = Shelf.of(trace.meta.path, count, kind_counts.tolist()) if stored else None
         kept = shelf.lanes() if shelf is not None else None
-        # the critical path of every step is read back with the lanes: reopening finds it at once
-        path = shelf.critical() if kept is not None else None
-        nested = _joined(regions, path)
-        # the marks before the lanes' arrays exist, so that the peaks of memory of both do not add up
-        marks = shelf.marks() if kept is not None else _marks(trace, origin)
-        # regions and modules (and a stored critical path): their spans' names after the events'
-        every_name = nested_names(nested, names)[0] if len(nested) else names
-        if len(nested):
-            kinds = nested_kinds(every_name, kinds, name_codes, nested)
-            drawn_kinds |= set(kind_of_group(nested["group"].to_numpy()).tolist())
         if kept is not None:
-            # reopened: the lanes, their extent and the names are all the first view needs; the
-            # events' frame (hover, clicks, search, selection) is made the first time it is read
-            # (0.08 s of a first view's 0.14 s at 1.3M events: the drawn events and the nested
-            # spans' rows copied into one frame)
+            # reopened: the lanes, the names and their kinds are read, and the extent found from
+            # the lanes, all the first view needs; the events' frame (hover, click, search, selection)
+            # and the regions, modules and critical path's spans are made the first time they are read
+            path = shelf.critical()  # the critical path of every step, read back with the lanes
+            names, kinds, drawn_kinds = shelf.names()
             lanes = [_stored_lane(a) for a in kept]
             lo, hi = _extent(lanes, steps, origin)
-            details, made = None, partial(_details, events, drawn, nested, names, origin)
-            names = every_name
+            index = cls(lanes, names, steps, origin, lo, hi, series_of(trace, origin), kinds, events, shelf.marks(), count,
+                        drawn_kinds=drawn_kinds, shelf=shelf, _make_events=partial(_reopened_events, trace, drawn, path, origin))
         else:
-            made = None
-            ev = _drawn(events, drawn)
-            ts = ev["ts_ns"].to_numpy()
-            end = np.maximum(ev["dur_ns"].to_numpy(), 0)
-            end += ts - origin  # in place: at 10M events each array less is 80 MB less
-            ts = ts - origin
-            lo = int(min(ts.min(), 0)) if len(ts) else 0
-            hi = int(max(end.max(), steps["end_ns"].max() - origin if len(steps) else 0)) if len(ts) else 1
-            codes_all = name_codes.astype(np.int32, copy=False)
-            del name_codes
-            details = ev[DETAILS]
-            own, nested_depth, more = None, None, []
-            if len(nested):  # regions and modules: lanes of their own, their spans rows of their own
-                names, details, codes_all, ts, end, own, nested_depth, more = with_nested(
-                    nested, names, details, codes_all, ts, end, origin)
-            order = [(rank, GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows) for rank, group, lane, rows in more]
-            for rank, lane, rows in _lane_rows(ev):
-                group = _lane_group(ev["kind"].iloc[rows], int(ev["device"].iloc[rows].max()))
-                order.append((int(rank), GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows))
-            lanes = [_lane(lane, rank, group, rows, ts=ts, end=end, codes_all=codes_all, own=own, nested_depth=nested_depth)
-                     for rank, _, _, lane, group, rows in sorted(order, key=lambda o: o[:3])]
-        paths, threads = (nested[c].to_numpy(object) if len(nested) else np.array([], dtype=object) for c in ("path", "thread"))
-        # the launches wait for the first click that draws a flow (0.16 s of a reopened first view's
-        # 0.26 s at 681k events: a third of the events are launches, their names and lanes made texts)
-        index = cls(lanes, names, steps, origin, lo, hi, series_of(trace, origin), kinds, events, marks, count, paths,
-                    threads, drawn_kinds, shelf, _events=details, _make_events=made)
+            path = None
+            index = cls._built(trace, drawn, count, origin, shelf)
         index.in_store, index.critical = kept is not None, path
-        for k, lane in enumerate(lanes):
+        for k, lane in enumerate(index.lanes):
             lane.pyramid = partial(_kept_pyramid, shelf, k) if shelf is not None else _pyramid
         if path is None and not critical_later:
             index.add_critical_path(trace)
         return index
 
+    @classmethod
+    def _built(cls, trace: Trace, drawn: np.ndarray, count: int, origin: int, shelf: "Shelf | None") -> "TimelineIndex":
+        """The index of ``trace`` built from its events (``drawn``: :func:`_drawn_rows`), its regions and modules."""
+        events, steps = trace.events, trace.steps
+        names = np.asarray(events["name"].cat.categories.astype(str)) if count else np.array([], dtype=object)
+        name_codes, kind_codes = (events[c].cat.codes.to_numpy()[drawn] for c in ("name", "kind"))
+        kind_names = events["kind"].cat.categories.astype(str)
+        kinds = _name_kinds(name_codes, kind_codes, kind_names, len(names))
+        drawn_kinds = {str(kind_names[c]) for c in np.flatnonzero(np.bincount(kind_codes, minlength=len(kind_names)))}
+        del kind_codes
+        nested = nested_spans(trace)
+        # the marks before the lanes' arrays exist, so that the peaks of memory of both do not add up
+        marks = _marks(trace, origin)
+        ev = _drawn(events, drawn)
+        ts = ev["ts_ns"].to_numpy()
+        end = np.maximum(ev["dur_ns"].to_numpy(), 0)
+        end += ts - origin  # in place: at 10M events each array less is 80 MB less
+        ts = ts - origin
+        lo = int(min(ts.min(), 0)) if len(ts) else 0
+        hi = int(max(end.max(), steps["end_ns"].max() - origin if len(steps) else 0)) if len(ts) else 1
+        codes_all = name_codes.astype(np.int32, copy=False)
+        details = ev[DETAILS]
+        own, nested_depth, more = None, None, []
+        if len(nested):  # regions and modules: lanes of their own, their spans rows of their own
+            names, details, codes_all, ts, end, own, nested_depth, more = with_nested(
+                nested, names, details, codes_all, ts, end, origin)
+            kinds = nested_kinds(names, kinds, name_codes, nested)
+            drawn_kinds |= set(kind_of_group(nested["group"].unique()).tolist())
+        del name_codes
+        order = [(rank, GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows) for rank, group, lane, rows in more]
+        for rank, lane, rows in _lane_rows(ev):
+            group = _lane_group(ev["kind"].iloc[rows], int(ev["device"].iloc[rows].max()))
+            order.append((int(rank), GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows))
+        lanes = [_lane(lane, rank, group, rows, ts=ts, end=end, codes_all=codes_all, own=own, nested_depth=nested_depth)
+                 for rank, _, _, lane, group, rows in sorted(order, key=lambda o: o[:3])]
+        paths, threads = (nested[c].to_numpy(object) if len(nested) else np.array([], dtype=object) for c in ("path", "thread"))
+        # the launches wait for the first click that draws a flow (0.16 s of a reopened first view's
+        # 0.26 s at 681k events: a third of the events are launches, their names and lanes made texts)
+        return cls(lanes, names, steps, origin, lo, hi, series_of(trace, origin), kinds, events, marks, count,
+                   drawn_kinds=drawn_kinds, shelf=shelf, _events=details, _paths=paths, _threads=threads)
+
+    def _made(self) -> None:
+        """A reopened index's events frame and its nested spans' paths and threads, made once."""
+        with self._making:
+            if self._make_events is not None:
+                self._events, self._paths, self._threads = self._make_events()
+                self._make_events = None
+
     @property
     def events(self) -> pd.DataFrame:
         """name, ts_ns, dur_ns, step, shapes, source, kind and correlation of each indexed event (the
         rows lanes point into); on a reopened index, made the first time they are read."""
-        with self._making:
-            if self._events is None and self._make_events is not None:
-                self._events, self._make_events = self._make_events(), None
-            return self._events
+        self._made()
+        return self._events
 
     @events.setter
     def events(self, value: pd.DataFrame) -> None:
         self._events = value
+
+    @property
+    def paths(self) -> np.ndarray:
+        """The tree path of each span of regions and modules lanes (rows from :attr:`nested_from`)."""
+        self._made()
+        return self._paths
+
+    @paths.setter
+    def paths(self, value: np.ndarray) -> None:
+        self._paths = value
+
+    @property
+    def threads(self) -> np.ndarray:
+        """The host thread of each span of regions and modules lanes (rows from :attr:`nested_from`)."""
+        self._made()
+        return self._threads
+
+    @threads.setter
+    def threads(self, value: np.ndarray) -> None:
+        self._threads = value
 
     @property
     def launches(self) -> pd.DataFrame:
@@ -497,7 +531,7 @@ class TimelineIndex:
             threads = np.concatenate([self.threads, path["thread"].to_numpy(object)]).astype(object)
             with self.lock:  # the lanes last: what they point into is there before them
                 self.names, self.events, self.name_kinds, self.paths, self.threads = names, details, kinds, paths, threads
-                self.drawn_kinds = self.drawn_kinds | set(kind_of_group(path["group"].to_numpy()).tolist())
+                self.drawn_kinds = self.drawn_kinds | set(kind_of_group(path["group"].unique()).tolist())
                 self.critical, self.in_store = path, False
                 self.lanes = self.lanes + lanes
             log.debug("timeline: the critical path's %d spans added in %d lanes", len(path), len(lanes))
@@ -510,7 +544,8 @@ class TimelineIndex:
             return False
         with self._growing:  # not while add_critical_path adds lanes
             if not self.in_store:
-                self.in_store = self.shelf.write([_lane_arrays(ln) for ln in self.lanes], self.marks, self.critical)
+                self.in_store = self.shelf.write([_lane_arrays(ln) for ln in self.lanes], self.marks, self.critical,
+                                                 self.names, self.name_kinds, self.drawn_kinds)
         return self.in_store
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:

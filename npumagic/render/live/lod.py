@@ -388,8 +388,10 @@ class TimelineIndex:
         drawn = _drawn_rows(events)
         count = int(drawn.sum())
         steps = trace.steps
-        first = int(np.min(events["ts_ns"].to_numpy(), where=drawn, initial=np.iinfo(np.int64).max)) if count else 0
-        origin = int(steps["start_ns"].min()) if len(steps) else first
+        if len(steps) or not count:
+            origin = int(steps["start_ns"].min()) if len(steps) else 0
+        else:  # the first event drawn (no copy of the times)
+            origin = int(np.min(events["ts_ns"].to_numpy(), where=drawn, initial=np.iinfo(np.int64).max))
         kind_counts = np.bincount(events["kind"].cat.codes.to_numpy() + 1, minlength=len(events["kind"].cat.categories) + 1)
         shelf = Shelf.of(trace.meta.path, count, kind_counts.tolist()) if stored else None
         kept = shelf.lanes() if shelf is not None else None
@@ -418,7 +420,9 @@ class TimelineIndex:
         """The index of ``trace`` built from its events (``drawn``: :func:`_drawn_rows`), its regions and modules."""
         events, steps = trace.events, trace.steps
         names = np.asarray(events["name"].cat.categories.astype(str)) if count else np.array([], dtype=object)
-        name_codes, kind_codes = (events[c].cat.codes.to_numpy()[drawn] for c in ("name", "kind"))
+        every = count == len(events)
+        name_codes, kind_codes = (events[c].cat.codes.to_numpy() if every else events[c].cat.codes.to_numpy()[drawn]
+                                  for c in ("name", "kind"))
         kind_names = events["kind"].cat.categories.astype(str)
         kinds = _name_kinds(name_codes, kind_codes, kind_names, len(names))
         drawn_kinds = {str(kind_names[c]) for c in np.flatnonzero(np.bincount(kind_codes, minlength=len(kind_names)))}

@@ -407,7 +407,8 @@ class TimelineIndex:
                         drawn_kinds=drawn_kinds, shelf=shelf, _make_events=partial(_reopened_events, trace, drawn, path, origin))
         else:
             path = None
-            index = cls._built(trace, drawn, count, origin, shelf)
+            del drawn  # the build finds the events drawn again: their mask is not held while the lanes are made
+            index = cls._built(trace, count, origin, shelf)
         index.in_store, index.critical = kept is not None, path
         for k, lane in enumerate(index.lanes):
             lane.pyramid = partial(_kept_pyramid, shelf, k) if shelf is not None else _pyramid
@@ -416,13 +417,12 @@ class TimelineIndex:
         return index
 
     @classmethod
-    def _built(cls, trace: Trace, drawn: np.ndarray, count: int, origin: int, shelf: "Shelf | None") -> "TimelineIndex":
-        """The index of ``trace`` built from its events (``drawn``: :func:`_drawn_rows`), its regions and modules."""
+    def _built(cls, trace: Trace, count: int, origin: int, shelf: "Shelf | None") -> "TimelineIndex":
+        """The index of ``trace`` built from its ``count`` events drawn, its regions and modules."""
         events, steps = trace.events, trace.steps
+        ev = _drawn(events, _drawn_rows(events))
         names = np.asarray(events["name"].cat.categories.astype(str)) if count else np.array([], dtype=object)
-        every = count == len(events)
-        name_codes, kind_codes = (events[c].cat.codes.to_numpy() if every else events[c].cat.codes.to_numpy()[drawn]
-                                  for c in ("name", "kind"))
+        name_codes, kind_codes = (ev[c].cat.codes.to_numpy() for c in ("name", "kind"))
         kind_names = events["kind"].cat.categories.astype(str)
         kinds = _name_kinds(name_codes, kind_codes, kind_names, len(names))
         drawn_kinds = {str(kind_names[c]) for c in np.flatnonzero(np.bincount(kind_codes, minlength=len(kind_names)))}
@@ -430,7 +430,6 @@ class TimelineIndex:
         nested = nested_spans(trace)
         # the marks before the lanes' arrays exist, so that the peaks of memory of both do not add up
         marks = _marks(trace, origin)
-        ev = _drawn(events, drawn)
         ts = ev["ts_ns"].to_numpy()
         end = np.maximum(ev["dur_ns"].to_numpy(), 0)
         end += ts - origin  # in place: at 10M events each array less is 80 MB less

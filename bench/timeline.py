@@ -10,7 +10,8 @@ overlapping the first), a collective lane and memory samples. Prints, all measur
   critical path's lanes and to store the index beside the run (both after the first view, in the
   widget's own thread);
 - the first view on reopening (a kernel restart, ``%npushow``): the index read back from that
-  store, memory-mapped, and the first answer;
+  store, memory-mapped, and the first answer; then the time to make what it leaves to later (the
+  events' frame a hover or click reads, the launches of the flows: the widget's thread makes them);
 - the 50th/95th percentile and maximum of 300 zoom and pan answers (random windows from the whole
   run down to ~1 us per pixel, and pans of a tenth of a window; the pyramids built on demand
   are inside these times);
@@ -22,8 +23,11 @@ overlapping the first), a collective lane and memory samples. Prints, all measur
 - a search (its count and time) and the aggregate of a range selection (the whole run, and one step).
 
 The trace's stand-in source file (the store's key) and the store are in a temporary folder.
+``--trace PATH`` opens a profiler output instead (e.g. bench/parse.py's file), linked into that
+folder so that its store is written there, and compares peak RSS with the file's size.
 
     python bench/timeline.py --events 2000000
+    python bench/timeline.py --trace /tmp/big/rank-0.big.pt.trace.json
 Targets (issue 44): first view under 1 s never opened, under 0.2 s reopened; zoom/pan p95 under
 100 ms at 2M and 10M events; peak RSS under the trace file's size at 10M.
 """
@@ -153,17 +157,29 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=2_000_000, help="events in the synthetic trace (up to 10M)")
     parser.add_argument("--width", type=int, default=1200, help="the view's width in pixels")
     parser.add_argument("--views", type=int, default=300, help="zoom and pan answers to time")
+    parser.add_argument("--trace", type=Path, default=None, help="a profiler output to open instead of the synthetic trace")
+    parser.add_argument("--search", default="kernel_01", help="the name searched")
     args = parser.parse_args()
     if not 1_000 <= args.events <= 10_000_000:
         parser.error(f"--events {args.events}: give 1000 to 10000000")
-    began = time.perf_counter()
-    trace = synthetic(args.events)
-    made = time.perf_counter()
-    kineto = kineto_bytes(trace)
+    if args.trace is not None and not args.trace.exists():
+        parser.error(f"--trace {args.trace}: no such file or folder")
     with tempfile.TemporaryDirectory(prefix="npumagic-bench-") as folder:
-        source = Path(folder) / "trace.json"
-        source.write_text("synthetic")  # the store's key: its size and mtime
-        trace = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, path=str(source)))
+        began = time.perf_counter()
+        if args.trace is None:
+            trace = synthetic(args.events)
+            kineto = kineto_bytes(trace)
+            source = Path(folder) / "trace.json"
+            source.write_text("synthetic")  # the store's key: its size and mtime
+            trace = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, path=str(source)))
+        else:  # its store beside the link, not beside the file
+            from npumagic.analysis import load
+
+            source = Path(folder) / args.trace.name
+            source.symlink_to(args.trace.resolve())
+            trace = load(source)
+            kineto = sum(f.stat().st_size for f in ([source] if source.is_file() else source.rglob("*")) if f.is_file())
+        made = time.perf_counter()
         gc.collect()
         _peak_reset()
         held = _peak_bytes()
@@ -177,6 +193,9 @@ def main() -> None:
         del index
         gc.collect()
         index, reopened, reopened_cpu = first_view(trace, args.width)
+        t = time.perf_counter()
+        index.events, index.launches  # noqa: B018 - made after the first view, as the widget's thread makes them
+        deferred = time.perf_counter() - t
         lo, hi = index.layout()["extent"]
         times, items = [], []
         for t0, t1 in views(index, args.views):
@@ -187,27 +206,32 @@ def main() -> None:
         ms = np.array(times)
         peak = _peak_bytes()
         print(f"events: {len(trace.events):,} in {len(index.lanes)} lanes, {len(trace.steps)} steps "
-              f"(synthetic trace made in {made - began:.1f} s)")
+              f"({'synthetic trace made' if args.trace is None else f'{args.trace} read'} in {made - began:.1f} s)")
         print(f"first view (whole run, {args.width} px), index work included: never opened {never * 1e3:.0f} ms "
               f"({never_cpu * 1e3:.0f} ms CPU); reopened {reopened * 1e3:.0f} ms ({reopened_cpu * 1e3:.0f} ms CPU; "
               f"after the first view: critical path ({len(index.critical):,} spans) in {critical * 1e3:.0f} ms, "
-              f"stored in {stored * 1e3:.0f} ms); load average {os.getloadavg()[0]:.1f} on "
+              f"stored in {stored * 1e3:.0f} ms; the reopened index's events frame and launches in "
+              f"{deferred * 1e3:.0f} ms); load average {os.getloadavg()[0]:.1f} on "
               f"{os.cpu_count()} cores")
         print(f"zoom/pan answers ({args.views}, pyramids built on demand inside them): p50 {np.percentile(ms, 50):.1f} ms, "
               f"p95 {np.percentile(ms, 95):.1f} ms, max {ms.max():.1f} ms; items per answer: max {max(items):,}")
         real = REAL_KINETO_BYTES * len(trace.events)
-        print(f"peak RSS {peak / 2**20:,.0f} MiB (the trace held: {held / 2**20:,.0f} MiB); these events as a Kineto JSON: "
-              f"minimal {kineto / 2**20:,.0f} MiB ({peak / kineto:.2f}x), at bench/parse.py's file's {REAL_KINETO_BYTES} "
-              f"bytes per event {real / 2**20:,.0f} MiB ({peak / real:.2f}x)")
+        if args.trace is not None:
+            print(f"peak RSS {peak / 2**20:,.0f} MiB (the trace held: {held / 2**20:,.0f} MiB); the profiler output "
+                  f"{kineto / 2**20:,.0f} MiB ({peak / kineto:.2f}x)")
+        else:
+            print(f"peak RSS {peak / 2**20:,.0f} MiB (the trace held: {held / 2**20:,.0f} MiB); these events as a Kineto JSON: "
+                  f"minimal {kineto / 2**20:,.0f} MiB ({peak / kineto:.2f}x), at bench/parse.py's file's {REAL_KINETO_BYTES} "
+                  f"bytes per event {real / 2**20:,.0f} MiB ({peak / real:.2f}x)")
         t = time.perf_counter()
-        found = search(index, "kernel_01")
+        found = search(index, args.search)
         searched = time.perf_counter()
         aggregate(index, lo, hi)
         whole = time.perf_counter()
         step = index.layout()["steps"][len(trace.steps) // 2]
         aggregate(index, step["start"], step["end"])
         one = time.perf_counter()
-        print(f"search 'kernel_01' ({len(found):,} matches): {(searched - t) * 1e3:.0f} ms; range aggregate: "
+        print(f"search {args.search!r} ({len(found):,} matches): {(searched - t) * 1e3:.0f} ms; range aggregate: "
               f"whole run {(whole - searched) * 1e3:.0f} ms, one step {(one - whole) * 1e3:.0f} ms")
 
 

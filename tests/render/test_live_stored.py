@@ -201,7 +201,7 @@ def test_the_widget_stores_its_index_once_the_first_view_is_answered(recorded):
     first = timeline_widget(recorded)
     assert first.tiles["lanes"]  # its first view answered
     for thread in threading.enumerate():
-        if thread.name == AFTER_FIRST_VIEW:
+        if thread.name == AFTER_FIRST_VIEW:  # the thread that stores it
             thread.join(60)
     # WHEN the run is shown again THEN its index is read from the store
     again = timeline_widget(recorded)
@@ -290,3 +290,54 @@ def test_an_index_stored_before_its_path_was_built_gets_it_on_reopening(gpu_run,
     third = TimelineIndex.build(gpu_run, critical_later=True)
     assert third.in_store and third.layout() == again.layout()
     assert third.critical.equals(again.critical.astype(third.critical.dtypes.to_dict()))
+
+
+def test_a_reopened_runs_first_view_makes_neither_its_events_nor_its_launches_which_come_as_the_fresh_ones(
+        gpu_run, monkeypatch):
+    from npumagic.render.live.legend import legend
+    from npumagic.render.live.launches import launches
+
+    # GIVEN a GPU run's index stored with its critical path (spans of their own after the events)
+    fresh = TimelineIndex.build(gpu_run)
+    assert len(fresh.launches) and fresh.nested_from < len(fresh.events) and fresh.keep()
+
+    # WHEN it is reopened and its first view answered, with the events' frame and the launches unmakeable
+    def unmade(*_args):
+        raise AssertionError("made before the first view was answered")
+
+    with monkeypatch.context() as m:
+        m.setattr(lod, "_drawn", unmade)
+        m.setattr(lod, "launches", unmade)
+        again = TimelineIndex.build(gpu_run, critical_later=True)
+        assert again.in_store and again.layout() == fresh.layout() and legend(again) == legend(fresh)
+        assert again.query(*fresh.layout()["extent"], 900) == fresh.query(*fresh.layout()["extent"], 900)
+    # THEN read later they are the fresh index's, and the trace's events are let go once the launches are made
+    pd.testing.assert_frame_equal(again.events, fresh.events)
+    pd.testing.assert_frame_equal(again.launches, launches(gpu_run.events, fresh.origin))
+    assert again.launch_events is None
+    assert again.names.tolist() == fresh.names.tolist() and again.name_kinds.tolist() == fresh.name_kinds.tolist()
+
+
+def test_a_store_of_the_format_before_is_built_again_and_written_anew(gpu_run, capsys):
+    import json
+
+    # GIVEN a store as format 3 wrote it (no names, kinds or kinds drawn; its count of events as this one's)
+    fresh = TimelineIndex.build(gpu_run)
+    assert fresh.keep()
+    folder = fresh.shelf.folder
+    doc = json.loads((folder / "manifest.json").read_text())
+    for key in ("kinds", "drawn_kinds"):
+        del doc[key]
+    doc["timeline"] = 3
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    for name in ("names.npy", "name_kinds.npy"):
+        (folder / name).unlink()
+    capsys.readouterr()
+    # WHEN the run is reopened THEN the index is built again (said once), answers as the fresh one
+    again = TimelineIndex.build(gpu_run, critical_later=True)
+    assert not again.in_store and "written for another index" in capsys.readouterr().err
+    assert again.layout()["lanes"] == [ln for ln in fresh.layout()["lanes"] if ln["group"] != "critical"]
+    # AND once kept with its path, the next reopening reads it
+    assert again.add_critical_path(gpu_run) and again.keep()
+    third = TimelineIndex.build(gpu_run, critical_later=True)
+    assert third.in_store and third.layout() == fresh.layout() and third.names.tolist() == fresh.names.tolist()

@@ -39,8 +39,10 @@ def timeline_widget(trace: Trace, title: str = "", run: str = ""):
     one: its index read from the store beside the run where one matches, else built here. Once the
     first view is answered, on a thread of its own (the view waits for neither): each step's
     critical path is added where the store did not hold it (the widget's lanes grow, and the
-    browser asks its view again), then the index is stored there. What that thread is told, or
-    its failure, is said with the widget (``notes``), never as a warning in the cell that runs then."""
+    browser asks its view again), then the index is stored there, then what a hover or a click
+    reads is made (a reopened index's events frame, the launches the flows are drawn from). What
+    that thread is told, or its failure, is said with the widget (``notes``), never as a warning in
+    the cell that runs then."""
     from .lod import TimelineIndex
     from .widget import TimelineWidget
 
@@ -68,6 +70,11 @@ def _after_first_view(widget, trace: Trace) -> None:
         widget.index.keep()
     except Exception:  # noqa: BLE001 - the store is a cache: the timeline never fails for it
         log.debug("timeline index not stored", exc_info=True)
+    try:  # made now, so that the first hover or click does not wait for them
+        widget.index.events  # noqa: B018
+        widget.index.launches  # noqa: B018
+    except Exception:  # noqa: BLE001 - that hover or click says why instead
+        log.debug("timeline: events or launches not made", exc_info=True)
 
 
 def with_live_timeline(report, trace: Trace, title: str = ""):

@@ -19,7 +19,7 @@ OWN_COLORS = {"critical": "#e377c2"}  # kinds of the timeline's own, in no stati
 def legend(index) -> list[dict]:
     """``[{kind, label, color}]`` of the kinds a :class:`~.lod.TimelineIndex` draws: those of its
     events, and ``idle`` where a device lane has a hole between its spans."""
-    present = {str(k) for k in index.events["kind"].unique()}
+    present = set(index.drawn_kinds)
     if any(lane.group in DEVICE_GROUPS and len(lane.union) > 1 for lane in index.lanes):
         present.add("idle")
     return [{"kind": kind, "label": label, "color": OWN_COLORS.get(kind) or KIND_COLORS[COLOR_OF.get(kind, kind)]}

@@ -24,7 +24,8 @@ from ...analysis.schema import DEVICE_WORK, Trace
 from .columns import INT64_SAFE, aggregate, cover, dominant, longest, paint_outermost
 from .launches import launches
 from .critical import critical_spans
-from .nested import CRITICAL, MODULES, NESTED_GROUPS, REGIONS, nested_kinds, nested_rows, nested_spans, with_nested
+from .nested import (CRITICAL, MODULES, NESTED_GROUPS, REGIONS, kind_of_group, nested_kinds, nested_rows, nested_spans,
+                     with_nested)
 from .rows import stack
 from .shelf import Shelf
 from .series import CORE_LANES, MEMORY_EVENTS_MAX, memory_events, series_columns, series_of  # noqa: F401 (CORE_LANES: re-exported)
@@ -45,6 +46,7 @@ MAX_WIDTH_PX = 8192  # a view wider than this (a browser's report gone wrong) is
 # (int64 ns end at 9.2e12 ms), and small enough that the ends in ns (x 1e6) and the view's span
 # stay finite floats, so an answer never carries Infinity or NaN
 VIEW_LIMIT_MS = 1e300
+DETAILS = ["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind", "correlation"]  # TimelineIndex.events' columns
 
 
 @dataclass
@@ -216,14 +218,42 @@ def _lane_group(kinds: pd.Series, device: int) -> str:
     return "device" if device >= 0 else "host"
 
 
-def _drawn(ev: pd.DataFrame) -> pd.DataFrame:
-    """The events the timeline draws: host and device work, less the ProfilerStep annotations
-    (the steps are drawn of their own). No copy where every event is drawn."""
+def _drawn_rows(ev: pd.DataFrame) -> np.ndarray:
+    """Whether the timeline draws each event: host and device work, less the ProfilerStep
+    annotations (the steps are drawn of their own)."""
     keep = _of_kinds(ev, HOST_KINDS + DEVICE_WORK)
     marks = ev["name"].cat.categories.astype(str).str.startswith("ProfilerStep#")  # per name, not per event
     if marks.any():
         keep = keep & ~((ev["kind"] == "annotation") & ev["name"].isin(ev["name"].cat.categories[marks])).to_numpy()
+    return keep
+
+
+def _drawn(ev: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
+    """The events drawn (``keep``: :func:`_drawn_rows`). No copy where every event is drawn."""
     return ev.reset_index(drop=True) if keep.all() else ev[keep].reset_index(drop=True)
+
+
+def _reopened_events(trace: Trace, keep: np.ndarray, path: pd.DataFrame | None, origin: int):
+    """:attr:`TimelineIndex.events` of a reopened index, and its nested spans' paths and threads, as
+    a build makes them: the events drawn (``keep``), then the regions and modules of ``trace`` and
+    the stored critical ``path``."""
+    events = _drawn(trace.events, keep)
+    details = events[DETAILS]
+    nested = _joined(nested_spans(trace), path)
+    if not len(nested):
+        return details, np.array([], dtype=object), np.array([], dtype=object)
+    names = np.asarray(events["name"].cat.categories.astype(str)) if len(events) else np.array([], dtype=object)
+    return (nested_rows(nested, names, details, origin)[1], nested["path"].to_numpy(object), nested["thread"].to_numpy(object))
+
+
+def _extent(lanes: list[LaneIndex], steps: pd.DataFrame, origin: int) -> tuple[int, int]:
+    """(lo, hi) ns from origin of the lanes' spans (each lane sorted by start, its reach the
+    running max of its ends) and the steps, as a build finds them from every event."""
+    full = [lane for lane in lanes if lane.starts.size]
+    if not full:
+        return 0, 1
+    lo = min(min(int(lane.starts[0]) for lane in full), 0)
+    return lo, int(max(max(int(lane.reach[-1]) for lane in full), steps["end_ns"].max() - origin if len(steps) else 0))
 
 
 def _of_kinds(ev: pd.DataFrame, kinds) -> np.ndarray:
@@ -316,22 +346,19 @@ class TimelineIndex:
 
     lanes: list[LaneIndex]
     names: np.ndarray  # operator names by code
-    events: pd.DataFrame  # name, ts_ns, dur_ns, step, shapes, source of the indexed events
     steps: pd.DataFrame  # rank, step, start_ns, end_ns
     origin: int
     lo: int
     hi: int
     series: list[dict] = field(default_factory=list)  # memory and counter lines: lane, label, unit, ts, values
     name_kinds: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))  # each name's kind, by code
-    # host calls carrying a launch's correlation id (not drawn): rank, lane, name, start_ns/end_ns from origin, correlation
-    # (an event's rank is its lane's: the events frame does not repeat it)
-    launches: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # the trace's events, until :attr:`launches` is first read (made from them, then let go)
+    launch_events: pd.DataFrame | None = field(default=None, repr=False)
     # where the findings are (:func:`~npumagic.analysis.marks.marks`), start_ns/end_ns from origin
     marks: pd.DataFrame = field(default_factory=pd.DataFrame)
-    # the rows of regions and modules lanes' spans follow the other events' from this row: each one's tree path
+    # the rows of regions and modules lanes' spans follow the other events' from this row (paths, threads)
     nested_from: int = 0
-    paths: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))
-    threads: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))  # and its host thread
+    drawn_kinds: set[str] = field(default_factory=set)  # the kinds of the events and spans drawn (the legend's)
 
     shelf: "Shelf | None" = None  # where the index is stored beside the run (None: nowhere)
     in_store: bool = False  # whether the store holds the lanes (read from it, or written by keep)
@@ -342,6 +369,14 @@ class TimelineIndex:
     # what it built: no answer sees lanes whose rows or names are not there yet
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     _growing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)  # add_critical_path, keep
+    _launches: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+    _launching: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _events: pd.DataFrame | None = field(default=None, repr=False)  # :attr:`events`, once made
+    _paths: np.ndarray = field(default_factory=lambda: np.array([], dtype=object), repr=False)
+    _threads: np.ndarray = field(default_factory=lambda: np.array([], dtype=object), repr=False)
+    # makes the events frame, paths and threads of a reopened index (:func:`_reopened_events`)
+    _make_events: Callable[[], tuple] | None = field(default=None, repr=False, compare=False)
+    _making: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def build(cls, trace: Trace, stored: bool = True, critical_later: bool = False) -> "TimelineIndex":
@@ -349,51 +384,129 @@ class TimelineIndex:
         (``trace.meta.path``) where one matches the sources, and :meth:`keep` writes them there.
         ``critical_later``: the critical path's lanes are left to :meth:`add_critical_path` (the
         widget's first view does not wait for them), unless the store holds them."""
-        ev = _drawn(trace.events)
-        names = np.asarray(ev["name"].cat.categories.astype(str)) if len(ev) else np.array([], dtype=object)
+        events = trace.events
+        drawn = _drawn_rows(events)
+        count = int(drawn.sum())
         steps = trace.steps
-        ts = ev["ts_ns"].to_numpy()
-        origin = int(steps["start_ns"].min()) if len(steps) else int(ts.min()) if len(ts) else 0
-        regions = nested_spans(trace)
-        shelf = Shelf.of(trace.meta.path, len(ev) + len(regions)) if stored else None
+        if len(steps) or not count:
+            origin = int(steps["start_ns"].min()) if len(steps) else 0
+        else:  # the first event drawn (no copy of the times)
+            origin = int(np.min(events["ts_ns"].to_numpy(), where=drawn, initial=np.iinfo(np.int64).max))
+        kind_counts = np.bincount(events["kind"].cat.codes.to_numpy() + 1, minlength=len(events["kind"].cat.categories) + 1)
+        shelf = Shelf.of(trace.meta.path, count, kind_counts.tolist()) if stored else None
         kept = shelf.lanes() if shelf is not None else None
-        # the critical path of every step is read back with the lanes: reopening finds it at once
-        path = shelf.critical() if kept is not None else None
-        nested = _joined(regions, path)
+        if kept is not None:
+            # reopened: the lanes, the names and their kinds are read, and the extent found from
+            # the lanes, all the first view needs; the events' frame (hover, click, search, selection)
+            # and the regions, modules and critical path's spans are made the first time they are read
+            path = shelf.critical()  # the critical path of every step, read back with the lanes
+            names, kinds, drawn_kinds = shelf.names()
+            lanes = [_stored_lane(a) for a in kept]
+            lo, hi = _extent(lanes, steps, origin)
+            index = cls(lanes, names, steps, origin, lo, hi, series_of(trace, origin), kinds, events, shelf.marks(), count,
+                        drawn_kinds=drawn_kinds, shelf=shelf, _make_events=partial(_reopened_events, trace, drawn, path, origin))
+        else:
+            path = None
+            del drawn  # the build finds the events drawn again: their mask is not held while the lanes are made
+            index = cls._built(trace, count, origin, shelf)
+        index.in_store, index.critical = kept is not None, path
+        for k, lane in enumerate(index.lanes):
+            lane.pyramid = partial(_kept_pyramid, shelf, k) if shelf is not None else _pyramid
+        if path is None and not critical_later:
+            index.add_critical_path(trace)
+        return index
+
+    @classmethod
+    def _built(cls, trace: Trace, count: int, origin: int, shelf: "Shelf | None") -> "TimelineIndex":
+        """The index of ``trace`` built from its ``count`` events drawn, its regions and modules."""
+        events, steps = trace.events, trace.steps
+        ev = _drawn(events, _drawn_rows(events))
+        names = np.asarray(events["name"].cat.categories.astype(str)) if count else np.array([], dtype=object)
+        name_codes, kind_codes = (ev[c].cat.codes.to_numpy() for c in ("name", "kind"))
+        kind_names = events["kind"].cat.categories.astype(str)
+        kinds = _name_kinds(name_codes, kind_codes, kind_names, len(names))
+        drawn_kinds = {str(kind_names[c]) for c in np.flatnonzero(np.bincount(kind_codes, minlength=len(kind_names)))}
+        del kind_codes
+        nested = nested_spans(trace)
         # the marks before the lanes' arrays exist, so that the peaks of memory of both do not add up
-        marks = shelf.marks() if kept is not None else _marks(trace, origin)
+        marks = _marks(trace, origin)
+        ts = ev["ts_ns"].to_numpy()
         end = np.maximum(ev["dur_ns"].to_numpy(), 0)
         end += ts - origin  # in place: at 10M events each array less is 80 MB less
         ts = ts - origin
         lo = int(min(ts.min(), 0)) if len(ts) else 0
         hi = int(max(end.max(), steps["end_ns"].max() - origin if len(steps) else 0)) if len(ts) else 1
-        codes_all = ev["name"].cat.codes.to_numpy().astype(np.int32) if len(ev) else np.empty(0, np.int32)
-        details = ev[["name", "ts_ns", "dur_ns", "step", "shapes", "source", "kind", "correlation"]]
-        own, nested_depth, nested_from, more = None, None, len(ev), []
+        codes_all = name_codes.astype(np.int32, copy=False)
+        details = ev[DETAILS]
+        own, nested_depth, more = None, None, []
         if len(nested):  # regions and modules: lanes of their own, their spans rows of their own
             names, details, codes_all, ts, end, own, nested_depth, more = with_nested(
                 nested, names, details, codes_all, ts, end, origin)
-        if kept is not None:
-            lanes = [_stored_lane(a) for a in kept]
-        else:
-            order = [(rank, GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows) for rank, group, lane, rows in more]
-            for rank, lane, rows in _lane_rows(ev):
-                group = _lane_group(ev["kind"].iloc[rows], int(ev["device"].iloc[rows].max()))
-                order.append((int(rank), GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows))
-            lanes = [_lane(lane, rank, group, rows, ts=ts, end=end, codes_all=codes_all, own=own, nested_depth=nested_depth)
-                     for rank, _, _, lane, group, rows in sorted(order, key=lambda o: o[:3])]
-        kinds = _name_kinds(ev, len(ev["name"].cat.categories) if len(ev) else 0)
-        if len(nested):
-            kinds = nested_kinds(names, kinds, ev, nested)
+            kinds = nested_kinds(names, kinds, name_codes, nested)
+            drawn_kinds |= set(kind_of_group(nested["group"].unique()).tolist())
+        del name_codes
+        order = [(rank, GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows) for rank, group, lane, rows in more]
+        for rank, lane, rows in _lane_rows(ev):
+            group = _lane_group(ev["kind"].iloc[rows], int(ev["device"].iloc[rows].max()))
+            order.append((int(rank), GROUP_ORDER[group], int(ts[rows].min()), lane, group, rows))
+        lanes = [_lane(lane, rank, group, rows, ts=ts, end=end, codes_all=codes_all, own=own, nested_depth=nested_depth)
+                 for rank, _, _, lane, group, rows in sorted(order, key=lambda o: o[:3])]
         paths, threads = (nested[c].to_numpy(object) if len(nested) else np.array([], dtype=object) for c in ("path", "thread"))
-        index = cls(lanes, names, details, steps, origin, lo, hi, series_of(trace, origin), kinds,
-                    launches(trace.events, origin), marks, nested_from, paths, threads, shelf)
-        index.in_store, index.critical = kept is not None, path
-        for k, lane in enumerate(lanes):
-            lane.pyramid = partial(_kept_pyramid, shelf, k) if shelf is not None else _pyramid
-        if path is None and not critical_later:
-            index.add_critical_path(trace)
-        return index
+        # the launches wait for the first click that draws a flow (0.16 s of a reopened first view's
+        # 0.26 s at 681k events: a third of the events are launches, their names and lanes made texts)
+        return cls(lanes, names, steps, origin, lo, hi, series_of(trace, origin), kinds, events, marks, count,
+                   drawn_kinds=drawn_kinds, shelf=shelf, _events=details, _paths=paths, _threads=threads)
+
+    def _made(self) -> None:
+        """A reopened index's events frame and its nested spans' paths and threads, made once."""
+        with self._making:
+            if self._make_events is not None:
+                self._events, self._paths, self._threads = self._make_events()
+                self._make_events = None
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """name, ts_ns, dur_ns, step, shapes, source, kind and correlation of each indexed event (the
+        rows lanes point into); on a reopened index, made the first time they are read."""
+        self._made()
+        return self._events
+
+    @events.setter
+    def events(self, value: pd.DataFrame) -> None:
+        self._events = value
+
+    @property
+    def paths(self) -> np.ndarray:
+        """The tree path of each span of regions and modules lanes (rows from :attr:`nested_from`)."""
+        self._made()
+        return self._paths
+
+    @paths.setter
+    def paths(self, value: np.ndarray) -> None:
+        self._paths = value
+
+    @property
+    def threads(self) -> np.ndarray:
+        """The host thread of each span of regions and modules lanes (rows from :attr:`nested_from`)."""
+        self._made()
+        return self._threads
+
+    @threads.setter
+    def threads(self, value: np.ndarray) -> None:
+        self._threads = value
+
+    @property
+    def launches(self) -> pd.DataFrame:
+        """The host calls carrying a launch's correlation id (not drawn): rank, lane, name,
+        start_ns/end_ns from origin, correlation, queued_lane, queued_ns (:func:`~.launches.launches`;
+        an event's rank is its lane's: the events frame does not repeat it). Made the first time
+        they are read (the widget's thread after the first view, else the first flow asked)."""
+        with self._launching:
+            if self._launches is None:
+                events = self.launch_events
+                self._launches = launches(events, self.origin) if events is not None else pd.DataFrame()
+                self.launch_events = None
+            return self._launches
 
     def add_critical_path(self, trace: Trace) -> bool:
         """Each step's critical path (:func:`~.critical.critical_spans` of ``trace``, the trace
@@ -411,7 +524,7 @@ class TimelineIndex:
                     self.critical, self.in_store = path, False  # a store that had none: kept again with it
                 return False
             names, details, codes, ts, end, own, depth, more = nested_rows(path, self.names, self.events, self.origin)
-            kinds = nested_kinds(names, self.name_kinds, self.events.iloc[:self.nested_from], path)
+            kinds = nested_kinds(names, self.name_kinds, self.events["name"].cat.codes.to_numpy()[:self.nested_from], path)
             lanes = [_lane(lane, rank, group, rows, ts=ts, end=end, codes_all=codes, own=own, nested_depth=depth)
                      for rank, group, lane, rows in sorted(more, key=lambda m: (m[0], int(ts[m[3]].min())))]
             for k, lane in enumerate(lanes, start=before):
@@ -421,6 +534,7 @@ class TimelineIndex:
             threads = np.concatenate([self.threads, path["thread"].to_numpy(object)]).astype(object)
             with self.lock:  # the lanes last: what they point into is there before them
                 self.names, self.events, self.name_kinds, self.paths, self.threads = names, details, kinds, paths, threads
+                self.drawn_kinds = self.drawn_kinds | set(kind_of_group(path["group"].unique()).tolist())
                 self.critical, self.in_store = path, False
                 self.lanes = self.lanes + lanes
             log.debug("timeline: the critical path's %d spans added in %d lanes", len(path), len(lanes))
@@ -433,7 +547,8 @@ class TimelineIndex:
             return False
         with self._growing:  # not while add_critical_path adds lanes
             if not self.in_store:
-                self.in_store = self.shelf.write([_lane_arrays(ln) for ln in self.lanes], self.marks, self.critical)
+                self.in_store = self.shelf.write([_lane_arrays(ln) for ln in self.lanes], self.marks, self.critical,
+                                                 self.names, self.name_kinds, self.drawn_kinds)
         return self.in_store
 
     def query(self, t0_ms: float, t1_ms: float, width_px: int, lanes: list[int] | None = None) -> dict:
@@ -550,12 +665,11 @@ def duration(us: float) -> str:
     return f"{us / 1e3:,.2f} ms" if abs(us) >= 1e3 else f"{us:,.1f} µs"
 
 
-def _name_kinds(ev: pd.DataFrame, names: int) -> np.ndarray:
-    """The kind of each name code: the kind most of its events have (one bincount, no sort)."""
+def _name_kinds(name_codes: np.ndarray, kind_codes: np.ndarray, kind_names, names: int) -> np.ndarray:
+    """The kind of each name code: the kind most of its events (their name and kind codes) have
+    (one bincount, no sort)."""
     if not names:
         return np.array([], dtype=object)
-    kinds = ev["kind"].cat
-    k = len(kinds.categories)
-    table = np.bincount(ev["name"].cat.codes.to_numpy().astype(np.int64) * k + kinds.codes.to_numpy(),
-                        minlength=names * k).reshape(names, k)
-    return np.asarray(kinds.categories.astype(str))[table.argmax(axis=1)]
+    k = len(kind_names)
+    table = np.bincount(name_codes.astype(np.int64) * k + kind_codes, minlength=names * k).reshape(names, k)
+    return np.asarray(kind_names)[table.argmax(axis=1)]

@@ -126,12 +126,8 @@ def nested_rows(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame, 
     the rows of ``nested`` their codes, ts, end, own and depth, and the lanes with rows counted from
     the first of them (an index grown after its first view adds no copy of its events' arrays)."""
     m = len(nested)
-    # by distinct name (a path of millions of spans has a few thousand), in the order they first come
-    of_name, distinct = pd.factorize(nested["name"])
-    fresh = distinct[pd.Index(names).get_indexer(distinct) < 0]
-    names = np.concatenate([names, np.asarray(fresh, dtype=object)]).astype(object)
-    mine = pd.Index(names).get_indexer(distinct).astype(np.int64)[of_name]
-    kind = _kind(nested["group"].to_numpy())
+    names, mine = nested_names(nested, names)
+    kind = kind_of_group(nested["group"].to_numpy())
     kinds = details["kind"].cat.categories.astype(str).tolist()
     kinds += [k for k in ("annotation", "module", "critical") if k not in kinds]
     rows = pd.DataFrame({
@@ -151,20 +147,29 @@ def nested_rows(nested: pd.DataFrame, names: np.ndarray, details: pd.DataFrame, 
     return (names, both, mine, start, stop, nested["own"].to_numpy(bool), nested["depth"].to_numpy(np.int64), lanes)
 
 
-def nested_kinds(names: np.ndarray, kinds: np.ndarray, ev: pd.DataFrame, nested: pd.DataFrame) -> np.ndarray:
-    """Each name's kind (``kinds``: those of the events' names), the names no indexed event has
-    (new ones, and the step marks left out of the host lanes) taking their nested lane's
-    (:func:`_kind`)."""
-    counts = np.bincount(ev["name"].cat.codes.to_numpy().astype(np.int64) + 1, minlength=kinds.size + 1)[1:]
+def nested_names(nested: pd.DataFrame, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``names`` with those of ``nested``'s spans it lacks after them, and each span's code."""
+    # by distinct name (a path of millions of spans has a few thousand), in the order they first come
+    of_name, distinct = pd.factorize(nested["name"])
+    fresh = distinct[pd.Index(names).get_indexer(distinct) < 0]
+    names = np.concatenate([names, np.asarray(fresh, dtype=object)]).astype(object)
+    return names, pd.Index(names).get_indexer(distinct).astype(np.int64)[of_name]
+
+
+def nested_kinds(names: np.ndarray, kinds: np.ndarray, name_codes: np.ndarray, nested: pd.DataFrame) -> np.ndarray:
+    """Each name's kind (``kinds``: those of the indexed events' names, ``name_codes`` their
+    codes), the names no indexed event has (new ones, and the step marks left out of the host
+    lanes) taking their nested lane's (:func:`kind_of_group`)."""
+    counts = np.bincount(name_codes.astype(np.int64) + 1, minlength=kinds.size + 1)[1:]
     out = np.concatenate([kinds, np.full(names.size - kinds.size, "annotation", dtype=object)])
     unused = np.concatenate([counts == 0, np.ones(names.size - kinds.size, bool)])
     mine = pd.Index(names).get_indexer(nested["name"])
     group = nested["group"].to_numpy()
-    out[mine[unused[mine]]] = _kind(group[unused[mine]])
+    out[mine[unused[mine]]] = kind_of_group(group[unused[mine]])
     return out
 
 
-def _kind(group: np.ndarray) -> np.ndarray:
+def kind_of_group(group: np.ndarray) -> np.ndarray:
     """The kind a nested lane's own spans are drawn as: "module", "critical" (the critical path's
     waits; its operators and kernels keep their own kinds) or "annotation"."""
     return np.where(group == MODULES, "module", np.where(group == CRITICAL, "critical", "annotation"))

@@ -1,11 +1,12 @@
 """The live timeline's index kept beside the run: each lane's arrays as numpy ``.npy`` files in
 ``<output>/npumagic_store/timeline/`` (the folder of :mod:`npumagic.analysis.store`), read back
-memory-mapped, so reopening a run (a kernel restart, ``%npushow``) answers its first view without
-building anything; a lane's pyramid is added there the first time a view needs it.
+memory-mapped, with the names by code and each one's kind and the critical path's spans, so
+reopening a run (a kernel restart, ``%npushow``) answers its first view without building anything;
+a lane's pyramid is added there the first time a view needs it.
 
 ``manifest.json`` there follows the store's rules: npumagic's version and format and the size and
 mtime of every source file (:func:`~npumagic.analysis.store.stale`), plus this index's own format,
-its events and lanes. A manifest that does not match is never trusted: the index is built again
+its events drawn and the trace's count of each kind, its lanes and the kinds drawn. A manifest that does not match is never trusted: the index is built again
 and written over it. A folder that is read-only, or owned by another user, gets no store (said
 once); ``NPUMAGIC_STORE=0`` turns it off."""
 
@@ -26,8 +27,9 @@ import pandas as pd
 from ...analysis import store
 
 log = logging.getLogger(__name__)
-FORMAT = 3  # this index's own layout (the store's FORMAT and npumagic's version are checked too); 3: the critical
-# path null where it was not built yet (2 stored none past 1M events: those are built again)
+FORMAT = 4  # this index's own layout (the store's FORMAT and npumagic's version are checked too); 3: the critical
+# path null where it was not built yet (2 stored none past 1M events: those are built again); 4: the names, their
+# kinds and the kinds drawn stored too, keyed on the events drawn and the count of each kind (3's are built again)
 FOLDER = "timeline"
 ARRAYS = ("starts", "ends", "reach", "codes", "rows", "depth", "union_starts", "union_ends", "union_cum")
 # a smaller index is built again in about 0.1 s: no folder is written beside the user's trace for it
@@ -59,20 +61,24 @@ class Shelf:
     """The stored index of one profiler output: :meth:`lanes` reads it (None where it cannot be
     trusted), :meth:`write` writes it, :meth:`levels` and :meth:`keep_levels` a lane's pyramid."""
 
-    def __init__(self, path: str, events: int) -> None:
-        self.path, self.events = str(path), int(events)
+    def __init__(self, path: str, events: int, kinds: list[int] | None = None) -> None:
+        self.path, self.events, self.kinds = str(path), int(events), [int(k) for k in kinds or ()]
         self.folder = store.location(path) / FOLDER
         self.stamps = _sources(self.path)
         self.doc: dict | None = None
         self._critical: pd.DataFrame | None = None
+        self._names: tuple[np.ndarray, np.ndarray] = (np.array([], dtype=object),) * 2
 
     @classmethod
-    def of(cls, path: str | None, events: int) -> "Shelf | None":
-        """The shelf of ``path`` (None where there is no path or the store is off)."""
+    def of(cls, path: str | None, events: int, kinds: list[int] | None = None) -> "Shelf | None":
+        """The shelf of ``path`` (None where there is no path or the store is off), of an index of
+        ``events`` events drawn, the trace's events of each kind counted in ``kinds`` (what the
+        index's regions and modules are made of too: their spans are not counted before the store
+        is read)."""
         if not path or events < MIN_EVENTS or not store.enabled() or not Path(path).exists():
             return None
         try:
-            return cls(path, events)
+            return cls(path, events, kinds)
         except OSError as exc:
             log.debug("no timeline store for %s: %s", path, exc)
             return None
@@ -82,7 +88,7 @@ class Shelf:
         matches the sources and the events."""
         doc = store.manifest_of(self.folder)
         why = store.stale(doc, self.stamps)
-        if not why and (doc.get("timeline") != FORMAT or doc.get("events") != self.events):
+        if not why and (doc.get("timeline") != FORMAT or doc.get("events") != self.events or doc.get("kinds") != self.kinds):
             why = "written for another index"
         if why:
             if doc is not None and str(self.folder) not in _said:
@@ -100,11 +106,17 @@ class Shelf:
                 out.append(dict(arrays, rank=rank, name=name, group=group, overview=doc["overviews"][k]))
             # read with the lanes: the path's lanes are among them, its spans must be there too
             self._critical = None if doc["critical"] is None else _read_table(self.folder, "critical", doc["critical"])
+            self._names = tuple(np.load(self.folder / f"{a}.npy").astype(object) for a in ("names", "name_kinds"))
             self.doc = doc
             return out
         except (OSError, ValueError, KeyError, TypeError) as exc:  # damaged: build again
             store.say(f"the timeline index of {self.path} cannot be read ({type(exc).__name__}: {exc}); building it again")
             return None
+
+    def names(self) -> tuple[np.ndarray, np.ndarray, set[str]] | None:
+        """The index's names, each one's kind and the kinds drawn, stored with the lanes (read after
+        :meth:`lanes` found them)."""
+        return None if self.doc is None else (*self._names, set(self.doc["drawn_kinds"]))
 
     def marks(self) -> pd.DataFrame | None:
         """The findings' marks stored with the lanes (read after :meth:`lanes` found them)."""
@@ -117,9 +129,11 @@ class Shelf:
 
         return None if self._critical is None else self._critical[COLUMNS]
 
-    def write(self, lanes: list[dict], marks: pd.DataFrame, critical: pd.DataFrame | None = None) -> bool:
+    def write(self, lanes: list[dict], marks: pd.DataFrame, critical: pd.DataFrame | None, names: np.ndarray,
+              name_kinds: np.ndarray, drawn_kinds: set[str]) -> bool:
         """Write the index (``lanes`` as :meth:`lanes` gives them, an array that is another of its
-        lane given by that one's name); False where it cannot be (said once)."""
+        lane given by that one's name; the critical path's spans; the names by code, each one's kind
+        and the kinds drawn); False where it cannot be (said once)."""
         parent = self.folder.parent
         why = store.unwritable(parent if parent.exists() else parent.parent)
         if why:
@@ -134,8 +148,10 @@ class Shelf:
                 for a in ARRAYS + OPTIONAL:
                     if lane.get(a) is not None and not isinstance(lane[a], str):
                         np.save(tmp / f"{k}.{a}.npy", np.ascontiguousarray(lane[a]))
+            for a, texts in (("names", names), ("name_kinds", name_kinds)):
+                np.save(tmp / f"{a}.npy", np.array([str(t) for t in texts], dtype=str))
             doc = {"format": store.FORMAT, "npumagic": _version(), "timeline": FORMAT, "written": time.time(),
-                   "sources": self.stamps, "events": self.events,
+                   "sources": self.stamps, "events": self.events, "kinds": self.kinds, "drawn_kinds": sorted(drawn_kinds),
                    "lanes": [[int(ln["rank"]), str(ln["name"]), str(ln["group"])] for ln in lanes],
                    "overviews": [ln.get("overview") for ln in lanes],
                    # an array that is another of its lane (a device stream's reach is its ends): its name

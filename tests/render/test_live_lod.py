@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npumagic.analysis import schema
-from npumagic.render.live import columns, lod
+from npumagic.render.live import columns, lane_index, lod
 from npumagic.render.live.lod import TimelineIndex
 
 from ..conftest import ASCEND, NEED_SHARED
@@ -122,7 +122,7 @@ def test_idle_gaps_of_a_device_lane_are_the_holes_between_its_spans():
 
 def test_a_crowded_view_reads_the_dominant_operator_from_the_pyramid(monkeypatch):
     # GIVEN 4000 short kernels of one name, then 4000 of another, and a pyramid built from 1000 events on
-    monkeypatch.setattr(lod, "EXACT_LIMIT", 1000)
+    monkeypatch.setattr(lane_index, "EXACT_LIMIT", 1000)
     left = [(i * 10, 5, "left") for i in range(4000)]
     right = [(40_000 + i * 10, 5, "right") for i in range(4000)]
     index = TimelineIndex.build(_trace(device=left + right))

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from npumagic.analysis import schema
-from npumagic.render.live import lod, shelf
+from npumagic.render.live import lane_index, lod, shelf
 from npumagic.render.live.lod import TimelineIndex
 
 
@@ -51,8 +51,8 @@ def _brute_bins(lane, lo: float, bin_ns: float, bins: int):
 
 def test_the_first_view_comes_from_the_coarse_pass_which_holds_what_the_events_give(monkeypatch):
     # GIVEN lanes over the exact limit (lowered to 500 events), so no view of them reads the events one by one
-    monkeypatch.setattr(lod, "EXACT_LIMIT", 500)
-    monkeypatch.setattr(lod, "OVERVIEW_BINS", 128)
+    monkeypatch.setattr(lane_index, "EXACT_LIMIT", 500)
+    monkeypatch.setattr(lane_index, "OVERVIEW_BINS", 128)
     index = TimelineIndex.build(_crowded())
     big = [ln for ln in index.lanes if ln.starts.size > 500]
     assert len(big) == 2
@@ -79,8 +79,8 @@ def test_the_first_view_comes_from_the_coarse_pass_which_holds_what_the_events_g
 
 
 def test_a_zoom_builds_the_pyramid_of_the_lanes_it_needs_only(monkeypatch):
-    monkeypatch.setattr(lod, "EXACT_LIMIT", 500)
-    monkeypatch.setattr(lod, "OVERVIEW_BINS", 128)
+    monkeypatch.setattr(lane_index, "EXACT_LIMIT", 500)
+    monkeypatch.setattr(lane_index, "OVERVIEW_BINS", 128)
     index = TimelineIndex.build(_crowded())
     lo, hi = index.layout()["extent"]
     device = next(k for k, ln in enumerate(index.lanes) if ln.group == "device")
@@ -123,7 +123,7 @@ def _views(index) -> list[tuple[float, float, int]]:
 
 
 def test_a_reopened_run_answers_from_its_stored_index_as_the_fresh_one(recorded, monkeypatch):
-    monkeypatch.setattr(lod, "EXACT_LIMIT", 50)  # pyramids and coarse passes even on a small run
+    monkeypatch.setattr(lane_index, "EXACT_LIMIT", 50)  # pyramids and coarse passes even on a small run
     fresh = TimelineIndex.build(recorded)
     assert fresh.keep()
     folder = fresh.shelf.folder

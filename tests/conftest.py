@@ -96,6 +96,22 @@ def need(path: Path) -> Path:
     return path
 
 
+def nccl_job(target: Path) -> Path:
+    """A 2-rank NCCL job: the shared genuine A100 rank (cuda/nccl, 3 steps) and a copy of it
+    labelled rank 1, two ranks that reach every collective at once."""
+    import gzip
+    import json
+    import shutil
+
+    shutil.copytree(need(CUDA / "nccl"), target)
+    for folder, _, _ in os.walk(target):
+        os.chmod(folder, os.stat(folder).st_mode | 0o200)
+    doc = json.loads(gzip.decompress((target / "nccl_data.json.gz").read_bytes()))
+    doc["distributedInfo"]["rank"] = 1
+    (target / "nccl_data_rank1.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return target
+
+
 def skip_lines(reasons: list[str]) -> list[str]:
     """One line per skip reason with its count, most skipped first: ``412 tests need
     ../shared/data (or NPUMAGIC_SHARED)``. A reason groups by its text before " — " (the

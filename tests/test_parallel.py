@@ -18,7 +18,7 @@ from npumagic.analysis import job as job_reader
 from npumagic.cli import main
 from npumagic.errors import NpumagicError, TraceError
 
-from .conftest import ASCEND, need
+from .conftest import ASCEND, nccl_job, need
 
 def copy_job(target: Path, ranks: int, relabel: bool = True) -> Path:
     """A ``ranks``-rank job copied from the shared level1 ranks (rank i from rank i % 2); with
@@ -213,4 +213,14 @@ def test_host_samples_go_to_the_lowest_rank_as_serially(tmp_path, scheduler):
     serial = npumagic.summarize(npumagic.load(job))
     assert len(serial.per_rank[0].host) and serial.per_rank[0].host["process_cpu_pct"].notna().any()
     assert serial.per_rank[1].host.empty
+    assert_same_summary(serial, job_reader.analyze(job, scheduler=scheduler))
+
+
+@pytest.mark.slow
+def test_a_jobs_ranks_replayed_together_on_dask_as_serially(tmp_path, scheduler):
+    # GIVEN a 2-rank NCCL job of three steps each WHEN its ranks are summarised on Dask's workers
+    # THEN the bounds made from them together (their events sent back) are the serial ones
+    job = nccl_job(tmp_path / "nccl")
+    serial = job_reader.analyze(job, scheduler="serial")
+    assert {b["ranks"] for b in serial.path_bounds.values()} == {2}
     assert_same_summary(serial, job_reader.analyze(job, scheduler=scheduler))

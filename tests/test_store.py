@@ -15,7 +15,7 @@ from pandas.testing import assert_frame_equal
 
 from npumagic.analysis import job, sources, store
 
-from .conftest import ASCEND, CUDA, need
+from .conftest import ASCEND, CUDA, nccl_job, need
 
 LEVEL1 = ASCEND / "level1"  # a 2-rank torch_npu job
 KINETO = CUDA / "alexnet_sync"  # a real Kineto trace
@@ -146,12 +146,7 @@ def test_reading_a_store_leaves_the_garbage_collector_as_it_found_it(tmp_path, c
 
 def test_a_jobs_bounds_made_from_its_ranks_together_come_back_from_its_store(tmp_path, monkeypatch, capsys):
     # GIVEN a 2-rank NCCL job: the genuine rank 0 and a copy of it as rank 1
-    import gzip
-
-    path = writable_copy(STEPS, tmp_path / "job")
-    doc = json.loads(gzip.decompress((path / "nccl_data.json.gz").read_bytes()))
-    doc["distributedInfo"]["rank"] = 1
-    (path / "nccl_data_rank1.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    path = nccl_job(tmp_path / "job")
     parsed = analyze(path)
     assert sorted(parsed.per_rank) == [0, 1]
     assert {b["ranks"] for b in parsed.path_bounds.values()} == {2}  # replayed together, not rank 0's own

@@ -221,9 +221,20 @@ def combine(per_rank: dict[int, Summary], rank: int | None = None, job_bounds: d
     links = pd.concat([per_rank[r].links for r in ranks], ignore_index=True)
     matrix = pd.concat([per_rank[r].matrix for r in ranks], ignore_index=True)
     temporal = pd.concat([per_rank[r].temporal for r in ranks], ignore_index=True).reindex(columns=TEMPORAL_COLUMNS)
-    bounds = (job_path.bounds(per_rank, chosen) if len(per_rank) > 1 else {}) or job_bounds or chosen.path_bounds
+    bounds = (_job_bounds(per_rank, chosen) if len(per_rank) > 1 else {}) or job_bounds or chosen.path_bounds
     return dataclasses.replace(chosen, ranks=table, per_rank=per_rank, links=links, matrix=matrix, temporal=temporal,
                                path_bounds=bounds)
+
+
+def _job_bounds(per_rank: dict[int, Summary], chosen: Summary) -> dict:
+    """:func:`.job_path.bounds`, or {} with a warning where the ranks cannot be walked together: the
+    job is analysed all the same, each fix bounded by its rank's own replay."""
+    try:
+        return job_path.bounds(per_rank, chosen)
+    except Exception as exc:  # noqa: BLE001 - a refinement of the predictions never costs the analysis
+        warnings.warn(f"the job's ranks were not replayed together ({type(exc).__name__}: {exc}); each fix is "
+                      "bounded by its rank's own replay", stacklevel=3)
+        return {}
 
 
 def _step_breakdown(trace: Trace, rank: int, ev: pd.DataFrame, steps: pd.DataFrame,

@@ -122,3 +122,15 @@ def test_a_job_of_sends_and_receives_alone_keeps_each_ranks_own_bounds():
         s.events["name"] = s.events["name"].cat.rename_categories(
             {"ncclDevKernel_AllReduce_Sum_f32_RING_LL": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8"})
     assert job_path.bounds(ranks, ranks[0]) == {}
+
+
+def test_a_job_that_cannot_be_walked_together_is_analysed_with_each_ranks_own_bounds(nccl_rank, monkeypatch):
+    copy = dataclasses.replace(nccl_rank, events=nccl_rank.events.assign(rank=1))
+
+    def broken(*_):
+        raise IndexError("a trace nobody here has seen")
+
+    monkeypatch.setattr(job_path, "bounds", broken)
+    with pytest.warns(UserWarning, match="not replayed together .IndexError: a trace nobody here has seen"):
+        job = combine({0: nccl_rank, 1: copy})
+    assert job.path_bounds == nccl_rank.path_bounds

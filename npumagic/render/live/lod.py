@@ -183,6 +183,17 @@ def _kept_pyramid(shelf: "Shelf", k: int, lane: LaneIndex) -> list[Level]:
     return levels
 
 
+def _made_on_read(name: str, doc: str) -> property:
+    """A TimelineIndex attribute that a reopened index makes the first time it is read (``_made``)."""
+    def read(self):
+        self._made()
+        return getattr(self, f"_{name}")
+
+    def write(self, value) -> None:
+        setattr(self, f"_{name}", value)
+    return property(read, write, doc=doc)
+
+
 @dataclass
 class TimelineIndex:
     """Every lane of a trace, built once; :meth:`query` answers a view. Times are ns from
@@ -309,36 +320,12 @@ class TimelineIndex:
                 self._events, self._paths, self._threads = self._make_events()
                 self._make_events = None
 
-    @property
-    def events(self) -> pd.DataFrame:
-        """name, ts_ns, dur_ns, step, shapes, source, kind and correlation of each indexed event (the
-        rows lanes point into); on a reopened index, made the first time they are read."""
-        self._made()
-        return self._events
-
-    @events.setter
-    def events(self, value: pd.DataFrame) -> None:
-        self._events = value
-
-    @property
-    def paths(self) -> np.ndarray:
-        """The tree path of each span of regions and modules lanes (rows from :attr:`nested_from`)."""
-        self._made()
-        return self._paths
-
-    @paths.setter
-    def paths(self, value: np.ndarray) -> None:
-        self._paths = value
-
-    @property
-    def threads(self) -> np.ndarray:
-        """The host thread of each span of regions and modules lanes (rows from :attr:`nested_from`)."""
-        self._made()
-        return self._threads
-
-    @threads.setter
-    def threads(self, value: np.ndarray) -> None:
-        self._threads = value
+    events = _made_on_read("events", "name, ts_ns, dur_ns, step, shapes, source, kind and correlation of each "
+                           "indexed event (the rows lanes point into); on a reopened index, made the first time "
+                           "they are read.")
+    paths = _made_on_read("paths", "The tree path of each span of regions and modules lanes (rows from nested_from).")
+    threads = _made_on_read("threads", "The host thread of each span of regions and modules lanes (rows from "
+                                       "nested_from).")
 
     @property
     def launches(self) -> pd.DataFrame:

@@ -129,7 +129,7 @@ def replay(events: pd.DataFrame, steps: pd.DataFrame, step: int, removals: list[
     if chosen.empty:
         raise ValueError(f"critical path: no step {step} of rank {rank}")
     keep = events["rank"].to_numpy() == rank
-    graph = _Graph(events[keep], int(chosen["start_ns"].iat[0]), int(chosen["end_ns"].iat[0]), like_hta=False)
+    graph = step_graph(events[keep], int(chosen["start_ns"].iat[0]), int(chosen["end_ns"].iat[0]))
     return graph.length(graph.without(Removal(), keep)), [graph.length(graph.without(r, keep)) for r in removals]
 
 

@@ -308,7 +308,7 @@ def history_noise(store: HistoryStore, names, columns: tuple[str, ...] | None = 
         return between_run_noise(groups(walls))
     if not any(len(g) > 1 for g in groups(walls)):
         return {}  # no replicates: no query per column
-    return {c: between_run_noise(groups(store.step_walls(column=c)), log=False) for c in columns}
+    return {c: between_run_noise(groups(times), log=False) for c, times in store.step_columns(columns).items()}
 
 
 def history_band(store: HistoryStore, like: str, include: bool) -> Band | None:

@@ -253,7 +253,8 @@ def l2_table(counters: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
 
 
 HOST_COLUMNS = ["step", "process_cpu_pct", "main_thread_cpu_pct", "rss_bytes", "workers", "worker_cpu_pct_mean",
-                "worker_cpu_pct_max", "cores", "cores_busy_pct", "cores_idle", "main_thread_wait_pct"]
+                "worker_cpu_pct_max", "cores", "cores_busy_pct", "cores_idle", "main_thread_wait_pct",
+                "workers_waiting_pct", "workers_blocked_pct"]
 CORE_IDLE_PCT = 10.0  # a core busy less than this over a step counts as idle
 
 
@@ -264,7 +265,9 @@ def host_table(counters: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     threads), the thread that ran the cell, the DataLoader workers (mean and max over workers;
     ``workers`` is how many were sampled in the step), and the machine's cores (mean busy %, and
     ``cores_idle``, how many were busy under :data:`CORE_IDLE_PCT`); ``main_thread_wait_pct``: the
-    share of the step the cell's thread was ready to run but waited for a core. ``rss_bytes``: the
+    share of the step the cell's thread was ready to run but waited for a core; ``workers_waiting_pct``
+    and ``workers_blocked_pct``: the share of the workers' readings that found them waiting for work (their
+    index queue empty) or blocked in another system call (I/O, a sleep, a lock). ``rss_bytes``: the
     process's mean resident memory. Empty when the run has no host samples.
     """
     host = counters[counters["group"] == "Host"]
@@ -295,5 +298,7 @@ def host_table(counters: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
                 "cores_busy_pct": np.nanmean(cores, axis=0),
                 "cores_idle": (cores < CORE_IDLE_PCT).sum(axis=0),
                 "main_thread_wait_pct": means.get("Main thread/wait", nan),
+                "workers_waiting_pct": means.get("Workers/waiting", nan),
+                "workers_blocked_pct": means.get("Workers/blocked", nan),
             })
     return out[HOST_COLUMNS]

@@ -131,23 +131,61 @@ def cpu_work(table: pd.DataFrame, per_launch_us: float) -> pd.DataFrame:
 DISPATCH_GAP_US = 50.0
 
 
-def dispatch_ms(ev: pd.DataFrame | None, steps: int) -> float | None:
-    """The host's time per step (ms) between consecutive top-level operators of each thread inside
-    a step, in gaps under :data:`DISPATCH_GAP_US`: the dispatch that fewer, fused operators save;
-    None without events."""
-    if ev is None or ev.empty:
-        return None
+def _top_level_calls(ev: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
+    """The top-level host operators inside steps, in order per thread: lane codes, starts, ends and
+    steps; None with fewer than two."""
     host = ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy() & (ev["step"].to_numpy() >= 0)
     rows = np.flatnonzero(host)
     if rows.size < 2:
-        return 0.0
+        return None
     lanes = pd.factorize(ev["lane"].iloc[rows])[0]
     start = ev["ts_ns"].to_numpy()[rows]
     end = start + ev["dur_ns"].to_numpy()[rows]
     top = _top_level_mask(lanes, start, end)
     lanes, start, end, step = lanes[top], start[top], end[top], ev["step"].to_numpy()[rows][top]
     order = np.lexsort((start, lanes))
-    lanes, start, end, step = lanes[order], start[order], end[order], step[order]
+    return lanes[order], start[order], end[order], step[order]
+
+
+def dispatch_ms(ev: pd.DataFrame | None, steps: int) -> float | None:
+    """The host's time per step (ms) between consecutive top-level operators of each thread inside
+    a step, in gaps under :data:`DISPATCH_GAP_US`: the dispatch that fewer, fused operators save;
+    None without events."""
+    if ev is None or ev.empty:
+        return None
+    calls = _top_level_calls(ev)
+    if calls is None:
+        return 0.0
+    lanes, start, end, step = calls
     gap = start[1:] - end[:-1]
     same = (lanes[1:] == lanes[:-1]) & (step[1:] == step[:-1]) & (gap > 0) & (gap < DISPATCH_GAP_US * 1000)
     return float(gap[same].sum()) / 1e6 / max(steps, 1)
+
+
+# A run of small operators: at least RUN_MIN_CALLS top-level operators in a row, typically (their median)
+# under DISPATCH_GAP_US, none and no pause between two longer than RUN_BREAK_US (a loop of small
+# operators; a longer call or pause is other work, a sleep or a read, that fusing them leaves in place)
+RUN_MIN_CALLS = 16
+RUN_BREAK_US = 1000.0
+
+
+def short_runs_ms(ev: pd.DataFrame | None, steps: int) -> float | None:
+    """The host's time per step (ms) from the first to the last operator of each run of small
+    operators: what compiling the loop that makes them removes at most (the operators, the Python
+    dispatching each, its allocations and their garbage collection); None without events."""
+    if ev is None or ev.empty:
+        return None
+    calls = _top_level_calls(ev)
+    if calls is None:
+        return 0.0
+    lanes, start, end, step = calls
+    took = end - start
+    brief = took < RUN_BREAK_US * 1000
+    joined = (lanes[1:] == lanes[:-1]) & (step[1:] == step[:-1]) & brief[1:] & brief[:-1] & \
+        (start[1:] - end[:-1] < RUN_BREAK_US * 1000)
+    cuts = np.flatnonzero(~joined) + 1  # runs: maximal stretches of joined neighbours
+    total = 0
+    for first, last in zip(np.r_[0, cuts], np.r_[cuts, lanes.size] - 1):
+        if last - first + 1 >= RUN_MIN_CALLS and np.median(took[first:last + 1]) < DISPATCH_GAP_US * 1000:
+            total += int(end[first:last + 1].max() - start[first])
+    return total / 1e6 / max(steps, 1)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import job_path, path_bound
-from .gaps import dispatch_ms
+from .gaps import dispatch_ms, short_runs_ms
 from . import thresholds as T
 from .path_bound import PathBound
 from .predicted_text import change_ms
@@ -49,6 +49,9 @@ MAX_WORKERS = 8
 # each counted at no less than MIN_LOADER_CPU of a core.
 LOADER_CPU_BOUND = 0.5
 MIN_LOADER_CPU = 0.1
+# Workers found waiting for their next index at least this share of the readings are ahead of the step:
+# loading keeps up, and a wait for data left is the batch's hand-over between processes
+WORKERS_AHEAD = 0.5
 # Under the profiler, a run of recorded host calls also slows the rest of the step: the operators after
 # 300 .item() calls a step ran slower by 0.28-0.48x the calls' own span (torch 2.13 on the CPU, 200 steps
 # with the calls against 200 without, either order; a tenth of that unprofiled), which no event of the
@@ -175,6 +178,7 @@ class WorkerFit:
     idle: int | None
     demand: float = 1.0  # the share of a core one loader (the training thread, or a worker) uses
     batch_ms: float | None = None  # the workers' CPU per step (one batch), where fewer are suggested
+    waiting: float | None = None  # the share of the workers' readings that found them waiting for work
 
     def said(self) -> str:
         """The machine's figures the count rests on."""
@@ -185,12 +189,27 @@ class WorkerFit:
     def known(self) -> bool:
         return self.cores is not None
 
+    @property
+    def ahead(self) -> bool:
+        """The workers mostly wait for work: more of them cannot shorten the step's wait for data."""
+        return self.now > 0 and self.waiting is not None and self.waiting >= WORKERS_AHEAD
+
+
+def _share(h, column: str) -> float | None:
+    """The mean of a percent column of the host table as a share, None where it was not read."""
+    if column not in h or not h[column].notna().any():
+        return None
+    return float(h[column].mean()) / 100
+
 
 def worker_fit(s: Summary) -> WorkerFit:
     """The workers already running and the count that fits the cores (npumagic's host samples);
     unknown without samples. A loader that keeps its thread busy (at least half a core: decoding,
     augmenting) gets one worker per core left idle; one that mostly waits (I/O, sleep) gets as
-    many as the spare capacity holds at its measured CPU per worker."""
+    many as the spare capacity holds at its measured CPU per worker. Workers that mostly wait for
+    work (:data:`WORKERS_AHEAD`) keep up already: where a batch costs them less CPU than the step
+    waits for it, loading it in the training thread costs less than handing it over (none), else the
+    count stays."""
     h = s.host
     if h is None or h.empty or h["cores"].max() == 0:
         return WorkerFit(0, 0, None, None)
@@ -199,19 +218,25 @@ def worker_fit(s: Summary) -> WorkerFit:
     idle = int(np.floor(float(h["cores_idle"].mean()) + 1e-9))
     column = "worker_cpu_pct_mean" if now else "main_thread_cpu_pct"
     demand = float(h[column].mean()) / 100 if h[column].notna().any() else 1.0  # cores one loader uses
+    waiting = _share(h, "workers_waiting_pct") if now else None
+    if now and waiting is not None and waiting >= WORKERS_AHEAD:
+        batch = now * demand * per_step_ms(s, "wall_us")
+        inline = batch < per_step_ms(s, "dataloader_us")
+        return WorkerFit(now, 0 if inline else now, cores, idle, demand, batch, waiting)
     if now >= cores and idle == 0:
         # the workers and the training thread outnumber the cores, none idle: they take turns, each batch
         # waiting behind the others' time slices; one worker per core beside the training thread, or
         # none where loading a batch inline costs less CPU than the step waits for it (the wait is
         # handing batches between processes, not making them)
         batch = now * demand * per_step_ms(s, "wall_us")
-        return WorkerFit(now, 0 if batch < per_step_ms(s, "dataloader_us") else cores - 1, cores, idle, demand, batch)
+        return WorkerFit(now, 0 if batch < per_step_ms(s, "dataloader_us") else cores - 1, cores, idle, demand, batch,
+                         waiting)
     if demand >= LOADER_CPU_BOUND:
         more = idle
     else:
         spare = cores * (1 - float(h["cores_busy_pct"].mean()) / 100)
         more = max(idle, int(np.floor(spare / max(demand, MIN_LOADER_CPU) + 1e-9)))
-    return WorkerFit(now, min(now + more, MAX_WORKERS) if more > 0 else now, cores, idle, demand)
+    return WorkerFit(now, min(now + more, MAX_WORKERS) if more > 0 else now, cores, idle, demand, waiting=waiting)
 
 
 def dataloader_lever(s: Summary, wait_ms: float) -> Lever:
@@ -225,10 +250,19 @@ def dataloader_lever(s: Summary, wait_ms: float) -> Lever:
                      f"the whole {wait_ms:,.2f} ms wait, if idle cores run the workers (no host samples tell "
                      "how many cores are spare)")
     if fit.suggest == 0 < fit.now and fit.batch_ms is not None:
-        high = max(wait_ms - fit.batch_ms, 0.0)
-        return Lever("inline", DEFAULT_LOW * high, high,
-                     f"loading a batch takes the {fit.now} workers {fit.batch_ms:,.2f} ms of CPU a step, under the "
-                     f"{wait_ms:,.2f} ms wait: loaded in the training thread it costs that instead")
+        # the workers' CPU a step is the most loading inline can cost (it holds their side of each hand-over
+        # too); at best it costs nothing and the rest of the step no longer waits for a core beside them
+        waited = core_wait_share(s) * rest
+        return Lever("inline", max(wait_ms - fit.batch_ms, 0.0), wait_ms + waited,
+                     f"the {wait_ms:,.2f} ms wait, less at most the {fit.batch_ms:,.2f} ms of CPU a step the {fit.now} "
+                     "workers take (loading in the training thread costs no more)" + (
+                         f", and up to the {waited:,.2f} ms the rest of the step waited for a core beside them"
+                         if waited > 0 else ""))
+    if fit.ahead and fit.suggest == fit.now:
+        return Lever("handover", 0.0, wait_ms,
+                     f"the {fit.now} workers wait for work {fit.waiting:.0%} of the time: more would not shorten "
+                     f"the {wait_ms:,.2f} ms wait, which is handing each batch over between processes: fewer tensors "
+                     "per batch shorten it, up to all of it")
     if fit.suggest < fit.now:
         return Lever("fewer_workers", DEFAULT_LOW * wait_ms, wait_ms,
                      f"{fit.now} workers and the training thread take turns on {fit.cores} cores, none idle: with "
@@ -317,13 +351,18 @@ def core_wait_share(s: Summary) -> float:
 
 
 def python_lever(s: Summary, stake: float) -> Lever:
-    """Moving Python out of the step (the CPU's time outside operators, ``stake``): it removes the
-    Python's own time, not the time the thread waited for a core meanwhile (other processes or
-    DataLoader workers on the same cores), counted as the same share of it as of the whole step."""
+    """Moving Python out of the step (the CPU's time outside operators, ``stake`` on the mean step;
+    the median step's where the steps say, as every prediction is of the median step: slow steps are
+    jitter's): it removes the Python's own time, not the time the thread waited for a core meanwhile
+    (other processes or DataLoader workers on the same cores), counted as the same share of it as of
+    the whole step."""
+    python = s.steps["idle_python_us"].dropna() if "idle_python_us" in s.steps else ()
+    if len(python):
+        stake = float(np.median(python)) / 1000
     waited = core_wait_share(s)
     own = stake * (1 - waited)
     return Lever("python", DEFAULT_LOW * own, own,
-                 f"the {stake:,.2f} ms of Python outside operators, if moved out of the step" + (
+                 f"the {stake:,.2f} ms of Python outside operators in the median step, if moved out of it" + (
                      f", less the {waited:.0%} of it the thread waited for a core (other processes, workers)"
                      if waited > 0 else ""))
 
@@ -369,8 +408,17 @@ def lever(s: Summary, f: Finding, beside: frozenset[str] = frozenset()) -> Lever
         dispatch = None if s.meta.get("device_mode") else dispatch_ms(s.events, len(s.steps))
         between = (gaps["short"] if gaps else 0.0) if s.meta.get("device_mode") else dispatch if dispatch is not None \
             else max(per_step_ms(s, "idle_us") - per_step_ms(s, "dataloader_us"), 0.0)
-        return Lever("fuse", DEFAULT_LOW * stake, stake + between,
-                     f"the {stake:,.2f} ms of tiny operators and up to the {between:,.2f} ms of dispatch between them")
+        basis = f"the {stake:,.2f} ms of tiny operators and up to the {between:,.2f} ms of dispatch between them"
+        runs = None if s.meta.get("device_mode") else short_runs_ms(s.events, len(s.steps))
+        if runs is None or runs <= stake + between:
+            return Lever("fuse", DEFAULT_LOW * stake, stake + between, basis)
+        # compiling the loop that makes them removes the loop: its Python, allocations and collections too
+        rest = max(per_step_ms(s, "wall_us") - runs, 0.0)
+        after = CALLS_AFTER_EFFECT * min(runs, rest)
+        return Lever("fuse", DEFAULT_LOW * stake, runs + after,
+                     basis + f"; at most the {runs:,.2f} ms from the first to the last of each run of them (the "
+                     f"loop that makes them, its Python and garbage collection included), and up to {after:,.2f} ms "
+                     "more: under the profiler the rest of the step runs slower beside their records")
     if f.category == "sync" and f.impact == 0 and ev.get("calls_ms"):
         return calls_lever(float(ev["calls_ms"]), float(ev.get("syncs_per_step") or 0), ev.get("python_between_us"))
     if rule in ("memory_capacity", "fragmentation", "memory_growth") or (f.category == "sync" and f.impact == 0):

@@ -5,7 +5,10 @@ them beside the trace as ``npumagic_host.csv``, which the readers turn into coun
 
 The profiler's traces say where the host spent its time, not whether it was saturated: a step
 that waits while the main thread sits at 100% of a core is dispatch-bound, one whose DataLoader
-workers each sit near 100% is decode-bound, one waiting with idle cores is waiting on I/O.
+workers each sit near 100% is decode-bound, one waiting with idle cores is waiting on I/O. Which
+system call each worker's main thread blocks in (``/proc/PID/syscall``) tells idle workers apart: one
+waiting for its next index (the queue of work empty: loading keeps up) from one whose sample waits
+on a read or a sleep.
 
 CPU times are read as cumulative counters (ns for the cell's thread, clock ticks elsewhere) and
 turned into percent of one core over each interval, so a step's mean is exact however coarse
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import threading
 import time
 from pathlib import Path
@@ -37,6 +41,11 @@ INTERVAL_S = 0.05  # within the 2% budget of the recording window (see above)
 SLOW_S = 0.05  # per-core, per-worker (the kernel's 10 ms tick) and RSS reads at most this often
 CHILDREN_EVERY_S = 0.5  # new DataLoader workers are found within this
 RECORDING = frozenset({"RECORD", "RECORD_AND_SAVE"})  # torch's and torch_npu's ProfilerAction names
+# The system calls that wait on file descriptors (poll, select, epoll and their p- forms), by machine: an
+# idle DataLoader worker waits in one for its next index, on its index queue's pipe (x86_64's poll(fds, 1,
+# 5000): torch's MP_STATUS_CHECK_INTERVAL). Any other system call it blocks in reads files, sleeps or waits
+# on a lock: the batch's own waiting.
+WAITS_ON_FDS = {"x86_64": frozenset({7, 23, 232, 270, 271, 281, 441}), "aarch64": frozenset({22, 72, 73, 441})}
 
 
 # multiprocessing's own long-lived helpers: children of the kernel that run no user work (the
@@ -59,6 +68,23 @@ def is_worker(cmdline: str, own: str) -> bool:
     return not is_helper(cmdline) and (cmdline == own or SPAWNED in cmdline)
 
 
+def worker_state(syscall: bytes, machine: str) -> str | None:
+    """What a worker's main thread does, from its ``/proc/PID/syscall`` line: "running", "waiting" for
+    work (blocked waiting on file descriptors, see :data:`WAITS_ON_FDS`) or "blocked" in another system
+    call (reading, sleeping, a lock); None where the line or the machine does not say."""
+    field = syscall.split(maxsplit=1)[0] if syscall else b""
+    if field == b"running":
+        return "running"
+    polls = WAITS_ON_FDS.get(machine)
+    try:
+        number = int(field)
+    except ValueError:
+        return None
+    if polls is None or number < 0:  # -1: blocked outside a system call (a zombie, a page fault)
+        return None
+    return "waiting" if number in polls else "blocked"
+
+
 def _read_cmdline(pid: int | str) -> str:
     with open(f"/proc/{pid}/cmdline", "rb") as fh:
         return fh.read().replace(b"\0", b" ").decode(errors="replace")
@@ -79,8 +105,10 @@ class _Proc:
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.stat = os.open("/proc/stat", os.O_RDONLY)
         self.statm = os.open("/proc/self/statm", os.O_RDONLY)
-        # pid -> fds of /proc/pid/stat and /proc/pid/schedstat (-1 where the kernel has none)
-        self.children: dict[int, tuple[int, int]] = {}
+        # pid -> fds of /proc/pid/stat, /proc/pid/schedstat and /proc/pid/syscall (-1 where the kernel has
+        # none or does not let this process read it)
+        self.children: dict[int, tuple[int, int, int]] = {}
+        self.machine = platform.machine()
         self.others: set[int] = set()  # children that are no workers (see is_worker)
         self.forkservers: set[int] = set()
         self.own = _read_cmdline("self")
@@ -133,11 +161,7 @@ class _Proc:
                 stat = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
             except OSError:
                 continue
-            try:
-                sched = os.open(f"/proc/{pid}/schedstat", os.O_RDONLY)
-            except OSError:
-                sched = -1
-            self.children[pid] = (stat, sched)
+            self.children[pid] = (stat, _open_or_none(f"/proc/{pid}/schedstat"), _open_or_none(f"/proc/{pid}/syscall"))
 
     def _served(self, pid: int) -> bool:
         """Whether ``pid`` was forked by a forkserver of ours (it keeps the server's command line)."""
@@ -152,7 +176,7 @@ class _Proc:
         a worker loads in its main thread), else the process's utime + stime in clock ticks (10 ms:
         a worker's CPU in a short step reads 0)."""
         out = {}
-        for pid, (stat, sched) in list(self.children.items()):
+        for pid, (stat, sched, _) in list(self.children.items()):
             try:
                 fields = os.pread(stat, 4096, 0).rsplit(b")", 1)[1].split()
                 on_cpu = int(os.pread(sched, 256, 0).split()[0]) if sched >= 0 else None
@@ -165,9 +189,28 @@ class _Proc:
             out[pid] = on_cpu / 1e9 if on_cpu is not None else (int(fields[11]) + int(fields[12])) / self.tick
         return out
 
+    def child_states(self) -> dict[int, str]:
+        """What each worker's main thread does now (:func:`worker_state`), where the kernel says."""
+        out = {}
+        for pid, (_, _, syscall) in list(self.children.items()):
+            try:
+                state = worker_state(os.pread(syscall, 256, 0), self.machine) if syscall >= 0 else None
+            except OSError:
+                continue
+            if state is not None:
+                out[pid] = state
+        return out
+
     def close(self) -> None:
         _close(self.stat, self.statm, *(fd for fds in self.children.values() for fd in fds))
         self.children.clear()
+
+
+def _open_or_none(path: str) -> int:
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError:
+        return -1
 
 
 def _close(*fds: int) -> None:
@@ -218,6 +261,10 @@ class _Psutil:
             except self.psutil.Error:
                 self.children.pop(pid, None)
         return out
+
+    @staticmethod
+    def child_states() -> dict[int, str]:
+        return {}  # psutil does not say which system call a process waits in
 
     def close(self) -> None:
         self.children = {}
@@ -311,7 +358,7 @@ class HostSampler:
                 if started - self._children_at > CHILDREN_EVERY_S:
                     self._children_at = started
                     self.source.list_children()
-                slow = (self.source.rss(), self.source.child_times(), self.source.cores())
+                slow = (self.source.rss(), self.source.child_times(), self.source.cores(), self.source.child_states())
             self._count += 1
             self.rows.append((now, cpu, thread_ns, slow, wait_ns))
         except Exception:  # noqa: BLE001 - sampling must never break the user's cell
@@ -344,7 +391,7 @@ class HostSampler:
             fast = (now, cpu, thread_ns, wait_ns)
             if reading is None:
                 continue
-            rss, workers, cores = reading
+            rss, workers, cores, states = reading
             rows.append((now, "Process/RSS", rss))
             dt = (now - slow[0]) / 1e9 if slow is not None and now > slow[0] else None
             for pid, t in workers.items():
@@ -353,7 +400,9 @@ class HostSampler:
             for i, (busy, total) in enumerate(cores):
                 ok = dt and i < len(slow[2]) and total > slow[2][i][1]
                 rows.append((now, f"Core {i}/CPU", 100.0 * (busy - slow[2][i][0]) / (total - slow[2][i][1]) if ok else nan))
-            slow = (now, workers, cores)
+            if states:
+                rows += _state_rows(now, states, slow[3] if slow is not None and dt else None)
+            slow = (now, workers, cores, states)
         return pd.DataFrame(rows, columns=["ts_ns", "name", "value"])
 
     def write(self, run_dir: Path) -> Path | None:
@@ -366,6 +415,15 @@ class HostSampler:
 
         write_atomic(path, frame.round(3).to_csv(index=False))  # a link planted at the name is not written through
         return path
+
+
+def _state_rows(now: int, states: dict[int, str], before: dict[int, str] | None) -> list[tuple[int, str, float]]:
+    """``Workers/waiting`` and ``Workers/blocked``: the percent of the workers' readings at the interval's
+    two ends that found them waiting for work, or blocked in another system call (NaN where it opens)."""
+    if before is None:
+        return [(now, "Workers/waiting", float("nan")), (now, "Workers/blocked", float("nan"))]
+    read = list(states.values()) + [before[pid] for pid in states if pid in before]
+    return [(now, f"Workers/{state}", 100.0 * read.count(state) / len(read)) for state in ("waiting", "blocked")]
 
 
 def _core_times(c) -> tuple[float, float]:

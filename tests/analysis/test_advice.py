@@ -109,6 +109,11 @@ def test_thousands_of_tiny_ops_put_small_ops_first(tmp_path):
     found = next(f for f in advice if f.category == "small_ops")
     assert found.evidence["tiny_per_step"] >= 3000
     assert [f.category for f in advice if f.category not in ("host_bound", "jitter")][0] == "small_ops"
+    # and fusing them is predicted to remove at most the loop that makes them, from its first operator to its
+    # last (its Python and garbage collection with it), not only the operators and the short gaps between
+    from npumagic.analysis.gaps import short_runs_ms
+
+    assert found.predicted_interval[1] >= short_runs_ms(summary.events, len(summary.steps)) > 0
 
 
 def test_tiny_operators_stretched_by_a_busy_host_are_still_tiny():

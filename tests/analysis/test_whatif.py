@@ -159,3 +159,24 @@ def test_fusing_small_operators_saves_the_dispatch_between_them_not_the_steps_ow
     assert dispatch_ms(ev, steps=1) == pytest.approx(0.040)
     assert dispatch_ms(ev, steps=2) == pytest.approx(0.020)
     assert dispatch_ms(ev.iloc[:0], steps=1) is None
+
+
+def test_a_loop_of_small_operators_is_measured_from_its_first_to_its_last():
+    # GIVEN a CPU step: a loop of 20 operators 5 us long and 5 us apart, one of them stretched to 300 us
+    # by a garbage collection; then 10 such operators (too few to be a loop); then a 2 ms sleep and a
+    # loop of 16 operators each 100 us long (no small operators)
+    from npumagic.analysis.gaps import short_runs_ms
+
+    loop = [(10 * i, 300 if i == 7 else 5) for i in range(20)]
+    loop = [(ts + (295 if i > 7 else 0), dur) for i, (ts, dur) in enumerate(loop)]  # the ones after it move on
+    few = [(1000 + 10 * i, 5) for i in range(10)]
+    big = [(3100 + 110 * i, 100) for i in range(16)]
+    ev = pd.DataFrame(loop + few + big, columns=["ts", "dur"])
+    ev = ev.assign(name="aten::mul", lane="main", kind="host_op", device=-1, step=0, ts_ns=ev.pop("ts") * 1000,
+                   dur_ns=ev.pop("dur") * 1000)
+    # THEN the loop counts from its first start to its last end, its collection included, and the few
+    # joined to it (under 1 ms after it) with it; the loop of long operators is not one of small ones
+    first, last = loop[0][0], few[-1][0] + few[-1][1]
+    assert short_runs_ms(ev, steps=1) == pytest.approx((last - first) / 1000)
+    assert short_runs_ms(ev, steps=2) == pytest.approx((last - first) / 2000)
+    assert short_runs_ms(ev.iloc[20:30], steps=1) == 0.0

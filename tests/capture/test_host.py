@@ -329,3 +329,90 @@ def test_a_workers_cpu_is_read_to_well_under_a_clock_tick():
     finally:
         worker.kill()
         reader.close()
+
+
+def _wait_on_pipe(conn, how):
+    """A child that waits as a DataLoader worker does: for its next index (poll on a pipe with
+    a 5 s timeout), or in its Dataset (a sleep), or computes."""
+    import select
+
+    reader, _ = os.pipe()
+    conn.send("ready")
+    if how == "waiting":
+        poller = select.poll()
+        poller.register(reader, select.POLLIN)
+        while True:
+            poller.poll(5000)
+    elif how == "blocked":
+        time.sleep(30)
+    else:
+        while True:
+            pass
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/syscall"), reason="need Linux's /proc/PID/syscall")
+def test_a_workers_state_says_whether_it_waits_for_work_or_in_its_own_system_call():
+    import multiprocessing
+    import platform
+
+    from npumagic.capture.host import WAITS_ON_FDS, _Proc
+
+    if platform.machine() not in WAITS_ON_FDS:
+        pytest.skip(f"no table of system calls for {platform.machine()}")
+    reader = _Proc()
+    context = multiprocessing.get_context("fork")
+    children = {}
+    try:
+        for how in ("waiting", "blocked", "running"):
+            ours, theirs = multiprocessing.Pipe()
+            child = context.Process(target=_wait_on_pipe, args=(theirs, how), daemon=True)
+            child.start()
+            assert ours.recv() == "ready"
+            children[child.pid] = (how, child)
+        reader.list_children()
+        deadline = time.monotonic() + 10  # each child reaches its wait after its reply
+        while time.monotonic() < deadline:
+            states = reader.child_states()
+            if all(states.get(pid) == how for pid, (how, _) in children.items()):
+                break
+            time.sleep(0.05)
+        assert {pid: states.get(pid) for pid in children} == {pid: how for pid, (how, _) in children.items()}
+    finally:
+        for _, child in children.values():
+            child.kill()
+        reader.close()
+
+
+AHEAD_OR_BEHIND = """
+class Tiny(torch.utils.data.Dataset):
+    def __len__(self): return 100000
+    def __getitem__(self, i): return torch.full((8,), float(i))
+class Sleepy(Tiny):
+    def __getitem__(self, i):
+        time.sleep(0.05)  # reading from slow storage
+        return torch.full((8,), float(i))
+ahead = torch.utils.data.DataLoader(Tiny(), batch_size=4, num_workers=2, persistent_workers=True)
+behind = torch.utils.data.DataLoader(Sleepy(), batch_size=1, num_workers=2, persistent_workers=True)
+model = torch.nn.Linear(8, 1); opt = torch.optim.SGD(model.parameters(), lr=0.01)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/syscall"), reason="need Linux's /proc/PID/syscall")
+@pytest.mark.parametrize("loader, step, waiting", [("ahead", "time.sleep(0.02)", True), ("behind", "pass", False)])
+def test_workers_ahead_of_the_step_are_read_as_waiting_for_work(shell, loader, step, waiting):
+    # GIVEN two workers whose tiny batches are ready long before a 20 ms step asks for them, or two
+    # whose samples each take a 50 ms read while the step takes none
+    assert shell.run_cell("import time\n" + AHEAD_OR_BEHIND).success
+    loop = (f"for i, x in enumerate({loader}):\n    {step}\n    model(x).sum().backward(); opt.step(); opt.zero_grad()\n"
+            "    if i == 8: break\n")
+    result = shell.run_cell(f"%%npuprofile --wait 1 --warmup 1 --steps 4 --name {loader} --no-plot --quiet\n" + loop)
+    assert result.success, result.error_in_exec
+    host = shell.magics_manager.registry["NpuMagics"].session.runs.summary(loader).host
+    # THEN the samples find the first waiting for their next index, the second blocked in their sleep,
+    # and only the first is taken to keep up (more workers would not help it)
+    from npumagic.analysis import whatif
+
+    column = "workers_waiting_pct" if waiting else "workers_blocked_pct"
+    assert host[column].mean() >= 50, host
+    summary = shell.magics_manager.registry["NpuMagics"].session.runs.summary(loader)
+    assert whatif.worker_fit(summary).ahead is waiting

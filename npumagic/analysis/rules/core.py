@@ -90,12 +90,20 @@ def _dataloader(s: Summary) -> list[Finding]:
     on_device = backend_of(s) != "cpu"  # pinned memory only speeds up copies to a device
     fit = whatif.worker_fit(s)
     pinned = "pin_memory=True, " if on_device else ""
-    if fit.known and fit.suggest < fit.now:  # oversubscribed: the workers take turns with the step on the cores
-        fix = (f"{fit.now} DataLoader workers and the training thread share {fit.cores} cores, none idle: " +
-               (f"a batch takes them {fit.batch_ms:,.2f} ms of CPU, less than the step waits, so load it in the "
-                f"training process: DataLoader(num_workers={fit.now} -> 0)" if fit.suggest == 0 else
-                f"use fewer, one per core beside the training thread: DataLoader(num_workers={fit.now} -> "
-                f"{fit.suggest}, persistent_workers=True)"))
+    ahead = (f"the {fit.now} DataLoader workers wait for work {fit.waiting:.0%} of the time (each batch is ready "
+             "before the step asks for it), so the step's wait is handing batches over between processes"
+             if fit.ahead else "")
+    if fit.known and fit.suggest < fit.now:  # oversubscribed, or ahead: the hand-over costs more than loading
+        fix = ((ahead + ": ") if ahead else
+               f"{fit.now} DataLoader workers and the training thread share {fit.cores} cores, none idle: ") + (
+               f"a batch takes them {fit.batch_ms:,.2f} ms of CPU, less than the step waits, so load it in the "
+               f"training process: DataLoader(num_workers={fit.now} -> 0)" if fit.suggest == 0 else
+               f"use fewer, one per core beside the training thread: DataLoader(num_workers={fit.now} -> "
+               f"{fit.suggest}, persistent_workers=True)")
+    elif ahead:  # loading keeps up and costs more than the wait: the hand-over itself is the cost
+        fix = (ahead + ": more workers would not shorten it. Hand over fewer tensors per batch (stack the samples "
+               "into one tensor in collate_fn, return tensors rather than Python objects)" +
+               (", set pin_memory=True" if on_device else "") + ", or make each step do more work per batch")
     elif fit.known and fit.suggest <= fit.now:  # more workers would take cores from the step itself
         fix = (f"no core is idle during the steps ({fit.cores} cores, {fit.now} DataLoader workers): more workers "
                "would compete with the training thread for them, so make each sample cheaper instead (decode "
@@ -133,6 +141,8 @@ def _dataloader(s: Summary) -> list[Finding]:
             more = f"num_workers={n} -> {fit.suggest}, {idle} cores are idle" if fit.suggest > n else "no core is idle"
             fix = fix if fit.suggest < n else (f"the workers are CPU-bound: add workers ({more}) and make each sample cheaper: decode "
                    "pre-resized inputs, move augmentation onto the device, cache decoded samples")
+        elif fit.ahead:
+            title += f"; its {n} workers wait for work {fit.waiting:.0%} of the time: loading keeps up"
         elif n and busy < T.WORKER_IDLE_PCT and idle:
             title += f"; its {n} workers are only {busy:.0f}% busy with {idle} cores idle: the batches wait on I/O"
             fix = ("the workers wait on I/O, not on the CPU: read from faster storage (copy the dataset to local disk "

@@ -74,10 +74,15 @@ def dataloader(s) -> list[Finding]:
     workers = (f"num_workers={fit.suggest}" if fit.known and fit.suggest != fit.now else
                f"num_workers={fit.now} (no core is idle to run more)" if fit.known else
                "num_workers up to the cores idle while the step runs")
+    fix = f"load data in worker processes: DataLoader({workers}, pin_memory=True, persistent_workers=True)"
+    if fit.known and fit.suggest == 0 < fit.now:  # handing a batch over costs more than loading it
+        fix = (f"load data in the training process: a batch takes the workers {fit.batch_ms:,.2f} ms of CPU, less "
+               f"than the step waits for it: DataLoader(num_workers={fit.now} -> 0, pin_memory=True)")
+    elif fit.ahead:
+        fix = (f"the {fit.now} workers wait for work {fit.waiting:.0%} of the time: the wait is handing batches "
+               "over, which more workers would not shorten; hand over fewer tensors per batch, pin_memory=True")
     return [Finding("dataloader", share, f"{share:.1%} of the step waits in the DataLoader",
-                    {"dataloader_share": share},
-                    f"load data in worker processes: DataLoader({workers}, pin_memory=True, "
-                    "persistent_workers=True)", s.meta.get("dataloader_iter", ""))]
+                    {"dataloader_share": share}, fix, s.meta.get("dataloader_iter", ""))]
 
 
 @rule("cuda_communication", ("cuda",))

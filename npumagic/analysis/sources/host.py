@@ -4,8 +4,9 @@ psutil sampler) -> counters of group "Host" on device -1.
 Columns ``ts_ns`` (epoch ns, the clock torch.profiler and torch_npu stamp their events with),
 ``name`` and ``value``, one row per reading of a series: ``Process/CPU``, ``Main thread/CPU``,
 ``Worker PID/CPU``, ``Core N/CPU`` (percent of one core over the interval since that series'
-previous reading; empty where a series opens or resumes after a pause) and ``Process/RSS``
-(bytes).
+previous reading; empty where a series opens or resumes after a pause), ``Workers/waiting`` and
+``Workers/blocked`` (percent of the workers' readings at the interval's ends that found them waiting for
+work, or blocked in another system call) and ``Process/RSS`` (bytes).
 """
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ class WorkerFit:
     cores: int | None
     idle: int | None
     demand: float = 1.0  # the share of a core one loader (the training thread, or a worker) uses
-    batch_ms: float | None = None  # the workers' CPU per step (one batch), where fewer are suggested
+    batch_ms: float | None = None  # the workers' CPU and own waiting per step (one batch), where fewer are suggested
     waiting: float | None = None  # the share of the workers' readings that found them waiting for work
 
     def said(self) -> str:
@@ -219,8 +219,9 @@ def worker_fit(s: Summary) -> WorkerFit:
     column = "worker_cpu_pct_mean" if now else "main_thread_cpu_pct"
     demand = float(h[column].mean()) / 100 if h[column].notna().any() else 1.0  # cores one loader uses
     waiting = _share(h, "workers_waiting_pct") if now else None
+    # a batch loaded inline costs the workers' CPU and their own waiting (reads, sleeps) a step
+    batch = now * (demand + (_share(h, "workers_blocked_pct") or 0.0)) * per_step_ms(s, "wall_us")
     if now and waiting is not None and waiting >= WORKERS_AHEAD:
-        batch = now * demand * per_step_ms(s, "wall_us")
         inline = batch < per_step_ms(s, "dataloader_us")
         return WorkerFit(now, 0 if inline else now, cores, idle, demand, batch, waiting)
     if now >= cores and idle == 0:
@@ -228,7 +229,6 @@ def worker_fit(s: Summary) -> WorkerFit:
         # waiting behind the others' time slices; one worker per core beside the training thread, or
         # none where loading a batch inline costs less CPU than the step waits for it (the wait is
         # handing batches between processes, not making them)
-        batch = now * demand * per_step_ms(s, "wall_us")
         return WorkerFit(now, 0 if batch < per_step_ms(s, "dataloader_us") else cores - 1, cores, idle, demand, batch,
                          waiting)
     if demand >= LOADER_CPU_BOUND:
@@ -254,8 +254,8 @@ def dataloader_lever(s: Summary, wait_ms: float) -> Lever:
         # too); at best it costs nothing and the rest of the step no longer waits for a core beside them
         waited = core_wait_share(s) * rest
         return Lever("inline", max(wait_ms - fit.batch_ms, 0.0), wait_ms + waited,
-                     f"the {wait_ms:,.2f} ms wait, less at most the {fit.batch_ms:,.2f} ms of CPU a step the {fit.now} "
-                     "workers take (loading in the training thread costs no more)" + (
+                     f"the {wait_ms:,.2f} ms wait, less at most the {fit.batch_ms:,.2f} ms a step the {fit.now} workers "
+                     "take on a core or blocked in their reads (loading in the training thread costs no more)" + (
                          f", and up to the {waited:,.2f} ms the rest of the step waited for a core beside them"
                          if waited > 0 else ""))
     if fit.ahead and fit.suggest == fit.now:

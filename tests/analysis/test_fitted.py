@@ -105,6 +105,13 @@ def test_workers_waiting_for_work_are_not_told_to_add_workers(loading, worker_cp
     else:
         assert "num_workers=" not in f.fix and "fewer tensors per batch" in f.fix
         assert f.predicted_interval == pytest.approx((0.0, wait), abs=1e-3)
+    # AND where they also spend a third of their time blocked in their own reads, loading inline would
+    # cost that too: a batch then costs more than the wait, and the workers stay
+    if inline:
+        reading = dataclasses.replace(s, host=s.host.assign(workers_blocked_pct=33.0, workers_waiting_pct=60.0))
+        assert "num_workers=4 -> 0" not in _dataloader(reading).fix
+        assert whatif.worker_fit(reading).batch_ms == pytest.approx(
+            4 * (0.05 + 0.33) * whatif.per_step_ms(s, "wall_us"))
     # AND workers blocked in their own reads are still told to read faster, with more of them
     blocked = _with_host(loading, cores=8, idle=5, workers=4, workers_waiting_pct=5.0, workers_blocked_pct=90.0)
     f = _dataloader(dataclasses.replace(blocked, host=blocked.host.assign(worker_cpu_pct_mean=5.0)))

@@ -96,8 +96,8 @@ def _dataloader(s: Summary) -> list[Finding]:
     if fit.known and fit.suggest < fit.now:  # oversubscribed, or ahead: the hand-over costs more than loading
         fix = ((ahead + ": ") if ahead else
                f"{fit.now} DataLoader workers and the training thread share {fit.cores} cores, none idle: ") + (
-               f"a batch takes them {fit.batch_ms:,.2f} ms of CPU, less than the step waits, so load it in the "
-               f"training process: DataLoader(num_workers={fit.now} -> 0)" if fit.suggest == 0 else
+               f"a batch takes them {fit.batch_ms:,.2f} ms (on a core or in their own reads), less than the step "
+               f"waits, so load it in the training process: DataLoader(num_workers={fit.now} -> 0)" if fit.suggest == 0 else
                f"use fewer, one per core beside the training thread: DataLoader(num_workers={fit.now} -> "
                f"{fit.suggest}, persistent_workers=True)")
     elif ahead:  # loading keeps up and costs more than the wait: the hand-over itself is the cost

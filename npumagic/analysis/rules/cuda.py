@@ -76,8 +76,9 @@ def dataloader(s) -> list[Finding]:
                "num_workers up to the cores idle while the step runs")
     fix = f"load data in worker processes: DataLoader({workers}, pin_memory=True, persistent_workers=True)"
     if fit.known and fit.suggest == 0 < fit.now:  # handing a batch over costs more than loading it
-        fix = (f"load data in the training process: a batch takes the workers {fit.batch_ms:,.2f} ms of CPU, less "
-               f"than the step waits for it: DataLoader(num_workers={fit.now} -> 0, pin_memory=True)")
+        fix = (f"load data in the training process: a batch takes the workers {fit.batch_ms:,.2f} ms (on a core or "
+               f"in their own reads), less than the step waits for it: DataLoader(num_workers={fit.now} -> 0, "
+               "pin_memory=True)")
     elif fit.ahead:
         fix = (f"the {fit.now} workers wait for work {fit.waiting:.0%} of the time: the wait is handing batches "
                "over, which more workers would not shorten; hand over fewer tensors per batch, pin_memory=True")

@@ -131,13 +131,13 @@ def cpu_work(table: pd.DataFrame, per_launch_us: float) -> pd.DataFrame:
 DISPATCH_GAP_US = 50.0
 
 
-def _top_level_calls(ev: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
+def _top_level_calls(ev: pd.DataFrame | None) -> tuple[np.ndarray, ...] | None:
     """The top-level host operators inside steps, in order per thread: lane codes, starts, ends and
-    steps; None with fewer than two."""
+    steps; None without events."""
+    if ev is None or ev.empty:
+        return None
     host = ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy() & (ev["step"].to_numpy() >= 0)
     rows = np.flatnonzero(host)
-    if rows.size < 2:
-        return None
     lanes = pd.factorize(ev["lane"].iloc[rows])[0]
     start = ev["ts_ns"].to_numpy()[rows]
     end = start + ev["dur_ns"].to_numpy()[rows]
@@ -151,11 +151,9 @@ def dispatch_ms(ev: pd.DataFrame | None, steps: int) -> float | None:
     """The host's time per step (ms) between consecutive top-level operators of each thread inside
     a step, in gaps under :data:`DISPATCH_GAP_US`: the dispatch that fewer, fused operators save;
     None without events."""
-    if ev is None or ev.empty:
-        return None
     calls = _top_level_calls(ev)
     if calls is None:
-        return 0.0
+        return None
     lanes, start, end, step = calls
     gap = start[1:] - end[:-1]
     same = (lanes[1:] == lanes[:-1]) & (step[1:] == step[:-1]) & (gap > 0) & (gap < DISPATCH_GAP_US * 1000)
@@ -173,11 +171,9 @@ def short_runs_ms(ev: pd.DataFrame | None, steps: int) -> float | None:
     """The host's time per step (ms) from the first to the last operator of each run of small
     operators: what compiling the loop that makes them removes at most (the operators, the Python
     dispatching each, its allocations and their garbage collection); None without events."""
-    if ev is None or ev.empty:
-        return None
     calls = _top_level_calls(ev)
     if calls is None:
-        return 0.0
+        return None
     lanes, start, end, step = calls
     took = end - start
     brief = took < RUN_BREAK_US * 1000

@@ -9,27 +9,10 @@ import weakref
 import numpy as np
 import pandas as pd
 
-from .blocking import device_busy
 from .intervals import Spans
 from .schema import DEVICE_WORK
 
 GAP_OP_COLUMNS = ["op", "idle_us", "launches", "calls"]
-
-
-def _top_level(ops: pd.DataFrame) -> pd.DataFrame:
-    """The operators of one thread that no other operator encloses."""
-    start = ops["ts_ns"].to_numpy()
-    end = start + ops["dur_ns"].to_numpy()
-    order = np.lexsort((-end, start))
-    reach = np.maximum.accumulate(end[order])
-    top = np.ones(order.size, dtype=bool)
-    top[1:] = start[order][1:] >= reach[:-1]
-    return ops.iloc[order[top]]
-
-
-def _top_level_ops(host: pd.DataFrame) -> pd.DataFrame:
-    """The host operators of every thread that no other operator of their thread encloses."""
-    return pd.concat([_top_level(g) for _, g in host.groupby("lane", observed=True)], ignore_index=True)
 
 
 # The last table made and the events it was made of: the host_bound rule and the critical-path
@@ -51,56 +34,58 @@ def gap_operators(ev: pd.DataFrame | None, largest: int = 10) -> pd.DataFrame:
 
 
 def _gap_operators(ev: pd.DataFrame, largest: int) -> pd.DataFrame:
-    in_step = ev[ev["step"].to_numpy() >= 0]
-    busy = device_busy(in_step)
-    if len(busy) < 2:
+    busy, rows, lanes, start, end = _busy_and_top_calls(ev)
+    if len(busy) < 2 or not rows.size:
         return pd.DataFrame(columns=GAP_OP_COLUMNS)
     gap_lo, gap_hi = busy.ends[:-1], busy.starts[1:]
     pick = np.argsort(gap_lo - gap_hi, kind="stable")[:largest]
-    gaps = Spans.union_of(gap_lo[pick], gap_hi[pick])
-    host = in_step[((in_step["kind"] == "host_op") & (in_step["device"] < 0)).to_numpy()]
-    if host.empty:
+    covered = Spans.union_of(gap_lo[pick], gap_hi[pick]).covered(start, end)
+    keep = np.flatnonzero(covered > 0)
+    if not keep.size:
         return pd.DataFrame(columns=GAP_OP_COLUMNS)
-    tops = _top_level_ops(host)
-    start = tops["ts_ns"].to_numpy()
-    end = start + tops["dur_ns"].to_numpy()
-    covered = gaps.covered(start, end)
-    tops = tops.assign(idle_ns=covered)[covered > 0]
-    if tops.empty:
-        return pd.DataFrame(columns=GAP_OP_COLUMNS)
-    launches = in_step[(in_step["kind"].isin(["runtime", "sync"]) & (in_step["correlation"] >= 0)).to_numpy()]
-    t = np.sort(launches["ts_ns"].to_numpy())
-    s0 = tops["ts_ns"].to_numpy()
-    n = np.searchsorted(t, s0 + tops["dur_ns"].to_numpy()) - np.searchsorted(t, s0)
-    table = tops.assign(launches=n, op=tops["name"].astype(str)).groupby("op", sort=False).agg(
-        idle_us=("idle_ns", "sum"), launches=("launches", "sum"), calls=("idle_ns", "size")).reset_index()
+    # each thread's in turn (by lane), each by start, the enclosing first: the order a table by thread had
+    keep = keep[np.lexsort((-end[keep], start[keep], lanes[keep]))]
+    launched = ((ev["step"] >= 0) & ev["kind"].isin(["runtime", "sync"]) & (ev["correlation"] >= 0)).to_numpy()
+    t = np.sort(ev["ts_ns"].to_numpy()[launched])
+    tops = pd.DataFrame({"op": ev["name"].iloc[rows[keep]].astype(str).to_numpy(), "idle_ns": covered[keep],
+                         "launches": np.searchsorted(t, end[keep]) - np.searchsorted(t, start[keep])})
+    table = tops.groupby("op", sort=False).agg(idle_us=("idle_ns", "sum"), launches=("launches", "sum"),
+                                               calls=("idle_ns", "size")).reset_index()
     table["idle_us"] = table["idle_us"] / 1000.0
     return table.sort_values("idle_us", ascending=False, kind="stable").reset_index(drop=True)[GAP_OP_COLUMNS]
+
+
+def _busy_and_top_calls(ev: pd.DataFrame) -> tuple[Spans, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The device's work inside the steps as spans, and the steps' top-level host operators: their rows,
+    lane codes (the lanes' category order), starts and ends. On arrays, not frames of the rows: at 10M
+    events such copies had been a summary's peak memory."""
+    in_step = ev["step"].to_numpy() >= 0
+    start = ev["ts_ns"].to_numpy()
+    end = start + ev["dur_ns"].to_numpy()
+    work = in_step & (ev["kind"].isin(DEVICE_WORK) & (ev["device"] >= 0)).to_numpy()
+    busy = Spans.union_of(start[work], end[work])
+    rows = np.flatnonzero(in_step & ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy())
+    lane = ev["lane"].iloc[rows]
+    lanes = lane.cat.codes.to_numpy() if isinstance(lane.dtype, pd.CategoricalDtype) else pd.factorize(lane, sort=True)[0]
+    top = _top_level_mask(lanes, start[rows], end[rows])
+    rows = rows[top]
+    return busy, rows, lanes[top], start[rows], end[rows]
 
 
 def gap_cover_ns(ev: pd.DataFrame) -> np.ndarray:
     """For each event of ``ev``: the device idle time inside the steps (every gap between device
     work) that it covers, if it is a top-level host operator of a step; 0 for every other event."""
     out = np.zeros(len(ev))
-    in_step = ev["step"].to_numpy() >= 0
-    work = in_step & (ev["kind"].isin(DEVICE_WORK) & (ev["device"] >= 0)).to_numpy()
-    start = ev["ts_ns"].to_numpy()  # arrays, not a frame of the rows: at 10M events that copy was the summary's peak
-    busy = Spans.union_of(start[work], start[work] + ev["dur_ns"].to_numpy()[work])
-    host = in_step & ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy()
-    if len(busy) < 2 or not host.any():
+    busy, rows, _, start, end = _busy_and_top_calls(ev)
+    if len(busy) < 2 or not rows.size:
         return out
-    gaps = Spans(busy.ends[:-1], busy.starts[1:])
-    rows = np.flatnonzero(host)
-    start = ev["ts_ns"].to_numpy()[rows]
-    end = start + ev["dur_ns"].to_numpy()[rows]
-    top = _top_level_mask(pd.factorize(ev["lane"].iloc[rows])[0], start, end)
-    out[rows[top]] = gaps.covered(start[top], end[top])
+    out[rows] = Spans(busy.ends[:-1], busy.starts[1:]).covered(start, end)
     return out
 
 
 def _top_level_mask(lanes: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Which calls no other call of their lane encloses (:func:`_top_level_ops` on arrays, in
-    place of a frame per lane: it ran once per summary); ``lanes`` codes, -1 (no lane) never."""
+    """Which calls no other call of their lane encloses (on arrays, in place of a frame per lane: it
+    ran once per summary); ``lanes`` codes, -1 (no lane) never."""
     order = np.lexsort((-end, start, lanes))
     top = np.zeros(order.size, dtype=bool)
     cuts = np.flatnonzero(np.diff(lanes[order])) + 1

@@ -8,9 +8,23 @@ import numpy as np
 import pandas as pd
 
 from npumagic.analysis.crossbackend import _split_thread, _thread
-from npumagic.analysis.gaps import _top_level_mask, _top_level_ops
+from npumagic.analysis.gaps import _top_level_mask
 
 from ..conftest import CUDA, need, shared_trace
+
+
+def _top_level_ops(host: pd.DataFrame) -> pd.DataFrame:
+    """The reference: each thread's operators as a frame, those no earlier one of it reaches past."""
+    def top_level(ops: pd.DataFrame) -> pd.DataFrame:
+        start = ops["ts_ns"].to_numpy()
+        end = start + ops["dur_ns"].to_numpy()
+        order = np.lexsort((-end, start))
+        reach = np.maximum.accumulate(end[order])
+        top = np.ones(order.size, dtype=bool)
+        top[1:] = start[order][1:] >= reach[:-1]
+        return ops.iloc[order[top]]
+
+    return pd.concat([top_level(g) for _, g in host.groupby("lane", observed=True)], ignore_index=True)
 
 
 def _host_ops() -> pd.DataFrame:

@@ -17,6 +17,7 @@ from .. import presentation
 from . import counters as hw
 from . import job_path, path_bound
 from . import schema
+from .memory_release import release_free_memory
 from .schema import Trace
 from .blocking import BLOCKING_COLUMNS, blocking_table, blocking_units, device_busy, pageable_copy_launches
 from .breakdown import cycle_bounds, disagreement, step_table, vendor_rule, vendor_step_table
@@ -374,6 +375,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         places=where,
         places_recorded=where is not None,
     )
+    release_free_memory()  # the tables' temporaries, before the passes over every event below
     summary = dataclasses.replace(summary, path_bounds=path_bound.made(summary))
     return dataclasses.replace(summary, placed=placed(summary)) if where is not None else summary
 

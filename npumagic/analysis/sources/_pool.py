@@ -12,15 +12,19 @@ inside a string or a nested object leaves its block unterminated, the worker's d
 the read goes on in this process from that block's start (:class:`._stream.EventStream`), which
 also gives a malformed file its error message naming the file.
 
-Each worker reads its next task in a thread while it decodes, so the reading process never
-blocks writing a task while the worker blocks writing a result. A worker ignores SIGINT and ends
-when its input closes: an interrupted read kills the workers it started and leaves none behind.
+The reading process writes each worker's tasks and reads its results in two threads of its own,
+so it goes on cutting and appending while a worker decodes: a worker holds its GIL through a
+decode, and reads its next task only between decodes (a reading thread in the worker waited for
+its GIL, and the reading process, blocked writing to it, for the decode: the two took turns, each
+under half busy). A worker ignores SIGINT and ends when its input closes: an interrupted read
+kills the workers it started and leaves none behind.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import queue
 import re
 import signal
 import struct
@@ -38,7 +42,10 @@ from ._stream import EventStream, _skip_separator
 POOL_FROM = 32 * 2**20  # bytes of text: a smaller file is decoded in the reading process (no pool start)
 GZIP_RATIO = 8  # a gzip trace's text per byte on disk, to guess its size (Kineto traces compress 5-20:1)
 BLOCK = 4 * 2**20
+READ_BLOCKS = 4  # blocks read at a time: the unsent rest of the last read is copied once a read
 IN_FLIGHT = 2  # tasks per worker
+PIPE_SIZE = 2**20  # Linux's default most for an unprivileged process (/proc/sys/fs/pipe-max-size)
+F_SETPIPE_SZ = 1031  # fcntl's name for it from Python 3.10 on Linux
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _TASK = struct.Struct("<q?")  # payload length, last block
 _RESULT = struct.Struct("<q")
@@ -74,38 +81,18 @@ def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the reading process handles Ctrl-C and ends us
     tasks_in, results = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write to the results pipe
-    tasks: deque = deque()
-    ready = threading.Condition()
-
-    def read_tasks() -> None:
-        while True:
-            head = tasks_in.read(_TASK.size)
-            task = None
-            if len(head) == _TASK.size:
-                size, last = _TASK.unpack(head)
-                text = bytearray(size + 2)
-                text[0] = ord("[")
-                text[-1] = ord("]")
-                got = tasks_in.readinto(memoryview(text)[1:-1])
-                task = (text if last is False else memoryview(text)[:-1], last) if got == size else None
-            with ready:
-                tasks.append(task)
-                ready.notify()
-            if task is None:
-                return
-
-    threading.Thread(target=read_tasks, daemon=True).start()
-    while True:
-        with ready:
-            ready.wait_for(lambda: tasks)
-            task = tasks.popleft()
-        if task is None:
+    while len(head := tasks_in.read(_TASK.size)) == _TASK.size:
+        size, last = _TASK.unpack(head)
+        text = bytearray(size + 2)
+        text[0] = ord("[")
+        text[-1] = ord("]")
+        if tasks_in.readinto(memoryview(text)[1:-1]) != size:
             return
         try:
-            answer = ("ok", decode_block(*task))
+            answer = ("ok", decode_block(text if last is False else memoryview(text)[:-1], last))
         except Exception as exc:  # noqa: BLE001 - any failure: the reading process reads that block itself
             answer = ("failed", f"{type(exc).__name__}: {exc}")
-        del task
+        del text
         data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
         results.write(_RESULT.pack(len(data)))
         results.write(data)
@@ -113,32 +100,76 @@ def serve() -> None:
 
 
 class _Worker:
+    """A decode worker, with this process's thread writing its tasks and one reading its results."""
+
     def __init__(self) -> None:
         root = str(_SOURCES.parents[2])
         self.process = subprocess.Popen([sys.executable, "-c", _BOOT, root, str(_SOURCES)], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, bufsize=0)
+        for pipe in (self.process.stdin, self.process.stdout):
+            _widen(pipe)
+        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.results: queue.SimpleQueue = queue.SimpleQueue()
+        self.threads = [threading.Thread(target=target, daemon=True, name="npumagic-decode-pipe")
+                        for target in (self._write, self._read)]
+        for thread in self.threads:
+            thread.start()
 
-    def send(self, payload: memoryview, last: bool) -> None:
-        for data in (memoryview(_TASK.pack(len(payload), last)), payload):
-            while data:  # a raw pipe write may take part of it
-                data = data[self.process.stdin.write(data):]
+    def send(self, payload: bytes, last: bool) -> None:
+        """Queue a task; the writing thread sends it while this process goes on."""
+        self.tasks.put((payload, last))
 
     def result(self) -> tuple[str, object]:
-        head = _read_exactly(self.process.stdout, _RESULT.size)
-        if head is None:
+        """The worker's next answer, in the order of its tasks (waits for it)."""
+        data = self.results.get()
+        if data is None:
             return "failed", f"worker ended (exit status {self.process.poll()})"
-        data = _read_exactly(self.process.stdout, _RESULT.unpack(head)[0])
-        return ("failed", "worker ended") if data is None else pickle.loads(data)
+        return pickle.loads(data)
+
+    def _write(self) -> None:
+        try:
+            while (task := self.tasks.get()) is not None:
+                payload, last = task
+                for data in (memoryview(_TASK.pack(len(payload), last)), memoryview(payload)):
+                    while data:  # a raw pipe write may take part of it
+                        data = data[self.process.stdin.write(data):]
+        except (OSError, ValueError):  # the worker ended, or was stopped: its results say so
+            pass
+
+    def _read(self) -> None:
+        try:
+            while (head := _read_exactly(self.process.stdout, _RESULT.size)) is not None:
+                data = _read_exactly(self.process.stdout, _RESULT.unpack(head)[0])
+                if data is None:
+                    break
+                self.results.put(data)
+        except (OSError, ValueError):
+            pass
+        self.results.put(None)
 
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
+        self.tasks.put(None)
+        for thread in self.threads:  # the pipes end with the process: no thread reads a closed descriptor
+            thread.join(timeout=5)
         for pipe in (self.process.stdin, self.process.stdout):
             try:
                 pipe.close()
             except OSError:
                 pass
         self.process.wait()
+
+
+def _widen(pipe) -> None:
+    """A pipe that holds :data:`PIPE_SIZE` bytes, where the system lets it (Linux): a block crosses in
+    a few writes, not 64 of 64 KiB, each of which hands this process's GIL to the writing thread."""
+    try:
+        import fcntl  # not on Windows
+
+        fcntl.fcntl(pipe.fileno(), F_SETPIPE_SZ, PIPE_SIZE)
+    except (ImportError, OSError):
+        pass
 
 
 def _read_exactly(pipe, size: int) -> bytes | None:
@@ -177,41 +208,43 @@ def pool_blocks(stream: EventStream, fh, workers: int) -> Iterator[Block]:
 
 
 def _run(stream: EventStream, fh, prefix: bytes | None, text: bytearray, pool: list[_Worker]) -> Iterator[Block]:
-    pending: deque = deque()  # (worker, start, end, last): sent, in order
-    sent = searched = 0  # text[:sent] is sent; no boundary starts in text[sent + BLOCK:searched] past a scan
-    eof, done = False, False
+    # the text is held as views of buffers never resized (each read makes a new one, with the unsent
+    # rest of the last before it): a block is sent as a view, without a copy, while the cutting goes on
+    pending: deque = deque()  # (worker, span, last) sent, in order; span: its text and the separator after
+    unsent = memoryview(text)  # from a block's start on
+    searched = 0  # no boundary starts in unsent[BLOCK:searched - 64] past a scan
+    eof = done = False
     turn = 0
     while True:
         while not done and len(pending) < IN_FLIGHT * len(pool):
-            found = _BOUNDARY.search(text, max(sent + BLOCK, searched - 64)) if not eof else None
+            found = _BOUNDARY.search(unsent, max(BLOCK, searched - 64)) if not eof else None
             if found is None and not eof:
-                searched = len(text)
-                more = fh.read(BLOCK)
-                eof = not more
-                text += more
+                searched, kept = len(unsent), len(unsent)
+                grown = bytearray(kept + READ_BLOCKS * BLOCK)
+                grown[:kept] = unsent
+                with memoryview(grown) as whole, whole[kept:] as free:
+                    got = fh.readinto(free)
+                eof = not got
+                unsent = memoryview(grown)[:kept + got]
                 continue
-            end, last = (found.start() + 1, False) if found else (len(text), True)
+            end, last = (found.start() + 1, False) if found else (len(unsent), True)
             worker = pool[turn % len(pool)]
             turn += 1
-            worker.send(memoryview(text)[sent:end], last)
-            pending.append((worker, sent, end, last))
-            sent, done = (found.end() - 1, False) if found else (end, True)
+            worker.send(unsent[:end], last)
+            step = found.end() - 1 if found else end
+            pending.append((worker, unsent[:step], last))
+            unsent, searched, done = unsent[step:], max(0, searched - step), last
         if not pending:
             break
-        worker, start, end, last = pending.popleft()
+        worker, span, last = pending.popleft()
         status, answer = worker.result()
-        if status != "ok":
-            yield from _serial_from(stream, fh, prefix, bytes(text[start:]))
+        if status != "ok":  # this block's text on, with every later one's, is read here
+            yield from _serial_from(stream, fh, prefix, b"".join([span, *(p[1] for p in pending), unsent]))
             return
         block, closed = answer
         if last:
-            stream._finish(prefix, bytes(text[start + closed:]) + fh.read())
+            stream._finish(prefix, bytes(span[closed:]) + fh.read())
         yield block
-        drop = pending[0][1] if pending else sent  # the text before is no longer needed
-        if drop:
-            del text[:drop]
-            pending = deque((w, s - drop, e - drop, la) for w, s, e, la in pending)
-            sent, searched = sent - drop, max(0, searched - drop)
 
 
 def _serial_from(stream: EventStream, fh, prefix: bytes | None, text: bytes) -> Iterator[Block]:

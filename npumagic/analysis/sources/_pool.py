@@ -115,8 +115,9 @@ class _Worker:
         for thread in self.threads:
             thread.start()
 
-    def send(self, payload: bytes, last: bool) -> None:
-        """Queue a task; the writing thread sends it while this process goes on."""
+    def send(self, payload: memoryview, last: bool) -> None:
+        """Queue a task (a view of a buffer that is never resized); the writing thread sends it while
+        this process goes on."""
         self.tasks.put((payload, last))
 
     def result(self) -> tuple[str, object]:

@@ -455,9 +455,10 @@ def _small_ops(s: Summary) -> list[Finding]:
     types = types[types > 0].sort_values(ascending=False).head(3)
     listed = ", ".join(f"{t} x{int(c / len(s.steps))}" for t, c in types.items())
     fix = _fuse_fix(s.meta.get("backend"))
+    what = "kernels" if s.meta.get("device_mode") else "operators"  # on the CPU, operators stand in for kernels
     return [Finding("small_ops", share * s.share("computing_us") + (per_step * T.LAUNCH_TIEBREAK_US) / max(s.step_stats["median_us"], 1),
-                   f"{per_step:.0f} kernels per step typically run under {T.TINY_KERNEL_US:g} µs and take {share:.0%} of "
-                   f"device time ({listed})", {"tiny_per_step": per_step, "tiny_share": share}, fix, listed)]
+                   f"{per_step:.0f} {what} per step typically run under {T.TINY_KERNEL_US:g} µs and take {share:.0%} of "
+                   f"{what[:-1]} time ({listed})", {"tiny_per_step": per_step, "tiny_share": share}, fix, listed)]
 
 
 def _fuse_fix(backend: str | None) -> str:

@@ -56,20 +56,27 @@ def _gap_operators(ev: pd.DataFrame, largest: int) -> pd.DataFrame:
 
 
 def _busy_and_top_calls(ev: pd.DataFrame) -> tuple[Spans, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The device's work inside the steps as spans, and the steps' top-level host operators: their rows,
-    lane codes (the lanes' category order), starts and ends. On arrays, not frames of the rows: at 10M
-    events such copies had been a summary's peak memory."""
+    """The device's work inside the steps as spans, and the steps' top-level host operators
+    (:func:`_top_calls`)."""
     in_step = ev["step"].to_numpy() >= 0
     start = ev["ts_ns"].to_numpy()
-    end = start + ev["dur_ns"].to_numpy()
     work = in_step & (ev["kind"].isin(DEVICE_WORK) & (ev["device"] >= 0)).to_numpy()
-    busy = Spans.union_of(start[work], end[work])
-    rows = np.flatnonzero(in_step & ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy())
+    busy = Spans.union_of(start[work], start[work] + ev["dur_ns"].to_numpy()[work])
+    return (busy, *_top_calls(ev))
+
+
+def _top_calls(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The steps' top-level host operators: their rows, lane codes (the lanes' category order), starts
+    and ends. On arrays, not frames of the rows: at 10M events such copies had been a summary's peak
+    memory."""
+    host = ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy() & (ev["step"].to_numpy() >= 0)
+    rows = np.flatnonzero(host)
     lane = ev["lane"].iloc[rows]
     lanes = lane.cat.codes.to_numpy() if isinstance(lane.dtype, pd.CategoricalDtype) else pd.factorize(lane, sort=True)[0]
-    top = _top_level_mask(lanes, start[rows], end[rows])
-    rows = rows[top]
-    return busy, rows, lanes[top], start[rows], end[rows]
+    start = ev["ts_ns"].to_numpy()[rows]
+    end = start + ev["dur_ns"].to_numpy()[rows]
+    top = _top_level_mask(lanes, start, end)
+    return rows[top], lanes[top], start[top], end[top]
 
 
 def gap_cover_ns(ev: pd.DataFrame) -> np.ndarray:
@@ -117,19 +124,13 @@ DISPATCH_GAP_US = 50.0
 
 
 def _top_level_calls(ev: pd.DataFrame | None) -> tuple[np.ndarray, ...] | None:
-    """The top-level host operators inside steps, in order per thread: lane codes, starts, ends and
-    steps; None without events."""
+    """The top-level host operators inside steps (:func:`_top_calls`), in order per thread: lane codes,
+    starts, ends and steps; None without events."""
     if ev is None or ev.empty:
         return None
-    host = ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy() & (ev["step"].to_numpy() >= 0)
-    rows = np.flatnonzero(host)
-    lanes = pd.factorize(ev["lane"].iloc[rows])[0]
-    start = ev["ts_ns"].to_numpy()[rows]
-    end = start + ev["dur_ns"].to_numpy()[rows]
-    top = _top_level_mask(lanes, start, end)
-    lanes, start, end, step = lanes[top], start[top], end[top], ev["step"].to_numpy()[rows][top]
+    rows, lanes, start, end = _top_calls(ev)
     order = np.lexsort((start, lanes))
-    return lanes[order], start[order], end[order], step[order]
+    return lanes[order], start[order], end[order], ev["step"].to_numpy()[rows][order]
 
 
 def dispatch_ms(ev: pd.DataFrame | None, steps: int) -> float | None:

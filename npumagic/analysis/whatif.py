@@ -192,7 +192,15 @@ class WorkerFit:
     @property
     def ahead(self) -> bool:
         """The workers mostly wait for work: more of them cannot shorten the step's wait for data."""
-        return self.now > 0 and self.waiting is not None and self.waiting >= WORKERS_AHEAD
+        return _ahead(self.now, self.waiting)
+
+    def waiting_said(self) -> str:
+        """``the N workers wait for work X% of the time``."""
+        return f"the {self.now} DataLoader workers wait for work {self.waiting:.0%} of the time"
+
+
+def _ahead(now: int, waiting: float | None) -> bool:
+    return now > 0 and waiting is not None and waiting >= WORKERS_AHEAD
 
 
 def _share(h, column: str) -> float | None:
@@ -221,7 +229,7 @@ def worker_fit(s: Summary) -> WorkerFit:
     waiting = _share(h, "workers_waiting_pct") if now else None
     # a batch loaded inline costs the workers' CPU and their own waiting (reads, sleeps) a step
     batch = now * (demand + (_share(h, "workers_blocked_pct") or 0.0)) * per_step_ms(s, "wall_us")
-    if now and waiting is not None and waiting >= WORKERS_AHEAD:
+    if _ahead(now, waiting):
         inline = batch < per_step_ms(s, "dataloader_us")
         return WorkerFit(now, 0 if inline else now, cores, idle, demand, batch, waiting)
     if now >= cores and idle == 0:
@@ -260,9 +268,8 @@ def dataloader_lever(s: Summary, wait_ms: float) -> Lever:
                          if waited > 0 else ""))
     if fit.ahead and fit.suggest == fit.now:
         return Lever("handover", 0.0, wait_ms,
-                     f"the {fit.now} workers wait for work {fit.waiting:.0%} of the time: more would not shorten "
-                     f"the {wait_ms:,.2f} ms wait, which is handing each batch over between processes: fewer tensors "
-                     "per batch shorten it, up to all of it")
+                     f"{fit.waiting_said()}: more would not shorten the {wait_ms:,.2f} ms wait, which is handing "
+                     "each batch over between processes: fewer tensors per batch shorten it, up to all of it")
     if fit.suggest < fit.now:
         return Lever("fewer_workers", DEFAULT_LOW * wait_ms, wait_ms,
                      f"{fit.now} workers and the training thread take turns on {fit.cores} cores, none idle: with "

@@ -90,9 +90,8 @@ def _dataloader(s: Summary) -> list[Finding]:
     on_device = backend_of(s) != "cpu"  # pinned memory only speeds up copies to a device
     fit = whatif.worker_fit(s)
     pinned = "pin_memory=True, " if on_device else ""
-    ahead = (f"the {fit.now} DataLoader workers wait for work {fit.waiting:.0%} of the time (each batch is ready "
-             "before the step asks for it), so the step's wait is handing batches over between processes"
-             if fit.ahead else "")
+    ahead = (fit.waiting_said() + " (each batch is ready before the step asks for it), so the step's wait is "
+             "handing batches over between processes" if fit.ahead else "")
     if fit.known and fit.suggest < fit.now:  # oversubscribed, or ahead: the hand-over costs more than loading
         fix = ((ahead + ": ") if ahead else
                f"{fit.now} DataLoader workers and the training thread share {fit.cores} cores, none idle: ") + (

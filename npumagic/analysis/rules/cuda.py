@@ -80,8 +80,8 @@ def dataloader(s) -> list[Finding]:
                f"in their own reads), less than the step waits for it: DataLoader(num_workers={fit.now} -> 0, "
                "pin_memory=True)")
     elif fit.ahead:
-        fix = (f"the {fit.now} workers wait for work {fit.waiting:.0%} of the time: the wait is handing batches "
-               "over, which more workers would not shorten; hand over fewer tensors per batch, pin_memory=True")
+        fix = (fit.waiting_said() + ": the wait is handing batches over, which more workers would not shorten; "
+               "hand over fewer tensors per batch, pin_memory=True")
     return [Finding("dataloader", share, f"{share:.1%} of the step waits in the DataLoader",
                     {"dataloader_share": share}, fix, s.meta.get("dataloader_iter", ""))]
 

@@ -40,19 +40,16 @@ _MATMUL = re.compile(r"mat_?mul|gemm", re.IGNORECASE)
 _COLLECTIVE_PART = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all", re.IGNORECASE)
 
 
-def fused_matmul_collective(names: pd.Series) -> np.ndarray:
-    """Which of ``names`` are a matmul fused with a collective (MC2): computing, not communication."""
-    names = pd.Series(names, dtype=object).astype(str)
-    return (names.str.contains(_MATMUL) & names.str.contains(_COLLECTIVE_PART)).to_numpy(dtype=bool)
+def is_comm_name(name: str) -> bool:
+    """Whether a device kernel named ``name`` communicates: :data:`COMM_KERNEL`, and no matmul
+    fused with its collective (MC2)."""
+    return bool(COMM_KERNEL.search(name)) and not (_MATMUL.search(name) and _COLLECTIVE_PART.search(name))
 
 
 def is_comm_kernel(names: pd.Series) -> np.ndarray:
-    """Which device kernels of ``names`` communicate (:data:`COMM_KERNEL`, not a fused matmul),
-    judged once per distinct name."""
+    """:func:`is_comm_name` of each of ``names``, judged once per distinct name."""
     codes, distinct = pd.factorize(pd.Series(names, dtype=object).astype(str))
-    distinct = pd.Series(distinct, dtype=object)
-    flag = (distinct.str.contains(COMM_KERNEL).to_numpy(dtype=bool) & ~fused_matmul_collective(distinct))
-    return np.append(flag, False)[codes]
+    return np.append(np.fromiter(map(is_comm_name, distinct), bool, len(distinct)), False)[codes]
 
 
 _NCCL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllToAll|SendRecv|Send|Recv)", re.I)

@@ -144,3 +144,25 @@ def test_workers_one_a_core_for_large_text(tmp_path, monkeypatch):
     assert (_pool.worker_count(plain), _pool.worker_count(packed)) == (0, 3)
     monkeypatch.setenv("NPUMAGIC_DECODE_WORKERS", "1")
     assert _pool.worker_count(packed) == 0
+
+
+def test_what_a_later_block_first_shows_is_read_as_in_one_block(tmp_path, monkeypatch):
+    # GIVEN a trace whose blocking call first appears near its end, whose process is named after its
+    # last event, and whose second thread starts late: each block's kinds and lanes are made as it
+    # arrives (while the workers decode the next), from what the blocks before it showed
+    ops = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 7, "tid": 1, "ts": 10 * i, "dur": 5,
+            "args": {}} for i in range(3000)]
+    late = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 7, "tid": 2,
+             "ts": 30000 + 10 * i, "dur": 5, "args": {"correlation": i}} for i in range(50)]
+    named = {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "trainer"}}
+    path = tmp_path / "rank-0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": [*ops, *late, named]}))
+    decoded = _pooled(monkeypatch, 8192)
+    # WHEN it is read in blocks of 8 kB by two workers
+    ev = npumagic.load(path).events
+    assert len(decoded) > 20
+    # THEN the late calls are syncs, and every lane carries the process's name given last
+    syncs = ev[ev["name"] == "cudaDeviceSynchronize"]
+    assert len(syncs) == 50 and (syncs["kind"] == "sync").all()
+    assert (ev.loc[ev["name"] == "aten::add", "kind"] == "host_op").all()
+    assert sorted(ev["lane"].astype(str).unique()) == ["trainer/Thread 1", "trainer/Thread 2"]

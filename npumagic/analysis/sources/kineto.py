@@ -12,6 +12,7 @@ import logging
 import os
 import re
 from collections import Counter
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from ._counters import chrome_counters
 from ._kineto_block import CAT_INDEX, CATS, DEVICE_CATS, HOST_CATS, LEGACY_CATS, Block, fill
 from ._kineto_decode import KinetoEvent, RawTrace
 from ._pool import pool_blocks, worker_count
-from ..collectives import is_comm_kernel
+from ..collectives import is_comm_name
 from ..memory_release import release_free_memory
 from ._notes import ReadNotes, reading
 from ._stray import without_stray_device_events
@@ -273,6 +274,10 @@ class _Codes(dict):
     def categories(self) -> pd.Index:
         return pd.Index(list(self), dtype=object)
 
+    def since(self, code: int) -> list[str]:
+        """The strings of ``code`` on."""
+        return list(islice(self, code, None))
+
 
 class _Columns:
     """Accumulates numpy columns chunk by chunk, then assembles the events frame."""
@@ -288,6 +293,8 @@ class _Columns:
         self.counter_events: list = []  # the stream's counter samples (ph "C"), all their args
         self.repaired = [0, 0]  # the blocks' repairs: non-finite numbers, characters that were no UTF-8
         self.mtia = False  # device work in MTIA's category
+        self.lanes = _Lanes()
+        self.name_flags = np.zeros(0, np.uint8)  # :func:`_name_flags` of each name code
 
     def stream(self, path: Path, progress=None) -> RawTrace:
         """Add the events of the file at ``path``, read as a stream (memory holds the columns
@@ -327,10 +334,30 @@ class _Columns:
             return
         good = self.notes.count(self.path, col["cat"].size, "events", **block.bad)
         col["name"] = self.names.remap(col["name"], block.names)
+        if len(self.names) > len(self.name_flags):  # names first seen in this block
+            self.name_flags = np.append(self.name_flags, _name_flags(self.names.since(len(self.name_flags))))
+        col["flags"] = self.name_flags[col["name"]]
         col["shapes"] = self.shapes.remap(col["shapes"], block.shapes)
         if not good.all():
             col = {k: v[good] for k, v in col.items()}
-        self.parts.append(col)
+        self.parts.append(self._event_columns(col))
+
+    def _event_columns(self, col: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A block's columns as the frame's (kinds, lanes, device and stream ids): made block by
+        block, while the decode workers read the next blocks, not after the last one on one core."""
+        cat, flags = col.pop("cat"), col.pop("flags")
+        on_device = cat >= _FIRST_DEVICE_CAT
+        self.mtia |= bool((cat == _CAT_INDEX["mtia_ccp_events"]).any())
+        # a device event's stream and device are its own args, else its thread and process ids
+        pid, tid, stream, device = (col.pop(k).astype(np.int64, copy=False) for k in ("pid", "tid", "stream", "device"))
+        np.copyto(stream, tid, where=on_device & (stream < 0))
+        np.copyto(device, pid, where=device < 0)
+        device[~on_device] = -1
+        col["lane"] = self.lanes.codes(on_device, pid, tid, device, stream)
+        stream[~on_device] = -1
+        col.update(kind=_kinds(cat, flags, on_device), stream=stream, device=device, core=on_device.view(np.int8),
+                   correlation=col["correlation"].astype(np.int64, copy=False))
+        return col
 
     def _frame(self) -> pd.DataFrame:
         if not self.parts:
@@ -340,55 +367,26 @@ class _Columns:
             col[key] = np.concatenate([p.pop(key) for p in self.parts])
         self.parts = []
         release_free_memory()  # the parts' pages, before the frame's columns are built
-        n = col["cat"].size
-        self.mtia = bool((col["cat"] == _CAT_INDEX["mtia_ccp_events"]).any())
-        on_device = col["cat"] >= _FIRST_DEVICE_CAT
+        n = col["kind"].size
         names = pd.Categorical.from_codes(col.pop("name"), categories=self.names.categories())
-        kind = self._kinds(col.pop("cat"), names, on_device)
-        # a device event's stream and device are its own args, else its thread and process ids;
-        # set in place (these joined columns are ours) and each freed once read: at the peak of
-        # a read the parts' columns and the frame's are alive together
-        pid, tid, stream, device = (col.pop(k).astype(np.int64, copy=False) for k in ("pid", "tid", "stream", "device"))
-        np.copyto(stream, tid, where=on_device & (stream < 0))
-        np.copyto(device, pid, where=device < 0)
-        device[~on_device] = -1
-        lane = _lanes(on_device, pid, tid, device, stream, self.process_names)
-        del pid, tid
-        stream[~on_device] = -1
         # operator types per distinct name, spread by the name codes (categories sorted, as
         # pd.Categorical would sort them, without hashing one string per event)
         types, type_codes = np.unique(np.asarray([kernel_type(c) for c in names.categories], dtype=object),
                                       return_inverse=True)
         return pd.DataFrame({
             "name": names,
-            "kind": pd.Categorical.from_codes(kind, categories=schema.KINDS),
+            "kind": pd.Categorical.from_codes(col.pop("kind"), categories=schema.KINDS),
             "ts_ns": col.pop("ts"),
             "dur_ns": col.pop("dur"),
-            "lane": lane,
-            "stream": stream,
-            "device": device,
+            "lane": self.lanes.categorical(col.pop("lane"), self.process_names),
+            "stream": col.pop("stream"),
+            "device": col.pop("device"),
             "rank": np.full(n, self.rank, dtype=np.int64),
-            "correlation": col.pop("correlation").astype(np.int64, copy=False),
+            "correlation": col.pop("correlation"),
             "type": pd.Categorical.from_codes(type_codes.astype(np.int32)[names.codes], categories=types) if n else [],
             "shapes": pd.Categorical.from_codes(col.pop("shapes"), categories=self.shapes.categories()),
-            "core": pd.Categorical.from_codes(on_device.astype(np.int8), categories=["cpu", "cuda"]),
+            "core": pd.Categorical.from_codes(col.pop("core"), categories=["cpu", "cuda"]),
         }, copy=False)  # the columns are fresh arrays: no consolidating copy of them
-
-    @staticmethod
-    def _kinds(cat: np.ndarray, names: pd.Categorical, on_device: np.ndarray) -> np.ndarray:
-        kind_index = {k: i for i, k in enumerate(schema.KINDS)}
-        by_cat = np.array([kind_index[{**_HOST_CATS, **_DEVICE_CATS}[c]] for c in _CATS], dtype=np.int8)
-        kind = by_cat[cat]
-        cats = pd.Series(names.categories, dtype=object)
-        codes = names.codes
-        flag = lambda mask: np.asarray(mask.to_numpy(), dtype=bool)[codes]  # noqa: E731 - per category, then spread
-        kind = np.where(flag(cats.str.startswith(DATALOADER_PREFIX)), kind_index["dataloader"], kind)
-        kind = np.where(flag(cats.str.match(STEP_NAME.pattern)), kind_index["annotation"], kind)
-        kind = np.where(flag(cats.isin(HOST_SYNC_CALLS)) & ~on_device, kind_index["sync"], kind)
-        is_nccl = is_comm_kernel(cats)[codes] & (codes >= 0)  # the one rule: analysis.collectives
-        kind = np.where(flag(cats.str.startswith(MTIA_COPY_PREFIX)) & (cat == _CAT_INDEX["mtia_ccp_events"]),
-                        kind_index["memcpy"], kind)
-        return np.where(is_nccl & (kind == kind_index["kernel"]), kind_index["comm"], kind).astype(np.int8)
 
     def _memory_frame(self) -> pd.DataFrame:
         if not self.memory:
@@ -425,27 +423,58 @@ def kernel_type(name: str) -> str:
 NO_STREAM = (-1, 2**32 - 1)  # CUPTI's stream of a device-wide (context) synchronisation: -1, or as uint32
 
 
-def _lanes(on_device, pid, tid, device, stream, process_names) -> pd.Categorical:
-    """One lane name per event, built once per distinct (process, thread) or (device, stream)."""
-    if on_device.size == 0:
-        return pd.Categorical([])
-    code_a, values_a = pd.factorize(np.where(on_device, device, pid))
-    code_b, values_b = pd.factorize(np.where(on_device, stream, tid))
-    # one int64 key per event: factorizing it is far cheaper than a MultiIndex of three columns
-    # (built in place: a large trace's peak memory is here)
-    key = code_a.astype(np.int64, copy=False)
-    key <<= 31
-    key |= code_b
-    del code_b
-    key[on_device] |= np.int64(1) << 62
-    codes, keys = pd.factorize(key)
-    del key
-    unique = [(k >> 62, values_a[(k >> 31) & (2**31 - 1)], values_b[k & (2**31 - 1)]) for k in keys.tolist()]
-    labels = [(f"GPU {a}/Stream {b}" if b not in NO_STREAM else f"GPU {a}/all streams (context sync)") if is_dev
-              else f"{process_names.get(int(a), 'Host')}/Thread {b}" for is_dev, a, b in unique]
-    # equal labels (two pids with one name) must share one category
-    cats, remap = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
-    return pd.Categorical.from_codes(remap.astype(np.int32)[codes], categories=list(cats))
+class _Lanes(dict):
+    """(on a device, process or device id, thread or stream id) -> a dense lane code, growing as
+    blocks bring new lanes; each lane is named once, at the end (a process's name may come last)."""
+
+    def codes(self, on_device, pid, tid, device, stream) -> np.ndarray:
+        """The lane code of each of a block's events."""
+        if on_device.size == 0:
+            return np.empty(0, np.int32)
+        code_a, values_a = pd.factorize(np.where(on_device, device, pid))
+        code_b, values_b = pd.factorize(np.where(on_device, stream, tid))
+        # one int64 key per event: factorizing it is far cheaper than a MultiIndex of three columns
+        key = code_a.astype(np.int64, copy=False)
+        key <<= 31
+        key |= code_b
+        key[on_device] |= np.int64(1) << 62
+        codes, keys = pd.factorize(key)
+        table = np.fromiter((self.setdefault((k >> 62, values_a[(k >> 31) & (2**31 - 1)], values_b[k & (2**31 - 1)]),
+                                             len(self)) for k in keys.tolist()), np.int32, len(keys))
+        return table[codes]
+
+    def categorical(self, codes: np.ndarray, process_names: dict) -> pd.Categorical:
+        """The lanes of ``codes`` by name: ``GPU 0/Stream 7``, ``<process name>/Thread 12``."""
+        labels = [(f"GPU {a}/Stream {b}" if b not in NO_STREAM else f"GPU {a}/all streams (context sync)") if is_dev
+                  else f"{process_names.get(int(a), 'Host')}/Thread {b}" for is_dev, a, b in self]
+        # equal labels (two pids with one name) must share one category
+        cats, remap = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
+        return pd.Categorical.from_codes(remap.astype(np.int32)[codes] if len(codes) else codes, categories=list(cats))
+
+
+# what an event's name says of its kind (bits), judged once per distinct name
+_DATALOADER, _STEP_MARK, _SYNC_CALL, _COMM_KERNEL, _MTIA_COPY = (1 << i for i in range(5))
+_KIND = {k: i for i, k in enumerate(schema.KINDS)}
+_KIND_OF_CAT = np.array([_KIND[{**_HOST_CATS, **_DEVICE_CATS}[c]] for c in _CATS], dtype=np.int8)
+
+
+def _name_flags(names: list[str]) -> np.ndarray:
+    """The bits of :func:`_kinds` of each of ``names`` (a few at a time: no pandas call per block)."""
+    return np.fromiter(((_DATALOADER if n.startswith(DATALOADER_PREFIX) else 0)
+                        | (_STEP_MARK if STEP_NAME.match(n) else 0)
+                        | (_SYNC_CALL if n in HOST_SYNC_CALLS else 0)
+                        | (_COMM_KERNEL if is_comm_name(n) else 0)
+                        | (_MTIA_COPY if n.startswith(MTIA_COPY_PREFIX) else 0) for n in names), np.uint8, len(names))
+
+
+def _kinds(cat: np.ndarray, flags: np.ndarray, on_device: np.ndarray) -> np.ndarray:
+    """Each event's kind (codes of :data:`schema.KINDS`) from its category and its name's flags."""
+    kind = _KIND_OF_CAT[cat]
+    kind = np.where(flags & _DATALOADER, _KIND["dataloader"], kind)
+    kind = np.where(flags & _STEP_MARK, _KIND["annotation"], kind)
+    kind = np.where((flags & _SYNC_CALL).astype(bool) & ~on_device, _KIND["sync"], kind)
+    kind = np.where((flags & _MTIA_COPY).astype(bool) & (cat == _CAT_INDEX["mtia_ccp_events"]), _KIND["memcpy"], kind)
+    return np.where((flags & _COMM_KERNEL).astype(bool) & (kind == _KIND["kernel"]), _KIND["comm"], kind).astype(np.int8)
 
 
 def _steps(frame: pd.DataFrame, rank: int, notes: ReadNotes | None = None, path: Path | None = None) -> pd.DataFrame:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .gaps import lane_codes, top_host_ops
 from .intervals import Spans
 from .schema import DEVICE_WORK, text_values
 from .syncs import is_host_sync
@@ -58,15 +59,19 @@ _AUTOTUNED_OP = ("conv", "cudnn", "miopen", "rnn", "lstm", "gru", "ctc")
 _AUTOGRAD_OP = ("Backward", "autograd::engine")
 
 
-def spans_of(frame: pd.DataFrame) -> Spans:
-    """The union of the events' spans (``ts_ns``, ``dur_ns``)."""
-    start = frame["ts_ns"].to_numpy()
-    return Spans.union_of(start, start + frame["dur_ns"].to_numpy())
+def spans_of(frame: pd.DataFrame, rows: np.ndarray | None = None) -> Spans:
+    """The union of the events' spans (``ts_ns``, ``dur_ns``), of the ``rows`` (a mask) where given:
+    arrays of those rows only, no copy of the frame's."""
+    start, took = frame["ts_ns"].to_numpy(), frame["dur_ns"].to_numpy()
+    if rows is not None:
+        start, took = start[rows], took[rows]
+    end = np.add(start, took, out=took if rows is not None and took.dtype == np.int64 else None)
+    return Spans.union_of(start, end, scratch=True)
 
 
 def device_busy(ev: pd.DataFrame) -> Spans:
     """The union of the device's work (kernels, collectives, copies) of a rank's events."""
-    return spans_of(ev.loc[(ev["kind"].isin(DEVICE_WORK) & (ev["device"] >= 0)).to_numpy(), ["ts_ns", "dur_ns"]])
+    return spans_of(ev, (ev["kind"].isin(DEVICE_WORK) & (ev["device"] >= 0)).to_numpy())
 
 
 def pageable_copy_launches(ev: pd.DataFrame) -> np.ndarray:
@@ -90,18 +95,6 @@ def pageable_copy_launches(ev: pd.DataFrame) -> np.ndarray:
 def blocking_mask(ev: pd.DataFrame) -> np.ndarray:
     """The host events that block until the device catches up."""
     return is_host_sync(ev).to_numpy() | pageable_copy_launches(ev)
-
-
-def _top_level(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Starts, ends and names of the operators on one thread that no other operator encloses."""
-    start = ops["ts_ns"].to_numpy()
-    end = start + ops["dur_ns"].to_numpy()
-    order = np.lexsort((-end, start))
-    start, end, names = start[order], end[order], text_values(ops["name"])[order]
-    reach = np.maximum.accumulate(end)
-    top = np.ones(start.size, dtype=bool)
-    top[1:] = start[1:] >= reach[:-1]
-    return start[top], end[top], names[top]
 
 
 def user_call(op: str, runtime: str, device_module: str) -> tuple[str, bool]:
@@ -128,25 +121,27 @@ def blocking_units(ev: pd.DataFrame, device_busy: Spans | None, device_module: s
     last) and ``idle_ns`` (device idle within that time; NaN without device lanes); ``blocking``:
     :func:`blocking_mask` of ``ev``, where the caller has it."""
     columns = ["call", "op", "lane", "ts_ns", "blocked_ns", "idle_ns", "step", "library"]
-    block = ev[(blocking_mask(ev) if blocking is None else blocking) & (ev["step"].to_numpy() >= 0)]
+    mask = (blocking_mask(ev) if blocking is None else blocking) & (ev["step"].to_numpy() >= 0)
+    block = ev[mask]
     if block.empty:
         return pd.DataFrame(columns=columns)
-    ops = ev.loc[((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy(), ["name", "lane", "ts_ns", "dur_ns"]]
     start = block["ts_ns"].to_numpy()
     end = start + block["dur_ns"].to_numpy()
     lanes = block["lane"].astype(str).to_numpy()
     unit_op = np.full(len(block), "", dtype=object)
     unit_key = -1 - np.arange(len(block), dtype=np.int64)  # a bare call is its own unit
-    by_lane = {str(k): g for k, g in ops.groupby("lane", observed=True, dropna=False)} if len(ops) else {}
-    for lane_no, lane in enumerate(np.unique(lanes)):
-        mine = np.flatnonzero(lanes == lane)
-        if lane not in by_lane:
+    top_rows, top_lanes, top_start, top_end = top_host_ops(ev)
+    block_lanes = lane_codes(ev)[np.flatnonzero(mask)]
+    for lane in np.unique(block_lanes[block_lanes >= 0]):
+        mine = np.flatnonzero(block_lanes == lane)
+        tops = np.flatnonzero(top_lanes == lane)
+        if not tops.size:
             continue
-        top_start, top_end, top_name = _top_level(by_lane[lane])
-        k = np.searchsorted(top_start, start[mine], side="right") - 1
-        inside = (k >= 0) & (end[mine] <= top_end[np.clip(k, 0, None)])
-        unit_op[mine[inside]] = top_name[k[inside]]
-        unit_key[mine[inside]] = lane_no * (1 << 32) + k[inside]
+        tops = tops[np.argsort(top_start[tops], kind="stable")]
+        k = np.searchsorted(top_start[tops], start[mine], side="right") - 1
+        inside = (k >= 0) & (end[mine] <= top_end[tops][np.clip(k, 0, None)])
+        unit_op[mine[inside]] = text_values(ev["name"].iloc[top_rows[tops[k[inside]]]])
+        unit_key[mine[inside]] = int(lane) * (1 << 32) + k[inside]
     frame = pd.DataFrame({"key": unit_key, "op": unit_op, "runtime": block["name"].astype(str).to_numpy(),
                           "lane": lanes, "start": start, "end": end, "step": block["step"].to_numpy()})
     units = frame.groupby("key", sort=False).agg(op=("op", "first"), runtime=("runtime", "first"), lane=("lane", "first"),

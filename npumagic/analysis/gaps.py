@@ -66,17 +66,39 @@ def _busy_and_top_calls(ev: pd.DataFrame) -> tuple[Spans, np.ndarray, np.ndarray
 
 
 def _top_calls(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The steps' top-level host operators: their rows, lane codes (the lanes' category order), starts
-    and ends. On arrays, not frames of the rows: at 10M events such copies had been a summary's peak
-    memory."""
-    host = ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy() & (ev["step"].to_numpy() >= 0)
-    rows = np.flatnonzero(host)
-    lane = ev["lane"].iloc[rows]
-    lanes = lane.cat.codes.to_numpy() if isinstance(lane.dtype, pd.CategoricalDtype) else pd.factorize(lane, sort=True)[0]
+    """The steps' top-level host operators (:func:`top_host_ops` inside a step)."""
+    rows, lanes, start, end = top_host_ops(ev)
+    inside = ev["step"].to_numpy()[rows] >= 0
+    return rows[inside], lanes[inside], start[inside], end[inside]
+
+
+# The top-level host operators of the last events asked about: the gap tables, the dispatch measures
+# and the blocking units of one summary each ask (a pass over millions of operators at 10M events)
+_TOPS: list = [None, None]
+
+
+def top_host_ops(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The host operators of ``ev`` that no other operator of their thread encloses: their rows,
+    lane codes (:func:`lane_codes`), starts and ends, by row. On arrays, not frames of the rows: at
+    10M events such copies had been a summary's peak memory."""
+    held, found = _TOPS
+    if held is not None and held() is ev:
+        return found
+    rows = np.flatnonzero(((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy())
+    lanes = lane_codes(ev)[rows]
     start = ev["ts_ns"].to_numpy()[rows]
     end = start + ev["dur_ns"].to_numpy()[rows]
     top = _top_level_mask(lanes, start, end)
-    return rows[top], lanes[top], start[top], end[top]
+    found = rows[top], lanes[top], start[top], end[top]
+    # forgotten with the events: a notebook that reads one large trace holds no copy after it
+    _TOPS[:] = [weakref.ref(ev, lambda _: _TOPS.__setitem__(slice(None), [None, None])), found]
+    return found
+
+
+def lane_codes(ev: pd.DataFrame) -> np.ndarray:
+    """Each event's lane as an integer (its category's, or its rank among the lanes by name), -1 for none."""
+    lane = ev["lane"]
+    return lane.cat.codes.to_numpy() if isinstance(lane.dtype, pd.CategoricalDtype) else pd.factorize(lane, sort=True)[0]
 
 
 def gap_cover_ns(ev: pd.DataFrame) -> np.ndarray:

@@ -16,18 +16,21 @@ class Spans:
     ends: np.ndarray
 
     @classmethod
-    def union_of(cls, starts: np.ndarray, ends: np.ndarray) -> "Spans":
-        """Merge arbitrary (overlapping, unsorted) spans into a disjoint set."""
+    def union_of(cls, starts: np.ndarray, ends: np.ndarray, scratch: bool = False) -> "Spans":
+        """Merge arbitrary (overlapping, unsorted) spans into a disjoint set; ``scratch``: ``ends``
+        is the caller's to overwrite (a fresh array: at 10M events each copy is tens of MiB)."""
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.asarray(ends, dtype=np.int64)
         keep = ends > starts
-        starts, ends = starts[keep], ends[keep]
+        if not keep.all():
+            starts, ends, scratch = starts[keep], ends[keep], True
+        del keep
         if starts.size == 0:
             return cls(starts, ends)
         if not (starts[1:] >= starts[:-1]).all():  # a trace's spans mostly come sorted already
             order = np.argsort(starts, kind="stable")
-            starts, ends = starts[order], ends[order]
-        reach = np.maximum.accumulate(ends)
+            starts, ends, scratch = starts[order], ends[order], True
+        reach = np.maximum.accumulate(ends, out=ends if scratch else None)
         opens = np.empty(starts.size, dtype=bool)
         opens[0] = True
         opens[1:] = starts[1:] > reach[:-1]

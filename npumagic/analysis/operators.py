@@ -125,8 +125,11 @@ def kernel_types(kernels: pd.DataFrame) -> pd.DataFrame:
     return out[["type", "core", "count", "total_us", "mean_us", "min_us", "max_us"]]
 
 
-def host_op_table(ev: pd.DataFrame, total_wall_us: float) -> pd.DataFrame:
+def host_op_table(ev: pd.DataFrame, total_wall_us: float, rows: np.ndarray | None = None) -> pd.DataFrame:
+    """The host operators of ``ev`` (of its ``rows``, a mask, where given) by name."""
     mask = ((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy()
+    if rows is not None:
+        mask = mask & rows
     if not mask.any():
         return pd.DataFrame(columns=HOST_OP_COLUMNS)
     # the two columns it reads, not a copy of every column of the host operators (on a large trace

@@ -323,6 +323,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     blocks = host_sync | pageable_copy_launches(ev)
     breakdown, device_mode, sources, disagree_note = _step_breakdown(trace, rank, ev, steps, bounds, blocks)
     total_wall = float(breakdown["wall_us"].sum())
+    release_free_memory()  # the step table's temporaries (glibc keeps them: 240 MiB at 10M events)
     # what reads every event first, so that its temporaries and the copy below are never live at once
     # HTA drops the last step only where ProfilerStep marks cut them, not where npumagic inferred them
     temporal = rank_temporal(ev, steps, rank, rank in trace.meta.steps_from, bounds)
@@ -339,6 +340,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     syncs = sync_table(in_steps(host_sync | (kind == "python").to_numpy()), max(len(steps), 1))
     units = blocking_units(ev, device_busy(ev) if device_mode else None, "npu" if backend == "npu" else "cuda", blocks)
     blocking = blocking_table(units, dict(zip(syncs["name"], syncs["source"])), len(steps))
+    release_free_memory()  # the blocking units' temporaries
     kernel_rows = in_steps((kind == "kernel").to_numpy())
     device_kernels = schema.where(kernel_rows, (kernel_rows["device"] >= 0).to_numpy())
     where = places(ev, sequence_files(trace.meta, rank))
@@ -350,8 +352,7 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
     summary = Summary(
         steps=breakdown,
         kernels=kernels,
-        host_ops=host_op_table(in_steps((kind == "host_op").to_numpy(), ["name", "kind", "device", "dur_ns"]),
-                               total_wall),
+        host_ops=host_op_table(ev, total_wall, in_step),
         syncs=syncs,
         blocking=blocking,
         comm=comm_table(mine.comm, in_steps((kind == "comm").to_numpy()), links),
@@ -375,8 +376,12 @@ def summarize_rank(trace: Trace, rank: int) -> Summary:
         places=where,
         places_recorded=where is not None,
     )
-    release_free_memory()  # the tables' temporaries, before the passes over every event below
+    # what the tables were made from (the kernels' rows: tens of MiB at 10M events), and their
+    # temporaries, gone before the passes over every event below
+    del kernel_rows, device_kernels, in_step, host_sync, blocks, units
+    release_free_memory()
     summary = dataclasses.replace(summary, path_bounds=path_bound.made(summary))
+    release_free_memory()  # the replays' temporaries, before the places' pass over every event
     return dataclasses.replace(summary, placed=placed(summary)) if where is not None else summary
 
 

@@ -317,8 +317,12 @@ def test_a_single_step_ends_at_its_last_recorded_work_host_or_device():
     assert wall_us < step["dur"] - 50
 
 
-def test_the_last_host_work_of_each_step_ends_inside_its_span():
+@pytest.mark.parametrize("chunk", [2**20, 2, 1])
+def test_the_last_host_work_of_each_step_ends_inside_its_span(chunk, monkeypatch):
+    from npumagic.analysis import breakdown
     from npumagic.analysis.breakdown import _host_work_ends
+
+    monkeypatch.setattr(breakdown, "CHUNK", chunk)  # a large trace is read a million events at a time
 
     # GIVEN steps 7 and 5 (out of order), step 9 with no host work, and host work of step 5 that
     # starts after step 5's span has ended (the profiler gave it the step's number all the same)

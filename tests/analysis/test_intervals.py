@@ -90,3 +90,22 @@ def test_self_times_of_nested_ops_add_up_to_the_outermost_span(widths):
     own = self_time_ns(ops)
     assert (own >= 0).all()
     assert own.sum() == 200  # the root covers [0, 200); every ns belongs to exactly one innermost op
+
+
+@settings(max_examples=100, deadline=None)
+@given(intervals, st.lists(st.booleans(), min_size=30, max_size=30))
+def test_spans_of_some_rows_is_the_union_of_those_rows_alone(pairs, picked):
+    # GIVEN events and a mask of some of them (the rows a pass reads, on arrays: no frame copied)
+    import pandas as pd
+
+    from npumagic.analysis.blocking import spans_of
+
+    ev = pd.DataFrame({"ts_ns": np.array([s for s, _ in pairs], np.int64),
+                       "dur_ns": np.array([d for _, d in pairs], np.int64)})
+    rows = np.array(picked[:len(pairs)], dtype=bool)
+    took = ev["dur_ns"].to_numpy().copy()
+    # WHEN their union is taken THEN it covers what those rows cover, and the frame is left as it was
+    union = spans_of(ev, rows)
+    assert union.total == _mask([p for p, keep in zip(pairs, rows) if keep]).sum()
+    assert (union.ends > union.starts).all() and (union.starts[1:] > union.ends[:-1]).all()
+    assert (ev["dur_ns"].to_numpy() == took).all()

@@ -64,3 +64,22 @@ def test_a_call_starting_where_another_ends_is_top_level_and_one_without_a_lane_
     lanes, start, end = np.array([0, 0, 0, 1, -1]), np.array([0, 10, 2, 0, 0]), np.array([10, 20, 5, 3, 9])
     # WHEN marked THEN the touching call is top-level, the nested one not, the lane-less one never
     assert _top_level_mask(lanes, start, end).tolist() == [True, True, False, True, False]
+
+
+def test_the_top_level_operators_are_found_once_and_forgotten_with_their_events():
+    import gc
+
+    from npumagic.analysis import gaps
+
+    # GIVEN the host operators of a trace's events, asked for twice (the gap tables, the dispatch
+    # measures and the blocking units of one summary each ask)
+    ev = shared_trace(need(CUDA / "ns_resolution")).events.copy()
+    first = gaps.top_host_ops(ev)
+    # THEN the second answer is the first, not a second pass; they are the frame-per-lane reference's
+    assert gaps.top_host_ops(ev) is first
+    ops = ev.assign(_row=np.arange(len(ev)))[((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy()]
+    assert sorted(first[0]) == sorted(_top_level_ops(ops)["_row"])
+    # WHEN the events are gone THEN so is the answer held for them (a notebook holds no copy of it)
+    del ev, ops
+    gc.collect()
+    assert gaps._TOPS == [None, None]

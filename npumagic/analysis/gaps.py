@@ -73,16 +73,20 @@ def _top_calls(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
 
 
 # The top-level host operators of the last events asked about: the gap tables, the dispatch measures
-# and the blocking units of one summary each ask (a pass over millions of operators at 10M events)
-_TOPS: list = [None, None]
+# and the blocking units of one summary each ask (a pass over millions of operators at 10M events),
+# of the trace's events or of the summary's table of them, a frame over the same arrays. Held with the
+# columns it was made of (their buffers: alive while the frame is) and forgotten with that frame.
+_TOPS: list = [None, None, None]
+_READS = ("kind", "device", "lane", "ts_ns", "dur_ns")
 
 
 def top_host_ops(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The host operators of ``ev`` that no other operator of their thread encloses: their rows,
     lane codes (:func:`lane_codes`), starts and ends, by row. On arrays, not frames of the rows: at
     10M events such copies had been a summary's peak memory."""
-    held, found = _TOPS
-    if held is not None and held() is ev:
+    held, made_of, found = _TOPS
+    columns = _buffers(ev)
+    if held is not None and held() is not None and made_of == columns:
         return found
     rows = np.flatnonzero(((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy())
     lanes = lane_codes(ev)[rows]
@@ -91,8 +95,15 @@ def top_host_ops(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     top = _top_level_mask(lanes, start, end)
     found = rows[top], lanes[top], start[top], end[top]
     # forgotten with the events: a notebook that reads one large trace holds no copy after it
-    _TOPS[:] = [weakref.ref(ev, lambda _: _TOPS.__setitem__(slice(None), [None, None])), found]
+    _TOPS[:] = [weakref.ref(ev, lambda _: _TOPS.__setitem__(slice(None), [None, None, None])), columns, found]
     return found
+
+
+def _buffers(ev: pd.DataFrame) -> tuple:
+    """Where the columns :func:`top_host_ops` reads hold their values (a categorical's codes), and
+    how many: equal for two frames over the same arrays."""
+    arrays = [ev[c].array.codes if isinstance(ev[c].dtype, pd.CategoricalDtype) else ev[c].to_numpy() for c in _READS]
+    return (len(ev), *(a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else id(a) for a in arrays))
 
 
 def lane_codes(ev: pd.DataFrame) -> np.ndarray:

@@ -398,8 +398,10 @@ def _own_categories(frame: pd.DataFrame, schema_columns: dict[str, Any]) -> pd.D
     frame = frame.reset_index(drop=True)
     # categories counted, not found by sorting the codes: on a one-rank trace every category is
     # used and the column is left as it is
+    # (a fixed set's dtype equals "category" too: the spec's own text tells them apart)
     used = {c: _category_counts(frame[c].array) > 0 for c, spec in schema_columns.items()
-            if spec == "category" and c in frame and isinstance(frame[c].dtype, pd.CategoricalDtype)}
+            if spec == "category" and isinstance(spec, str) and c in frame
+            and isinstance(frame[c].dtype, pd.CategoricalDtype)}
     cats = {c: u for c, u in used.items() if not u.all()}
     return frame.assign(**{c: _used_categories(frame[c].array, u) for c, u in cats.items()}) if cats else frame
 

@@ -77,9 +77,14 @@ def test_the_top_level_operators_are_found_once_and_forgotten_with_their_events(
     first = gaps.top_host_ops(ev)
     # THEN the second answer is the first, not a second pass; they are the frame-per-lane reference's
     assert gaps.top_host_ops(ev) is first
+    assert gaps.top_host_ops(ev.reset_index(drop=True)) is first  # the summary's table: the same arrays
+    moved = ev.assign(ts_ns=ev["ts_ns"] + 1)
+    assert gaps.top_host_ops(moved) is not first  # other values: found again
+    del moved
+    first = gaps.top_host_ops(ev)
     ops = ev.assign(_row=np.arange(len(ev)))[((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy()]
     assert sorted(first[0]) == sorted(_top_level_ops(ops)["_row"])
     # WHEN the events are gone THEN so is the answer held for them (a notebook holds no copy of it)
     del ev, ops
     gc.collect()
-    assert gaps._TOPS == [None, None]
+    assert gaps._TOPS == [None, None, None]

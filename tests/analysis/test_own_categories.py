@@ -29,3 +29,15 @@ def test_a_frame_whose_categories_are_all_used_is_left_as_it_is():
     assert np.shares_memory(out["name"].array.codes, frame["name"].array.codes)
     part = _own_categories(frame.iloc[[0, 2]], schema.EVENT_COLUMNS)
     assert list(part["name"].cat.categories) == ["a"]
+
+
+def test_a_fixed_set_of_categories_is_kept_whole():
+    # GIVEN events of two of the kinds (a fixed set: schema.KINDS), names of which one is unused
+    frame = pd.DataFrame({"name": pd.Categorical(["a", "a"], categories=["a", "b"]),
+                          "kind": pd.Categorical(["kernel", "host_op"], dtype=schema.EVENT_COLUMNS["kind"])})
+    # WHEN the rank's own categories are kept THEN the names lose "b"; the kinds keep every kind, and
+    # their codes are the frame's own (no copy: the summary's events share the trace's arrays)
+    out = _own_categories(frame, schema.EVENT_COLUMNS)
+    assert list(out["name"].cat.categories) == ["a"]
+    assert list(out["kind"].cat.categories) == list(schema.KINDS)
+    assert np.shares_memory(out["kind"].array.codes, frame["kind"].array.codes)

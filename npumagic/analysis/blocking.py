@@ -18,7 +18,7 @@ import pandas as pd
 
 from .gaps import lane_codes, top_host_ops
 from .intervals import Spans
-from .schema import DEVICE_WORK, text_values
+from .schema import DEVICE_WORK, kind_in, text_values
 from .syncs import is_host_sync
 
 BLOCKING_COLUMNS = ["call", "op", "count", "blocked_us", "idle_us", "per_step", "source", "library"]
@@ -71,7 +71,7 @@ def spans_of(frame: pd.DataFrame, rows: np.ndarray | None = None) -> Spans:
 
 def device_busy(ev: pd.DataFrame) -> Spans:
     """The union of the device's work (kernels, collectives, copies) of a rank's events."""
-    return spans_of(ev, (ev["kind"].isin(DEVICE_WORK) & (ev["device"] >= 0)).to_numpy())
+    return spans_of(ev, kind_in(ev["kind"], DEVICE_WORK) & (ev["device"].to_numpy() >= 0))
 
 
 def pageable_copy_launches(ev: pd.DataFrame) -> np.ndarray:

@@ -21,7 +21,7 @@ import pandas as pd
 
 from .intervals import Spans
 from .memory_release import release_free_memory
-from .schema import DEVICE_WORK
+from .schema import DEVICE_WORK, kind_in
 from .blocking import blocking_mask, spans_of
 
 
@@ -138,7 +138,7 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool,
     host_start = steps["start_ns"].to_numpy()
     host_end = steps["end_ns"].to_numpy()
     if device_mode:
-        work = ev.loc[(kind.isin(DEVICE_WORK) & (ev["device"] >= 0)).to_numpy(), ["kind", "ts_ns", "dur_ns", "step"]]
+        work = ev.loc[kind_in(kind, DEVICE_WORK) & (ev["device"].to_numpy() >= 0), ["kind", "ts_ns", "dur_ns", "step"]]
         compute, comm, memcpy = (spans_of(work[work["kind"] == k]) for k in DEVICE_WORK)
         host_last = _host_work_ends(ev, steps) if host_tail else None
         lo, hi = _cycle_windows(work, steps, np.empty(0, np.int64) if bounds is None else bounds, host_last)
@@ -223,7 +223,7 @@ def _host_work_ends(ev: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     ids, ends = last["step"].to_numpy(), last["end_ns"].to_numpy()
     if not len(ids):
         return np.full(len(steps), np.nan)
-    work = (ev["kind"].isin(HOST_WORK) & (ev["device"] < 0) & (ev["step"] >= 0)).to_numpy()
+    work = kind_in(ev["kind"], HOST_WORK) & (ev["device"].to_numpy() < 0) & (ev["step"].to_numpy() >= 0)
     step_all, ts_all, dur_all = (ev[c].to_numpy() for c in ("step", "ts_ns", "dur_ns"))
     latest = np.full(len(ids), NO_END, np.int64)
     # a million events at a time: at 10M events whole-trace temporaries were 350 MiB at summarize's peak

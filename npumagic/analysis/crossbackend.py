@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .schema import DEVICE_WORK, LAUNCH_KINDS, text_mask
+from .schema import DEVICE_WORK, LAUNCH_KINDS, kind_in, text_mask
 
 NO_OPERATOR = "(no aten operator)"
 COLLECTIVES = "(collectives)"
@@ -52,7 +52,7 @@ def operator_device_time(events: pd.DataFrame, rank: int | None = None) -> pd.Da
     launch = launch_points(e)
     found = _enclosing(launch, top, "operator")
     by_corr = found.drop_duplicates("correlation").set_index("correlation")["operator"].fillna(NO_OPERATOR)
-    work = e[~host & e["kind"].isin(DEVICE_WORK).to_numpy()]
+    work = e[~host & kind_in(e["kind"], DEVICE_WORK)]
     charged = work["correlation"].map(by_corr).fillna(NO_OPERATOR)
     # collectives are launched by the communication hooks (DDP's reducer), outside aten operators
     charged = charged.where((charged != NO_OPERATOR) | (work["kind"] != "comm"), COLLECTIVES)
@@ -71,7 +71,7 @@ def launch_points(e: pd.DataFrame) -> pd.DataFrame:
     thread, so the launch is moved there."""
     host = e["device"].to_numpy() < 0
     # the three columns read, not every column of millions of launches (at 10M events, 150 MiB)
-    launch = _at(e.loc[host & e["kind"].isin(LAUNCH_KINDS).to_numpy() & (e["correlation"] >= 0).to_numpy(),
+    launch = _at(e.loc[host & kind_in(e["kind"], LAUNCH_KINDS) & (e["correlation"] >= 0).to_numpy(),
                        ["lane", "ts_ns", "correlation"]])
     queue = e[host & text_mask(e["name"], lambda n: n == "Enqueue")]
     if not len(queue):  # no task queue (CUDA, ROCm, a CPU run): the launches are where they ran

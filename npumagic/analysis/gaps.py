@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import Spans
-from .schema import DEVICE_WORK
+from .schema import DEVICE_WORK, LAUNCH_KINDS, kind_in
 
 GAP_OP_COLUMNS = ["op", "idle_us", "launches", "calls"]
 
@@ -45,7 +45,7 @@ def _gap_operators(ev: pd.DataFrame, largest: int) -> pd.DataFrame:
         return pd.DataFrame(columns=GAP_OP_COLUMNS)
     # each thread's in turn (by lane), each by start, the enclosing first: the order a table by thread had
     keep = keep[np.lexsort((-end[keep], start[keep], lanes[keep]))]
-    launched = ((ev["step"] >= 0) & ev["kind"].isin(["runtime", "sync"]) & (ev["correlation"] >= 0)).to_numpy()
+    launched = (ev["step"].to_numpy() >= 0) & kind_in(ev["kind"], LAUNCH_KINDS) & (ev["correlation"].to_numpy() >= 0)
     t = np.sort(ev["ts_ns"].to_numpy()[launched])
     tops = pd.DataFrame({"op": ev["name"].iloc[rows[keep]].astype(str).to_numpy(), "idle_ns": covered[keep],
                          "launches": np.searchsorted(t, end[keep]) - np.searchsorted(t, start[keep])})
@@ -60,7 +60,7 @@ def _busy_and_top_calls(ev: pd.DataFrame) -> tuple[Spans, np.ndarray, np.ndarray
     (:func:`_top_calls`)."""
     in_step = ev["step"].to_numpy() >= 0
     start = ev["ts_ns"].to_numpy()
-    work = in_step & (ev["kind"].isin(DEVICE_WORK) & (ev["device"] >= 0)).to_numpy()
+    work = in_step & kind_in(ev["kind"], DEVICE_WORK) & (ev["device"].to_numpy() >= 0)
     busy = Spans.union_of(start[work], start[work] + ev["dur_ns"].to_numpy()[work])
     return (busy, *_top_calls(ev))
 

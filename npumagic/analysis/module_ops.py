@@ -14,7 +14,7 @@ import pandas as pd
 
 from .crossbackend import launch_points
 from .regions import Tree, innermost, nest
-from .schema import DEVICE_WORK
+from .schema import DEVICE_WORK, kind_in
 
 OPERATOR_COLUMNS = ["path", "operator", "shapes", "calls", "host_ms", "device_ms"]
 
@@ -37,7 +37,7 @@ def module_operators(tree: Tree, e: pd.DataFrame, steps: int, top: int = 3) -> p
                               "dur_ns": ops["end"] - ops["ts"], "step": ops["step"]})[keep])
     mine = kept.spans
     device = np.zeros(len(mine))
-    work = e[~host & e["kind"].isin(DEVICE_WORK).to_numpy()]
+    work = e[~host & kind_in(e["kind"], DEVICE_WORK)]
     if len(work) and len(mine):
         launch = launch_points(e).drop_duplicates("correlation")
         where = pd.Series(innermost(kept, launch["thread"].to_numpy(), launch["ts"].to_numpy()),

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .crossbackend import _enclosing, _outermost, _thread, launch_points
-from .schema import DEVICE_WORK
+from .schema import DEVICE_WORK, kind_in
 
 STEP_MARK = re.compile(r"^ProfilerStep#\d+$")
 OUTSIDE = "(outside regions)"
@@ -164,7 +164,7 @@ def charge(tree: Tree, e: pd.DataFrame) -> tuple[np.ndarray, pd.Series, np.ndarr
     per step (by the step of the work), each span's outermost host operators, and whether ``e``
     holds device work at all."""
     host = e["device"].to_numpy() < 0
-    work = e[~host & e["kind"].isin(DEVICE_WORK).to_numpy()]
+    work = e[~host & kind_in(e["kind"], DEVICE_WORK)]
     n = len(tree.spans)
     device = np.zeros(n)
     uncharged = pd.Series(dtype=float)

@@ -288,6 +288,18 @@ def where(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
     return frame if mask.all() else frame[mask]
 
 
+def kind_in(kind: pd.Series, kinds) -> np.ndarray:
+    """``kind.isin(kinds)`` as a bool array: for the categorical kind column, one comparison of its
+    codes per kind (at 10M events pandas' isin took 77 ms a call, this 8)."""
+    if not isinstance(kind.dtype, pd.CategoricalDtype):
+        return kind.isin(list(kinds)).to_numpy(bool)
+    codes = kind.array.codes
+    found = np.zeros(codes.shape, dtype=bool)
+    for code in np.flatnonzero(kind.cat.categories.isin(list(kinds))):
+        found |= codes == code
+    return found
+
+
 def text_mask(values: pd.Series, test: Callable[[pd.Series], pd.Series]) -> np.ndarray:
     """``test(values.astype(str))`` as a bool array, judged once per category of a categorical
     column (a 10M-event trace has a few thousand names: no string per row)."""
@@ -374,7 +386,7 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     device_all = events["device"].to_numpy()
     rank_all = events["rank"].to_numpy()
     corr_all = events["correlation"].to_numpy()
-    launch_all = events["kind"].isin(LAUNCH_KINDS).to_numpy()
+    launch_all = kind_in(events["kind"], LAUNCH_KINDS)
     for rank, rank_steps in steps.groupby("rank"):
         rank_steps = rank_steps.sort_values("start_ns")
         mask = rank_all == rank

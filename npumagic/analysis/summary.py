@@ -303,7 +303,7 @@ def _rank_meta(trace: Trace, rank: int, ev: pd.DataFrame, steps: pd.DataFrame, d
                                  for n, a, b in steps[["step", "start_ns", "end_ns"]].itertuples(index=False)])
     if meta["python_stacks"]:
         frames = schema.where(ev[["name", "kind", "device", "lane", "ts_ns", "dur_ns"]],
-                              kind.isin(("python", "host_op")).to_numpy())
+                              schema.kind_in(kind, ("python", "host_op")))
         meta["python_frames"] = python_self_time(frames, steps)
     for key in ("notes", "parallel_groups"):
         meta.pop(key, None)

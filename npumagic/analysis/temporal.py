@@ -20,7 +20,7 @@ import pandas as pd
 
 from .breakdown import cycle_of
 from .intervals import Spans
-from .schema import LAUNCH_KINDS
+from .schema import LAUNCH_KINDS, kind_in
 
 TEMPORAL_COLUMNS = ["rank", "window_us", "idle_us", "compute_us", "non_compute_us", "idle_pct", "compute_pct",
                     "non_compute_pct"]
@@ -55,11 +55,11 @@ def _rank_breakdown(ev: pd.DataFrame, steps: pd.DataFrame) -> dict | None:
     # no stream does) is no device time; HTA keeps only device events with a stream
     # (hta/analyzers/breakdown_analysis.py, get_temporal_breakdown: trace_df["stream"].ne(-1))
     streamless = (ev["kind"] == "sync").to_numpy() & (ev["stream"].to_numpy() < 0)
-    device = ev.loc[on_device & ev["kind"].isin(_DEVICE_KINDS).to_numpy() & ~streamless,
+    device = ev.loc[on_device & kind_in(ev["kind"], _DEVICE_KINDS) & ~streamless,
                     ["kind", "ts_ns", "dur_ns", "correlation"]]
     if len(steps) >= 2:
         correlation = ev["correlation"].to_numpy()
-        host = ~on_device & ev["kind"].isin(LAUNCH_KINDS).to_numpy() & (correlation >= 0)
+        host = ~on_device & kind_in(ev["kind"], LAUNCH_KINDS) & (correlation >= 0)
         launched = correlation[host & (ev["ts_ns"].to_numpy() < steps["start_ns"].max())]
         device = device[device["correlation"].isin(launched)]
     if device.empty:

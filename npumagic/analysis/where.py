@@ -21,7 +21,7 @@ from .crossbackend import _thread, launch_points
 from .finding import Finding
 from .modules import MODULE_PREFIX, node_modules
 from .regions import STEP_MARK, TORCH_OWN, Tree, innermost, nest
-from .schema import DEVICE_WORK, text_mask
+from .schema import DEVICE_WORK, LAUNCH_KINDS, kind_in, text_mask
 from .task_masks import memory_bound
 
 # the pass a module label ends with, as :meth:`Places.at` writes it ("path, forward")
@@ -192,7 +192,7 @@ def _under_gaps(s, ev: pd.DataFrame) -> np.ndarray:
 
 def _named(names: tuple[str, ...]) -> Callable:
     def pick(s, ev: pd.DataFrame) -> np.ndarray:
-        mask = ((ev["device"] < 0) & ev["kind"].isin(["runtime", "sync"])).to_numpy() & text_mask(
+        mask = (ev["device"].to_numpy() < 0) & kind_in(ev["kind"], LAUNCH_KINDS) & text_mask(
             ev["name"], lambda n: n.isin(names))
         return np.where(mask, ev["dur_ns"].to_numpy(float), 0.0)
     return pick

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..schema import DEVICE_WORK
+from ..schema import DEVICE_WORK, kind_in
 
 SLACK_NS = 1_000_000_000
 
@@ -22,7 +22,7 @@ def without_stray_device_events(events: pd.DataFrame) -> tuple[pd.DataFrame, int
     plausible window: (the events, how many were left out, the window ``[lo, hi]`` in ns, None
     when nothing was). Where most device events fall outside, the device clock is offset from
     the host's (as on some ROCm systems), not glitched: they are all kept."""
-    device = (events["kind"].isin(DEVICE_WORK) & (events["device"] >= 0)).to_numpy()
+    device = kind_in(events["kind"], DEVICE_WORK) & (events["device"].to_numpy() >= 0)
     host = (events["device"] < 0).to_numpy()
     if not device.any() or not host.any():  # no capture window to judge by
         return events, 0, None

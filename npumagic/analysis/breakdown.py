@@ -16,6 +16,9 @@ group's collective spans (gloo), idle the rest.
 
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -62,8 +65,6 @@ CHECKED = {"computing_us": "Computing", "comm_not_overlapped_us": "Communication
 AGREE_SHARE = 0.01  # of the step's Stage: the text export's figures agree to 0.01% on every whole rank
 
 
-CHUNK = 2**20  # events a pass over the whole trace reads at a time
-NO_END = np.iinfo(np.int64).min
 HARDWARE_LANE = "Ascend Hardware/"
 # the host's recorded work: what a step's last window holds after its last device activity (not
 # annotations, which a ProfilerStep# is, nor with_stack frames, which span the whole step)
@@ -140,8 +141,8 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool,
     if device_mode:
         work = ev.loc[kind_in(kind, DEVICE_WORK) & (ev["device"].to_numpy() >= 0), ["kind", "ts_ns", "dur_ns", "step"]]
         compute, comm, memcpy = (spans_of(work[work["kind"] == k]) for k in DEVICE_WORK)
-        host_last = _host_work_ends(ev, steps) if host_tail else None
-        lo, hi = _cycle_windows(work, steps, np.empty(0, np.int64) if bounds is None else bounds, host_last)
+        last_host_work = functools.partial(_host_work_end, ev, steps) if host_tail else None
+        lo, hi = _cycle_windows(work, steps, np.empty(0, np.int64) if bounds is None else bounds, last_host_work)
         tasks = work[(work["kind"] != "memcpy") & (work["step"] >= 0)]
         ends = tasks["ts_ns"] + tasks["dur_ns"]
         first = tasks.groupby("step")["ts_ns"].min().reindex(steps["step"]).to_numpy()
@@ -216,45 +217,35 @@ def _idle_attribution(ev: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, busy: Sp
         on_ops = Spans.empty()
     return dict(zip(IDLE_COLUMNS, (on_sync.covered(lo, hi), on_loader.covered(lo, hi), on_ops.covered(lo, hi),
                                    rest.covered(lo, hi))))
-def _host_work_ends(ev: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
-    """The end (ns) of the last host work recorded in each step's host span (operators, runtime
-    calls, syncs, DataLoader waits; NaN where none), aligned with ``steps``."""
-    last = steps.drop_duplicates("step", keep="last").sort_values("step")
-    ids, ends = last["step"].to_numpy(), last["end_ns"].to_numpy()
-    if not len(ids):
-        return np.full(len(steps), np.nan)
-    work = kind_in(ev["kind"], HOST_WORK) & (ev["device"].to_numpy() < 0) & (ev["step"].to_numpy() >= 0)
-    step_all, ts_all, dur_all = (ev[c].to_numpy() for c in ("step", "ts_ns", "dur_ns"))
-    latest = np.full(len(ids), NO_END, np.int64)
-    # a million events at a time: at 10M events whole-trace temporaries were 350 MiB at summarize's peak
-    for lo in range(0, len(ev), CHUNK):
-        part = slice(lo, lo + CHUNK)
-        mine = work[part]
-        step, start = step_all[part][mine], ts_all[part][mine]
-        at = np.minimum(np.searchsorted(ids, step), len(ids) - 1)
-        inside = (ids[at] == step) & (start < ends[at])
-        np.maximum.at(latest, at[inside], start[inside] + dur_all[part][mine][inside])
-    found = latest[np.minimum(np.searchsorted(ids, steps["step"].to_numpy()), len(ids) - 1)]
-    return np.where(found == NO_END, np.nan, found.astype(np.float64))
+def _host_work_end(ev: pd.DataFrame, steps: pd.DataFrame, step: int) -> float:
+    """The end (ns) of the last host work recorded in step ``step``'s host span (operators, runtime
+    calls, syncs, DataLoader waits; NaN where none). Asked of one step a profiling cycle (its last
+    with device work): one pass over the events' step numbers, not a table of every step's."""
+    span = steps.loc[(steps["step"] == step).to_numpy(), "end_ns"]
+    if span.empty:
+        return np.nan
+    ts = ev["ts_ns"].to_numpy()
+    mine = (ev["step"].to_numpy() == step) & kind_in(ev["kind"], HOST_WORK) & (ev["device"].to_numpy() < 0)
+    mine &= ts < span.iat[-1]
+    return float((ts[mine] + ev["dur_ns"].to_numpy()[mine]).max()) if mine.any() else np.nan
 
 
 def _cycle_windows(work: pd.DataFrame, steps: pd.DataFrame, bounds: np.ndarray,
-                   host_last: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+                   host_end: Callable[[int], float] | None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`device_windows` of each profiling cycle on its own, aligned with ``steps``."""
     if not bounds.size:
-        return device_windows(work, steps, host_last)
+        return device_windows(work, steps, host_end)
     lo, hi = steps["start_ns"].to_numpy().copy(), steps["end_ns"].to_numpy().copy()
     step_cycle = cycle_of(steps["start_ns"].to_numpy(), bounds)
     work_cycle = cycle_of(work["ts_ns"].to_numpy(), bounds)
     for cycle in np.unique(step_cycle):
         mine = step_cycle == cycle
-        lo[mine], hi[mine] = device_windows(work[work_cycle == cycle], steps[mine],
-                                            None if host_last is None else host_last[mine])
+        lo[mine], hi[mine] = device_windows(work[work_cycle == cycle], steps[mine], host_end)
     return lo, hi
 
 
 def device_windows(work: pd.DataFrame, steps: pd.DataFrame,
-                   host_last: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   host_end: Callable[[int], float] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each step's device window ``[lo, hi)`` in ns, aligned with ``steps`` (sorted by start).
 
     The device window of step k runs from the first device activity launched in step k to the
@@ -263,12 +254,12 @@ def device_windows(work: pd.DataFrame, steps: pd.DataFrame,
     (the host's preparation of the first step is part of it, as it is of every later window),
     or, while the device is still busy with work launched before the trace, when that is done,
     and at the latest at its own first activity; the last window ends at its last device
-    activity, or, given ``host_last`` (the end of each step's last recorded host work), at the
+    activity, or, given ``host_end`` (the end of a step's last recorded host work, by its number), at the
     end of its host work where that is later: the host's work after the last kernel (a ``.item()``,
     logging, the optimizer's Python) is the step's own. The rest of the host step is not: in the
     shared traces the last ProfilerStep# often runs on 20+ ms with nothing recorded (the profiler
     stopping). torch_npu's step_trace_time.csv ends the step at its device work, hence no
-    ``host_last`` there. A step that launched no device work keeps its host window.
+    ``host_end`` there. A step that launched no device work keeps its host window.
 
     Parameters
     ----------
@@ -288,8 +279,9 @@ def device_windows(work: pd.DataFrame, steps: pd.DataFrame,
         starts[0] = min(starts[0], max(lo[active[0]], backlog_end))
         lo[active] = starts
         end = np.int64(last[active[-1]])
-        if host_last is not None and host_last[active[-1]] > end:  # NaN (no host work) compares False
-            end = max(end, np.int64(min(host_last[active[-1]], hi[active[-1]])))
+        host_last = host_end(int(steps["step"].iat[active[-1]])) if host_end is not None else np.nan
+        if host_last > end:  # NaN (no host work) compares False
+            end = max(end, np.int64(min(host_last, hi[active[-1]])))
         hi[active] = np.append(starts[1:], end)
         hi[active] = np.maximum(hi[active], lo[active])
     return lo, hi

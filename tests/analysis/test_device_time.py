@@ -317,12 +317,8 @@ def test_a_single_step_ends_at_its_last_recorded_work_host_or_device():
     assert wall_us < step["dur"] - 50
 
 
-@pytest.mark.parametrize("chunk", [2**20, 2, 1])
-def test_the_last_host_work_of_each_step_ends_inside_its_span(chunk, monkeypatch):
-    from npumagic.analysis import breakdown
-    from npumagic.analysis.breakdown import _host_work_ends
-
-    monkeypatch.setattr(breakdown, "CHUNK", chunk)  # a large trace is read a million events at a time
+def test_the_last_host_work_of_each_step_ends_inside_its_span():
+    from npumagic.analysis.breakdown import _host_work_end
 
     # GIVEN steps 7 and 5 (out of order), step 9 with no host work, and host work of step 5 that
     # starts after step 5's span has ended (the profiler gave it the step's number all the same)
@@ -332,5 +328,6 @@ def test_the_last_host_work_of_each_step_ends_inside_its_span(chunk, monkeypatch
                        "ts_ns": [100, 300, 1200, 1500, 1500], "dur_ns": [500, 100, 300, 900, 50]})
     # WHEN the end of each step's host work is read THEN it is its last host event's end, in the
     # steps' order; the kernel and the event past the span do not count; no host work is NaN
-    ends = _host_work_ends(ev, steps)
-    assert ends[:2].tolist() == [1500.0, 600.0] and np.isnan(ends[2])
+    ends = [_host_work_end(ev, steps, step) for step in (7, 5, 9, 4)]
+    assert ends[:2] == [1500.0, 600.0] and np.isnan(ends[2])
+    assert np.isnan(ends[3])  # a step the table does not have

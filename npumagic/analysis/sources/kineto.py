@@ -62,6 +62,7 @@ NOT_WORK = frozenset({"gpu_user_annotation", "external_correlation", "cpu_instan
 MTIA_COPY_PREFIX = "dma"  # an MTIA device event that moves data (HTA's MTIAMemoryKernelGroupingPattern: ^dma)
 _CATS, _CAT_INDEX = CATS, CAT_INDEX
 _FIRST_DEVICE_CAT = len(_HOST_CATS)
+GROW_FROM = 2**16  # events the frame's columns hold at first
 
 
 def read(paths: list[Path], progress=None) -> schema.Trace:
@@ -287,7 +288,8 @@ class _Columns:
         self.notes, self.path = notes or ReadNotes(), path or Path("?")
         self.names, self.shapes = _Codes(), _Codes()
         self.process_names: dict[Any, str] = {}
-        self.parts: list[dict[str, np.ndarray]] = []
+        self.columns: dict[str, np.ndarray] = {}  # the frame's columns, grown in place (:meth:`_append`)
+        self.size = 0  # events in them
         self.memory: list[Any] = []
         self.unread: Counter[str] = Counter()  # categories of complete events not read, for the error message
         self.counter_events: list = []  # the stream's counter samples (ph "C"), all their args
@@ -340,7 +342,24 @@ class _Columns:
         col["shapes"] = self.shapes.remap(col["shapes"], block.shapes)
         if not good.all():
             col = {k: v[good] for k, v in col.items()}
-        self.parts.append(self._event_columns(col))
+        self._append(self._event_columns(col))
+
+    def _append(self, part: dict[str, np.ndarray]) -> None:
+        """Copy a block's columns into the frame's, while the decode workers read the next blocks:
+        no join of every block's columns is left for after the last block, on one core. The
+        columns double when full, one at a time (the capacity not yet written takes no memory)."""
+        n = part["kind"].size
+        if not self.columns:
+            self.columns = {k: np.empty(max(GROW_FROM, 2 * n), v.dtype) for k, v in part.items()}
+        capacity = self.columns["kind"].size
+        if self.size + n > capacity:
+            for k, column in self.columns.items():
+                self.columns[k] = np.empty(max(2 * capacity, self.size + n), column.dtype)
+                self.columns[k][:self.size] = column[:self.size]
+                del column
+        for k, v in part.items():
+            self.columns[k][self.size:self.size + n] = v
+        self.size += n
 
     def _event_columns(self, col: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """A block's columns as the frame's (kinds, lanes, device and stream ids): made block by
@@ -360,14 +379,10 @@ class _Columns:
         return col
 
     def _frame(self) -> pd.DataFrame:
-        if not self.parts:
+        if not self.columns:
             return schema.empty(schema.EVENT_COLUMNS)
-        col = {}
-        for key in list(self.parts[0]):  # one column at a time, each part's copy freed as it is joined
-            col[key] = np.concatenate([p.pop(key) for p in self.parts])
-        self.parts = []
-        release_free_memory()  # the parts' pages, before the frame's columns are built
-        n = col["kind"].size
+        col, self.columns = {k: v[:self.size] for k, v in self.columns.items()}, {}
+        n = self.size
         names = pd.Categorical.from_codes(col.pop("name"), categories=self.names.categories())
         # operator types per distinct name, spread by the name codes (categories sorted, as
         # pd.Categorical would sort them, without hashing one string per event)

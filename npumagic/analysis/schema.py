@@ -395,7 +395,7 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
         starts = rank_steps["start_ns"].to_numpy()
         idx = np.searchsorted(starts, ts, side="right") - 1
         ids = rank_steps["step"].to_numpy()
-        step = np.where(idx >= 0, ids[np.clip(idx, 0, None)], -1)
+        step = np.where(idx >= 0, ids[np.maximum(idx, 0)], -1)
         on_host = device_all[mask] < 0
         past_end = ts >= rank_steps["end_ns"].to_numpy()[-1]
         step[on_host & past_end] = -1
@@ -451,10 +451,11 @@ def finish(events: pd.DataFrame, steps: pd.DataFrame, *, memory: pd.DataFrame | 
         meta = replace(meta, steps_from={int(r): how for r, (_, how) in found.items()},
                        **({"steps_inferred": whole} if whole else {}))
     steps = steps.sort_values(["rank", "start_ns"]).reset_index(drop=True)
+    release_free_memory()  # the readers' freed temporaries, before the sort's copies
+    # sorted first: the steps' search then reads the timestamps in order
+    events = sorted_rows(events, ["rank", "ts_ns"])
     if len(steps) and len(events):
         events["step"] = assign_steps(events, steps)
-    release_free_memory()  # the readers' and assign_steps' freed temporaries, before the sort's copies
-    events = sorted_rows(events, ["rank", "ts_ns"])
     memory = coerce(memory if memory is not None else empty(MEMORY_COLUMNS), MEMORY_COLUMNS)
     comm = coerce(comm if comm is not None else empty(COMM_COLUMNS), COMM_COLUMNS)
     links = coerce(links if links is not None else empty(LINK_COLUMNS), LINK_COLUMNS)
@@ -470,7 +471,10 @@ def sorted_rows(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """``frame``'s rows stably ordered by ``keys``, with a fresh index. The columns are taken one
     at a time and each is removed from ``frame`` once taken, so a frame nothing else holds is
     never there twice (a ten-million-event trace: one column's copy at a time, not the frame's)."""
-    order = np.lexsort([frame[k].to_numpy() for k in reversed(keys)])
+    columns = [frame[k].to_numpy() for k in keys]
+    # a key of one value (the rank of a one-rank trace) orders nothing: not sorted by
+    columns = [c for c in columns[:-1] if c.size and c.min() != c.max()] + columns[-1:]
+    order = np.lexsort(columns[::-1]) if len(columns) > 1 else np.argsort(columns[0], kind="stable")
     if len(order) < 2 or (order[1:] > order[:-1]).all():
         return frame.reset_index(drop=True)
     return pd.DataFrame({name: frame.pop(name).values.take(order) for name in list(frame.columns)}, copy=False)

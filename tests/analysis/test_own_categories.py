@@ -41,15 +41,3 @@ def test_a_fixed_set_of_categories_is_kept_whole():
     assert list(out["name"].cat.categories) == ["a"]
     assert list(out["kind"].cat.categories) == list(schema.KINDS)
     assert np.shares_memory(out["kind"].array.codes, frame["kind"].array.codes)
-
-
-@pytest.mark.parametrize("kinds", [("runtime", "sync"), ("kernel",), ("comm", "python"), ()])
-def test_kind_in_is_pandas_isin_on_codes(kinds):
-    # GIVEN kinds as the reader codes them (a fixed set, some rows missing) and as plain text
-    rng = np.random.default_rng(3)
-    codes = rng.integers(-1, len(schema.KINDS), 5000).astype(np.int8)
-    coded = pd.Series(pd.Categorical.from_codes(codes, dtype=schema.EVENT_COLUMNS["kind"]))
-    # WHEN the rows of some kinds are picked THEN they are pandas' own isin's, missing rows never
-    assert (schema.kind_in(coded, kinds) == coded.isin(kinds).to_numpy()).all()
-    assert (schema.kind_in(coded.astype(object), kinds) == coded.isin(kinds).to_numpy()).all()
-    assert schema.kind_in(coded, kinds).sum() == np.isin(codes, [schema.KINDS.index(k) for k in kinds]).sum()

@@ -191,12 +191,18 @@ def _without_repeated_device_events(ev: pd.DataFrame, notes: ReadNotes, path: Pa
     """``ev`` without device events that repeat another exactly (name, start, duration, device,
     stream and correlation: two exports concatenated); a device runs one activity once, so each
     repeat would count its time twice. Counted in ``notes``."""
-    on_device = (ev["device"] >= 0).to_numpy()
-    if not on_device.any():
+    rows = np.flatnonzero(ev["device"].to_numpy() >= 0)
+    # only events that share a start with another can repeat one: those few are compared whole
+    # (hashing every device event's six keys took 0.2 s at 10M events)
+    ts = ev["ts_ns"].to_numpy()[rows]
+    order = np.argsort(ts, kind="stable")
+    same = ts[order][1:] == ts[order][:-1]
+    if not same.any():
         return ev
-    keys = ev.loc[on_device, ["name", "ts_ns", "dur_ns", "device", "stream", "correlation"]]
+    rows = np.sort(rows[order[np.r_[same, False] | np.r_[False, same]]])
+    keys = ev.iloc[rows][["name", "ts_ns", "dur_ns", "device", "stream", "correlation"]]
     repeated = np.zeros(len(ev), dtype=bool)
-    repeated[on_device] = keys.duplicated(keep="first").to_numpy()
+    repeated[rows] = keys.duplicated(keep="first").to_numpy()
     if not repeated.any():
         return ev
     notes.skip(path, "repeated device event", int(repeated.sum()))

@@ -396,26 +396,29 @@ def _own_categories(frame: pd.DataFrame, schema_columns: dict[str, Any]) -> pd.D
     devices, ...; not a fixed set such as ``kind``) hold this rank's values only: a rank's
     summary must not depend on the other ranks read with it."""
     frame = frame.reset_index(drop=True)
-    # categories counted, not found by sorting the codes: on a one-rank trace every category is
+    # categories marked by the codes, not found by sorting them: on a one-rank trace every category is
     # used and the column is left as it is
     # (a fixed set's dtype equals "category" too: the spec's own text tells them apart)
-    used = {c: _category_counts(frame[c].array) > 0 for c, spec in schema_columns.items()
+    used = {c: _categories_used(frame[c].array) for c, spec in schema_columns.items()
             if spec == "category" and isinstance(spec, str) and c in frame
             and isinstance(frame[c].dtype, pd.CategoricalDtype)}
     cats = {c: u for c, u in used.items() if not u.all()}
     return frame.assign(**{c: _used_categories(frame[c].array, u) for c, u in cats.items()}) if cats else frame
 
 
-def _category_counts(values: pd.Categorical) -> np.ndarray:
-    codes = values.codes
-    return np.bincount(codes[codes >= 0], minlength=len(values.categories))
+def _categories_used(values: pd.Categorical) -> np.ndarray:
+    """Which categories of ``values`` some row holds: marked by the codes, each row's slot set (a
+    count of every code took three times as long at 10M events)."""
+    used = np.zeros(len(values.categories) + 1, dtype=bool)
+    used[values.codes] = True  # code -1 (missing) marks the extra last slot
+    return used[:-1]
 
 
 def _used_categories(values: pd.Categorical, used: np.ndarray | None = None) -> pd.Categorical:
     """``values`` without the categories no row uses (``used``: which are, when already
     counted), in their order: pandas' ``remove_unused_categories`` by one lookup instead of
     sorting the codes."""
-    used = _category_counts(values) > 0 if used is None else used
+    used = _categories_used(values) if used is None else used
     remap = np.append(np.cumsum(used) - 1, -1).astype(np.int32)  # code -1 (missing) takes the last: -1
     codes = remap[values.codes]
     return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(values.categories[used], values.ordered))

@@ -88,3 +88,19 @@ def test_the_top_level_operators_are_found_once_and_forgotten_with_their_events(
     del ev, ops
     gc.collect()
     assert gaps._TOPS == [None, None, None]
+
+
+def test_calls_starting_together_in_time_order_keep_the_enclosing_one():
+    # GIVEN calls sorted by start (as the reader sorts a trace): on lane 0 a child listed before its
+    # parent, both starting at 0, then [5, 6) inside the parent and [10, 12) after it; on lane 1 two
+    # equal calls and one [0, 4) interleaved with lane 0's; a lane-less call
+    lanes = np.array([0, 1, 0, 1, 1, 0, 0, -1])
+    start = np.array([0, 0, 0, 0, 1, 5, 10, 11])
+    end = np.array([3, 4, 8, 4, 2, 6, 12, 20])
+    # WHEN marked THEN the parent is top-level, not the child listed first; of two equal calls the
+    # first; what starts after its lane's calls end is top-level, what lies inside one is not
+    top = _top_level_mask(lanes, start, end)
+    assert top.tolist() == [False, True, True, False, False, False, True, False]
+    # and in any order of the rows
+    shuffled = np.random.default_rng(1).permutation(lanes.size)
+    assert _top_level_mask(lanes[shuffled], start[shuffled], end[shuffled]).tolist() == top[shuffled].tolist()

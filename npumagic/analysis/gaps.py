@@ -58,11 +58,14 @@ def _gap_operators(ev: pd.DataFrame, largest: int) -> pd.DataFrame:
 def _busy_and_top_calls(ev: pd.DataFrame) -> tuple[Spans, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The device's work inside the steps as spans, and the steps' top-level host operators
     (:func:`_top_calls`)."""
+    return (_memo(ev, "busy", _step_busy), *_top_calls(ev))
+
+
+def _step_busy(ev: pd.DataFrame) -> Spans:
     in_step = ev["step"].to_numpy() >= 0
     start = ev["ts_ns"].to_numpy()
     work = in_step & kind_in(ev["kind"], DEVICE_WORK) & (ev["device"].to_numpy() >= 0)
-    busy = Spans.union_of(start[work], start[work] + ev["dur_ns"].to_numpy()[work])
-    return (busy, *_top_calls(ev))
+    return Spans.union_of(start[work], start[work] + ev["dur_ns"].to_numpy()[work])
 
 
 def _top_calls(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -72,36 +75,48 @@ def _top_calls(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     return rows[inside], lanes[inside], start[inside], end[inside]
 
 
-# The top-level host operators of the last events asked about: the gap tables, the dispatch measures
-# and the blocking units of one summary each ask (a pass over millions of operators at 10M events),
-# of the trace's events or of the summary's table of them, a frame over the same arrays. Held with the
-# columns it was made of (their buffers: alive while the frame is) and forgotten with that frame.
-_TOPS: list = [None, None, None]
-_READS = ("kind", "device", "lane", "ts_ns", "dur_ns")
-
-
 def top_host_ops(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The host operators of ``ev`` that no other operator of their thread encloses: their rows,
     lane codes (:func:`lane_codes`), starts and ends, by row. On arrays, not frames of the rows: at
     10M events such copies had been a summary's peak memory."""
-    held, made_of, found = _TOPS
-    columns = _buffers(ev)
-    if held is not None and held() is not None and made_of == columns:
-        return found
+    return _memo(ev, "tops", _top_host_ops)
+
+
+def _top_host_ops(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     rows = np.flatnonzero(((ev["kind"] == "host_op") & (ev["device"] < 0)).to_numpy())
     lanes = lane_codes(ev)[rows]
     start = ev["ts_ns"].to_numpy()[rows]
     end = start + ev["dur_ns"].to_numpy()[rows]
     top = _top_level_mask(lanes, start, end)
-    found = rows[top], lanes[top], start[top], end[top]
-    # forgotten with the events: a notebook that reads one large trace holds no copy after it
-    _TOPS[:] = [weakref.ref(ev, lambda _: _TOPS.__setitem__(slice(None), [None, None, None])), columns, found]
-    return found
+    return rows[top], lanes[top], start[top], end[top]
+
+
+# What the passes over the last events asked about found: the top-level host operators and the
+# device's busy time, which the gap tables, the dispatch measures and the blocking units of one
+# summary each ask for (a pass over millions of events at 10M), of the trace's events or of the
+# summary's table of them, a frame over the same arrays. Held with the columns they were made of
+# (their buffers: alive while the frame is) and forgotten with that frame: a notebook that reads
+# one large trace holds no copy after it.
+_MEMO: dict = {}
+_MEMO_OF: list = [None, None]  # a weak reference to the frame, and its columns' buffers
+_READS = ("kind", "device", "lane", "step", "ts_ns", "dur_ns")
+
+
+def _memo(ev: pd.DataFrame, key: str, make):
+    columns = _buffers(ev)
+    held, made_of = _MEMO_OF
+    if held is None or held() is None or made_of != columns:
+        _MEMO.clear()
+        _MEMO_OF[:] = [weakref.ref(ev, lambda _: (_MEMO.clear(), _MEMO_OF.__setitem__(slice(None), [None, None]))),
+                       columns]
+    if key not in _MEMO:
+        _MEMO[key] = make(ev)
+    return _MEMO[key]
 
 
 def _buffers(ev: pd.DataFrame) -> tuple:
-    """Where the columns :func:`top_host_ops` reads hold their values (a categorical's codes), and
-    how many: equal for two frames over the same arrays."""
+    """Where the columns the passes read hold their values (a categorical's codes), and how many:
+    equal for two frames over the same arrays."""
     arrays = [ev[c].array.codes if isinstance(ev[c].dtype, pd.CategoricalDtype) else ev[c].to_numpy() for c in _READS]
     return (len(ev), *(a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else id(a) for a in arrays))
 

@@ -248,19 +248,19 @@ def placed(s) -> dict[str, list]:
     done: dict[Callable, list | None] = {}
     for rule, select in selectors.items():
         if select not in done:
-            done[select] = _place(where, ev, select(s, ev) * in_steps)
+            done[select] = _place(where, ev, select(s, ev), in_steps)
         if done[select] is not None:
             out[rule] = list(done[select])  # a list: it reads back from JSON as it was stored
     return out
 
 
-def _place(where: Places, ev: pd.DataFrame, weight: np.ndarray) -> list | None:
-    """[place, share] of the events weighing ``weight`` (the module, else the region, holding the
-    largest share of it); None where none weighs anything or no place holds enough."""
-    chosen = weight > 0
+def _place(where: Places, ev: pd.DataFrame, weight: np.ndarray, rows: np.ndarray) -> list | None:
+    """[place, share] of the events of ``rows`` (a mask) weighing ``weight`` (the module, else the
+    region, holding the largest share of it); None where none weighs anything or no place holds enough."""
+    chosen = (weight > 0) & rows
     if not chosen.any():
         return None
-    module, region = where.of(ev[chosen])
+    module, region = where.of(ev.loc[chosen, ["device", "lane", "ts_ns", "correlation"]])  # what it reads
     name, share = largest(module, weight[chosen])
     kind = "module"
     if not name:

@@ -87,7 +87,7 @@ def test_the_top_level_operators_are_found_once_and_forgotten_with_their_events(
     # WHEN the events are gone THEN so is the answer held for them (a notebook holds no copy of it)
     del ev, ops
     gc.collect()
-    assert gaps._TOPS == [None, None, None]
+    assert gaps._MEMO == {} and gaps._MEMO_OF == [None, None]
 
 
 def test_calls_starting_together_in_time_order_keep_the_enclosing_one():

@@ -363,6 +363,7 @@ class _Columns:
                 self.columns[k] = np.empty(max(2 * capacity, self.size + n), column.dtype)
                 self.columns[k][:self.size] = column[:self.size]
                 del column
+            release_free_memory()  # the columns outgrown (glibc keeps those under 32 MiB in its heap)
         for k, v in part.items():
             self.columns[k][self.size:self.size + n] = v
         self.size += n

@@ -394,13 +394,18 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
         mask = rank_all == rank
         mask = slice(None) if mask.all() else mask  # one rank: views, not copies of every column
         ts = ts_all[mask]
-        starts = rank_steps["start_ns"].to_numpy()
-        idx = np.searchsorted(starts, ts, side="right") - 1
-        ids = rank_steps["step"].to_numpy()
-        step = np.where(idx >= 0, ids[np.maximum(idx, 0)], -1)
+        starts, ids = rank_steps["start_ns"].to_numpy(), rank_steps["step"].to_numpy()
         on_host = device_all[mask] < 0
-        past_end = ts >= rank_steps["end_ns"].to_numpy()[-1]
-        step[on_host & past_end] = -1
+        last_end = rank_steps["end_ns"].to_numpy()[-1]
+        if ts.size > 1 and (ts[1:] >= ts[:-1]).all():  # sorted (finish sorts first): each step's events in a row
+            cuts = np.searchsorted(ts, starts, side="left")  # each step's first event
+            step = np.repeat(np.r_[-1, ids], np.diff(np.r_[0, cuts, ts.size]))
+            past = np.searchsorted(ts, last_end, side="left")
+            step[past:][on_host[past:]] = -1
+        else:
+            idx = np.searchsorted(starts, ts, side="right") - 1
+            step = np.where(idx >= 0, ids[np.maximum(idx, 0)], -1)
+            step[on_host & (ts >= last_end)] = -1
         step[~on_host] = _launch_steps(ts, corr_all[mask], launch_all[mask], on_host, step)
         result[mask] = step
     return result

@@ -32,3 +32,29 @@ def test_events_are_ordered_by_rank_then_time_ties_kept(ranks):
     out = schema.sorted_rows(frame.copy(), ["rank", "ts_ns"])
     expected = frame.sort_values(["rank", "ts_ns"], kind="stable")["row"].tolist()
     assert out["row"].tolist() == expected and out.index.tolist() == list(range(5))
+
+
+def test_steps_are_found_alike_in_time_order_and_in_any_order():
+    # GIVEN host events before, at, inside and after three steps (one starting where another ends,
+    # one event exactly at a step's start, some past the last step's end) and device events
+    # launched by some of them (their step by the launch) or by nothing in the trace
+    rng = np.random.default_rng(5)
+    steps = pd.DataFrame({"rank": 0, "step": [3, 4, 5], "start_ns": [100, 200, 200], "end_ns": [200, 200, 300]})
+    n = 400
+    ts = np.sort(rng.integers(0, 400, n)).astype(np.int64)
+    ts[:3] = [100, 200, 300]
+    ts.sort()
+    device = np.where(rng.random(n) < 0.3, 0, -1)
+    kind = np.where(device >= 0, "kernel", np.where(rng.random(n) < 0.5, "runtime", "host_op"))
+    correlation = rng.integers(-1, 60, n)
+    events = pd.DataFrame({"ts_ns": ts, "device": device, "rank": 0, "correlation": correlation,
+                           "kind": pd.Categorical(kind, dtype=schema.EVENT_COLUMNS["kind"])})
+    # WHEN the steps are found in time order (as finish sorts them) and in a shuffled order
+    in_order = schema.assign_steps(events, steps)
+    shuffled = rng.permutation(n)
+    anyhow = schema.assign_steps(events.iloc[shuffled].reset_index(drop=True), steps)
+    # THEN each event gets the same step either way, every way of falling in or out of a step is there
+    assert (anyhow == in_order[shuffled]).all()
+    host = device < 0
+    assert {-1, 3, 5} <= set(in_order[host].tolist()) and (in_order[host & (ts >= 300)] == -1).all()
+    assert (in_order[host & (ts == 200)] == 5).all()  # the later of two steps starting together

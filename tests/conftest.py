@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import warnings
 from pathlib import Path
 
@@ -11,6 +12,11 @@ import matplotlib
 import pytest
 
 matplotlib.use("Agg")
+
+# A suite started with SIGINT ignored (a background job of a non-interactive shell) hands that on
+# to every process its tests start, and the interrupt tests would see no Ctrl-C: the default back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("NPUMAGIC_SHARED", ROOT.parent / "shared")) / "data"

@@ -104,3 +104,17 @@ def test_calls_starting_together_in_time_order_keep_the_enclosing_one():
     # and in any order of the rows
     shuffled = np.random.default_rng(1).permutation(lanes.size)
     assert _top_level_mask(lanes[shuffled], start[shuffled], end[shuffled]).tolist() == top[shuffled].tolist()
+
+
+def test_launch_threads_as_text_are_the_per_row_split():
+    from npumagic.analysis.crossbackend import _at, _text_thread
+
+    # GIVEN the trace's events, one without a lane among them
+    ev = shared_trace(need(CUDA / "ns_resolution")).events
+    lane = pd.concat([ev["lane"], pd.Series(pd.Categorical([None], dtype=ev["lane"].dtype))], ignore_index=True)
+    calls = pd.DataFrame({"lane": lane, "ts_ns": np.arange(len(lane)), "correlation": np.arange(len(lane))})
+    # WHEN their threads are made as text per lane THEN they are the per-row split's, dtype and all
+    per_row = _text_thread(pd.DataFrame({"thread": _split_thread(lane), "ts": calls["ts_ns"].to_numpy(),
+                                         "correlation": calls["correlation"].to_numpy()}))
+    pd.testing.assert_frame_equal(_at(calls), per_row)
+    assert _at(calls)["thread"].iat[-1] == "nan" and "Thread 1102" in set(_at(calls)["thread"])

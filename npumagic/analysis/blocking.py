@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from .gaps import lane_codes, top_host_ops
-from .intervals import Spans
-from .schema import DEVICE_WORK, kind_in, text_values
+from .intervals import Spans, spans_of
+from .schema import device_work_rows, text_values
 from .syncs import is_host_sync
 
 BLOCKING_COLUMNS = ["call", "op", "count", "blocked_us", "idle_us", "per_step", "source", "library"]
@@ -59,19 +59,9 @@ _AUTOTUNED_OP = ("conv", "cudnn", "miopen", "rnn", "lstm", "gru", "ctc")
 _AUTOGRAD_OP = ("Backward", "autograd::engine")
 
 
-def spans_of(frame: pd.DataFrame, rows: np.ndarray | None = None) -> Spans:
-    """The union of the events' spans (``ts_ns``, ``dur_ns``), of the ``rows`` (a mask) where given:
-    arrays of those rows only, no copy of the frame's."""
-    start, took = frame["ts_ns"].to_numpy(), frame["dur_ns"].to_numpy()
-    if rows is not None:
-        start, took = start[rows], took[rows]
-    end = np.add(start, took, out=took if rows is not None and took.dtype == np.int64 else None)
-    return Spans.union_of(start, end, scratch=True)
-
-
 def device_busy(ev: pd.DataFrame) -> Spans:
     """The union of the device's work (kernels, collectives, copies) of a rank's events."""
-    return spans_of(ev, kind_in(ev["kind"], DEVICE_WORK) & (ev["device"].to_numpy() >= 0))
+    return spans_of(ev, device_work_rows(ev))
 
 
 def pageable_copy_launches(ev: pd.DataFrame) -> np.ndarray:

@@ -22,10 +22,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .intervals import Spans
+from .intervals import Spans, spans_of
 from .memory_release import release_free_memory
-from .schema import DEVICE_WORK, kind_in
-from .blocking import blocking_mask, spans_of
+from .schema import DEVICE_WORK, device_work_rows, kind_in
+from .blocking import blocking_mask
 
 
 STEP_COLUMNS = ["step", "start_us", "wall_us", "computing_us", "communication_us", "comm_not_overlapped_us",
@@ -139,7 +139,7 @@ def step_table(ev: pd.DataFrame, steps: pd.DataFrame, device_mode: bool,
     host_start = steps["start_ns"].to_numpy()
     host_end = steps["end_ns"].to_numpy()
     if device_mode:
-        work = ev.loc[kind_in(kind, DEVICE_WORK) & (ev["device"].to_numpy() >= 0), ["kind", "ts_ns", "dur_ns", "step"]]
+        work = ev.loc[device_work_rows(ev), ["kind", "ts_ns", "dur_ns", "step"]]
         compute, comm, memcpy = (spans_of(work[work["kind"] == k]) for k in DEVICE_WORK)
         last_host_work = functools.partial(_host_work_end, ev, steps) if host_tail else None
         lo, hi = _cycle_windows(work, steps, np.empty(0, np.int64) if bounds is None else bounds, last_host_work)

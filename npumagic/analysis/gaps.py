@@ -9,8 +9,8 @@ import weakref
 import numpy as np
 import pandas as pd
 
-from .intervals import Spans
-from .schema import DEVICE_WORK, LAUNCH_KINDS, kind_in
+from .intervals import Spans, spans_of
+from .schema import LAUNCH_KINDS, device_work_rows, kind_in
 
 GAP_OP_COLUMNS = ["op", "idle_us", "launches", "calls"]
 
@@ -62,10 +62,7 @@ def _busy_and_top_calls(ev: pd.DataFrame) -> tuple[Spans, np.ndarray, np.ndarray
 
 
 def _step_busy(ev: pd.DataFrame) -> Spans:
-    in_step = ev["step"].to_numpy() >= 0
-    start = ev["ts_ns"].to_numpy()
-    work = in_step & kind_in(ev["kind"], DEVICE_WORK) & (ev["device"].to_numpy() >= 0)
-    return Spans.union_of(start[work], start[work] + ev["dur_ns"].to_numpy()[work])
+    return spans_of(ev, (ev["step"].to_numpy() >= 0) & device_work_rows(ev))
 
 
 def _top_calls(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

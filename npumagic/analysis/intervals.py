@@ -1,5 +1,6 @@
 """Vectorised interval algebra on integer-nanosecond spans: union, intersection, difference,
-and how much of a window a set of spans covers. All numpy, no per-event Python loop."""
+how much of a window a set of spans covers, and the union of a frame's events (:func:`spans_of`).
+All numpy, no per-event Python loop."""
 
 from __future__ import annotations
 
@@ -93,3 +94,13 @@ class Spans:
     def gaps(self, lo: int, hi: int) -> "Spans":
         """The holes of this set inside ``[lo, hi)``."""
         return Spans(np.array([lo], np.int64), np.array([hi], np.int64)) - self
+
+
+def spans_of(frame, rows: np.ndarray | None = None) -> Spans:
+    """The union of the spans of a frame's events (``ts_ns``, ``dur_ns``), of the ``rows`` (a mask)
+    where given: arrays of those rows only, no copy of the frame's."""
+    start, took = frame["ts_ns"].to_numpy(), frame["dur_ns"].to_numpy()
+    if rows is not None:
+        start, took = start[rows], took[rows]
+    end = np.add(start, took, out=took if rows is not None and took.dtype == np.int64 else None)
+    return Spans.union_of(start, end, scratch=True)

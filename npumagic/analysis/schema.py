@@ -300,6 +300,11 @@ def kind_in(kind: pd.Series, kinds) -> np.ndarray:
     return found
 
 
+def device_work_rows(ev: pd.DataFrame) -> np.ndarray:
+    """The device's own work among ``ev``: kernels, collectives and copies on a device."""
+    return kind_in(ev["kind"], DEVICE_WORK) & (ev["device"].to_numpy() >= 0)
+
+
 def text_mask(values: pd.Series, test: Callable[[pd.Series], pd.Series]) -> np.ndarray:
     """``test(values.astype(str))`` as a bool array, judged once per category of a categorical
     column (a 10M-event trace has a few thousand names: no string per row)."""

@@ -98,7 +98,7 @@ def test_spans_of_some_rows_is_the_union_of_those_rows_alone(pairs, picked):
     # GIVEN events and a mask of some of them (the rows a pass reads, on arrays: no frame copied)
     import pandas as pd
 
-    from npumagic.analysis.blocking import spans_of
+    from npumagic.analysis.intervals import spans_of
 
     ev = pd.DataFrame({"ts_ns": np.array([s for s, _ in pairs], np.int64),
                        "dur_ns": np.array([d for _, d in pairs], np.int64)})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..schema import DEVICE_WORK, kind_in
+from ..schema import device_work_rows
 
 SLACK_NS = 1_000_000_000
 
@@ -23,7 +23,7 @@ def without_stray_device_events(events: pd.DataFrame) -> tuple[pd.DataFrame, int
     plausible window: (the events, how many were left out, the window ``[lo, hi]`` in ns, None
     when nothing was). Where most device events fall outside, the device clock is offset from
     the host's (as on some ROCm systems), not glitched: they are all kept."""
-    device = kind_in(events["kind"], DEVICE_WORK) & (events["device"].to_numpy() >= 0)
+    device = device_work_rows(events)
     host = (events["device"] < 0).to_numpy()
     if not device.any() or not host.any():  # no capture window to judge by
         return events, 0, None

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+from .analysis import read_ahead
 from .cli_ab import ab_arguments, ab_command
 from .cli_check import CANNOT_TELL, check_command
 from .cli_run import print_json, run_arguments, run_command, send_trigger, track
@@ -34,6 +35,7 @@ VIEWS = ("timeline", "steps", "kernels", "memory", "comm", "matrix", "regions", 
 
 def _load(args, path) -> Any:
     _exists(path)
+    read_ahead.start(path)  # a small trace decoded by a worker while pandas is imported here
     from . import analysis
 
     # a progress bar on a terminal, never in --json mode (stdout must stay machine-readable)
@@ -42,6 +44,7 @@ def _load(args, path) -> Any:
 
 def _summary(args, path, rank=None):
     _exists(path)
+    read_ahead.start(path)
     from .analysis import job
 
     if getattr(args, "parse_raw", False):

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 import npumagic
+from npumagic.analysis import decode_worker
 from npumagic.analysis.sources import _pool
 from npumagic.errors import TraceError
 
@@ -37,7 +38,7 @@ def _pooled(monkeypatch, block: int = 65536) -> list:
     decoded = []
     monkeypatch.setattr(_pool, "POOL_FROM", 0)
     monkeypatch.setattr(_pool, "BLOCK", block)
-    monkeypatch.setattr(_pool.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setattr(decode_worker.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
     real = _pool._Worker.result
     monkeypatch.setattr(_pool._Worker, "result", lambda self: decoded.append(real(self)) or decoded[-1])
     return decoded
@@ -137,10 +138,10 @@ def test_a_small_file_starts_no_worker(monkeypatch):
 
 
 def test_workers_one_a_core_for_large_text(tmp_path, monkeypatch):
-    monkeypatch.setattr(_pool.os, "sched_getaffinity", lambda _: {0, 1, 2}, raising=False)
+    monkeypatch.setattr(decode_worker.os, "sched_getaffinity", lambda _: {0, 1, 2}, raising=False)
     plain, packed = tmp_path / "a.json", tmp_path / "a.json.gz"
     plain.write_bytes(b" " * (_pool.POOL_FROM // 4))
-    packed.write_bytes(_pool.GZIP_MAGIC + b" " * (_pool.POOL_FROM // 4))  # its text guessed from the gzip ratio
+    packed.write_bytes(decode_worker.GZIP_MAGIC + b" " * (_pool.POOL_FROM // 4))  # its text guessed from the gzip ratio
     assert (_pool.worker_count(plain), _pool.worker_count(packed)) == (0, 3)
     monkeypatch.setenv("NPUMAGIC_DECODE_WORKERS", "1")
     assert _pool.worker_count(packed) == 0

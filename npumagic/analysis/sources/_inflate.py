@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ...errors import NpumagicError, TraceError
+from ..decode_worker import GZIP_MAGIC
 
 MAX_BYTES = 4 * 2**30  # inflated size limit of one trace file
 MAX_RATIO = 100  # inflated / compressed, checked once RATIO_FLOOR bytes are inflated
 RATIO_FLOOR = 64 * 2**20
 CHUNK = 256 * 2**10
-GZIP_MAGIC = b"\x1f\x8b"
 
 
 def max_bytes() -> int:

@@ -22,65 +22,49 @@ kills the workers it started and leaves none behind.
 
 from __future__ import annotations
 
-import os
 import pickle
 import queue
 import re
 import signal
 import struct
-import subprocess
 import sys
 import threading
 from collections import deque
 from pathlib import Path
 from typing import Iterator
 
-from ._inflate import GZIP_MAGIC
+from .. import decode_worker
+from ..decode_worker import read_exactly
+from ._inflate import open_trace
 from ._kineto_block import Block, decode_block, fill
+from ._kineto_decode import KinetoEvent
 from ._stream import EventStream, _skip_separator
 
-POOL_FROM = 32 * 2**20  # bytes of text: a smaller file is decoded in the reading process (no pool start)
-GZIP_RATIO = 8  # a gzip trace's text per byte on disk, to guess its size (Kineto traces compress 5-20:1)
+POOL_FROM = decode_worker.POOL_FROM
 BLOCK = 4 * 2**20
 READ_BLOCKS = 4  # blocks read at a time: the unsent rest of the last read is copied once a read
 IN_FLIGHT = 2  # tasks per worker
-PIPE_SIZE = 2**20  # Linux's default most for an unprivileged process (/proc/sys/fs/pipe-max-size)
-F_SETPIPE_SZ = 1031  # fcntl's name for it from Python 3.10 on Linux
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _TASK = struct.Struct("<q?")  # payload length, last block
 _RESULT = struct.Struct("<q")
-_SOURCES = Path(__file__).resolve().parent
-# the worker imports the block decoder without this package's __init__ (which imports pandas)
-_BOOT = """import sys, types
-sys.path[:] = [sys.argv[1]] + [p for p in sys.path if p]
-package = types.ModuleType("npumagic.analysis.sources")
-package.__path__ = [sys.argv[2]]
-sys.modules[package.__name__] = package
-from npumagic.analysis.sources._pool import serve
-serve()
-"""
 
 
 def worker_count(path: Path) -> int:
     """Decode workers for the file at ``path``: one a core (at most ``NPUMAGIC_DECODE_WORKERS``),
     none for a small file, on one core, or where this Python cannot start itself again."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    cores = min(cores, int(os.environ.get("NPUMAGIC_DECODE_WORKERS", cores)))
-    if cores < 2 or not sys.executable:
-        return 0
-    try:
-        with open(path, "rb") as fh:
-            text = os.fstat(fh.fileno()).st_size * (GZIP_RATIO if fh.read(2) == GZIP_MAGIC else 1)
-    except OSError:  # said by the reader, naming the file
-        return 0
-    return cores if text >= POOL_FROM else 0
+    cores = decode_worker.cores()
+    return cores if cores >= 2 and (decode_worker.text_size(path) or 0) >= POOL_FROM else 0
 
 
-def serve() -> None:
-    """A worker's loop: tasks from stdin, results (pickled Blocks) to stdout, until stdin closes."""
+def serve(argv: list[str]) -> None:
+    """A worker's loop: tasks from stdin, results (pickled Blocks) to stdout, until stdin closes;
+    with ``argv`` ``["file", PATH]``, the whole file at PATH (:func:`serve_file`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the reading process handles Ctrl-C and ends us
     tasks_in, results = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write to the results pipe
+    if argv[:1] == ["file"]:
+        serve_file(argv[1], results)
+        return
     while len(head := tasks_in.read(_TASK.size)) == _TASK.size:
         size, last = _TASK.unpack(head)
         text = bytearray(size + 2)
@@ -93,21 +77,36 @@ def serve() -> None:
         except Exception as exc:  # noqa: BLE001 - any failure: the reading process reads that block itself
             answer = ("failed", f"{type(exc).__name__}: {exc}")
         del text
-        data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
-        results.write(_RESULT.pack(len(data)))
-        results.write(data)
-        results.flush()
+        _answer(results, answer)
+
+
+def serve_file(path: str, results) -> None:
+    """Decode the whole trace file at ``path`` as the reading process would (:class:`._stream.EventStream`,
+    one Block per chunk): each Block as ``("block", Block)``, then ``("end", (header, counters,
+    nonfinite, not_utf8))``, the stream's own findings; ``("failed", why)`` on any error (the
+    reading process then reads the file itself, for the error naming it)."""
+    events = EventStream(path, KinetoEvent)
+    try:
+        with open_trace(Path(path)) as fh:
+            for chunk in events._decode(fh):
+                _answer(results, ("block", fill(Block(), chunk)))
+        _answer(results, ("end", (events.header, events.counters, events.nonfinite, events.not_utf8)))
+    except Exception as exc:  # noqa: BLE001 - any failure: the reading process reads the file itself
+        _answer(results, ("failed", f"{type(exc).__name__}: {exc}"))
+
+
+def _answer(results, answer) -> None:
+    data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+    results.write(_RESULT.pack(len(data)))
+    results.write(data)
+    results.flush()
 
 
 class _Worker:
     """A decode worker, with this process's thread writing its tasks and one reading its results."""
 
     def __init__(self) -> None:
-        root = str(_SOURCES.parents[2])
-        self.process = subprocess.Popen([sys.executable, "-c", _BOOT, root, str(_SOURCES)], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, bufsize=0)
-        for pipe in (self.process.stdin, self.process.stdout):
-            _widen(pipe)
+        self.process = decode_worker.start()
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
         self.results: queue.SimpleQueue = queue.SimpleQueue()
         self.threads = [threading.Thread(target=target, daemon=True, name="npumagic-decode-pipe")
@@ -139,8 +138,8 @@ class _Worker:
 
     def _read(self) -> None:
         try:
-            while (head := _read_exactly(self.process.stdout, _RESULT.size)) is not None:
-                data = _read_exactly(self.process.stdout, _RESULT.unpack(head)[0])
+            while (head := read_exactly(self.process.stdout, _RESULT.size)) is not None:
+                data = read_exactly(self.process.stdout, _RESULT.unpack(head)[0])
                 if data is None:
                     break
                 self.results.put(data)
@@ -160,28 +159,6 @@ class _Worker:
             except OSError:
                 pass
         self.process.wait()
-
-
-def _widen(pipe) -> None:
-    """A pipe that holds :data:`PIPE_SIZE` bytes, where the system lets it (Linux): a block crosses in
-    a few writes, not 64 of 64 KiB, each of which hands this process's GIL to the writing thread."""
-    try:
-        import fcntl  # not on Windows
-
-        fcntl.fcntl(pipe.fileno(), F_SETPIPE_SZ, PIPE_SIZE)
-    except (ImportError, OSError):
-        pass
-
-
-def _read_exactly(pipe, size: int) -> bytes | None:
-    data = bytearray(size)
-    view, got = memoryview(data), 0
-    while got < size:
-        n = pipe.readinto(view[got:])
-        if not n:
-            return None
-        got += n
-    return data
 
 
 def pool_blocks(stream: EventStream, fh, workers: int) -> Iterator[Block]:

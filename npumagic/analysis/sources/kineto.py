@@ -28,6 +28,7 @@ from ._counters import chrome_counters
 from ._kineto_block import CAT_INDEX, CATS, DEVICE_CATS, HOST_CATS, LEGACY_CATS, Block, fill
 from ._kineto_decode import KinetoEvent, RawTrace
 from ._pool import pool_blocks, worker_count
+from .. import read_ahead
 from ..collectives import is_comm_name
 from ..memory_release import release_free_memory
 from ._notes import ReadNotes, reading
@@ -309,22 +310,31 @@ class _Columns:
         and a few blocks of its text: :mod:`._stream`), its blocks decoded on every core where
         it is large (:mod:`._pool`); return its other top-level fields."""
         events = EventStream(path, KinetoEvent)
-        workers = worker_count(path)
-        with open_trace(path) as fh:
-            blocks = pool_blocks(events, fh, workers) if workers else (fill(Block(), e) for e in events._decode(fh))
-            try:
-                for block in blocks:
-                    self._add(block)
-                    if progress is not None:
-                        progress.update(block.events)
-            finally:
-                blocks.close()  # an interrupted read ends its workers now, not when the traceback goes
+        ahead = read_ahead.take(path)
+        if ahead is not None:  # decoded by a worker while this process imported pandas
+            blocks, (events.header, events.counters, events.nonfinite, events.not_utf8) = ahead
+            self._add_all(blocks, progress)
+        else:
+            workers = worker_count(path)
+            with open_trace(path) as fh:
+                self._add_all(pool_blocks(events, fh, workers) if workers else
+                              (fill(Block(), e) for e in events._decode(fh)), progress)
         self.counter_events += events.counters
         events.nonfinite += self.repaired[0]
         events.not_utf8 += self.repaired[1]
         if repairs := events.repairs():
             self.notes.remark(path, repairs)
         return events.header
+
+    def _add_all(self, blocks, progress) -> None:
+        try:
+            for block in blocks:
+                self._add(block)
+                if progress is not None:
+                    progress.update(block.events)
+        finally:
+            if hasattr(blocks, "close"):
+                blocks.close()  # an interrupted read ends its workers now, not when the traceback goes
 
     def counters(self) -> pd.DataFrame:
         """Kineto's counter events (``ph: "C"``), where the trace has any."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ...errors import NpumagicError, TraceError
+from ..read_ahead import KINETO_FILES, TRACE_SUFFIXES
 from ._inflate import open_trace
 from . import kineto
 from .ascend import discover
@@ -36,8 +37,6 @@ class Reader(Protocol):
         """The job's meta from each group's own meta, in the order of :meth:`rank_groups`."""
 
 
-TRACE_SUFFIXES = (".json", ".json.gz")
-KINETO_FILES = (".pt.trace.json", ".pt.trace.json.gz")  # what torch.profiler's trace handler writes
 # the search for traces in the folders below the one given is bounded: a run's rank or worker
 # folders lie a level or two down, and a home directory named by mistake (or by an assistant over
 # MCP) is refused in a moment instead of walked for minutes

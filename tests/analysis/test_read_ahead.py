@@ -137,3 +137,14 @@ def test_the_command_line_reads_ahead_to_the_same_answer(tmp_path):
     assert ahead.returncode == 0 == alone.returncode, ahead.stderr + alone.stderr
     assert "ahead 1" in ahead.stderr and "ahead 0" in alone.stderr
     assert json.loads(ahead.stdout) == json.loads(alone.stdout)
+
+
+def test_a_worker_whose_reader_ended_exits_quietly():
+    # GIVEN a read-ahead worker whose reading process closed its end of the pipe (it ended first)
+    need(V100)
+    code = ("import sys; from npumagic.analysis import decode_worker; "
+            f"p = decode_worker.start('file', {str(V100)!r}); p.stdout.close(); p.stdin.close(); sys.exit(p.wait())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    # THEN it ends without a traceback on the terminal they share
+    assert (done.returncode, done.stderr) == (0, "")

@@ -22,6 +22,7 @@ kills the workers it started and leaves none behind.
 
 from __future__ import annotations
 
+import os
 import pickle
 import queue
 import re
@@ -87,12 +88,17 @@ def serve_file(path: str, results) -> None:
     reading process then reads the file itself, for the error naming it)."""
     events = EventStream(path, KinetoEvent)
     try:
-        with open_trace(Path(path)) as fh:
-            for chunk in events._decode(fh):
-                _answer(results, ("block", fill(Block(), chunk)))
-        _answer(results, ("end", (events.header, events.counters, events.nonfinite, events.not_utf8)))
-    except Exception as exc:  # noqa: BLE001 - any failure: the reading process reads the file itself
-        _answer(results, ("failed", f"{type(exc).__name__}: {exc}"))
+        try:
+            with open_trace(Path(path)) as fh:
+                for chunk in events._decode(fh):
+                    _answer(results, ("block", fill(Block(), chunk)))
+            _answer(results, ("end", (events.header, events.counters, events.nonfinite, events.not_utf8)))
+        except BrokenPipeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure: the reading process reads the file itself
+            _answer(results, ("failed", f"{type(exc).__name__}: {exc}"))
+    except BrokenPipeError:  # the reading process has ended: nothing to say, and no traceback at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), results.fileno())
 
 
 def _answer(results, answer) -> None:

@@ -85,10 +85,10 @@ def start(path: str | Path) -> None:
         if len(traces) != 1:
             return
         path = traces[0]
-    elif not path.name.endswith(TRACE_SUFFIXES):
+    elif not (path.name.endswith(TRACE_SUFFIXES) and path.is_file()):  # no FIFO: opening one waits for a writer
         return
-    key = _key(path)
-    if key is None or key in _started or decode_worker.cores() < 2 or (decode_worker.text_size(path) or decode_worker.POOL_FROM) >= decode_worker.POOL_FROM:
+    key, largest = _key(path), decode_worker.POOL_FROM  # from there on the pool decodes it on every core
+    if key is None or key in _started or decode_worker.cores() < 2 or (decode_worker.text_size(path) or largest) >= largest:
         return
     try:
         _started[key] = _ReadAhead(str(path))

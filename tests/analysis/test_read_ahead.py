@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 import pandas as pd
 import pytest
@@ -148,3 +149,16 @@ def test_a_worker_whose_reader_ended_exits_quietly():
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     # THEN it ends without a traceback on the terminal they share
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_a_fifo_named_as_a_trace_is_not_opened(tmp_path):
+    # GIVEN a FIFO named as a trace (opening it for reading would wait for a writer)
+    fifo = tmp_path / "rank-0.pt.trace.json"
+    os.mkfifo(fifo)
+    started = threading.Thread(target=read_ahead.start, args=(fifo,), daemon=True)
+    started.start()
+    started.join(timeout=10)
+    waiting = started.is_alive()
+    if waiting:  # let it go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert not waiting and not read_ahead._started

@@ -83,3 +83,19 @@ def test_a_format_no_reader_has_is_refused_by_name(tmp_path):
                  lambda: sources.merge_meta("nsys", [trace], [{}])):
         with pytest.raises(TraceError, match=r"w\.pt\.trace\.json: no reader for format 'nsys'; readers: ascend, kineto"):
             call()
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path):
+    # GIVEN a FIFO named as a trace, given itself or lying in a folder below the one given (reading
+    # one waits for a writer: the analysis would hang)
+    import os
+
+    os.mkfifo(tmp_path / "rank-0.pt.trace.json")
+    (tmp_path / "below").mkdir()
+    os.mkfifo(tmp_path / "below" / "rank-1.pt.trace.json")
+    with pytest.raises(TraceError, match="neither a file nor a folder") as raised:
+        sources.detect(tmp_path / "rank-0.pt.trace.json")
+    assert str(tmp_path / "rank-0.pt.trace.json") in str(raised.value)
+    (tmp_path / "rank-0.pt.trace.json").unlink()
+    with pytest.raises(TraceError, match="no profiler output found"):
+        sources.detect(tmp_path)

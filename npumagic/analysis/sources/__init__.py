@@ -31,6 +31,9 @@ def detect(path: str | Path) -> tuple[str, list[Path]]:
     path = Path(path)
     if not path.exists():
         raise TraceError(path, "no such file or directory")
+    if not (path.is_file() or path.is_dir()):  # reading a FIFO would wait for a writer
+        raise TraceError(path, "neither a file nor a folder (a FIFO, socket or device); expected a profiler trace "
+                               "file or the folder holding the profiler's output")
     found = readers.sniff(path)
     if found is not None:
         reader, paths = found

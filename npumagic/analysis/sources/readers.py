@@ -141,7 +141,7 @@ def _nested_traces(path: Path) -> list[Path]:
             raise TraceError(path, f"more than {NESTED_ENTRIES:,} files and folders below it, too many to search for "
                                    "profiler output: give the folder that holds the *.pt.trace.json files or the "
                                    "*_ascend_pt directories")
-        found += [Path(top, f) for f in files if f.endswith(KINETO_FILES)]
+        found += [Path(top, f) for f in files if f.endswith(KINETO_FILES) and Path(top, f).is_file()]  # no FIFO
         if len(Path(top).relative_to(path).parts) >= NESTED_DEPTH:
             dirs.clear()
     return sorted(found)

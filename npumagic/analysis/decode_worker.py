@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..errors import NpumagicError
+
 POOL_FROM = 32 * 2**20  # bytes of text: a smaller file is decoded in one process (no pool start)
 GZIP_MAGIC = b"\x1f\x8b"
 GZIP_RATIO = 8  # a gzip trace's text per byte on disk, to guess its size (Kineto traces compress 5-20:1)
@@ -44,10 +46,16 @@ def start(*args: str) -> subprocess.Popen:
 
 
 def cores() -> int:
-    """The cores this process may run on, at most ``NPUMAGIC_DECODE_WORKERS``; 1 where this Python
-    cannot start itself again (no worker then)."""
+    """The cores this process may run on, at most ``NPUMAGIC_DECODE_WORKERS`` (1 or less: no worker);
+    1 where this Python cannot start itself again (no worker then)."""
     found = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(found, int(os.environ.get("NPUMAGIC_DECODE_WORKERS", found))) if sys.executable else 1
+    text = os.environ.get("NPUMAGIC_DECODE_WORKERS", "").strip()
+    try:
+        most = int(text) if text else found
+    except ValueError:
+        raise NpumagicError(f"NPUMAGIC_DECODE_WORKERS={text!r}: expected a whole number of decode processes "
+                            "(1: the trace is read in the reading process alone)") from None
+    return min(found, most) if sys.executable else 1
 
 
 def text_size(path: str | Path) -> int | None:

@@ -17,7 +17,7 @@ import pytest
 
 import npumagic
 from npumagic.analysis import decode_worker, read_ahead
-from npumagic.errors import TraceError
+from npumagic.errors import NpumagicError, TraceError
 
 from ..conftest import CUDA, need
 
@@ -162,3 +162,16 @@ def test_a_fifo_named_as_a_trace_is_not_opened(tmp_path):
     if waiting:  # let it go
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
     assert not waiting and not read_ahead._started
+
+
+def test_a_worker_count_that_is_no_number_is_refused_by_name(monkeypatch):
+    need(V100)
+    monkeypatch.setenv("NPUMAGIC_DECODE_WORKERS", "two")
+    with pytest.raises(NpumagicError, match="NPUMAGIC_DECODE_WORKERS='two': expected a whole number"):
+        read_ahead.start(V100)
+    with pytest.raises(NpumagicError, match="NPUMAGIC_DECODE_WORKERS='two'"):
+        npumagic.load(V100)
+    for fewest in ("0", "-3", " 1 "):  # none: read in this process
+        monkeypatch.setenv("NPUMAGIC_DECODE_WORKERS", fewest)
+        read_ahead.start(V100)
+        assert not read_ahead._started

@@ -38,7 +38,7 @@ def _gap_operators(ev: pd.DataFrame, largest: int) -> pd.DataFrame:
     if len(busy) < 2 or not rows.size:
         return pd.DataFrame(columns=GAP_OP_COLUMNS)
     gap_lo, gap_hi = busy.ends[:-1], busy.starts[1:]
-    pick = np.argsort(gap_lo - gap_hi, kind="stable")[:largest]
+    pick = longest_first(gap_hi - gap_lo, largest)
     covered = Spans.union_of(gap_lo[pick], gap_hi[pick]).covered(start, end)
     keep = np.flatnonzero(covered > 0)
     if not keep.size:
@@ -46,13 +46,25 @@ def _gap_operators(ev: pd.DataFrame, largest: int) -> pd.DataFrame:
     # each thread's in turn (by lane), each by start, the enclosing first: the order a table by thread had
     keep = keep[np.lexsort((-end[keep], start[keep], lanes[keep]))]
     launched = (ev["step"].to_numpy() >= 0) & kind_in(ev["kind"], LAUNCH_KINDS) & (ev["correlation"].to_numpy() >= 0)
-    t = np.sort(ev["ts_ns"].to_numpy()[launched])
+    t = ev["ts_ns"].to_numpy()[launched]
+    if not (t[1:] >= t[:-1]).all():  # a trace's events come in time order (schema.finish sorts them)
+        t = np.sort(t)
     tops = pd.DataFrame({"op": ev["name"].iloc[rows[keep]].astype(str).to_numpy(), "idle_ns": covered[keep],
                          "launches": np.searchsorted(t, end[keep]) - np.searchsorted(t, start[keep])})
     table = tops.groupby("op", sort=False).agg(idle_us=("idle_ns", "sum"), launches=("launches", "sum"),
                                                calls=("idle_ns", "size")).reset_index()
     table["idle_us"] = table["idle_us"] / 1000.0
     return table.sort_values("idle_us", ascending=False, kind="stable").reset_index(drop=True)[GAP_OP_COLUMNS]
+
+
+def longest_first(lengths: np.ndarray, largest: int) -> np.ndarray:
+    """The positions of the ``largest`` longest of ``lengths``, longest first, ties in position
+    order: a stable sort's first ``largest``, without sorting every gap (a million at 10M events)."""
+    if lengths.size <= largest:
+        return np.argsort(-lengths, kind="stable")
+    shortest_kept = np.partition(lengths, lengths.size - largest)[lengths.size - largest]
+    candidates = np.flatnonzero(lengths >= shortest_kept)
+    return candidates[np.argsort(-lengths[candidates], kind="stable")][:largest]
 
 
 def _busy_and_top_calls(ev: pd.DataFrame) -> tuple[Spans, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

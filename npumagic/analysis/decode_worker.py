@@ -9,6 +9,7 @@ neither, so the read-ahead can start before them.
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 GZIP_RATIO = 8  # a gzip trace's text per byte on disk, to guess its size (Kineto traces compress 5-20:1)
 PIPE_SIZE = 2**20  # Linux's default most for an unprivileged process (/proc/sys/fs/pipe-max-size)
 F_SETPIPE_SZ = 1031  # fcntl's name for it from Python 3.10 on Linux
+ANSWER = struct.Struct("<q")  # a worker's answer is its pickle's length, then the pickle
 _SOURCES = Path(__file__).resolve().parent / "sources"
 # the worker imports the block decoder without the sources package's __init__ (which imports pandas)
 _BOOT = """import sys, types
@@ -66,6 +68,12 @@ def text_size(path: str | Path) -> int | None:
             return os.fstat(fh.fileno()).st_size * (GZIP_RATIO if fh.read(2) == GZIP_MAGIC else 1)
     except OSError:
         return None
+
+
+def read_answer(pipe) -> bytearray | None:
+    """A worker's next answer (pickled) from its output ``pipe``, or None where it ends first."""
+    head = read_exactly(pipe, ANSWER.size)
+    return None if head is None else read_exactly(pipe, ANSWER.unpack(head)[0])
 
 
 def read_exactly(pipe, size: int) -> bytearray | None:

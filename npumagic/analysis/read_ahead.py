@@ -14,13 +14,11 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
-import struct
 import threading
 from pathlib import Path
 
 from . import decode_worker
 
-_RESULT = struct.Struct("<q")  # as the worker frames its answers
 TRACE_SUFFIXES = (".json", ".json.gz")
 KINETO_FILES = (".pt.trace.json", ".pt.trace.json.gz")  # what torch.profiler's trace handler writes
 _started: dict[tuple, "_ReadAhead"] = {}
@@ -38,12 +36,8 @@ class _ReadAhead:
         self.thread.start()
 
     def _gather(self) -> None:
-        out = self.process.stdout
         try:
-            while (head := decode_worker.read_exactly(out, _RESULT.size)) is not None:
-                data = decode_worker.read_exactly(out, _RESULT.unpack(head)[0])
-                if data is None:
-                    break
+            while (data := decode_worker.read_answer(self.process.stdout)) is not None:
                 self.answers.append(data)
         except (OSError, ValueError):
             pass

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Iterator
 
 from .. import decode_worker
-from ..decode_worker import read_exactly
 from ._inflate import open_trace
 from ._kineto_block import Block, decode_block, fill
 from ._kineto_decode import KinetoEvent
@@ -47,7 +46,6 @@ READ_BLOCKS = 4  # blocks read at a time: the unsent rest of the last read is co
 IN_FLIGHT = 2  # tasks per worker
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _TASK = struct.Struct("<q?")  # payload length, last block
-_RESULT = struct.Struct("<q")
 
 
 def worker_count(path: Path) -> int:
@@ -86,24 +84,28 @@ def serve_file(path: str, results) -> None:
     one Block per chunk): each Block as ``("block", Block)``, then ``("end", (header, counters,
     nonfinite, not_utf8))``, the stream's own findings; ``("failed", why)`` on any error (the
     reading process then reads the file itself, for the error naming it)."""
-    events = EventStream(path, KinetoEvent)
     try:
-        try:
-            with open_trace(Path(path)) as fh:
-                for chunk in events._decode(fh):
-                    _answer(results, ("block", fill(Block(), chunk)))
-            _answer(results, ("end", (events.header, events.counters, events.nonfinite, events.not_utf8)))
-        except BrokenPipeError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure: the reading process reads the file itself
-            _answer(results, ("failed", f"{type(exc).__name__}: {exc}"))
+        for answer in _file_answers(path):
+            _answer(results, answer)
     except BrokenPipeError:  # the reading process has ended: nothing to say, and no traceback at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), results.fileno())
 
 
+def _file_answers(path: str) -> Iterator[tuple]:
+    events = EventStream(path, KinetoEvent)
+    try:
+        with open_trace(Path(path)) as fh:
+            for chunk in events._decode(fh):
+                yield "block", fill(Block(), chunk)
+    except Exception as exc:  # noqa: BLE001 - any failure: the reading process reads the file itself
+        yield "failed", f"{type(exc).__name__}: {exc}"
+        return
+    yield "end", (events.header, events.counters, events.nonfinite, events.not_utf8)
+
+
 def _answer(results, answer) -> None:
     data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
-    results.write(_RESULT.pack(len(data)))
+    results.write(decode_worker.ANSWER.pack(len(data)))
     results.write(data)
     results.flush()
 
@@ -144,10 +146,7 @@ class _Worker:
 
     def _read(self) -> None:
         try:
-            while (head := read_exactly(self.process.stdout, _RESULT.size)) is not None:
-                data = read_exactly(self.process.stdout, _RESULT.unpack(head)[0])
-                if data is None:
-                    break
+            while (data := decode_worker.read_answer(self.process.stdout)) is not None:
                 self.results.put(data)
         except (OSError, ValueError):
             pass

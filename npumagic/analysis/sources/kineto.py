@@ -25,7 +25,7 @@ from .. import schema
 from ._columns import small_int, step_ids, to_int, to_ns
 from ._inflate import open_trace
 from ._counters import chrome_counters
-from ._kineto_block import CAT_INDEX, CATS, DEVICE_CATS, HOST_CATS, LEGACY_CATS, Block, fill
+from ._kineto_block import CAT_INDEX, CATS, DEVICE_CATS, HOST_CATS, Block, fill
 from ._kineto_decode import KinetoEvent, RawTrace
 from ._pool import pool_blocks, worker_count
 from .. import read_ahead

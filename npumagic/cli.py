@@ -16,7 +16,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from .analysis import read_ahead
 from .cli_ab import ab_arguments, ab_command
@@ -26,6 +26,7 @@ from .commands import COMMANDS, ERRORS, Places, find
 from .commands.base import TARGET
 from .errors import NpumagicError
 from .names import DEMO_DIR, OUTPUT_DIR
+from .process_end import exit_now
 from .terminal import SafeStream, safe_text, terminal_width
 from .wording import SHELL
 
@@ -531,5 +532,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = stdout
 
 
+def entry() -> NoReturn:
+    """The ``npumagic`` command: :func:`main`, then the process ends without the interpreter's
+    teardown (:func:`~npumagic.process_end.exit_now`)."""
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

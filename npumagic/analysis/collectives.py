@@ -79,7 +79,7 @@ def comm_table(comm: pd.DataFrame, ev: pd.DataFrame, links: pd.DataFrame | None 
     g = frame.groupby("op", sort=False)
     table = g.agg(count=("elapsed_us", "count"), elapsed_us=("elapsed_us", "sum"), wait_us=("wait_us", "sum"),
                   sync_us=("sync_us", "sum"), transit_mb=("transit_mb", "sum"),
-                  link=("link", lambda s: s.mode().iat[0] if len(s) else "")).reset_index()
+                  link=("link", _most_common)).reset_index()
     table["wait_ratio"] = table["wait_us"] / table["elapsed_us"]
     table["sync_ratio"] = table["sync_us"] / table["elapsed_us"]
     # Bandwidth over each op's main link, from that link's own transit time (the op-level
@@ -92,6 +92,13 @@ def comm_table(comm: pd.DataFrame, ev: pd.DataFrame, links: pd.DataFrame | None 
         mb, ms = own["transit_mb"].reindex(key).to_numpy(), own["transit_ms"].reindex(key).to_numpy()
         table["bandwidth_gbps"] = np.divide(mb, ms, out=np.full(len(table), np.nan), where=ms > 0)
     return table.sort_values("elapsed_us", ascending=False, kind="stable").reset_index(drop=True)[COMM_COLUMNS]
+
+
+def _most_common(values: pd.Series) -> str:
+    """The value most rows hold ("" where none holds one: pandas 3's ``astype(str)`` keeps a
+    missing link missing, and ``mode`` leaves it out)."""
+    common = values.mode()
+    return str(common.iat[0]) if len(common) else ""
 
 
 def _ratio(mb, ms) -> np.ndarray:

@@ -19,6 +19,7 @@ from npumagic.analysis.persist import dump_summary, load_summary
 from npumagic.analysis.sources import detect, reader_for
 from npumagic.analysis.sources.ascend import outline as ascend_outline
 from npumagic.cli import main
+from npumagic.errors import TraceError
 
 from .test_parallel import _assert_same, copy_job
 
@@ -240,3 +241,25 @@ def test_a_rank_directory_without_its_output_is_said_and_left_out(tmp_path):
     with pytest.warns(UserWarning, match=r"rank3_ascend_pt has no ASCEND_PROFILER_OUTPUT .* is left out"):
         _, paths = detect(job)
     assert len(paths) == 3
+
+
+def test_ranks_of_separate_runs_in_sibling_folders_are_refused(tmp_path, capsys):
+    """level0/rank0 and level1/rank0 under one folder: two runs (or one job exported twice), not a
+    job of four ranks. Read in full, as an outline and by the command, one error names both."""
+    for run in ("level0", "level1"):
+        copy_job(tmp_path / "runs" / run, 2)
+    said = "holds separate runs: level0/rank0_ascend_pt and level1/rank0_ascend_pt both record rank 0"
+    with pytest.raises(TraceError, match=re.escape(said)):
+        npumagic.load(tmp_path / "runs")
+    with pytest.raises(TraceError, match=re.escape(said)):
+        job_reader.analyze(tmp_path / "runs")
+    assert main(["analyze", str(tmp_path / "runs")]) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_a_job_whose_ranks_lie_in_a_folder_per_node_is_one_job(tmp_path):
+    job = copy_job(tmp_path / "flat", 4)
+    for rank in range(4):  # node0 holds ranks 0-1, node1 ranks 2-3: ids apart, one job
+        (tmp_path / "job" / f"node{rank // 2}").mkdir(parents=True, exist_ok=True)
+        (job / f"rank{rank}_ascend_pt").rename(tmp_path / "job" / f"node{rank // 2}" / f"rank{rank}_ascend_pt")
+    assert npumagic.load(tmp_path / "job").ranks == [0, 1, 2, 3]

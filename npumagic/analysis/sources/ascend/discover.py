@@ -8,6 +8,7 @@ from the raw data kept beside it.
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from pathlib import Path
@@ -112,11 +113,26 @@ def rank_numbers(paths: list[Path], ids: list[int]) -> list[int]:
     instead (0 to N-1, in the natural name order of ``paths``), said in a warning."""
     if len(set(ids)) == len(ids):
         return list(ids)
+    _one_run(paths, ids)
     repeated = sorted({r for r in ids if ids.count(r) > 1})
     warnings.warn(f"{paths[0].parent}: rank ids {repeated} appear in more than one rank's profiler_info: every rank is "
                   f"numbered by its directory's place instead (0 to {len(ids) - 1}, in natural name order)",
                   stacklevel=4)
     return list(range(len(ids)))
+
+
+def _one_run(paths: list[Path], ids: list[int]) -> None:
+    """TraceError where one rank id is recorded by ranks in different folders (level0/rank0 and
+    level1/rank0: separate runs, or one job exported twice): put together they would be a job of
+    neither. Repeated ids within one folder are unlabelled ranks of one job, numbered by place."""
+    seen: dict[int, Path] = {}
+    for path, rank in zip(paths, ids):
+        other = seen.setdefault(rank, path)
+        if other.parent != path.parent:
+            where = Path(os.path.commonpath([other.parent, path.parent]))
+            first, second = (p.relative_to(where).as_posix() for p in (other, path))
+            raise TraceError(where, f"holds separate runs: {first} and {second} both record rank {rank}. A folder "
+                                    "is read as one job (a directory per rank): analyse each run's folder on its own")
 
 
 def profiler_info(rank_dir: Path) -> tuple[Path, dict[str, Any]]:

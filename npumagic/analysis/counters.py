@@ -294,7 +294,9 @@ def host_table(counters: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
                 "workers": (~np.isnan(workers)).sum(axis=0),
                 "worker_cpu_pct_mean": np.nanmean(workers, axis=0),
                 "worker_cpu_pct_max": np.nanmax(workers, axis=0),
-                "cores": (~np.isnan(cores)).sum(axis=0),
+                # the machine's cores where any was read in the step: a core with no reading in a short
+                # step (its clock ticks every 10 ms) is still there
+                "cores": np.where(np.isnan(cores).all(axis=0), 0, len(cores)),
                 "cores_busy_pct": np.nanmean(cores, axis=0),
                 "cores_idle": (cores < CORE_IDLE_PCT).sum(axis=0),
                 "main_thread_wait_pct": means.get("Main thread/wait", nan),

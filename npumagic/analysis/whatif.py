@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import job_path, path_bound
+from .finding import plural
 from .gaps import dispatch_ms, short_runs_ms
 from . import thresholds as T
 from .path_bound import PathBound
@@ -272,12 +273,14 @@ def dataloader_lever(s: Summary, wait_ms: float) -> Lever:
                      "each batch over between processes: fewer tensors per batch shorten it, up to all of it")
     if fit.suggest < fit.now:
         return Lever("fewer_workers", DEFAULT_LOW * wait_ms, wait_ms,
-                     f"{fit.now} workers and the training thread take turns on {fit.cores} cores, none idle: with "
+                     f"{plural(fit.now, 'worker', 'workers')} and the training thread take turns on "
+                     f"{plural(fit.cores, 'core', 'cores')}, none idle: with "
                      f"{fit.suggest} the batches stop waiting behind the others' time slices, up to the {wait_ms:,.2f} ms "
                      "wait")
     if fit.suggest <= fit.now:
         return Lever("cheaper_samples", 0.0, wait_ms,
-                     f"no core is idle ({fit.cores} cores, {fit.now} workers): more workers would take cores from the "
+                     f"no core is idle ({plural(fit.cores, 'core', 'cores')}, {plural(fit.now, 'worker', 'workers')}): "
+                     "more workers would take cores from the "
                      f"step; only cheaper samples remove the {wait_ms:,.2f} ms wait")
     batch = wait_ms if fit.now == 0 else fit.now * (wait_ms + rest)
     after = max(batch / fit.suggest - rest, 0.0)

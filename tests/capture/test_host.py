@@ -416,3 +416,13 @@ def test_workers_ahead_of_the_step_are_read_as_waiting_for_work(shell, loader, s
     assert host[column].mean() >= 50, host
     summary = shell.magics_manager.registry["NpuMagics"].session.runs.summary(loader)
     assert whatif.worker_fit(summary).ahead is waiting
+
+
+@pytest.mark.parametrize("cores, workers, said", [
+    (1, 1, "1 DataLoader worker and the training thread share 1 core, none idle"),
+    (2, 0, "no core is idle during the steps (2 cores, 0 DataLoader workers)")])
+def test_no_idle_core_is_said_with_its_counts_in_words(waiting_on_data, cores, workers, said):
+    summary = _with_host(waiting_on_data, cores=cores, cores_idle=0, cores_busy_pct=100.0, workers=workers,
+                         worker_cpu_pct_mean=5.0 if workers else np.nan, main_thread_cpu_pct=95.0)
+    finding = next(f for f in advise(summary) if f.category == "dataloader")
+    assert said in finding.fix

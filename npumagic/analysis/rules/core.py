@@ -94,7 +94,8 @@ def _dataloader(s: Summary) -> list[Finding]:
              "handing batches over between processes" if fit.ahead else "")
     if fit.known and fit.suggest < fit.now:  # oversubscribed, or ahead: the hand-over costs more than loading
         fix = ((ahead + ": ") if ahead else
-               f"{fit.now} DataLoader workers and the training thread share {fit.cores} cores, none idle: ") + (
+               f"{plural(fit.now, 'DataLoader worker', 'DataLoader workers')} and the training thread share "
+               f"{plural(fit.cores, 'core', 'cores')}, none idle: ") + (
                f"a batch takes them {fit.batch_ms:,.2f} ms (on a core or in their own reads), less than the step "
                f"waits, so load it in the training process: DataLoader(num_workers={fit.now} -> 0)" if fit.suggest == 0 else
                f"use fewer, one per core beside the training thread: DataLoader(num_workers={fit.now} -> "
@@ -104,7 +105,8 @@ def _dataloader(s: Summary) -> list[Finding]:
                "into one tensor in collate_fn, return tensors rather than Python objects)" +
                (", set pin_memory=True" if on_device else "") + ", or make each step do more work per batch")
     elif fit.known and fit.suggest <= fit.now:  # more workers would take cores from the step itself
-        fix = (f"no core is idle during the steps ({fit.cores} cores, {fit.now} DataLoader workers): more workers "
+        fix = (f"no core is idle during the steps ({plural(fit.cores, 'core', 'cores')}, "
+               f"{plural(fit.now, 'DataLoader worker', 'DataLoader workers')}): more workers "
                "would compete with the training thread for them, so make each sample cheaper instead (decode "
                "pre-resized inputs, cache decoded samples" + (", move augmentation onto the device" if on_device else "")
                + "), or run on a machine with spare cores")

@@ -73,6 +73,30 @@ def _late_cause(late: pd.Series, waiting: pd.Series) -> tuple[str, float]:
     return column, excess[column]
 
 
+def late_rank(ranks: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
+    """(the rank the others wait for in collectives, the rank that waits longest): those with the
+    least and the most communication not overlapped, where the two differ by more than
+    :data:`~.thresholds.SLOW_RANK_RATIO` of the mean step (computing, communication not overlapped
+    and free, as msprof-analyze's); None where they do not, or fewer than two ranks were read."""
+    ranks = ranks.dropna(subset=list(DIMENSIONS))
+    if len(ranks) < 2:
+        return None
+    waits = ranks["comm_not_overlapped_us"]
+    if _spread(waits, _mean_step(ranks)) <= T.SLOW_RANK_RATIO:
+        return None
+    return ranks.loc[waits.idxmin()], ranks.loc[waits.idxmax()]
+
+
+def late_cause(late: pd.Series, waiting: pd.Series) -> str:
+    """Why ``late`` is late, in a finding's words ("" where its own time does not say)."""
+    own, by = _late_cause(late, waiting)
+    return f"{OWN_CAUSES[own]} ({_per_step_ms(by):,.2f} ms more than rank {int(waiting['rank'])})" if own else ""
+
+
+def _mean_step(ranks: pd.DataFrame) -> float:
+    return float((ranks["computing_us"] + ranks["comm_not_overlapped_us"] + ranks["free_us"]).mean())
+
+
 def slow_ranks(ranks: pd.DataFrame, label: str = "", backend: str = "npu", common_steps: int | None = None) -> list[Finding]:
     """A finding for each of computing, communication (not overlapped) and free whose spread
     across ``ranks`` (max - min) exceeds :data:`~.thresholds.SLOW_RANK_RATIO` of the mean step
@@ -87,7 +111,7 @@ def slow_ranks(ranks: pd.DataFrame, label: str = "", backend: str = "npu", commo
     ranks = ranks.dropna(subset=list(DIMENSIONS))
     if len(ranks) < 2:
         return []
-    step = float((ranks["computing_us"] + ranks["comm_not_overlapped_us"] + ranks["free_us"]).mean())
+    step = _mean_step(ranks)
     out = []
     for column, words in DIMENSIONS.items():
         ratio = _spread(ranks[column], step)
@@ -104,11 +128,10 @@ def slow_ranks(ranks: pd.DataFrame, label: str = "", backend: str = "npu", commo
         cause = ""
         if column == "comm_not_overlapped_us":
             category = "communication"
-            own, by = _late_cause(low, high)
+            own, _ = _late_cause(low, high)
             if own:
                 cause = OWN_CAUSES[own]
-                title += (f"; rank {int(low['rank'])} arrives late: {cause} "
-                          f"({_per_step_ms(by):,.2f} ms more than rank {int(high['rank'])})")
+                title += f"; rank {int(low['rank'])} arrives late: {late_cause(low, high)}"
             fix = (f"in a collective the rank that waits longest is not the slow one: rank {int(low['rank'])} arrives "
                    f"late. Compare its computing, free and DataLoader time with rank {int(high['rank'])}'s "
                    "(the rank table of this job), balance the work per rank (same batch and sequence lengths, "

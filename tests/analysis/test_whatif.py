@@ -127,7 +127,20 @@ def test_in_a_job_fewer_bytes_are_credited_only_with_the_transfer_not_the_wait_f
     levers = f.evidence["levers_ms"]
     assert levers["bytes"] == pytest.approx([0.25 * least, 0.5 * least], abs=1e-3)
     assert levers["straggler"] == pytest.approx([0.5 * (exposed - least), exposed - least], abs=1e-3)
-    assert "the collectives wait for a late rank: a straggler arrives late" in f.fix and "balance the work per rank" in f.fix
+    # and the fix names the late rank: the one that waits least (rank 0's step is the slowest)
+    assert ("the collectives wait for other ranks: rank 1 arrives late, waiting 64.62 ms a step in them against "
+            "81.52 ms for rank 0") in f.fix and "balance the work per rank" in f.fix
+
+
+@pytest.mark.parametrize("where, said", [
+    ("level1", "every rank waits about as long in them (within 5% of the step), so no one rank is late"),
+    ("level1/rank0_ascend_pt", "Compare the ranks (analysing the folder that holds every rank shows the slowest)")])
+def test_the_late_rank_is_said_as_far_as_the_ranks_read_tell(where, said):
+    s = shared_summary(ASCEND / where)
+    # the top collective waits for other ranks most of its time: a straggler lever even for one rank
+    s = replace(s, comm=s.comm.assign(wait_ratio=[0.9] + [0.0] * (len(s.comm) - 1)))
+    f = next(f for f in npumagic.advise(s) if f.rule == "communication")
+    assert said in f.fix
 
 
 def test_item_calls_far_apart_are_predicted_by_their_own_time_not_the_python_between():

@@ -85,6 +85,11 @@ def profiling_inflation(facts: RunFacts | None) -> StepTest | None:
     return step_test(on, off)  # ratio = profiled / unprofiled
 
 
+def p_value_text(p: float) -> str:
+    """``p=0.029``; ``p<0.001`` where three decimals would print 0.000."""
+    return "p<0.001" if p < 0.0005 else f"p={p:.3f}"
+
+
 def components(steps: pd.DataFrame) -> list[str]:
     """The step-table columns that are parts of the step: every ``*_us`` column but the totals
     and unions in NOT_COMPONENTS (so a column added to the step table is compared too)."""
@@ -256,11 +261,11 @@ class Comparison:
 
     def _evidence(self) -> str:
         lo, hi = self.ci
-        test = f"95% CI {lo:.2f}–{hi:.2f}x, Welch p={self.p_value:.3f}"
+        test = f"95% CI {lo:.2f}–{hi:.2f}x, Welch {p_value_text(self.p_value)}"
         if self.decided_by == "component":
             way = "lower" if self.speedup > 1 else "higher"
             return (f"decided by the {self.explained_by.label}, {way} in every step of {self.b} than in any of "
-                    f"{self.a} (Welch p={self.explained_by.p_value:.3f}) while the rest of the step held; the step time "
+                    f"{self.a} (Welch {p_value_text(self.explained_by.p_value)}) while the rest of the step held; the step time "
                     f"alone is too noisy to decide "
                     f"({test}); {self.noise.describe()}")
         return f"step-time ratio {self.a}/{self.b} {self.speedup:.2f}x, {test}; {self.noise.describe()}"

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import npumagic
-from npumagic.analysis.compare import Noise, between_run_noise, changes, components, step_test
+from npumagic.analysis.compare import Noise, between_run_noise, changes, components, p_value_text, step_test
 from npumagic.analysis.breakdown import STEP_COLUMNS
 from npumagic.analysis.counters import HOST_COLUMNS
 from npumagic.analysis.operators import KERNEL_COLUMNS
@@ -292,3 +292,7 @@ def test_two_runs_of_one_command_differ_in_nothing_but_their_process_ids():
     assert changes(a, b) == ([], {})
     c = dict(b, source="train.py v2")  # the script itself changed: said once, as the script's source
     assert changes(a, c)[0] == ["script source"]
+
+
+def test_a_p_value_too_small_for_three_decimals_is_said_as_a_bound():
+    assert [p_value_text(p) for p in (1e-12, 0.00049, 0.0291, 0.5)] == ["p<0.001", "p<0.001", "p=0.029", "p=0.500"]

@@ -116,3 +116,13 @@ def test_step_trace_time_alone_with_impossible_rows_warns_naming_the_file_and_ke
     steps = summary.steps
     assert list(steps["step"]) == [2] and (steps["computing_us"] <= steps["stage_us"]).all()
     assert steps["computing_us"].iat[0] == 400 and steps["wall_us"].iat[0] == 520
+
+
+@pytest.mark.parametrize("text", [b"[1, 2, 3]",
+                                  b'[{"name": "aten::add", "ph": "X", "cat": "cpu_op", "ts": 1, "dur": 1}, 5]'])
+def test_a_whole_array_ending_in_no_event_is_not_called_truncated(tmp_path, text):
+    path = tmp_path / "values.json"
+    path.write_bytes(text)
+    with pytest.raises(TraceError, match=r"values\.json: not a valid Chrome trace JSON \(the event array's last "
+                                         r"item is not an event object\)$"):
+        npumagic.load(path)

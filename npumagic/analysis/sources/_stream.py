@@ -184,8 +184,8 @@ class EventStream:
             except msgspec.DecodeError:
                 continue
         try:
-            self._lenient(_syntax, b"[" + buf)
-            problem = "no end of the event array"
+            self._lenient(_syntax, b"[" + buf)  # a whole array, yet none of its ends follows an event
+            problem = "the event array's last item is not an event object"
         except msgspec.DecodeError as exc:
             problem = str(exc)
         raise _not_json(self.path, problem)

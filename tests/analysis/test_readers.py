@@ -96,6 +96,9 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path):
     with pytest.raises(TraceError, match="neither a file nor a folder") as raised:
         sources.detect(tmp_path / "rank-0.pt.trace.json")
     assert str(tmp_path / "rank-0.pt.trace.json") in str(raised.value)
+    with pytest.raises(TraceError, match=r"no profiler output found \(it holds below, rank-0\.pt\.trace\.json; "
+                                         r"rank-0\.pt\.trace\.json is neither a file nor a folder\)"):
+        sources.detect(tmp_path)  # the folder that holds it says why it was passed over
     (tmp_path / "rank-0.pt.trace.json").unlink()
     with pytest.raises(TraceError, match="no profiler output found"):
         sources.detect(tmp_path)

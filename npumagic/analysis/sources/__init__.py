@@ -44,8 +44,12 @@ def detect(path: str | Path) -> tuple[str, list[Path]]:
     raw = discover.raw_only(path)
     if raw:
         raise TraceError(path, discover.never_parsed(raw, path))
-    found = sorted(p.name for p in path.iterdir())[:5]
-    what = f"it holds {', '.join(found)}" if found else "it is empty"
+    held = sorted(path.iterdir())[:5]
+    # a FIFO or socket named like a trace is never read (reading one waits for a writer): said so
+    odd = [p.name for p in held if not (p.is_file() or p.is_dir())]
+    what = (f"it holds {', '.join(p.name for p in held)}" + (
+        f"; {', '.join(odd)} {'is' if len(odd) == 1 else 'are'} neither a file nor a folder" if odd else "")
+        if held else "it is empty")
     raise TraceError(path, f"no profiler output found ({what}); expected *.pt.trace.json files (searched "
                            f"{readers.NESTED_DEPTH} folder levels down) or torch_npu *_ascend_pt directories with "
                            "ASCEND_PROFILER_OUTPUT/")

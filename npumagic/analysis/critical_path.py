@@ -20,10 +20,13 @@ edges from those records only, so without them its path never waits on the devic
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from .schema import kind_in
 
 # The calls whose time on the host is waiting (HTA's BLOCKING_SYNC_CALLS): no host weight inside
 BLOCKING = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventQuery", "cudaEventSynchronize",
@@ -31,6 +34,7 @@ BLOCKING = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEve
 # Those that wait for the device to drain, where the trace has no sync record to say on what
 WAITS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
                    "aclrtSynchronizeDevice", "aclrtSynchronizeStream"})
+_NEVER = -(1 << 62)  # an edge's weight in a walk that must not take it
 HOST_KINDS = ("host_op", "runtime", "sync", "dataloader")
 HTA_HOST_KINDS = ("host_op", "runtime", "sync")  # HTA's cpu_op, cuda_runtime and cuda_driver
 DEVICE_KINDS = ("kernel", "memcpy", "comm")
@@ -144,17 +148,18 @@ class _Graph:
 
     def __init__(self, events: pd.DataFrame, start: int, end: int, like_hta: bool) -> None:
         ts, dur = events["ts_ns"].to_numpy(), events["dur_ns"].to_numpy()
-        kind = events["kind"].to_numpy()
-        on_host = np.isin(kind, HTA_HOST_KINDS if like_hta else HOST_KINDS) & (events["stream"].to_numpy() < 0)
+        kinds = events["kind"]
+        kind = kinds.to_numpy()
+        on_host = kind_in(kinds, HTA_HOST_KINDS if like_hta else HOST_KINDS) & (events["stream"].to_numpy() < 0)
         host = np.flatnonzero(on_host & (ts >= start) & (ts <= end) & (dur > 0))
-        self.names = events["name"].to_numpy()
+        self.name_column = events["name"]
         self.lanes, self.lane_column = events["lane"].to_numpy(), events["lane"]
         corr = events["correlation"].to_numpy()
         # a device task belongs to the step when its launch does (the launch is a runtime call)
-        launches = host[np.isin(kind[host], ("runtime", "sync")) & (corr[host] >= 0)]
+        launches = host[kind_in(kinds, ("runtime", "sync"))[host] & (corr[host] >= 0)]
         launch_of = pd.Series(launches, index=corr[launches])
         launch_of = launch_of[~launch_of.index.duplicated()]
-        device = np.flatnonzero(np.isin(kind, DEVICE_KINDS) & (dur > 0))
+        device = np.flatnonzero(kind_in(kinds, DEVICE_KINDS) & (dur > 0))
         runtime = launch_of.reindex(corr[device]).to_numpy()
         keep = ~np.isnan(runtime)
         device, runtime = device[keep], runtime[keep].astype(np.int64)
@@ -166,6 +171,15 @@ class _Graph:
         host_start = self._host_chains(like_hta)
         self._device_chains(runtime, host_start, events["stream"].to_numpy(), like_hta)
         self._syncs(events, like_hta)
+
+    @functools.cached_property
+    def names(self) -> np.ndarray:
+        """Each event's name (an object array, made where a name is read out)."""
+        return self.name_column.to_numpy()
+
+    def _named(self, names) -> np.ndarray:
+        """Whether each event's name is one of ``names`` (judged once per distinct name)."""
+        return _names_where(self.name_column, lambda index: index.isin(list(names)))
 
     # -- nodes and edges -------------------------------------------------------------------
     def _add_nodes(self, ev: np.ndarray, ts: np.ndarray, is_start: np.ndarray, group: np.ndarray | int,
@@ -237,7 +251,7 @@ class _Graph:
     def _blocking(self, ev: np.ndarray, like_hta: bool) -> np.ndarray:
         """Whether each event is a call the host waits in: HTA's list, and with npumagic's own
         weights every host call the reader calls a sync (torch_npu's AscendCL@aclrtSynchronize*)."""
-        named = np.isin(self.names[ev], list(BLOCKING))
+        named = self._named(BLOCKING)[ev]
         return named if like_hta else named | (self.kind[ev] == "sync")
 
     def _device_chains(self, runtime: np.ndarray, host_start: np.ndarray, streams: np.ndarray, like_hta: bool) -> None:
@@ -257,7 +271,7 @@ class _Graph:
         self.device_end = ends
         kind = np.where(self.kind[ev] == "comm", "gpu_communication_bound",
                         np.where(self.kind[ev] == "memcpy", "gpu_memcpy", "gpu_compute_bound"))
-        is_comm = pd.Series(self.names[ev]).astype(str).str.contains("nccl", case=False).to_numpy()
+        is_comm = _names_where(self.name_column, lambda index: index.str.contains("nccl", case=False))[ev]
         kind[is_comm & (kind == "gpu_compute_bound")] = "gpu_communication_bound"
         self._add_edges(starts, ends, finish - begin, kind, ev)
         first = np.r_[True, stream[1:] != stream[:-1]]
@@ -293,11 +307,12 @@ class _Graph:
         """A blocking call returns after the device task it waited for: the last one on the synced
         stream (all streams for a context or device sync) that ended before the call returned."""
         host = self.host
-        names = pd.Series(self.names[host]).astype(str).to_numpy()
         call_end = self.ts[host] + self.dur[host]
         corr = events["correlation"].to_numpy()
         kind, stream = self.kind, events["stream"].to_numpy()
-        records = np.flatnonzero((kind == "sync") & ((stream >= 0) | ~np.isin(np.arange(len(kind)), host)))
+        in_host = np.zeros(len(kind), bool)
+        in_host[host] = True
+        records = np.flatnonzero((kind == "sync") & ((stream >= 0) | ~in_host))
         record_names = pd.Series(self.names[records]).astype(str)
         on = record_names.isin(["Stream Sync", "Context Sync"]).to_numpy()
         record_stream = pd.Series(np.where(record_names == "Stream Sync", stream[records], -1),
@@ -305,7 +320,7 @@ class _Graph:
         record_stream = record_stream[~record_stream.index.duplicated()]
         synced = record_stream.reindex(corr[host]).to_numpy()  # NaN: no record; -1: every stream
         has_record = ~np.isnan(synced)
-        waits = has_record if like_hta else has_record | np.isin(names, list(WAITS)) | (kind[host] == "sync")
+        waits = has_record if like_hta else has_record | self._named(WAITS)[host] | (kind[host] == "sync")
         end_nodes = self._end_nodes()
         for s in np.unique(np.where(has_record, synced, -1)[waits]):
             which = waits & (np.where(has_record, synced, -1) == s)
@@ -355,6 +370,21 @@ class _Graph:
                 best[d], via[d] = length, e
         return best, via
 
+    def _best(self, weight: np.ndarray | None = None) -> list[int]:
+        """The longest path's length to each node, as :meth:`_walk` finds it without the edges
+        taken (a replay asks only for the length: twice as fast). An edge of negative weight
+        weighs :data:`_NEVER` here, as no length is below 0 it is never taken."""
+        node_ts, src, dst, recorded, edges, _, _ = self._arrays()
+        if not hasattr(self, "_ends"):
+            self._ends = (src[edges].tolist(), dst[edges].tolist())
+        weight = (recorded if weight is None else weight)[edges]
+        best = [0] * len(node_ts)
+        for s, d, w in zip(*self._ends, np.where(weight >= 0, weight, _NEVER).tolist()):
+            length = best[s] + w
+            if length > best[d]:
+                best[d] = length
+        return best
+
     def edges_in_order(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The edges a walk takes with ``weight`` (those of weight >= 0), in the order it takes
         them: (source node, end node, weight, the end node's place in the walk)."""
@@ -376,7 +406,7 @@ class _Graph:
         """The longest path's length (ns), with ``weight`` in place of the recorded edges' weights."""
         if not self.node_ev or sum(len(a) for a in self.src) == 0:
             return 0
-        return max(self._walk(weight)[0])
+        return max(self._best(weight))
 
     def without(self, removal: Removal, rows: np.ndarray) -> np.ndarray:
         """The edges' weights with ``removal``'s calls and Python taking no time (``rows``: the
@@ -470,3 +500,15 @@ class _Graph:
             "name": np.where(ev >= 0, pd.Series(self.names[np.maximum(ev, 0)]).astype(str).to_numpy(), ""),
             "lane": np.where(ev >= 0, pd.Series(self.lanes[np.maximum(ev, 0)]).astype(str).to_numpy(), ""),
         })[SEGMENT_COLUMNS]
+
+
+def _names_where(names: pd.Series, test) -> np.ndarray:
+    """``test`` (an Index of names -> bool array) of each row's name, False where it has none;
+    judged once per distinct name where the column is categorical."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        flags = np.asarray(test(pd.Index(names.cat.categories.astype(str))), dtype=bool)
+        return np.r_[flags, False][names.array.codes]  # code -1 (no name) takes the last slot
+    present = names.notna().to_numpy()
+    out = np.zeros(len(names), dtype=bool)
+    out[present] = np.asarray(test(pd.Index(names[present].astype(str))), dtype=bool)
+    return out

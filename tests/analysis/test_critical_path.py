@@ -197,3 +197,12 @@ def test_like_hta_it_agrees_with_hta_on_the_traces_hta_follows(name):
     assert path.length_ns / US == pytest.approx(length_us, rel=0.015)
     assert 100 * (totals["cpu_bound"] + totals["host_gap"]) / path.length_ns == pytest.approx(cpu_pct, abs=1.0)
     assert 100 * totals["kernel_gap"] / path.length_ns == pytest.approx(gap_pct, abs=2.0)
+
+
+@pytest.mark.parametrize("dtype", ["category", object])
+def test_names_are_judged_once_each_and_a_missing_name_is_none_of_them(dtype):
+    from npumagic.analysis.critical_path import _names_where
+
+    names = pd.Series(["cudaStreamSynchronize", None, "aten::mm", "cudaStreamSynchronize"], dtype=dtype)
+    assert _names_where(names, lambda index: index.isin(["cudaStreamSynchronize"])).tolist() == [True, False, False, True]
+    assert _names_where(names, lambda index: index.str.contains("SYNC", case=False)).tolist() == [True, False, False, True]

@@ -23,6 +23,7 @@ import gzip
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -156,6 +157,10 @@ def measure(code: tuple[str, str], path: Path, mem_limit: int, root: Path) -> tu
 
     done = subprocess.run([sys.executable, "-c", RUNNER, str(path), *code], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(root)), cwd=root, preexec_fn=limit if mem_limit else None)
+    if done.returncode < 0:  # a failed allocation under the limit can end a C extension by a signal
+        return (f"failed: {signal.Signals(-done.returncode).name}" +
+                (f" (under --mem-limit-gb {mem_limit / 2**30:g}: raise it where the machine has the memory)"
+                 if mem_limit else ""))
     if done.returncode != 0:
         return f"failed: {done.stderr.strip().splitlines()[-1][:70] if done.stderr.strip() else done.returncode}"
     seconds, rss, workers, cpu, together = done.stdout.split()[-5:]

@@ -286,7 +286,8 @@ def dataloader_lever(s: Summary, wait_ms: float) -> Lever:
     after = max(batch / fit.suggest - rest, 0.0)
     high = wait_ms - after
     return Lever("workers", DEFAULT_LOW * high, high,
-                 f"{fit.suggest} workers on {fit.cores} cores ({fit.idle} idle, {fit.now} running) load a "
+                 f"{plural(fit.suggest, 'worker', 'workers')} on {plural(fit.cores, 'core', 'cores')} ({fit.idle} idle, "
+                 f"{fit.now} running) load a "
                  f"{batch:,.2f} ms batch beside the {rest:,.2f} ms rest of the step: {after:,.2f} ms wait left of "
                  f"{wait_ms:,.2f}")
 

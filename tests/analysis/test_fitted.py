@@ -163,3 +163,11 @@ def test_ascend_settings_only_on_torch_npu_runs(backend, ascend):
     fixes = " ".join(f.fix for f in cluster.slow_ranks(ranks, backend=backend))
     for setting in ("CPU_AFFINITY_CONF", "TASK_QUEUE_ENABLE", "AI Core"):
         assert (setting in fixes) == ascend, setting
+
+
+def test_one_worker_on_a_spare_core_is_said_in_the_singular(loading):
+    # GIVEN the run's loader (no workers) on 2 cores, one idle, the training thread a whole core
+    f = _dataloader(_with_host(loading, cores=2, idle=1, main=100.0, busy=50.0))
+    # THEN the prediction's basis counts one worker and two cores in words that agree
+    assert "num_workers=1," in f.fix
+    assert f.predicted_basis.startswith("1 worker on 2 cores (1 idle, 0 running) load a ")

@@ -426,3 +426,10 @@ def test_no_idle_core_is_said_with_its_counts_in_words(waiting_on_data, cores, w
                          worker_cpu_pct_mean=5.0 if workers else np.nan, main_thread_cpu_pct=95.0)
     finding = next(f for f in advise(summary) if f.category == "dataloader")
     assert said in finding.fix
+
+
+def test_one_idle_core_and_one_worker_are_said_in_the_singular(waiting_on_data):
+    # GIVEN one worker, 5% busy, with one core idle: the batches wait on I/O
+    summary = _with_host(waiting_on_data, workers=1, worker_cpu_pct_mean=5.0, cores_idle=1)
+    finding = next(f for f in advise(summary) if f.category == "dataloader")
+    assert "its 1 worker is only 5% busy with 1 core idle: the batches wait on I/O" in finding.title

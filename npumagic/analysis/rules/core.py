@@ -155,14 +155,18 @@ def _dataloader(s: Summary) -> list[Finding]:
         evidence.update(host)
         n, busy, idle = host["workers"], host["worker_cpu_pct"], host["cores_idle"]
         if n and busy >= T.WORKER_BUSY_PCT:
-            title += f"; its {n} DataLoader workers are each {busy:.0f}% busy: loading is CPU-bound"
-            more = f"num_workers={n} -> {fit.suggest}, {idle} cores are idle" if fit.suggest > n else "no core is idle"
+            title += (f"; its {plural(n, 'DataLoader worker is', 'DataLoader workers are each')} {busy:.0f}% busy: "
+                      "loading is CPU-bound")
+            more = (f"num_workers={n} -> {fit.suggest}, {plural(idle, 'core is', 'cores are')} idle" if fit.suggest > n
+                    else "no core is idle")
             fix = fix if fit.suggest < n else (f"the workers are CPU-bound: add workers ({more}) and make each sample cheaper: decode "
                    "pre-resized inputs, move augmentation onto the device, cache decoded samples")
         elif fit.ahead:
-            title += f"; its {n} workers wait for work {fit.waiting:.0%} of the time: loading keeps up"
+            title += (f"; its {plural(n, 'worker waits', 'workers wait')} for work {fit.waiting:.0%} of the time: "
+                      "loading keeps up")
         elif n and busy < T.WORKER_IDLE_PCT and idle:
-            title += f"; its {n} workers are only {busy:.0f}% busy with {idle} cores idle: the batches wait on I/O"
+            title += (f"; its {plural(n, 'worker is', 'workers are')} only {busy:.0f}% busy with {plural(idle, 'core', 'cores')} "
+                      "idle: the batches wait on I/O")
             fix = ("the workers wait on I/O, not on the CPU: read from faster storage (copy the dataset to local disk "
                    "or RAM, pack small files into shards), and overlap more reads (prefetch_factor=4, more workers)")
         elif not n and host.get("main_thread_cpu_pct", 0) >= T.HOST_PINNED_PCT:
@@ -278,8 +282,8 @@ def _host_thread_said(s: Summary, title: str, fix: str, evidence: dict) -> tuple
         fix = (f"the host thread is saturated dispatching operators: {queue}raise the batch size (fewer dispatches "
                "per sample), and compile the step (torch.compile) so fewer, fused kernels are launched; then " + fix)
     elif main < T.WORKER_IDLE_PCT and host and host["cores_idle"]:
-        title += (f"; that thread is only {main:.0f}% busy with {host['cores_idle']} cores idle: the host waits "
-                  "(I/O, sleep, locks), it is not dispatching")
+        title += (f"; that thread is only {main:.0f}% busy with {plural(host['cores_idle'], 'core', 'cores')} idle: "
+                  "the host waits (I/O, sleep, locks), it is not dispatching")
         fix = ("find what the host waits on between steps (profile with Python stacks, --stack, and read the host lanes of the "
                "timeline: file or network reads, logging, checkpoint writes, time.sleep, lock waits) and move it off "
                "the step; " + fix)

@@ -93,6 +93,25 @@ def late_cause(late: pd.Series, waiting: pd.Series) -> str:
     return f"{OWN_CAUSES[own]} ({_per_step_ms(by):,.2f} ms more than rank {int(waiting['rank'])})" if own else ""
 
 
+def late_rank_said(ranks: pd.DataFrame, op: str) -> str:
+    """Which rank the collectives wait for, in the communication finding's words, where the job's
+    rank table tells (:func:`late_rank`: the one that waits least in them, whose step may well be
+    the shortest); ``op``: the top collective."""
+    if len(ranks.dropna(subset=list(DIMENSIONS))) < 2:
+        return (": a straggler arrives late. Compare the ranks (analysing the folder that holds every rank shows "
+                "the slowest) and balance the work per rank")
+    found = late_rank(ranks)
+    if found is None:
+        return (f": every rank waits about as long in them (within {T.SLOW_RANK_RATIO:.0%} of the step), so no one rank "
+                f"is late: they take turns reaching {op} last. Even out the work between collectives (compare the "
+                "ranks' timelines before it)")
+    late, waiting = found
+    why = late_cause(late, waiting)
+    return (f": rank {int(late['rank'])} arrives late, waiting {float(late['comm_not_overlapped_us']) / 1e3:,.2f} ms a "
+            f"step in them against {float(waiting['comm_not_overlapped_us']) / 1e3:,.2f} ms for rank "
+            f"{int(waiting['rank'])}{'; ' + why if why else ''}: balance the work per rank")
+
+
 def _mean_step(ranks: pd.DataFrame) -> float:
     return float((ranks["computing_us"] + ranks["comm_not_overlapped_us"] + ranks["free_us"]).mean())
 

@@ -73,29 +73,11 @@ def _communication(s: Summary) -> list[Finding]:
                        "accumulation under model.no_sync())",
               "straggler": ((f"{evidence.get('top_op', 'the collective')} spends {wait:.0%} of its time waiting for "
                              "other ranks" if wait > 0.5 else "the collectives wait for other ranks") +
-                            _late_rank(s.ranks, evidence.get("top_op", "the top collective")))}
+                            cluster.late_rank_said(s.ranks, evidence.get("top_op", "the top collective")))}
     ranked = whatif.communication_levers(s, wait)
     evidence["levers_ms"] = {lv.name: [round(lv.low_ms, 3), round(lv.high_ms, 3)] for lv in ranked}
     fix = "; else ".join(levers[lv.name] for lv in ranked)
     return [Finding("communication", exposed, title, evidence, fix, where.strip("; "))]
-
-
-def _late_rank(ranks: pd.DataFrame, op: str) -> str:
-    """Which rank the collectives wait for, where the job's rank table tells (:func:`~..cluster.late_rank`:
-    the one that waits least in them, whose step may well be the shortest)."""
-    if len(ranks.dropna(subset=list(cluster.DIMENSIONS))) < 2:
-        return (": a straggler arrives late. Compare the ranks (analysing the folder that holds every rank shows "
-                "the slowest) and balance the work per rank")
-    found = cluster.late_rank(ranks)
-    if found is None:
-        return (f": every rank waits about as long in them (within {T.SLOW_RANK_RATIO:.0%} of the step), so no one rank "
-                f"is late: they take turns reaching {op} last. Even out the work between collectives (compare the "
-                "ranks' timelines before it)")
-    late, waiting = found
-    why = cluster.late_cause(late, waiting)
-    return (f": rank {int(late['rank'])} arrives late, waiting {float(late['comm_not_overlapped_us']) / 1e3:,.2f} ms a "
-            f"step in them against {float(waiting['comm_not_overlapped_us']) / 1e3:,.2f} ms for rank "
-            f"{int(waiting['rank'])}{'; ' + why if why else ''}: balance the work per rank")
 
 
 @rule("dataloader")

@@ -248,9 +248,11 @@ def test_ranks_of_separate_runs_in_sibling_folders_are_refused(tmp_path, capsys)
     job of four ranks. Read in full, as an outline and by the command, one error names both."""
     for run in ("level0", "level1"):
         copy_job(tmp_path / "runs" / run, 2)
-    said = "holds separate runs: level0/rank0_ascend_pt and level1/rank0_ascend_pt both record rank 0"
-    with pytest.raises(TraceError, match=re.escape(said)):
+    said = "holds rank directories of separate runs: level0/rank0_ascend_pt and level1/rank0_ascend_pt both record rank 0"
+    with pytest.raises(TraceError, match=re.escape(said)) as raised:
         npumagic.load(tmp_path / "runs")
+    assert str(raised.value).endswith("A folder is read as one job (a directory per rank): analyse each run's "
+                                      "folder on its own")  # the Kineto reader's words
     with pytest.raises(TraceError, match=re.escape(said)):
         job_reader.analyze(tmp_path / "runs")
     assert main(["analyze", str(tmp_path / "runs")]) == 2

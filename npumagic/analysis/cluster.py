@@ -89,7 +89,10 @@ def late_rank(ranks: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
 
 def late_cause(late: pd.Series, waiting: pd.Series) -> str:
     """Why ``late`` is late, in a finding's words ("" where its own time does not say)."""
-    own, by = _late_cause(late, waiting)
+    return _cause_said(*_late_cause(late, waiting), waiting)
+
+
+def _cause_said(own: str, by: float, waiting: pd.Series) -> str:
     return f"{OWN_CAUSES[own]} ({_per_step_ms(by):,.2f} ms more than rank {int(waiting['rank'])})" if own else ""
 
 
@@ -147,10 +150,10 @@ def slow_ranks(ranks: pd.DataFrame, label: str = "", backend: str = "npu", commo
         cause = ""
         if column == "comm_not_overlapped_us":
             category = "communication"
-            own, _ = _late_cause(low, high)
+            own, by = _late_cause(low, high)
             if own:
                 cause = OWN_CAUSES[own]
-                title += f"; rank {int(low['rank'])} arrives late: {late_cause(low, high)}"
+                title += f"; rank {int(low['rank'])} arrives late: {_cause_said(own, by, high)}"
             fix = (f"in a collective the rank that waits longest is not the slow one: rank {int(low['rank'])} arrives "
                    f"late. Compare its computing, free and DataLoader time with rank {int(high['rank'])}'s "
                    "(the rank table of this job), balance the work per rank (same batch and sequence lengths, "

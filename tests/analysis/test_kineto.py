@@ -212,6 +212,8 @@ def test_traces_of_separate_runs_in_two_subfolders_are_blamed_on_the_folder_hold
         npumagic.load(tmp_path)
     assert str(raised.value).startswith(f"{tmp_path / 'npumagic_runs'}: holds traces of separate runs: "
                                         "run1/resnet50_nw0.pt.trace.json.gz and run2/resnet50_nw4.pt.trace.json.gz")
+    assert str(raised.value).endswith("A folder is read as one job (a trace per rank, or per profiling cycle): "
+                                      "analyse each run's folder on its own")  # the Ascend reader's words
 
 
 def test_one_step_number_on_two_separate_spans_is_refused(tmp_path):

@@ -9,7 +9,6 @@ as text in memory, nor as ten million Python objects.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections import Counter
 from itertools import islice
@@ -33,6 +32,7 @@ from ..collectives import is_comm_name
 from ..memory_release import release_free_memory
 from ._notes import ReadNotes, reading
 from ._stray import without_stray_device_events
+from ._separate import separate_runs
 from ._stream import EventStream
 
 log = logging.getLogger(__name__)
@@ -180,12 +180,7 @@ def _one_job(paths: list[Path], metas: list[dict[str, Any]]) -> None:
             why = " at overlapping times"
         else:
             continue
-        # the folder that holds both (a subfolder of the one given may hold only one of them)
-        where = Path(os.path.commonpath([paths[i].parent, paths[j].parent]))
-        first, second = (p.relative_to(where).as_posix() for p in (paths[i], paths[j]))
-        raise TraceError(where, f"holds traces of separate runs: {first} and {second} both "
-                                f"record rank {a['rank']}{why}. A folder is read as one job (a trace per "
-                                "rank, or per profiling cycle): analyse each trace, or each run's folder, on its own")
+        raise separate_runs(paths[i], paths[j], "traces", a["rank"], why, "a trace per rank, or per profiling cycle")
 
 
 def _without_repeated_device_events(ev: pd.DataFrame, notes: ReadNotes, path: Path) -> pd.DataFrame:

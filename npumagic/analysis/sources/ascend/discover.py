@@ -8,7 +8,6 @@ from the raw data kept beside it.
 
 from __future__ import annotations
 
-import os
 import re
 import warnings
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any, Callable, TypeVar
 
 from ....errors import TraceError
 from .._columns import small_int
+from .._separate import separate_runs
 from .files import read_json
 
 
@@ -129,10 +129,7 @@ def _one_run(paths: list[Path], ids: list[int]) -> None:
     for path, rank in zip(paths, ids):
         other = seen.setdefault(rank, path)
         if other.parent != path.parent:
-            where = Path(os.path.commonpath([other.parent, path.parent]))
-            first, second = (p.relative_to(where).as_posix() for p in (other, path))
-            raise TraceError(where, f"holds separate runs: {first} and {second} both record rank {rank}. A folder "
-                                    "is read as one job (a directory per rank): analyse each run's folder on its own")
+            raise separate_runs(other, path, "rank directories", rank, "", "a directory per rank")
 
 
 def profiler_info(rank_dir: Path) -> tuple[Path, dict[str, Any]]:

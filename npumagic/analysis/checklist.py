@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 
 from .. import presentation
 from .advice import Advice, advise, class_name, lead
@@ -81,23 +80,6 @@ def classify(summary: Summary, advice: Advice | None = None) -> tuple[str, dict[
     return judged.category, dict(evidence, title=judged.title)
 
 
-def busy_label(summary: Summary) -> str:
-    """What the busy share measures: the device's, or on the CPU backend the CPU's time in torch
-    operators (the CPU is not called a device)."""
-    return "device busy" if summary.meta.get("device_mode") else "busy in torch operators"
-
-
-def median_step_busy(summary: Summary) -> float:
-    """The busy share of the median step (the step whose wall time is nearest the median, the
-    first of equals), so the Baseline's busy share and step time describe the same step; a
-    time-weighted share lets one long step speak for the others."""
-    steps = summary.steps
-    if not len(steps) or "device_util" not in steps:
-        return summary.headline["device_util"]
-    wall = steps["wall_us"].to_numpy(dtype=float)
-    return float(steps["device_util"].iloc[int(np.argmin(np.abs(wall - np.median(wall))))])
-
-
 def checklist(summary: Summary, baseline: Summary | None = None, run_name: str | None = None,
               stored_at: str | None = None, advice: Advice | None = None,
               comparison: "Comparison | None" = None, facts: RunFacts | None = None,
@@ -114,7 +96,7 @@ def checklist(summary: Summary, baseline: Summary | None = None, run_name: str |
     s = summary.step_stats
     h = summary.headline
     step1 = (f"step {_ms(s['median_us'])} median, p90 {_ms(s['p90_us'])}, jitter {_pct(s['cv'])}; "
-             f"{busy_label(summary)} {_pct(median_step_busy(summary))}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
+             f"{summary.busy_label} {_pct(summary.median_step_util)}, communication {_pct(h['communication_share'])} ({s['n']} step{'' if s['n'] == 1 else 's'})")
     inflation = _inflation(facts)
     if inflation is not None and inflation.ci[0] > 1:  # said only where profiling measurably slowed the step
         lo, hi = inflation.ci

@@ -337,17 +337,18 @@ def _options(words: list[str]) -> tuple[list[str], dict[str, str]] | None:
 
 
 def _breakdown(a: Summary, b: Summary) -> pd.DataFrame:
-    """Every component's median per step in A and B (ms), and device utilisation."""
+    """Every component's median per step in A and B (ms), and the busy share of each run's median
+    step (:attr:`Summary.median_step_util`, the checklist's Baseline figure)."""
     rows = []
-    # on the CPU backend there is no device: the share is the CPU's time in torch operators
-    util = "device utilisation" if a.meta.get("device_mode") or b.meta.get("device_mode") else \
-        "utilisation by torch operators"
+    util = (a if a.meta.get("device_mode") else b).busy_label
     cols = components(a.steps) + [c for c in components(b.steps) if c not in a.steps]
     for column in cols + ["device_util"]:
         ca = a.steps[column].to_numpy(float) if column in a.steps else np.zeros(0)
         cb = b.steps[column].to_numpy(float) if column in b.steps else np.zeros(0)
         va = float(np.median(ca)) if ca.size else float("nan")
         vb = float(np.median(cb)) if cb.size else float("nan")
+        if column == "device_util":
+            va, vb = (s.median_step_util if x.size else float("nan") for s, x in ((a, ca), (b, cb)))
         delta = vb - va
         better = 1 if column == "device_util" else -1
         scale = 1.0 if column == "device_util" else 1000.0

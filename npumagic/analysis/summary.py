@@ -148,6 +148,23 @@ class Summary:
         return self.share("busy_us")
 
     @property
+    def median_step_util(self) -> float:
+        """The busy share of the median step (the step whose wall time is nearest the median, the
+        first of equals): the checklist's Baseline and ``%npucompare`` show it beside the median
+        step time, so the share and the time describe the same step; a time-weighted share
+        (:attr:`device_util`, the run list's) lets one long step speak for the others."""
+        if not len(self.steps) or "device_util" not in self.steps:
+            return self.device_util
+        wall = self.steps["wall_us"].to_numpy(dtype=float)
+        return float(self.steps["device_util"].iloc[int(np.argmin(np.abs(wall - np.median(wall))))])
+
+    @property
+    def busy_label(self) -> str:
+        """What the busy share measures: the device's, or on the CPU backend the CPU's time in
+        torch operators (the CPU is not called a device)."""
+        return "device busy" if self.meta.get("device_mode") else "busy in torch operators"
+
+    @property
     def headline(self) -> dict[str, float]:
         s = self.step_stats
         return {"steps": s["n"], "step_median_us": s["median_us"], "step_p90_us": s["p90_us"], "step_cv": s["cv"],

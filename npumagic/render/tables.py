@@ -370,8 +370,8 @@ def format_runs(runs: pd.DataFrame | Rows) -> Table:
     return Table(runs, [Column("name", "run", "name"), Column("created", "created", "text", fmt=_when, optional=True),
                         Column("status", "status", "text"), Column("backend", "backend", "text", optional=True),
                         Column("steps", "steps", "int"), Column("step_median_ms", "median step (ms)", "float"),
-                        Column("device_util", "busy", "pct"), Column("bottleneck", "bottleneck", "text"),
-                        Column("note", "note", "name")], f"{len(runs)} run{'s' if len(runs) != 1 else ''}")
+                        Column("device_util", "busy (run)", "pct"),
+                        Column("bottleneck", "bottleneck", "text"), Column("note", "note", "name")], f"{len(runs)} run{'s' if len(runs) != 1 else ''}")
 
 
 def _when(value, row) -> str:
@@ -380,12 +380,12 @@ def _when(value, row) -> str:
 
 
 def _ms_or_pct(value, row) -> str:
-    return FORMATS["pct" if "utilisation" in str(row.get("metric", "")) else "float"](value)
+    return FORMATS["pct" if row.get("column") == "device_util" else "float"](value)
 
 
 def _change(value, row) -> str:
     a, b = row.get("a"), row.get("b")
-    if "utilisation" in str(row.get("metric", "")):
+    if row.get("column") == "device_util":
         return FORMATS["text"](f"{(b - a) * 100:+.0f} pts") if a == a and b == b else "–"
     if a == 0 and b == 0:
         return "0%"

@@ -8,7 +8,6 @@ import html
 import numpy as np
 
 from ..analysis.advice import steps_inferred
-from ..analysis.checklist import busy_label
 from ..analysis.predicted_text import change_ms
 from ..analysis.whatif import noise_said
 from ..terminal import terminal_safe, wrap
@@ -29,11 +28,12 @@ def _plural(n: int, word: str) -> str:
 
 # -- Summary ----------------------------------------------------------------------------------
 def summary_headline(summary) -> str:
-    """One line: backend, device, rank, steps, median and p90 step, busy/comm/DataLoader shares."""
+    """One line: backend, device, rank, steps, median and p90 step, busy/comm/DataLoader shares of
+    all steps' time (the checklist's Baseline gives the median step's busy share)."""
     h, m = summary.headline, summary.meta
     return (f"{m.get('backend', '?')} on {m.get('device_name', '?')}, rank {m.get('rank', 0)}: "
-            f"{_plural(int(h['steps']), 'step')}, median {_ms(h['step_median_us'])}, p90 {_ms(h['step_p90_us'])}, "
-            f"{busy_label(summary)} {_pct(h['device_util'])}, communication {_pct(h['communication_share'])}, "
+            f"{_plural(int(h['steps']), 'step')}, median {_ms(h['step_median_us'])}, p90 {_ms(h['step_p90_us'])}; "
+            f"of all steps' time {summary.busy_label} {_pct(h['device_util'])}, communication {_pct(h['communication_share'])}, "
             f"dataloader {_pct(h['dataloader_share'])}")
 
 

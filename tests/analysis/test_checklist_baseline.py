@@ -3,10 +3,11 @@ that median step's, not a time-weighted share over all steps."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 import npumagic
-from npumagic.analysis.checklist import median_step_busy
 
 from ..conftest import CUDA, shared_summary
 
@@ -19,5 +20,21 @@ def test_the_baseline_busy_share_is_the_median_steps():
     assert f"{median_step['device_util']:.0%}" != f"{s.device_util:.0%}"  # the two differ on screen
     # WHEN the checklist runs THEN its Baseline shows the median step's
     baseline = npumagic.checklist(s).steps[0][1]
-    assert median_step_busy(s) == median_step["device_util"]
+    assert s.median_step_util == median_step["device_util"]
     assert f"device busy {median_step['device_util']:.0%}," in baseline
+
+
+def test_the_comparison_and_verify_show_the_baselines_busy_share_not_a_median_of_shares():
+    # GIVEN a run whose median step is 20% busy while the median of its steps' shares is 50%
+    base = shared_summary(CUDA / "ns_resolution")
+    order = np.argsort(base.steps["wall_us"].to_numpy(), kind="stable")
+    shares = np.empty(len(order))
+    shares[order] = [0.1, 0.5, 0.2, 0.6, 0.9]  # by wall time: the middle step gets 0.2
+    run = dataclasses.replace(base, steps=base.steps.assign(device_util=shares))
+    assert np.median(shares) == 0.5 and run.median_step_util == 0.2
+    # WHEN it is compared with the original THEN the table, Verify and its Baseline give one figure
+    row = npumagic.compare(base, run, "before", "after").breakdown.set_index("column").loc["device_util"]
+    assert (row["metric"], row["a"], row["b"]) == ("device busy", base.median_step_util, 0.2)
+    checklist = npumagic.checklist(run, baseline=base)
+    assert "device busy 20%," in checklist.steps[0][1]
+    assert f"device busy {base.median_step_util:.0%}->20% (worse)" in checklist.steps[3][1]

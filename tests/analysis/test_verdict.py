@@ -222,7 +222,7 @@ def test_verify_says_utilisation_as_a_percentage_and_times_in_ms():
     steps = base.steps.assign(device_util=base.steps["device_util"] / 2,
                               computing_us=base.steps["computing_us"] * 2)
     verify = npumagic.checklist(dataclasses.replace(base, steps=steps), baseline=base).steps[3][1]
-    util = base.steps["device_util"].median()
-    assert f"device utilisation {util:.0%}->{util / 2:.0%} (worse)" in verify, verify
+    util = base.median_step_util
+    assert f"device busy {util:.0%}->{util / 2:.0%} (worse)" in verify, verify
     assert " ms (worse)" in verify  # the computing time, in its unit
     assert "not recorded: this output was only read" in npumagic.checklist(base).steps[4][1]

@@ -111,7 +111,7 @@ def test_the_comparison_is_labelled_with_the_run_names(level1):
     cells = _table(format_breakdown(cmp)._repr_html_())
     assert cells.headers[:4] == ["per step (ms)", "rank0", "rank1", "change"]
     rows = {r[0]: r for r in cells.rows}
-    util = rows["device utilisation"]
+    util = rows["device busy"]
     assert util[1].endswith("%") and util[3].endswith("pts")
     computing = cmp.breakdown.iloc[0]
     assert rows["computing"][3] == f"{computing['change']:+.0%}"

@@ -4,7 +4,10 @@ Each table of the stores (:mod:`npumagic.analysis.store`) is a view of the same 
 ``kernels``, ``comm``, ``links``, ``ranks``, ``memory``, ``events``, ...; a Places table as
 ``places_forward``) over the Parquet files of every run, with the columns ``run`` (the run's
 name), ``history`` (its output directory) and ``rank``. Only reading statements run (SELECT,
-WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN): DuckDB's own parser says what each statement is.
+WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN): DuckDB's own parser says what each statement is. A
+reading statement can still name a file (``read_text('/etc/passwd')``, ``glob``), so DuckDB opens
+only the stores' Parquet files: external access off, those files its only allowed paths, and its
+configuration locked before the statement runs (the MCP tool runs an assistant's SQL here).
 DuckDB is an optional extra: ``pip install 'npumagic[query]'``."""
 
 from __future__ import annotations
@@ -134,6 +137,7 @@ def run_query(sql: str, histories: list[str | Path]) -> Answer:
     with duckdb.connect(":memory:") as con:
         con.execute("SET threads = 2")
         tables = views(runs)
+        _confine(duckdb, con, runs)
         for view, select in tables.items():
             con.execute(f'CREATE VIEW "{view}" AS {select}')
         try:
@@ -143,8 +147,32 @@ def run_query(sql: str, histories: list[str | Path]) -> Answer:
         except duckdb.Error as exc:
             known = ", ".join(tables) or f"none: no stored run in {', '.join(map(str, histories))}"
             hint = f" (tables: {known})" if isinstance(exc, duckdb.CatalogException) else ""
+            if isinstance(exc, duckdb.PermissionException):
+                first = str(exc).splitlines()[0]
+                raise NpumagicError(f"a query reads the stored tables only ({known}); {first}") from None
             raise NpumagicError(f"SQL error: {exc}{hint}") from None
     return Answer(columns, rows, runs, list(tables))
+
+
+def _confine(duckdb, con, runs: list[Stored]) -> None:
+    """Lets ``con`` open the stores' Parquet files and no other file, URL or extension."""
+    from .analysis import store
+
+    files = sorted({str(kept.folder / entry["file"]) for kept in runs
+                    for entry in _entries(store.manifest_of(kept.folder) or {}) if "file" in entry})
+    try:
+        con.execute("SET autoinstall_known_extensions = false")
+        con.execute("SET autoload_known_extensions = false")
+        con.execute(f"SET allowed_paths = [{', '.join(map(_quoted, files))}]")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except duckdb.Error as exc:
+        raise NpumagicError(f"DuckDB {duckdb.__version__} cannot keep a query to the stored tables ({exc}): "
+                            "pip install 'duckdb>=1.2'") from None
+
+
+def _entries(doc: dict) -> list[dict]:
+    return [*(doc.get("tables") or {}).values(), *(doc.get("job_tables") or {}).values()]
 
 
 def plain(value: Any) -> Any:

@@ -53,6 +53,26 @@ def test_a_writing_statement_is_refused(sql, tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "out.csv").exists() and not (tmp_path / "x.db").exists()
 
 
+@pytest.mark.parametrize("reads", ["read_text('{secret}')", "read_csv('{secret}')", "read_blob('{secret}')",
+                                   "glob('{folder}/*')", "sniff_csv('{secret}')",
+                                   "read_parquet('{folder}/other/*.parquet')"])
+def test_a_reading_statement_opens_no_file_but_the_stores(reads, tmp_path, capsys):
+    # GIVEN a file beside the history that is not a stored table (an assistant's SQL runs here too)
+    npu = writable_copy(KINETO, tmp_path / "job")
+    analyze(npu)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("token=hunter2\n")
+    (tmp_path / "other").mkdir()
+    pd.DataFrame({"token": ["hunter2"]}).to_parquet(tmp_path / "other" / "t.parquet")
+    sql = f"SELECT * FROM {reads.format(secret=secret, folder=tmp_path)}"
+    # WHEN a query names it THEN DuckDB refuses to open it, and the stored tables still answer
+    assert main(["query", sql, "--history", str(npu)]) == 2
+    said = capsys.readouterr()
+    assert "hunter2" not in said.out + said.err and "a query reads the stored tables only (" in said.err and "Traceback" not in said.err
+    assert main(["query", "SELECT count(*) AS n FROM steps", "--history", str(npu), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0]["n"] > 0
+
+
 def test_an_sql_error_is_its_message(tmp_path, capsys):
     npu = writable_copy(KINETO, tmp_path / "job")
     analyze(npu)

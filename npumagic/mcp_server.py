@@ -300,10 +300,11 @@ def _comparison_text(result) -> str:
 
 
 def _steps_text(result) -> str:
+    from .analysis.finding import plural
     from .render.tables import format_steps
 
     shown, left = _rows(result.frame, "steps")
-    return "\n".join(filter(None, [f"{_inert(result.label)}: {len(result.frame)} steps",
+    return "\n".join(filter(None, [f"{_inert(result.label)}: {plural(len(result.frame), 'step', 'steps')}",
                                    format_steps(shown).to_text(), left]))
 
 

@@ -115,7 +115,7 @@ def check_reading(duckdb, sql: str) -> None:
         kind = str(statement.type).rpartition(".")[2]
         if kind not in READING:
             raise NpumagicError(f"only reading statements run here (SELECT, WITH, DESCRIBE, SHOW, EXPLAIN): this is "
-                                f"a {kind} statement; the stored tables are read-only")
+                                f"{'an' if kind[:1] in 'AEIOU' else 'a'} {kind} statement; the stored tables are read-only")
 
 
 @dataclass(frozen=True)

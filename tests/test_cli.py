@@ -381,3 +381,16 @@ def test_compare_by_operator_on_two_cell_captures(trainer, tmp_path):
     operators = {row["operator"]: row for row in json.loads(done.stdout)["operators"]}
     assert "aten::linear" in operators or "aten::addmm" in operators
     assert all(row["calls_a"] > 0 and row["calls_b"] > 0 for row in operators.values())
+
+
+def test_counts_agree_in_number_and_an_open_range_is_said_in_words(capsys):
+    level1 = str(need(ASCEND / "level1"))
+    assert main(["steps", level1]) == 0
+    assert capsys.readouterr().out.startswith(f"{level1}: 1 step\n")
+    assert main(["memory", level1]) == 0
+    out = capsys.readouterr().out
+    assert " 1 allocs " not in out and " 1 alloc " in out
+    assert main(["steps", level1, "--first", "60"]) == 2
+    assert f"no steps from 60 in {level1}; its steps: 50..50" in capsys.readouterr().err
+    assert main(["steps", level1, "--last", "10"]) == 2
+    assert "no steps up to 10 in" in capsys.readouterr().err

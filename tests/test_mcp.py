@@ -98,7 +98,7 @@ def test_runs_steps_and_errors_as_the_cli_says_them(history, tmp_path):
         ("analyze", {"target": str(tmp_path / "none")}), ("advise", {"target": "nosuchrun"})],
         args=["--root", str(tmp_path)])
     assert [r["name"] for r in runs.structured_content["runs"]] == ["level1", "level2"]
-    assert [s["step"] for s in steps.structured_content["steps"]] == [50] and "1 steps" in text(steps)
+    assert [s["step"] for s in steps.structured_content["steps"]] == [50] and ": 1 step\n" in text(steps)
     assert missing.is_error and f"{tmp_path / 'none'}: no such file or directory" in text(missing)
     assert unknown.is_error and "Unknown run 'nosuchrun'; known: level1, level2" in text(unknown)
 

@@ -26,7 +26,9 @@ class Steps(Result):
     def text(self, width: int | None = None) -> str:
         from ..render.tables import format_steps
 
-        return f"{self.label}: {len(self.frame)} steps\n{format_steps(self.frame).to_text(width)}"
+        from ..analysis.finding import plural
+
+        return f"{self.label}: {plural(len(self.frame), 'step', 'steps')}\n{format_steps(self.frame).to_text(width)}"
 
     def table(self):
         """The step table as the notebook shows it (``%npusteps`` without a statement)."""
@@ -48,7 +50,8 @@ def steps(places, target: str, first: int | None = None, last: int | None = None
         frame = frame[frame["step"] <= last]
     if frame.empty:
         known = found.summary.steps["step"].tolist()
-        raise NpumagicError(f"no steps {first}..{last} in {found.label}; its steps: "
+        asked = f"{first}..{last}" if None not in (first, last) else f"from {first}" if last is None else f"up to {last}"
+        raise NpumagicError(f"no steps {asked} in {found.label}; its steps: "
                             f"{known[0]}..{known[-1]}" if known else f"{found.label} has no steps")
     return Steps(found.label, frame, found.summary.meta.get("rank"), first, last)
 

@@ -27,10 +27,13 @@ class TraceFile(Result):
         return document("trace", target=self.label, **self.written)
 
     def text(self, width: int | None = None) -> str:
+        from ..analysis.finding import plural
+
         w = self.written
         marks = ", ".join(f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in w["marks"].items()) or "no marks"
-        return (f"wrote {w['path']}: {w['slices']:,} slices of {self.label}, {w['steps']} steps, {marks}, "
-                f"{w['findings']} findings, {w['flows']:,} launch flows"
+        return (f"wrote {w['path']}: {w['slices']:,} slices of {self.label}, "
+                f"{plural(w['steps'], 'step', 'steps')}, {marks}, {plural(w['findings'], 'finding', 'findings')}, "
+                f"{w['flows']:,} launch flows"
                 + (f", {w['queue_flows']:,} task queue flows" if w["queue_flows"] else "") + "\n"
                 "open it in https://ui.perfetto.dev or chrome://tracing")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..analysis.finding import plural
 from ..analysis.memory_view import MemoryView, _size
 
 
@@ -31,7 +32,7 @@ def memory_text(label: str, view: MemoryView, top: int = 10) -> str:
     if len(view.operators):
         out.append(f"operators by bytes allocated ({len(view.operators)}):")
         out += _rows(view.operators.rename(columns={"name": "operator"}), top,
-                     lambda r: f"{int(r.allocations)} allocs {_size(r.bytes)}, mean life {_us(r.mean_lifetime_us)}, "
+                     lambda r: f"{plural(int(r.allocations), 'alloc', 'allocs')} {_size(r.bytes)}, mean life {_us(r.mean_lifetime_us)}, "
                                f"live at step end {_size(r.live_at_step_end_bytes)}")
     if len(view.steps) and not view.paired:
         out.append("churn: not known (no allocation could be paired with its free)")

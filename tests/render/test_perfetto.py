@@ -151,7 +151,7 @@ def test_a_run_of_the_history_is_exported_from_the_magic_and_the_mcp_server_writ
     result = shell.run_line_magic("npu", "trace sync")
     written = tmp_path / "sync.perfetto.json"  # the default name, in the working directory
     assert result.to_dict()["path"] == "sync.perfetto.json" and written.is_file()
-    assert str(result).startswith("wrote sync.perfetto.json: 867 slices of sync, 1 steps")
+    assert str(result).startswith("wrote sync.perfetto.json: 867 slices of sync, 1 step,")
     doc = json.loads(written.read_bytes())
     assert sum(e["ph"] == "X" and e["cat"] in KINDS for e in doc["traceEvents"]) == 867
     profiles = Profiles(tmp_path / "runs")

@@ -394,3 +394,13 @@ def test_counts_agree_in_number_and_an_open_range_is_said_in_words(capsys):
     assert f"no steps from 60 in {level1}; its steps: 50..50" in capsys.readouterr().err
     assert main(["steps", level1, "--last", "10"]) == 2
     assert "no steps up to 10 in" in capsys.readouterr().err
+
+
+def test_two_ranks_of_one_job_are_compared_and_one_folder_with_itself_is_refused(capsys):
+    level1 = str(need(ASCEND / "level1"))
+    assert main(["compare", level1, level1, "--rank-a", "0", "--rank-b", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["name_a"], doc["name_b"]) == ("ascend/level1 rank 0", "ascend/level1 rank 1")
+    for same in ([], ["--rank-a", "1", "--rank-b", "1"]):
+        assert main(["compare", level1, level1, *same]) == 2
+        assert "both sides are" in capsys.readouterr().err

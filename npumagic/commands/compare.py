@@ -84,12 +84,15 @@ def part_comparisons(places, a: str, b: str, name_a: str, name_b: str, noise, by
     return tuple(found)
 
 
-def side_names(a, b) -> tuple[str, str]:
+def side_names(a, b, rank_a: int | None = None, rank_b: int | None = None) -> tuple[str, str]:
     """What the comparison calls each side: the run's name, else the path's last part, with its
-    folder where both are the same (two rank0_ascend_pt directories)."""
+    folder where both are the same (two rank0_ascend_pt directories), and its rank where both are
+    one job's (``--rank-a 0 --rank-b 1``)."""
     name_a, name_b = a.run or Path(a.label).name, b.run or Path(b.label).name
     if name_a == name_b:
         name_a, name_b = (f"{Path(t.label).parent.name}/{Path(t.label).name}" for t in (a, b))
+    if name_a == name_b and rank_a != rank_b:
+        name_a, name_b = f"{name_a} rank {rank_a}", f"{name_b} rank {rank_b}"
     return name_a, name_b
 
 
@@ -98,8 +101,9 @@ def compare(places, a: str, b: str, rank_a: int | None = None, rank_b: int | Non
     where_a, where_b = places.locate(a), places.locate(b)  # a missing path is said before pandas is imported
     from ..named_runs import two_sides
 
+    two_ranks = None not in (rank_a, rank_b) and rank_a != rank_b  # two ranks of one job's folder
     for kind, i in (("runs", 1), ("paths", 0)):  # before either side is read
-        if where_a[i] is not None and where_b[i] is not None:
+        if where_a[i] is not None and where_b[i] is not None and not (i == 0 and two_ranks):
             two_sides(str(Path(where_a[i]).resolve()) if i == 0 else where_a[i],
                       str(Path(where_b[i]).resolve()) if i == 0 else where_b[i], kind)
     side_a, side_b = places.target(a, rank_a, where_a), places.target(b, rank_b, where_b)
@@ -108,7 +112,7 @@ def compare(places, a: str, b: str, rank_a: int | None = None, rank_b: int | Non
     else:
         from ..analysis.compare import compare as compare_summaries
 
-        cmp = compare_summaries(side_a.summary, side_b.summary, *side_names(side_a, side_b), side_a.context,
+        cmp = compare_summaries(side_a.summary, side_b.summary, *side_names(side_a, side_b, rank_a, rank_b), side_a.context,
                                 side_b.context, facts_a=side_a.facts, facts_b=side_b.facts)
     parts = part_comparisons(places, a, b, cmp.a, cmp.b, cmp.noise, by_region, by_module)
     if fix is None:  # the fix read from what changed, if the change names exactly one: shown, not kept

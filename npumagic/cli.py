@@ -205,6 +205,7 @@ def _show(args) -> int:
             options["steps"] = view_range(args.step_range, int, "--step-range")
         if args.zoom:
             options["window"] = view_range(args.zoom, float, "--zoom")
+    out = _image_path(args, view)  # before the trace is read: a folder that is not there is said at once
     trace = _load(args, args.path)
     from . import analysis
     from .render.views import build_view
@@ -218,14 +219,6 @@ def _show(args) -> int:
         fig, placed, note = place_view(view, trace, summary, title)
     else:
         fig = build_view(view, trace, summary, title=title, memory=memory, **options)
-    if args.output is None:
-        from .named_runs import name_for
-
-        args.output = f"{name_for(Path(args.path))}_{view}.png"
-    if not args.output.strip():
-        raise NpumagicError("-o/--output is empty: give the image file to write (e.g. -o timeline.png)")
-    out = Path(args.output)
-    out = out if out.suffix else out.with_name(out.name + ".png")  # what savefig writes; said as written
     from .render.views import figure_bytes
     from .safeio import write_atomic
 
@@ -241,6 +234,26 @@ def _show(args) -> int:
         print(f"wrote {out}" + (f"\n{note}" if note else "")
               + (f"\n{table.to_text(terminal_width())}" if table is not None else ""))
     return 0
+
+
+def _image_path(args, view: str) -> Path:
+    """The image ``show`` writes: -o, else PATH's name and the view's in this folder (or in the
+    folder -o names); with .png where it names no format (what savefig writes, said as written);
+    its folder must exist."""
+    from .named_runs import name_for
+
+    default = f"{name_for(Path(args.path))}_{view}.png"
+    if args.output is None:
+        args.output = default
+    elif args.output.strip() and Path(args.output).expanduser().is_dir():
+        args.output = str(Path(args.output).expanduser() / default)
+    if not args.output.strip():
+        raise NpumagicError("-o/--output is empty: give the image file to write (e.g. -o timeline.png)")
+    out = Path(args.output).expanduser()
+    out = out if out.suffix else out.with_name(out.name + ".png")
+    if not out.parent.is_dir():
+        raise NpumagicError(f"{args.output}: no folder {out.parent} to write it in")
+    return out
 
 
 def _memory_read(path: str, trace, summary):
@@ -399,7 +412,8 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
     for view in VIEWS:
         views.add_argument(f"--{view}", action="store_true", help=f"the {view} view")
     p.add_argument("-o", "--output", default=None,
-                   help="image file to write (.png, .svg, .pdf; default NAME_VIEW.png here, NAME the trace's)")
+                   help="image file to write (.png, .svg, .pdf; default NAME_VIEW.png here or in the folder given, NAME "
+                        "the trace's)")
     p.add_argument("--rank", type=int, default=None, help="rank to draw (default the lowest)")
     p.add_argument("--step-range", default=None, help="timeline: steps FIRST:LAST")
     p.add_argument("--zoom", default=None, help="timeline: START_MS:END_MS from the first step")

@@ -98,6 +98,16 @@ def test_show_without_output_writes_the_trace_and_view_name_here(tmp_path, capsy
     assert (tmp_path / "rank0_ascend_pt_steps.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_show_into_a_folder_names_the_image_and_a_missing_folder_is_said_before_reading(tmp_path, capsys):
+    rank0 = str(need(ASCEND / "level1" / "rank0_ascend_pt"))
+    assert main(["show", rank0, "--steps", "-o", str(tmp_path)]) == 0
+    assert (tmp_path / "rank0_ascend_pt_steps.png").stat().st_size > 0
+    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'rank0_ascend_pt_steps.png'}"
+    assert main(["show", rank0, "-o", str(tmp_path / "nope" / "a.png")]) == 2
+    assert capsys.readouterr().err.strip() == (f"npumagic: error: {tmp_path / 'nope' / 'a.png'}: no folder "
+                                               f"{tmp_path / 'nope'} to write it in")
+
+
 def test_show_matrix_writes_the_heatmap(tmp_path, capsys):
     out = tmp_path / "matrix.png"
     assert main(["show", str(need(ASCEND / "db" / "level1")), "--matrix", "-o", str(out)]) == 0

@@ -42,6 +42,7 @@ BYTES_SAVED_LOW = 0.25
 # The share of a fix's upper bound taken as its lower end where the trace cannot tell how much of
 # the cause the fix removes (half: a fix rarely removes all of its cause, seldom less than half).
 DEFAULT_LOW = 0.5
+UNMEASURED = "the trace does not measure what this fix saves"  # a lever sized 0 to 0: not sized, not "-0.00 ms"
 # Most DataLoader workers worth suggesting however many cores are idle (beyond it, start-up and
 # memory cost more than they save).
 MAX_WORKERS = 8
@@ -442,7 +443,7 @@ def lever(s: Summary, f: Finding, beside: frozenset[str] = frozenset()) -> Lever
         return Lever("straggler", DEFAULT_LOW * waited, waited,
                      f"what the other ranks wait for rank {ev.get('low_rank')}: {waited:,.2f} ms a step")
     if stake <= 0:
-        return Lever("unmeasured", 0.0, 0.0, "the trace does not measure what this fix saves")
+        return Lever("unmeasured", 0.0, 0.0, UNMEASURED)
     return Lever("fix", DEFAULT_LOW * stake, stake, f"the {stake:,.2f} ms per step the finding occupies")
 
 
@@ -517,8 +518,19 @@ def said(f: Finding) -> str:
     """``predicted -X ms (-HI to -LO) per step, ±N ms run to run``, or ""."""
     if f.predicted_saving_ms is None or f.predicted_interval is None:
         return ""
+    if f.predicted_basis == UNMEASURED:
+        return f"not sized: {UNMEASURED}"
     lo, hi = f.predicted_interval
     return f"predicted {change_ms(f.predicted_saving_ms, lo, hi)} per step" + noise_said(f)
+
+
+def prediction(f: Finding) -> str:
+    """The advice's ``predicted:`` line: ``-X ms (-HI to -LO) per step, ±N ms run to run, BASIS``,
+    or ``not sized: ...`` where the trace does not measure what the fix saves."""
+    if f.predicted_basis == UNMEASURED:
+        return f"not sized: {UNMEASURED}"
+    lo, hi = f.predicted_interval
+    return f"{change_ms(f.predicted_saving_ms, lo, hi)} per step{noise_said(f)}, {f.predicted_basis}"
 
 
 def noise_said(f: Finding) -> str:

@@ -472,12 +472,9 @@ def format_advice(advice) -> Table:
     for i, f in enumerate(advice, 1):
         text = f"{html.escape(f.title)}<br/><i>fix:</i> {html.escape(f.fix)}"
         if getattr(f, "predicted_interval", None) is not None:
-            from ..analysis.predicted_text import change_ms
-            from ..analysis.whatif import noise_said
+            from ..analysis.whatif import prediction
 
-            lo, hi = f.predicted_interval
-            text += (f"<br/><i>predicted:</i> {change_ms(f.predicted_saving_ms, lo, hi)} per step"
-                     f"{html.escape(noise_said(f))}, {html.escape(f.predicted_basis)}")
+            text += f"<br/><i>predicted:</i> {html.escape(prediction(f))}"
         if f.where:
             text += f"<br/><i>where:</i> {html.escape(f.where)}"
         if getattr(f, "place", ""):

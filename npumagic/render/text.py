@@ -8,8 +8,7 @@ import html
 import numpy as np
 
 from ..analysis.advice import steps_inferred
-from ..analysis.predicted_text import change_ms
-from ..analysis.whatif import noise_said
+from ..analysis.whatif import prediction
 from ..terminal import terminal_safe, wrap
 from .tables import format_advice, format_breakdown, format_kernel_diff, format_memory_changes, format_steps
 
@@ -100,9 +99,7 @@ def finding_text(finding, width: int | None = None, number: str = "") -> str:
     lines = [wrap(f"{number}[{finding.severity}] {label}: {finding.title}{on}", width, 4),
              wrap(f"    fix: {finding.fix}", width, 9)]
     if getattr(finding, "predicted_interval", None) is not None:
-        lo, hi = finding.predicted_interval
-        lines.append(wrap(f"    predicted: {change_ms(finding.predicted_saving_ms, lo, hi)} per step"
-                          f"{noise_said(finding)}, {finding.predicted_basis}", width, 15))
+        lines.append(wrap(f"    predicted: {prediction(finding)}", width, 15))
     if finding.where:
         lines.append(wrap(f"    where: {finding.where}", width, 11))
     if getattr(finding, "place", ""):

@@ -193,3 +193,16 @@ def test_a_loop_of_small_operators_is_measured_from_its_first_to_its_last():
     assert short_runs_ms(ev, steps=1) == pytest.approx((last - first) / 1000)
     assert short_runs_ms(ev, steps=2) == pytest.approx((last - first) / 2000)
     assert short_runs_ms(ev.iloc[20:30], steps=1) == 0.0
+
+
+def test_a_fix_the_trace_cannot_size_is_said_not_sized_not_minus_zero(capsys):
+    # GIVEN level1's advice over every rank: the online-compile, cache and fused-optimizer fixes
+    # have nothing in the trace that sizes them
+    from npumagic.cli import main
+
+    assert main(["advise", str(ASCEND / "level1"), "--all"]) == 0
+    out = capsys.readouterr().out
+    # THEN each is said not sized, never a prediction of -0.00 ms
+    assert out.count(f"predicted: not sized: {whatif.UNMEASURED}") >= 1 and "-0.00 ms (-0.00 to -0.00)" not in out
+    unsized = [f for f in npumagic.advise(shared_summary(ASCEND / "level1")) if f.predicted_basis == whatif.UNMEASURED]
+    assert all(whatif.said(f) == f"not sized: {whatif.UNMEASURED}" for f in unsized)

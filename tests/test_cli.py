@@ -414,3 +414,18 @@ def test_two_ranks_of_one_job_are_compared_and_one_folder_with_itself_is_refused
     for same in ([], ["--rank-a", "1", "--rank-b", "1"]):
         assert main(["compare", level1, level1, *same]) == 2
         assert "both sides are" in capsys.readouterr().err
+
+
+def test_a_rank_without_host_lanes_says_its_host_waits_are_not_measured_not_zero(capsys):
+    # GIVEN partial/job2: kernel_details.csv and step_trace_time.csv, no trace_view.json (no host lanes)
+    job2, level1 = str(need(ASCEND / "partial" / "job2")), str(need(ASCEND / "level1"))
+    assert main(["analyze", job2, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["headline"]["dataloader_share"] is None and doc["headline"]["sync_share"] is None
+    assert all(s["dataloader_us"] is None and s["sync_us"] is None for s in doc["steps"])
+    # WHEN it is compared with a rank that has them THEN those rows are not measured, not -100% better
+    assert main(["compare", level1, job2, "--json"]) == 0
+    rows = {r["column"]: r for r in json.loads(capsys.readouterr().out)["breakdown"]}
+    for column in ("dataloader_us", "sync_us", "idle_python_us"):
+        assert rows[column]["b"] is None and rows[column]["direction"] == "not measured", rows[column]
+    assert rows["computing_us"]["direction"] == "worse"

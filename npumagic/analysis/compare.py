@@ -352,9 +352,10 @@ def _breakdown(a: Summary, b: Summary) -> pd.DataFrame:
         delta = vb - va
         better = 1 if column == "device_util" else -1
         scale = 1.0 if column == "device_util" else 1000.0
-        moved = "unchanged" if not abs(delta) >= 0.02 * max(abs(va), 1e-12) else (
+        measured = va == va and vb == vb  # NaN: a side did not measure it (no host lanes)
+        moved = "not measured" if not measured else "unchanged" if not abs(delta) >= 0.02 * max(abs(va), 1e-12) else (
             "better" if np.sign(delta) == better else "worse")
-        every = _separated(ca, cb) != 0 and min(ca.size, cb.size) >= 2
+        every = measured and _separated(ca, cb) != 0 and min(ca.size, cb.size) >= 2
         rows.append({"metric": util if column == "device_util" else f"{label(column)} (ms/step)",
                      "column": column, "a": va / scale, "b": vb / scale, "delta": delta / scale,
                      "change": (delta / va) if va else float("nan"), "direction": moved, "every_step": bool(every)})

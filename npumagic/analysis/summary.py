@@ -20,7 +20,7 @@ from . import schema
 from .memory_release import release_free_memory
 from .schema import Trace
 from .blocking import BLOCKING_COLUMNS, blocking_table, blocking_units, device_busy, pageable_copy_launches
-from .breakdown import cycle_bounds, disagreement, step_table, vendor_rule, vendor_step_table
+from .breakdown import IDLE_COLUMNS, cycle_bounds, disagreement, step_table, vendor_rule, vendor_step_table
 from .collectives import LINK_COLUMNS, comm_table, communication_matrix
 from .device_memory import memory_table
 from .operators import host_op_table, kernel_table
@@ -139,9 +139,10 @@ class Summary:
         return float(self.steps["wall_us"].sum())
 
     def share(self, column: str) -> float:
-        """``column``'s share of the total step wall time (0..1)."""
-        total = self.total_wall_us
-        return float(self.steps[column].sum()) / total if total > 0 else float("nan")
+        """``column``'s share of the total step wall time (0..1); NaN where no step measured it
+        (DataLoader and sync waits of a rank without host lanes), not a share of 0."""
+        total, values = self.total_wall_us, self.steps[column]
+        return float(values.sum()) / total if total > 0 and values.notna().any() else float("nan")
 
     @property
     def device_util(self) -> float:
@@ -255,6 +256,9 @@ def _job_bounds(per_rank: dict[int, Summary], chosen: Summary) -> dict:
         return {}
 
 
+HOST_MEASURED = ("dataloader_us", "sync_us", *IDLE_COLUMNS)  # figures only the host's lanes give
+
+
 def _step_breakdown(trace: Trace, rank: int, ev: pd.DataFrame, steps: pd.DataFrame,
                     bounds, blocking: np.ndarray) -> tuple[pd.DataFrame, bool, dict, str]:
     """One rank's step table (from its events, or torch_npu's step_trace_time where only that is
@@ -297,6 +301,10 @@ def _step_breakdown(trace: Trace, rank: int, ev: pd.DataFrame, steps: pd.DataFra
             disagree_note = (f"rank {rank}: {file} and the figures computed from its tasks disagree by more than 1% "
                              f"of the step ({differ.replace('step_trace_time.csv', file)}); {used}")
             warnings.warn(disagree_note, stacklevel=4)
+    if len(breakdown) and not (ev["device"].to_numpy() < 0).any():
+        # no host lanes (a torch_npu export without trace_view.json): what the host waited for is
+        # not measured, so it is unknown (NaN), not 0 ms
+        breakdown = breakdown.assign(**{c: np.nan for c in HOST_MEASURED})
     return breakdown, device_mode, sources, disagree_note
 
 

@@ -61,7 +61,8 @@ def _loader_moved(ca: dict, cb: dict) -> list[str]:
 
 def _variables_moved(ca: dict, cb: dict) -> list[str]:
     ea, eb = ca.get("environment") or {}, cb.get("environment") or {}
-    return [name for name in FIX_VARIABLES if ea.get(name) != eb.get(name)]
+    # torch_npu's profiler_metadata.json records an unset variable as '': the same as not set
+    return [name for name in FIX_VARIABLES if (ea.get(name) or None) != (eb.get(name) or None)]
 
 
 def _per_step(s: Summary) -> float:

@@ -417,7 +417,7 @@ def changes(context_a: dict[str, Any] | None, context_b: dict[str, Any] | None,
     for group in ("environment", "versions"):
         da, db = ca.get(group) or {}, cb.get(group) or {}
         for key in sorted(set(da) | set(db)):
-            if da.get(key) != db.get(key):
+            if (da.get(key) or None) != (db.get(key) or None):  # torch_npu records an unset variable as ''
                 out.append(f"{'env' if group == 'environment' else 'version'} {key}: {da.get(key)!r} -> {db.get(key)!r}")
     ma, mb = (a.meta if a is not None else {}), (b.meta if b is not None else {})
     for key, meta_key in (("backend", "backend"), ("device", "device_name"), ("rank", "rank"), ("world size", "world_size")):

@@ -272,6 +272,8 @@ def test_what_changed_lists_every_difference():
          "versions": {"torch": "2.13.0"}, "backend": "cpu", "device": "x"}
     lines, diffs = changes(a, b)
     assert lines == ["cell source", "option steps: 3 -> 5", "env TASK_QUEUE_ENABLE: None -> '2'"]
+    # torch_npu's metadata records an unset variable as '': no change from a run that has none
+    assert changes(dict(a, environment={"ACLNN_CACHE_LIMIT": ""}), dict(a, environment={}))[0] == []
     assert "-train(0.002)" in diffs["cell source"] and "+train(0.0)" in diffs["cell source"]
 
 
@@ -296,3 +298,13 @@ def test_two_runs_of_one_command_differ_in_nothing_but_their_process_ids():
 
 def test_a_p_value_too_small_for_three_decimals_is_said_as_a_bound():
     assert [p_value_text(p) for p in (1e-12, 0.00049, 0.0291, 0.5)] == ["p<0.001", "p<0.001", "p=0.029", "p=0.500"]
+
+
+def test_a_variable_recorded_unset_as_empty_is_no_fix_applied():
+    # torch_npu's metadata says PYTORCH_NPU_ALLOC_CONF '' (unset); a trace without metadata says nothing
+    from npumagic.analysis.changed import applied_fix
+
+    s, asked = shared_summary(ASCEND / "level1"), []
+    assert applied_fix({"environment": {"PYTORCH_NPU_ALLOC_CONF": ""}}, {"environment": {"OTHER": "1"}}, s, s,
+                       lambda: asked.append(1) or []) is None
+    assert not asked  # nothing that could name a fix moved: the findings are not even asked for

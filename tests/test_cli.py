@@ -429,3 +429,7 @@ def test_a_rank_without_host_lanes_says_its_host_waits_are_not_measured_not_zero
     for column in ("dataloader_us", "sync_us", "idle_python_us"):
         assert rows[column]["b"] is None and rows[column]["direction"] == "not measured", rows[column]
     assert rows["computing_us"]["direction"] == "worse"
+    # and no finding is made of an unmeasured wait ("the step waits nan ms for the next batch")
+    assert main(["advise", job2, "--all"]) == 0
+    advice = capsys.readouterr().out
+    assert "nan" not in advice.lower() and "for the next batch" not in advice

@@ -139,10 +139,15 @@ class Summary:
         return float(self.steps["wall_us"].sum())
 
     def share(self, column: str) -> float:
-        """``column``'s share of the total step wall time (0..1); NaN where no step measured it
-        (DataLoader and sync waits of a rank without host lanes), not a share of 0."""
-        total, values = self.total_wall_us, self.steps[column]
-        return float(values.sum()) / total if total > 0 and values.notna().any() else float("nan")
+        """``column``'s share of the total step wall time (0..1); a column no step measured
+        counts 0 here, so a rule's threshold is simply not reached (:meth:`measured_share` says NaN)."""
+        total = self.total_wall_us
+        return float(self.steps[column].sum()) / total if total > 0 else float("nan")
+
+    def measured_share(self, column: str) -> float:
+        """:meth:`share`, but NaN where no step measured ``column`` (the DataLoader and sync waits
+        of a rank without host lanes): what the headline says, unknown rather than 0%."""
+        return self.share(column) if self.steps[column].notna().any() else float("nan")
 
     @property
     def device_util(self) -> float:
@@ -171,8 +176,8 @@ class Summary:
         return {"steps": s["n"], "step_median_us": s["median_us"], "step_p90_us": s["p90_us"], "step_cv": s["cv"],
                 "device_util": self.device_util, "computing_share": self.share("computing_us"),
                 "communication_share": self.share("comm_not_overlapped_us"),
-                "free_share": self.share("free_us"), "dataloader_share": self.share("dataloader_us"),
-                "sync_share": self.share("sync_us"),
+                "free_share": self.share("free_us"), "dataloader_share": self.measured_share("dataloader_us"),
+                "sync_share": self.measured_share("sync_us"),
                 "syncs_per_step": float(self.syncs["per_step"].sum()) if len(self.syncs) else 0.0,
                 **self._counter_headline()}
 

@@ -83,7 +83,7 @@ def _communication(s: Summary) -> list[Finding]:
 @rule("dataloader")
 def _dataloader(s: Summary) -> list[Finding]:
     share = s.share("dataloader_us")
-    if share <= T.DATALOADER_SHARE:
+    if not share > T.DATALOADER_SHARE:  # NaN (not measured) names no finding either
         return []
     iterator = s.meta.get("dataloader_iter", "")
     on_device = backend_of(s) != "cpu"  # pinned memory only speeds up copies to a device

@@ -83,23 +83,27 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def views(runs: list[Stored]) -> dict[str, str]:
-    """Each table's view: the SQL reading its Parquet files of every run (a job's own table where
-    the run has one: ``job.links`` holds every rank's links of a job read as an outline)."""
+def stored_files(runs: list[Stored]) -> list[tuple[Stored, str, Path]]:
+    """Each run's stored tables that are there: (run, table name, its Parquet file); a job's own
+    table where the run has one (``job.links`` holds every rank's links of a job read as an outline)."""
     from .analysis import store
 
-    parts: dict[str, list[str]] = {}
+    found = []
     for kept in runs:
         doc = store.manifest_of(kept.folder) or {}
-        names = {**{n: e for n, e in (doc.get("tables") or {}).items()},
-                 **{n: e for n, e in (doc.get("job_tables") or {}).items()}}
-        for name, entry in names.items():
-            if "file" not in entry or not (kept.folder / entry["file"]).is_file():
-                continue
-            view = name.replace(".", "_")
-            parts.setdefault(view, []).append(
-                f"SELECT {_quoted(kept.run)} AS run, {_quoted(kept.history)} AS history, * "
-                f"FROM read_parquet({_quoted(str(kept.folder / entry['file']))})")
+        for name, entry in {**(doc.get("tables") or {}), **(doc.get("job_tables") or {})}.items():
+            if "file" in entry and (kept.folder / entry["file"]).is_file():
+                found.append((kept, name, kept.folder / entry["file"]))
+    return found
+
+
+def views(files: list[tuple[Stored, str, Path]]) -> dict[str, str]:
+    """Each table's view: the SQL reading its Parquet files of every run (:func:`stored_files`)."""
+    parts: dict[str, list[str]] = {}
+    for kept, name, path in files:
+        parts.setdefault(name.replace(".", "_"), []).append(
+            f"SELECT {_quoted(kept.run)} AS run, {_quoted(kept.history)} AS history, * "
+            f"FROM read_parquet({_quoted(str(path))})")
     return {view: " UNION ALL BY NAME ".join(selects) for view, selects in sorted(parts.items())}
 
 
@@ -136,8 +140,9 @@ def run_query(sql: str, histories: list[str | Path]) -> Answer:
     runs = [kept for history in histories for kept in stores(history)]
     with duckdb.connect(":memory:") as con:
         con.execute("SET threads = 2")
-        tables = views(runs)
-        _confine(duckdb, con, runs)
+        files = stored_files(runs)
+        tables = views(files)
+        _confine(duckdb, con, sorted({str(path) for _, _, path in files}))
         for view, select in tables.items():
             con.execute(f'CREATE VIEW "{view}" AS {select}')
         try:
@@ -154,12 +159,8 @@ def run_query(sql: str, histories: list[str | Path]) -> Answer:
     return Answer(columns, rows, runs, list(tables))
 
 
-def _confine(duckdb, con, runs: list[Stored]) -> None:
-    """Lets ``con`` open the stores' Parquet files and no other file, URL or extension."""
-    from .analysis import store
-
-    files = sorted({str(kept.folder / entry["file"]) for kept in runs
-                    for entry in _entries(store.manifest_of(kept.folder) or {}) if "file" in entry})
+def _confine(duckdb, con, files: list[str]) -> None:
+    """Lets ``con`` open ``files`` (the stores' Parquet files) and no other file, URL or extension."""
     try:
         con.execute("SET autoinstall_known_extensions = false")
         con.execute("SET autoload_known_extensions = false")
@@ -169,10 +170,6 @@ def _confine(duckdb, con, runs: list[Stored]) -> None:
     except duckdb.Error as exc:
         raise NpumagicError(f"DuckDB {duckdb.__version__} cannot keep a query to the stored tables ({exc}): "
                             "pip install 'duckdb>=1.2'") from None
-
-
-def _entries(doc: dict) -> list[dict]:
-    return [*(doc.get("tables") or {}).values(), *(doc.get("job_tables") or {}).values()]
 
 
 def plain(value: Any) -> Any:

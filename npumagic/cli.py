@@ -242,17 +242,14 @@ def _image_path(args, view: str) -> Path:
     its folder must exist."""
     from .named_runs import name_for
 
-    default = f"{name_for(Path(args.path))}_{view}.png"
-    if args.output is None:
-        args.output = default
-    elif args.output.strip() and Path(args.output).expanduser().is_dir():
-        args.output = str(Path(args.output).expanduser() / default)
-    if not args.output.strip():
+    given = args.output
+    if given is not None and not given.strip():
         raise NpumagicError("-o/--output is empty: give the image file to write (e.g. -o timeline.png)")
-    out = Path(args.output).expanduser()
-    out = out if out.suffix else out.with_name(out.name + ".png")
+    default = f"{name_for(Path(args.path))}_{view}.png"
+    out = Path(given).expanduser() if given is not None else Path(default)
+    out = out / default if out.is_dir() else out if out.suffix else out.with_name(out.name + ".png")
     if not out.parent.is_dir():
-        raise NpumagicError(f"{args.output}: no folder {out.parent} to write it in")
+        raise NpumagicError(f"{given}: no folder {out.parent} to write it in")
     return out
 
 

@@ -47,7 +47,11 @@ def test_removing_a_known_delay_is_measured_with_its_size_and_named_as_the_one_c
     assert not (cmp.significant and cmp.speedup < 1)
     assert cmp.significant or fast_steps["wall_us"].max() >= 10_000
     if cmp.significant:
-        assert cmp.speedup > 1 and cmp.ci[0] > 1 and cmp.sentence().startswith("fast is")
+        assert cmp.speedup > 1 and cmp.sentence().startswith("fast is")
+        # by the step time its interval clears 1; by a component (the free time lower in every fast
+        # step than in any slow one) the step time was too noisy to, as the sentence says
+        assert cmp.ci[0] > 1 if cmp.decided_by == "step time" else (
+            cmp.decided_by == "component" and "the step time alone is too noisy to decide" in cmp.sentence())
     assert cmp.changed == ["cell source"]
     assert "slow_step(0.02)" in cmp.diffs["cell source"] and "slow_step(0.0)" in cmp.diffs["cell source"]
 
